@@ -1,0 +1,950 @@
+#!/usr/bin/env python3
+"""FlashCore beside its peers: attention forward on the shapes of DESIGN.md §4,
+in one process on the GPU machine.
+
+Systems: FlashCore on each CUDA path it has (forced with cuda_path=90 / 80),
+PyTorch SDPA's flash (FA2), cuDNN and memory-efficient backends, compiled
+FlexAttention, and, when importable (carried wheels), FlashAttention-4 and
+FlashInfer. Every system gets the same random inputs (each in the memory
+layout it takes natively, copied outside the timed region), its output is
+checked against a float64 reference on a subset of rows/heads/batches
+(rel L2 per system), then it is timed:
+
+  - each system's calls are captured into a CUDA graph (n calls per replay,
+    cycling over several input sets so that small shapes do not sit in L2);
+  - >= --warmup-s seconds of replays of every system first (the clock ramps);
+  - then rounds A, B, C, A, B, C, ... (interleaved), one CUDA-event-timed
+    replay per system per round; each system's median over the rounds;
+  - SM clock and temperature (nvidia-smi) before, after each shape, after.
+
+TFLOP/s = 4*B*Hq*Sq*Sk*D / time (halved when causal with Sq == Sk).
+Outputs in --out (default $OUT, else ./out): peers.json (meta + one row per
+(shape, system), row keys as `flashcore bench` writes them: shape, system,
+p50_us, tflops, ...), peers.md (TFLOP/s table with FlashCore / best peer per
+shape) and peers.png (bar chart).
+
+    python3 bench/peers.py                        # every shape (GPU machine)
+    python3 bench/peers.py --quick                # 2 small shapes, few rounds
+    python3 bench/peers.py --shapes mission,gqa-decode --systems flashcore,cudnn
+    python3 bench/peers.py --dry-run              # no GPU: CPU smoke + fake rows
+
+The binding is found as python/flashcore (this checkout) and the library via
+FLASHCORE_LIBRARY or build/ (see python/flashcore/_lib.py).
+"""
+
+import argparse
+import datetime
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+
+
+# ---- shapes (DESIGN.md §4; the same names as tools/cli_shapes.c) -------------
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    B: int
+    Hq: int
+    Hkv: int
+    Sq: int
+    Sk: int
+    D: int
+    causal: bool
+    dtype: str  # "f16" | "bf16" | "f32"
+
+    @property
+    def flops(self):
+        f = 4.0 * self.B * self.Hq * self.Sq * self.Sk * self.D
+        return f / 2 if self.causal and self.Sq == self.Sk else f
+
+
+SHAPES = [
+    Shape("mission", 1, 8, 8, 512, 512, 64, False, "f16"),
+    Shape("mission-causal", 1, 8, 8, 512, 512, 64, True, "f16"),
+    Shape("s512-d64", 32, 32, 32, 512, 512, 64, False, "bf16"),
+    Shape("s2k-d128", 8, 16, 16, 2048, 2048, 128, False, "bf16"),
+    Shape("s2k-d128-causal", 8, 16, 16, 2048, 2048, 128, True, "bf16"),
+    Shape("s8k-d128", 2, 16, 16, 8192, 8192, 128, False, "bf16"),
+    Shape("s8k-d128-causal", 2, 16, 16, 8192, 8192, 128, True, "bf16"),
+    Shape("s16k-d64", 1, 32, 32, 16384, 16384, 64, False, "f16"),
+    Shape("s4k-d256", 4, 8, 8, 4096, 4096, 256, False, "bf16"),
+    Shape("gqa-prefill", 1, 32, 8, 4096, 4096, 128, True, "bf16"),
+    Shape("gqa-decode", 32, 32, 8, 1, 8192, 128, False, "bf16"),
+]
+QUICK_SHAPES = ["mission", "s2k-d128-causal"]
+# The CPU smoke of --dry-run: tiny, f32, GQA, causal.
+DRY_SHAPE = Shape("dry-cpu-tiny", 2, 4, 2, 64, 64, 64, True, "f32")
+
+# rel L2 gates per dtype: the project's (tools/kit.c kit_gate_for).
+GATES = {"f32": 2e-5, "f16": 2e-3, "bf16": 1.6e-2}
+
+SYSTEM_ORDER = ["flashcore-sm90", "flashcore-sm80", "torch-cudnn", "torch-flash(FA2)",
+                "torch-efficient", "torch-flex(Triton)", "fa4", "flashinfer"]
+
+
+def is_flashcore(name):
+    return name.startswith("flashcore")
+
+
+# ---- small helpers ----------------------------------------------------------
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def short_error(e, n=300):
+    s = ("%s: %s" % (type(e).__name__, e)).strip().replace("\n", " ")
+    return s[:n]
+
+
+def gpu_state():
+    """SM clock and temperature now (nvidia-smi), or why not."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,temperature.gpu", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        return r.stdout.strip() or r.stderr.strip()
+    except Exception as e:  # no nvidia-smi (dry run) or it hung
+        return "unavailable: %s" % short_error(e, 120)
+
+
+class SkipSystem(Exception):
+    """A system that does not handle this shape (recorded as the row's error)."""
+
+
+# ---- inputs and reference -----------------------------------------------------
+
+class Inputs:
+    """n_sets independent random (q, k, v) sets of one shape. bshd[i] holds
+    [B,S,H,D] contiguous tensors (the library's order, FA4's, FlashInfer's);
+    bhsd(i) gives [B,H,S,D] contiguous copies (torch SDPA's / flex's order),
+    made once, outside any timing. Values are identical in both."""
+
+    def __init__(self, torch, shape, n_sets, device, seed):
+        dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[shape.dtype]
+        self.torch, self.dtype = torch, dt
+        g = torch.Generator(device=device).manual_seed(seed)
+        s = shape
+        self.bshd = []
+        for _ in range(n_sets):
+            self.bshd.append(tuple(
+                torch.randn(dims, generator=g, device=device, dtype=torch.float32).to(dt)
+                for dims in ((s.B, s.Sq, s.Hq, s.D), (s.B, s.Sk, s.Hkv, s.D), (s.B, s.Sk, s.Hkv, s.D))))
+        self._bhsd = {}
+
+    def bhsd(self, i):
+        if i not in self._bhsd:
+            self._bhsd[i] = tuple(t.transpose(1, 2).contiguous() for t in self.bshd[i])
+        return self._bhsd[i]
+
+    @property
+    def n_sets(self):
+        return len(self.bshd)
+
+
+class Reference:
+    """float64 attention on a subset of set 0: batches, heads and query rows
+    chosen to bound memory/time on big shapes (first/last of each, rows evenly
+    spaced including the last, which sees every key when causal)."""
+
+    def __init__(self, torch, shape, inputs, max_rows=1024, max_score_elems=1 << 25):
+        s = shape
+        q, k, v = inputs.bshd[0]
+        dev = q.device
+        self.batches = sorted({0, s.B - 1})
+        self.heads = sorted({0, s.Hq // 2, s.Hq - 1})
+        budget = max(16, max_score_elems // max(1, s.Sk * len(self.heads)))
+        n_rows = min(s.Sq, max_rows, budget)
+        if n_rows >= s.Sq:
+            rows = torch.arange(s.Sq, device=dev)
+        else:
+            rows = torch.linspace(0, s.Sq - 1, n_rows, device=dev).round().long().unique()
+        self.rows = rows
+        group = s.Hq // s.Hkv
+        kv_heads = [h // group for h in self.heads]
+        scale = 1.0 / math.sqrt(s.D)
+        out = []
+        for b in self.batches:
+            qs = q[b].index_select(0, rows)[:, self.heads].double()      # [R, Hs, D]
+            ks = k[b][:, kv_heads].double()                                # [Sk, Hs, D]
+            vs = v[b][:, kv_heads].double()
+            sc = torch.einsum("rhd,khd->hrk", qs, ks) * scale
+            if s.causal:  # bottom-right aligned, as the library (and FA)
+                diag = rows + (s.Sk - s.Sq)
+                vis = torch.arange(s.Sk, device=dev)[None, :] <= diag[:, None]
+                sc = sc.masked_fill(~vis[None], float("-inf"))
+            p = torch.softmax(sc, dim=-1)
+            out.append(torch.einsum("hrk,khd->rhd", p, vs))
+            del sc, p
+        self.out = torch.stack(out)  # [nb, R, Hs, D] float64
+
+    def rel_err(self, o):
+        """||o - ref|| / ||ref|| on the subset; o is [B,Sq,Hq,D]-indexed."""
+        torch = sys.modules["torch"]
+        sub = torch.stack([o[b].index_select(0, self.rows)[:, self.heads] for b in self.batches]).double()
+        num = torch.linalg.vector_norm(sub - self.out)
+        den = torch.linalg.vector_norm(self.out)
+        return float(num / den) if float(den) > 0 else float(num)
+
+
+# ---- systems ------------------------------------------------------------------
+# A system's prepare(shape, inputs) returns run(i) (one call on input set i,
+# the unit that is captured and timed) and output(i) (its last output on set
+# i as a [B,Sq,Hq,D]-indexed tensor), or raises SkipSystem / any error.
+
+class System:
+    name = "?"
+    kernel = ""
+
+    def available(self):
+        """None if usable here, else the reason."""
+        return None
+
+    def prepare(self, shape, inputs):
+        raise NotImplementedError
+
+
+class FlashCore(System):
+    def __init__(self, path, backend="cuda"):
+        self.path, self.backend = path, backend
+        self.name = "flashcore-sm%d" % path if path else "flashcore-%s" % backend
+        try:
+            import flashcore
+            self.fc = flashcore
+            self.fc.__version__  # loads the library
+            self.err = None
+        except Exception as e:
+            self.fc, self.err = None, "unavailable: %s" % short_error(e)
+
+    def available(self):
+        if self.err:
+            return self.err
+        if self.backend == "cuda" and not self.fc.cuda_available():
+            return "unavailable: libflashcore has no CUDA backend or no device of a compiled architecture"
+        return None
+
+    def prepare(self, shape, inputs):
+        torch, fc = inputs.torch, self.fc
+        outs = [torch.empty_like(inputs.bshd[i][0]) for i in range(inputs.n_sets)]
+        kw = dict(causal=shape.causal, backend=self.backend, cuda_path=self.path or None)
+        ok, why = fc.supported(*inputs.bshd[0], out=outs[0], **kw)
+        if not ok:
+            raise SkipSystem("unsupported: " + why)
+        self.kernel = why
+        self.info = None
+
+        def run(i):
+            fc.attention(*inputs.bshd[i], out=outs[i], **kw)
+            self.info = fc.kernel_info  # what ran (this thread's last call)
+
+        return run, lambda i: outs[i]
+
+
+class TorchSDPA(System):
+    BACKENDS = {"torch-flash(FA2)": "FLASH_ATTENTION", "torch-cudnn": "CUDNN_ATTENTION",
+                "torch-efficient": "EFFICIENT_ATTENTION", "torch-math": "MATH"}
+
+    def __init__(self, name):
+        self.name = name
+
+    def prepare(self, shape, inputs):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        import torch.nn.functional as F
+        if shape.causal and shape.Sq != shape.Sk:
+            raise SkipSystem("torch SDPA is_causal is top-left aligned; FlashCore's is bottom-right "
+                             "(they differ when Sq != Sk)")
+        backend = getattr(SDPBackend, self.BACKENDS[self.name])
+        gqa = shape.Hq != shape.Hkv
+        outs = {}
+
+        def run(i):
+            q, k, v = inputs.bhsd(i)
+            with sdpa_kernel([backend]):
+                outs[i] = F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal, enable_gqa=gqa)
+
+        return run, lambda i: outs[i].transpose(1, 2)
+
+
+class Flex(System):
+    name = "torch-flex(Triton)"
+
+    def __init__(self):
+        self.compiled = None
+
+    def available(self):
+        try:
+            import torch
+            from torch.nn.attention.flex_attention import flex_attention
+            # One compiled kernel per shape: the default recompile limit (8)
+            # would silently drop later shapes to the slow eager path.
+            cfg = torch._dynamo.config
+            for attr in ("recompile_limit", "cache_size_limit"):
+                if hasattr(cfg, attr):
+                    setattr(cfg, attr, max(getattr(cfg, attr), 256))
+            if hasattr(cfg, "accumulated_recompile_limit"):
+                cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 2048)
+            if hasattr(cfg, "accumulated_cache_size_limit"):
+                cfg.accumulated_cache_size_limit = max(cfg.accumulated_cache_size_limit, 2048)
+            self.compiled = torch.compile(flex_attention, dynamic=False)
+        except Exception as e:
+            return "unavailable: %s" % short_error(e)
+        return None
+
+    def prepare(self, shape, inputs):
+        from torch.nn.attention.flex_attention import create_block_mask
+        off = shape.Sk - shape.Sq
+        if shape.causal:
+            def mask(b, h, q_idx, kv_idx):  # bottom-right aligned
+                return kv_idx <= q_idx + off
+        else:
+            def mask(b, h, q_idx, kv_idx):  # every block full: no mask work
+                return q_idx >= 0
+        # Built once here: building it inside a captured call copies from the host.
+        bm = create_block_mask(mask, None, None, shape.Sq, shape.Sk, device=inputs.bshd[0][0].device)
+        gqa = shape.Hq != shape.Hkv
+        outs = {}
+
+        def run(i):
+            q, k, v = inputs.bhsd(i)
+            outs[i] = self.compiled(q, k, v, block_mask=bm, enable_gqa=gqa)
+
+        return run, lambda i: outs[i].transpose(1, 2)
+
+
+class FA4(System):
+    name = "fa4"
+
+    def available(self):
+        try:
+            # Carried wheels go in with `pip install --target DIR` + PYTHONPATH=DIR,
+            # which skips .pth files; nvidia-cutlass-dsl's .pth puts its
+            # dsl_packages folder (the `cutlass` module) on sys.path: do it here.
+            try:
+                import nvidia_cutlass_dsl
+                for root in list(nvidia_cutlass_dsl.__path__):
+                    d = os.path.join(root, "dsl_packages")
+                    if os.path.isdir(d) and d not in sys.path:
+                        sys.path.insert(0, d)
+            except ImportError:
+                pass
+            from flash_attn.cute import flash_attn_func
+            self.fn = flash_attn_func
+        except Exception as e:
+            return "unavailable: %s" % short_error(e)
+        return None
+
+    def prepare(self, shape, inputs):
+        outs = {}  # FA's causal is bottom-right aligned, like FlashCore's
+
+        def run(i):
+            r = self.fn(*inputs.bshd[i], causal=shape.causal)
+            outs[i] = r[0] if isinstance(r, tuple) else r
+
+        return run, lambda i: outs[i]
+
+
+class FlashInfer(System):
+    name = "flashinfer"
+
+    def available(self):
+        try:
+            import flashinfer
+            self.fi = flashinfer
+        except Exception as e:
+            return "unavailable: %s" % short_error(e)
+        return None
+
+    def prepare(self, shape, inputs):
+        torch, fi, s = inputs.torch, self.fi, shape
+        outs = {}
+        if s.B == 1:
+            def run(i):
+                q, k, v = (t[0] for t in inputs.bshd[i])
+                outs[i] = fi.single_prefill_with_kv_cache(q, k, v, causal=s.causal, kv_layout="NHD")[None]
+            return run, lambda i: outs[i]
+        dev = inputs.bshd[0][0].device
+        ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+        qo = torch.arange(0, (s.B + 1) * s.Sq, s.Sq, dtype=torch.int32, device=dev)
+        kv = torch.arange(0, (s.B + 1) * s.Sk, s.Sk, dtype=torch.int32, device=dev)
+        w = fi.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD")
+        w.plan(qo, kv, s.Hq, s.Hkv, s.D, causal=s.causal, q_data_type=inputs.dtype)
+
+        def run(i):
+            q, k, v = (t.reshape(-1, t.shape[2], t.shape[3]) for t in inputs.bshd[i])
+            outs[i] = w.run(q, k, v).view(s.B, s.Sq, s.Hq, s.D)
+
+        return run, lambda i: outs[i]
+
+
+def make_systems(selected):
+    systems = [FlashCore(90), FlashCore(80), TorchSDPA("torch-cudnn"), TorchSDPA("torch-flash(FA2)"),
+               TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()]
+    if selected:
+        keys = [k.strip().lower() for k in selected.split(",") if k.strip()]
+        systems = [s for s in systems if any(k in s.name.lower() for k in keys)]
+    return systems
+
+
+# ---- timing ---------------------------------------------------------------------
+
+class GraphTimer:
+    """CUDA graphs of n_calls calls; replays timed with CUDA events."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def capture(self, run, n_calls, n_sets):
+        torch = self.torch
+        g = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g):
+            for c in range(n_calls):
+                run(c % n_sets)
+        torch.cuda.synchronize()
+        g.replay()  # a replay that fails surfaces here, not in the timed rounds
+        torch.cuda.synchronize()
+        return g.replay
+
+    def estimate(self, run, n_sets):
+        """Seconds per eager call (after one warm call per set)."""
+        torch = self.torch
+        for i in range(n_sets):
+            run(i)
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for c in range(3):
+            run(c % n_sets)
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b) / 3e3
+
+    def sync(self):
+        self.torch.cuda.synchronize()
+
+    def round(self, replays):
+        """One interleaved round: every replay once, back to back; seconds each."""
+        torch = self.torch
+        evs = []
+        for rp in replays:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            rp()
+            b.record()
+            evs.append((a, b))
+        torch.cuda.synchronize()
+        return [a.elapsed_time(b) / 1e3 for a, b in evs]
+
+
+class WallTimer:
+    """The CPU stand-in of --dry-run: eager loops, wall clock."""
+
+    def capture(self, run, n_calls, n_sets):
+        def replay():
+            for c in range(n_calls):
+                run(c % n_sets)
+        replay()
+        return replay
+
+    def estimate(self, run, n_sets):
+        for i in range(n_sets):
+            run(i)
+        t = time.perf_counter()
+        run(0)
+        return time.perf_counter() - t
+
+    def sync(self):
+        pass
+
+    def round(self, replays):
+        out = []
+        for rp in replays:
+            t = time.perf_counter()
+            rp()
+            out.append(time.perf_counter() - t)
+        return out
+
+
+# ---- one shape --------------------------------------------------------------------
+
+def base_row(shape, system):
+    return {"system": system, "shape": shape.name, "B": shape.B, "Hq": shape.Hq, "Hkv": shape.Hkv,
+            "Sq": shape.Sq, "Sk": shape.Sk, "D": shape.D, "causal": shape.causal, "dtype": shape.dtype,
+            "flops": shape.flops}
+
+
+def run_shape(torch, shape, systems, unavailable, timer, device, args, l2_bytes):
+    rows = {}
+    for s in systems:
+        rows[s.name] = base_row(shape, s.name)
+        if s.name in unavailable:
+            rows[s.name]["error"] = unavailable[s.name]
+    live = [s for s in systems if s.name not in unavailable]
+    if not live:
+        return list(rows.values())
+
+    elem = 4 if shape.dtype == "f32" else 2
+    set_bytes = elem * shape.D * (2 * shape.B * shape.Sq * shape.Hq + 2 * shape.B * shape.Sk * shape.Hkv)
+    n_sets = 1
+    if args.rotate and l2_bytes:  # inputs of all sets together >= 2x L2: none stays cached
+        n_sets = int(min(args.max_sets, max(1, math.ceil(2 * l2_bytes / set_bytes))))
+    t0 = time.perf_counter()
+    inputs = Inputs(torch, shape, n_sets, device, args.seed)
+    ref = Reference(torch, shape, inputs)
+    log("  inputs: %d set(s) of %.1f MB; reference on %d batch x %d heads x %d rows (%.1f s)"
+        % (n_sets, set_bytes / 1e6, len(ref.batches), len(ref.heads), len(ref.rows),
+           time.perf_counter() - t0))
+
+    # Prepare, check, estimate.
+    ready = []
+    for s in live:
+        row = rows[s.name]
+        try:
+            t1 = time.perf_counter()
+            run, output = s.prepare(shape, inputs)
+            run(0)
+            timer.sync()
+            err = ref.rel_err(output(0))
+            row["rel_err"] = err
+            row["gate"] = GATES[shape.dtype]
+            row["check"] = "ok" if err <= GATES[shape.dtype] else "FAIL"
+            if s.kernel:
+                row["kernel"] = s.kernel
+            est = timer.estimate(run, n_sets)
+            ready.append((s, run, est))
+            log("  %-20s rel_err %.2e %s  ~%.1f us/call  (prepare %.1f s)%s"
+                % (s.name, err, row["check"], est * 1e6, time.perf_counter() - t1,
+                   "  [%s]" % s.kernel if s.kernel else ""))
+        except SkipSystem as e:
+            row["error"] = str(e)
+            log("  %-20s skipped: %s" % (s.name, e))
+        except Exception as e:
+            row["error"] = short_error(e)
+            log("  %-20s FAILED: %s" % (s.name, short_error(e)))
+            if args.verbose:
+                traceback.print_exc()
+            try:
+                timer.sync()
+            except Exception:
+                pass
+    if not ready:
+        return list(rows.values())
+
+    # Calls per replay: enough to make a replay >= target (launch gaps out), the
+    # same for every system of the shape, and at least one per input set.
+    fastest = max(min(est for _, _, est in ready), 1e-7)
+    n_calls = int(max(n_sets, 2, min(args.max_calls, math.ceil(args.target_replay_ms * 1e-3 / fastest))))
+    replays = []
+    for s, run, _ in ready:
+        try:
+            replays.append((s, timer.capture(run, n_calls, n_sets)))
+        except Exception as e:
+            rows[s.name]["error"] = "graph capture: " + short_error(e)
+            log("  %-20s capture FAILED: %s" % (s.name, short_error(e)))
+            try:
+                timer.sync()
+            except Exception:
+                pass
+    if not replays:
+        return list(rows.values())
+
+    # Warm-up: >= warmup_s of real work, all systems in turn.
+    t1 = time.perf_counter()
+    while time.perf_counter() - t1 < args.warmup_s:
+        timer.round([rp for _, rp in replays])
+    # Timed rounds, interleaved: A, B, C, A, B, C, ...
+    samples = {s.name: [] for s, _ in replays}
+    t1 = time.perf_counter()
+    for r in range(args.repeats):
+        for (s, _), sec in zip(replays, timer.round([rp for _, rp in replays])):
+            samples[s.name].append(sec / n_calls)
+        if r + 1 >= args.min_repeats and time.perf_counter() - t1 > args.budget_s:
+            break
+    clock = gpu_state() if device != "cpu" else "n/a"
+    for s, _ in replays:
+        v = sorted(samples[s.name])
+        p50 = statistics.median(v)
+        row = rows[s.name]
+        row.update({
+            "p50_us": p50 * 1e6,
+            "p90_us": v[min(len(v) - 1, int(round(0.9 * (len(v) - 1))))] * 1e6,
+            "min_us": v[0] * 1e6,
+            "mean_us": statistics.fmean(v) * 1e6,
+            "std_us": (statistics.stdev(v) if len(v) > 1 else 0.0) * 1e6,
+            "graph_us": p50 * 1e6,  # p50_us is graph-timed already (flashcore bench's key)
+            "tflops": shape.flops / p50 / 1e12,
+            "iters": len(v),
+            "calls_per_replay": n_calls,
+            "input_sets": n_sets,
+            "gpu_after": clock,
+        })
+        if getattr(s, "info", None) is not None:
+            row["kernel"], row["num_splits"] = s.info.name, s.info.num_splits
+    log("  timed %d rounds x %d calls (%.1f s); after: %s"
+        % (len(next(iter(samples.values()))), n_calls, time.perf_counter() - t1, clock))
+    del replays, inputs, ref
+    return list(rows.values())
+
+
+# ---- report -------------------------------------------------------------------------
+
+def fmt_tflops(row):
+    if row.get("tflops") is None:
+        quiet = ("unsupported", "unavailable", "torch SDPA is_causal")
+        return "-" if row.get("error", "").startswith(quiet) else "err"
+    mark = "" if row.get("check", "ok") == "ok" else "!"
+    t = row["tflops"]
+    return ("%.1f%s" if t >= 10 else "%.3g%s") % (t, mark)
+
+
+def best(rows, flashcore_side):
+    ok = [r for r in rows if r.get("tflops") and r.get("check", "ok") == "ok"
+          and is_flashcore(r["system"]) == flashcore_side]
+    return max(ok, key=lambda r: r["tflops"]) if ok else None
+
+
+def markdown(result):
+    meta, rows = result["meta"], result["rows"]
+    systems = [s for s in SYSTEM_ORDER if any(r["system"] == s for r in rows)]
+    systems += sorted({r["system"] for r in rows} - set(systems))
+    shapes = []
+    for r in rows:
+        if r["shape"] not in shapes:
+            shapes.append(r["shape"])
+    by = {(r["shape"], r["system"]): r for r in rows}
+    out = ["## FlashCore beside its peers: attention forward, TFLOP/s",
+           "",
+           "%s; flashcore %s (git %s); torch %s, cuDNN %s; %s. "
+           % (meta.get("device_name"), meta.get("flashcore_version"), meta.get("git_sha"),
+              meta.get("torch"), meta.get("cudnn"), meta.get("date")),
+           "Median of interleaved CUDA-graph replays; FC/peer = best FlashCore path over best "
+           "peer (both correct). `!` = rel_err over the dtype gate; `-` = not applicable / "
+           "unsupported; `err` = failed (see notes). SM clock/temp before: %s; after: %s."
+           % (meta.get("gpu_before"), meta.get("gpu_after")),
+           ""]
+    if meta.get("dry_run"):
+        out.insert(2, "**DRY RUN: the numbers below are fake (table/chart plumbing check).**\n")
+    out.append("| shape | dtype | " + " | ".join(systems) + " | FC/peer |")
+    out.append("|---|---|" + "---|" * len(systems) + "---|")
+    for sh in shapes:
+        cells = []
+        for s in systems:
+            r = by.get((sh, s))
+            cells.append(fmt_tflops(r) if r else "")
+        any_row = next(r for r in rows if r["shape"] == sh)
+        srows = [r for r in rows if r["shape"] == sh]
+        f, p = best(srows, True), best(srows, False)
+        ratio = "%.2fx vs %s" % (f["tflops"] / p["tflops"], p["system"]) if f and p else "n/a"
+        out.append("| %s | %s | %s | %s |" % (sh, any_row["dtype"], " | ".join(cells), ratio))
+    notes = [r for r in rows if r.get("error") and not r["error"].startswith("unavailable")]
+    unavail = sorted({(r["system"], r["error"]) for r in rows
+                      if r.get("error", "").startswith("unavailable")})
+    fails = [r for r in rows if r.get("check") == "FAIL"]
+    if notes or unavail or fails:
+        out += ["", "Notes:"]
+    for r in fails:
+        out.append("- %s / %s: rel_err %.2e over the %s gate %.1e" % (r["shape"], r["system"], r["rel_err"],
+                                                                     r["dtype"], r["gate"]))
+    for r in notes:
+        out.append("- %s / %s: %s" % (r["shape"], r["system"], r["error"][:160]))
+    for s, e in unavail:
+        out.append("- %s: %s" % (s, e[:160]))
+    return "\n".join(out) + "\n"
+
+
+def chart(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = result["rows"]
+    systems = [s for s in SYSTEM_ORDER if any(r["system"] == s and r.get("tflops") for r in rows)]
+    systems += sorted({r["system"] for r in rows if r.get("tflops")} - set(systems))
+    shapes = []
+    for r in rows:
+        if r["shape"] not in shapes:
+            shapes.append(r["shape"])
+    by = {(r["shape"], r["system"]): r for r in rows}
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(shapes) + 3), 5.5))
+    width = 0.8 / max(1, len(systems))
+    cmap = plt.get_cmap("tab10")
+    for j, s in enumerate(systems):
+        xs, ys = [], []
+        for i, sh in enumerate(shapes):
+            r = by.get((sh, s))
+            if r and r.get("tflops"):
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(r["tflops"])
+        bars = ax.bar(xs, ys, width, label=s, color=cmap(j % 10),
+                      edgecolor="black" if is_flashcore(s) else None, linewidth=0.6)
+        for b, r in zip(bars, [by[(sh, s)] for sh in shapes if by.get((sh, s)) and by[(sh, s)].get("tflops")]):
+            if r.get("check") == "FAIL":
+                b.set_hatch("//")
+    top = max([r["tflops"] for r in rows if r.get("tflops")] or [1.0])
+    for i, sh in enumerate(shapes):  # FlashCore / best peer above each group
+        srows = [r for r in rows if r["shape"] == sh]
+        f, p = best(srows, True), best(srows, False)
+        if f and p:
+            ax.text(i, max(f["tflops"], p["tflops"]) * 1.04, "%.2fx" % (f["tflops"] / p["tflops"]),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(shapes)))
+    ax.set_xticklabels(shapes, rotation=30, ha="right")
+    ax.set_ylabel("TFLOP/s (4·B·Hq·Sq·Sk·D / t; causal halved)")
+    m = result["meta"]
+    title = "Attention forward on %s (flashcore %s, git %s)" % (m.get("device_name"), m.get("flashcore_version"),
+                                                               m.get("git_sha"))
+    if m.get("dry_run"):
+        title = "DRY RUN (fake numbers): " + title
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    low = min([r["tflops"] for r in rows if r.get("tflops")] or [1.0])
+    if low < top / 20:  # decode-like shapes run at a few % of the others: log scale keeps them visible
+        ax.set_yscale("log")
+        ax.set_ylim(low / 2, top * 2)
+    else:
+        ax.set_ylim(0, top * 1.12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result, out_dir, final=True):
+    """peers.json and peers.md (also after each shape: final=False), and the
+    chart and a printed table at the end."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for r in result["rows"]:
+        for k in ("p50_us", "p90_us", "min_us", "mean_us", "std_us", "graph_us"):
+            if isinstance(r.get(k), float):
+                r[k] = round(r[k], 3)
+        if isinstance(r.get("tflops"), float):
+            r["tflops"] = float("%.6g" % r["tflops"])
+    (out_dir / "peers.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    md = markdown(result)
+    (out_dir / "peers.md").write_text(md)
+    if not final:
+        return
+    try:
+        chart(result, out_dir / "peers.png")
+    except Exception as e:  # no matplotlib: the JSON and table still stand
+        log("chart not written: %s" % short_error(e))
+    log("\n" + md)
+    log("wrote %s/peers.json, peers.md, peers.png" % out_dir)
+
+
+# ---- meta ---------------------------------------------------------------------------
+
+def flashcore_meta():
+    m = {}
+    try:
+        import flashcore
+        m["flashcore_version"] = m["library_version"] = flashcore.__version__
+        m["flashcore_build"] = flashcore.build_info()
+        m["flashcore_library"] = flashcore.library_path()
+        bi = m["flashcore_build"].split()
+        m["git_sha"] = bi[bi.index("git") + 1].rstrip(";") if "git" in bi else "unknown"
+    except Exception as e:
+        m["flashcore_error"] = short_error(e)
+        m.setdefault("git_sha", "unknown")
+    return m
+
+
+def torch_meta(torch, cuda):
+    m = {"torch": torch.__version__, "python": platform.python_version()}
+    try:
+        m["cudnn"] = torch.backends.cudnn.version()
+    except Exception:
+        m["cudnn"] = None
+    try:
+        import triton
+        m["triton"] = triton.__version__
+    except Exception:
+        m["triton"] = None
+    if cuda:
+        p = torch.cuda.get_device_properties(0)
+        m.update(device_name=p.name, sms=p.multi_processor_count, cc="%d.%d" % (p.major, p.minor),
+                 cuda_runtime=torch.version.cuda,
+                 l2_bytes=getattr(p, "L2_cache_size", None), memory_bytes=p.total_memory)
+    return m
+
+
+# ---- main -------------------------------------------------------------------------------
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", help="comma-separated shape names (default: all of DESIGN.md §4)")
+    ap.add_argument("--systems", help="comma-separated substrings of system names to run "
+                                      "(e.g. flashcore,cudnn,flex)")
+    ap.add_argument("--out", help="output folder (default $OUT, else ./out)")
+    ap.add_argument("--quick", action="store_true", help="2 small shapes, few rounds (smoke run)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="no GPU: CPU smoke of the pipeline (if torch and the library load) plus fake rows "
+                         "for the table/chart")
+    ap.add_argument("--repeats", type=int, default=30, help="timed rounds per shape (max)")
+    ap.add_argument("--min-repeats", type=int, default=10, help="rounds before --budget-s may stop a shape")
+    ap.add_argument("--budget-s", type=float, default=10.0, help="seconds of timed rounds per shape")
+    ap.add_argument("--max-total-s", type=float, default=520.0,
+                    help="start no new shape after this many seconds (outputs are written after each "
+                         "shape, so a run cut short still leaves its results)")
+    ap.add_argument("--warmup-s", type=float, default=1.0, help="seconds of warm-up replays per shape")
+    ap.add_argument("--target-replay-ms", type=float, default=1.0, help="calls per replay: at least this long")
+    ap.add_argument("--max-calls", type=int, default=20, help="max calls per graph replay for the time target")
+    ap.add_argument("--max-sets", type=int, default=64,
+                    help="max input sets rotated through (a replay makes at least one call per set)")
+    ap.add_argument("--no-rotate", dest="rotate", action="store_false",
+                    help="one input set (inputs may sit in L2 on small shapes)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--list", action="store_true", help="list shapes and systems, then exit")
+    ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failing systems")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.repeats, a.min_repeats, a.budget_s, a.warmup_s = min(a.repeats, 8), 4, 4.0, 1.0
+    return a
+
+
+def select_shapes(args):
+    names = args.shapes.split(",") if args.shapes else (QUICK_SHAPES if args.quick else [s.name for s in SHAPES])
+    known = {s.name: s for s in SHAPES}
+    bad = [n for n in names if n not in known]
+    if bad:
+        sys.exit("unknown shape(s) %s; known: %s" % (", ".join(bad), ", ".join(known)))
+    return [known[n] for n in names]
+
+
+def fake_rows(shapes, systems):
+    """Deterministic made-up rows (dry run): exercises table/chart/JSON code."""
+    rows = []
+    for i, sh in enumerate(shapes):
+        for j, s in enumerate(systems):
+            r = base_row(sh, s)
+            if s == "torch-efficient" and sh.Hq != sh.Hkv:
+                r["error"] = "RuntimeError: No available kernel. Aborting execution. (fake)"
+            elif s in ("fa4", "flashinfer"):
+                r["error"] = "unavailable: ModuleNotFoundError (fake)"
+            else:
+                tf = 50.0 + 40.0 * ((i * 7 + j * 3) % 11)
+                r.update(p50_us=sh.flops / tf / 1e6, tflops=tf, rel_err=1e-3 * (1 + j % 3),
+                         gate=GATES[sh.dtype], check="ok", iters=10, calls_per_replay=20, input_sets=1)
+                if s == "flashcore-sm80" and i == 1:
+                    r.update(check="FAIL", rel_err=0.5)
+            rows.append(r)
+    return rows
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    out_dir = Path(args.out or os.environ.get("OUT") or "out")
+    shapes = select_shapes(args)
+    if args.list:
+        for s in SHAPES:
+            log("%-16s %s" % (s.name, asdict(s)))
+        log("systems: " + ", ".join(SYSTEM_ORDER))
+        return 0
+    meta = {"tool": "bench/peers.py",
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "argv": sys.argv[1:], "host": platform.node(), "dry_run": bool(args.dry_run),
+            "timing": "CUDA events over CUDA-graph replays of calls_per_replay calls cycling input_sets "
+                      "input sets; warm-up >= %.1f s; systems interleaved per round; p50 over rounds"
+                      % args.warmup_s,
+            "reference": "float64 on a subset (first/last batch, first/middle/last head, <=1024 rows)",
+            "flops": "4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk"}
+    meta.update(flashcore_meta())
+    meta["gpu_before"] = gpu_state()
+    log("peers.py: %s; gpu: %s" % (meta.get("flashcore_build", meta.get("flashcore_error")), meta["gpu_before"]))
+
+    if args.dry_run:
+        return dry_run(args, meta, shapes, out_dir)
+
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("peers.py: no CUDA device (use --dry-run for a CPU smoke run)")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    meta.update(torch_meta(torch, cuda=True))
+    systems = make_systems(args.systems)
+    unavailable = {}
+    for s in systems:
+        why = s.available()
+        if why:
+            unavailable[s.name] = why
+            log("%-20s %s" % (s.name, why))
+    timer = GraphTimer(torch)
+    rows = []
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for sh in shapes:
+            if time.perf_counter() - t0 > args.max_total_s:
+                log("\n== %s skipped: --max-total-s %.0f reached" % (sh.name, args.max_total_s))
+                for s in systems:
+                    r = base_row(sh, s.name)
+                    r["error"] = "not run: --max-total-s reached"
+                    rows.append(r)
+                continue
+            log("\n== %s  B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d causal=%s %s  (%.1f GFLOP)"
+                % (sh.name, sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D, sh.causal, sh.dtype, sh.flops / 1e9))
+            try:
+                rows += run_shape(torch, sh, systems, unavailable, timer, "cuda", args,
+                                  meta.get("l2_bytes") or 0)
+            except Exception as e:  # a shape-level failure (e.g. out of memory for inputs)
+                log("  shape FAILED: %s" % short_error(e))
+                for s in systems:
+                    r = base_row(sh, s.name)
+                    r["error"] = "shape: " + short_error(e)
+                    rows.append(r)
+            gc.collect()
+            torch.cuda.empty_cache()
+            write_outputs({"meta": meta, "rows": rows}, out_dir, final=False)
+    meta["gpu_after"] = gpu_state()
+    meta["wall_s"] = round(time.perf_counter() - t0, 1)
+    write_outputs({"meta": meta, "rows": rows}, out_dir)
+    bad = [r for r in rows if is_flashcore(r["system"]) and r.get("check") == "FAIL"]
+    return 1 if bad else 0
+
+
+def dry_run(args, meta, shapes, out_dir):
+    """Everything but the GPU: the real pipeline on the CPU on one tiny shape
+    (FlashCore's CPU backend beside torch's math SDPA, eager loops timed by
+    wall clock) when torch and the library load; then fake rows for the
+    chosen shapes through the same JSON/table/chart code."""
+    rows = []
+    try:
+        import torch
+        meta.update(torch_meta(torch, cuda=False))
+        systems = [FlashCore(0, backend="cpu"), TorchSDPA("torch-math")]
+        unavailable = {s.name: s.available() for s in systems if s.available()}
+        a = argparse.Namespace(**vars(args))
+        a.repeats, a.min_repeats, a.budget_s, a.warmup_s, a.rotate = 3, 1, 1.0, 0.05, False
+        log("\n== %s (CPU smoke)" % DRY_SHAPE.name)
+        smoke = run_shape(torch, DRY_SHAPE, systems, unavailable, WallTimer(), "cpu", a, 0)
+        for r in smoke:
+            log("  %s" % json.dumps({k: r.get(k) for k in ("system", "rel_err", "check", "p50_us", "error")}))
+        rows += smoke
+        if any(r.get("check") == "FAIL" or (r.get("error") and not r["error"].startswith("unavailable"))
+               for r in smoke):
+            meta["dry_run_smoke"] = "FAILED"
+        else:
+            meta["dry_run_smoke"] = "ok"
+    except ImportError as e:
+        meta["dry_run_smoke"] = "skipped: %s" % short_error(e)
+        log("CPU smoke skipped: %s" % short_error(e))
+    meta.setdefault("device_name", "dry-run (no GPU)")
+    meta["gpu_after"] = gpu_state()
+    rows += fake_rows(shapes, SYSTEM_ORDER)
+    write_outputs({"meta": meta, "rows": rows}, out_dir)
+    return 0 if meta.get("dry_run_smoke", "").startswith(("ok", "skipped")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+/*
+ * flashcore.h -- the only public header of FlashCore, a fused exact attention
+ * library (forward pass) with a plain C API.
+ *
+ *     O = softmax(scale * Q K^T + mask) V
+ *
+ * computed tile by tile with an online softmax; the score matrix never
+ * touches memory. Backends: CPU (always), CUDA (when built with it and a
+ * device of a compiled architecture is present).
+ *
+ * Ownership: the library never takes ownership of caller memory. Every
+ * tensor pointer is owned by the caller and must stay valid for the whole
+ * call (for the CUDA backend: until the work queued on the stream has run).
+ * Objects the library creates (fc_context) are freed with their *_free call.
+ *
+ * Memory spaces: tensors and cu_seqlens passed to the CPU backend are host
+ * pointers; passed to the CUDA backend they are device pointers (or managed /
+ * mapped pointers the device can read). With FC_BACKEND_AUTO the library asks
+ * the CUDA runtime where q lives and picks the backend from that.
+ *
+ * Threads: an fc_context may be used by one thread at a time (its last-error
+ * message is per context). Different contexts are fully independent and may
+ * be used concurrently from different threads; the free functions that take
+ * no context (fc_version*, fc_status_string, fc_attention_args_init) are
+ * thread-safe. The CPU backend runs its own worker threads inside a call and
+ * joins them before returning.
+ *
+ * Errors: every function that can fail returns an fc_status. On failure the
+ * context's fc_last_error() names the argument and the limit. Argument checks
+ * happen before any output is touched: a call that returns an error has not
+ * written out or lse. The library never exits or aborts its host process.
+ */
+#ifndef FLASHCORE_H
+#define FLASHCORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLASHCORE_VERSION_MAJOR 0
+#define FLASHCORE_VERSION_MINOR 1
+#define FLASHCORE_VERSION_PATCH 0
+#define FLASHCORE_VERSION_NUMBER \
+    (FLASHCORE_VERSION_MAJOR * 10000 + FLASHCORE_VERSION_MINOR * 100 + FLASHCORE_VERSION_PATCH)
+#define FLASHCORE_VERSION_STRING "0.1.0"
+
+/* Export macro: FC_API marks the public symbols of the shared library. */
+#if defined(_WIN32)
+#  if defined(FLASHCORE_BUILDING_SHARED)
+#    define FC_API __declspec(dllexport)
+#  elif defined(FLASHCORE_SHARED)
+#    define FC_API __declspec(dllimport)
+#  else
+#    define FC_API
+#  endif
+#elif defined(__GNUC__)
+#  define FC_API __attribute__((visibility("default")))
+#else
+#  define FC_API
+#endif
+
+/* Status codes. The numeric values are pinned: they never change. */
+typedef enum fc_status {
+    FC_OK = 0,
+    FC_ERR_INVALID_ARGUMENT = 1, /* a null pointer, bad shape/stride/dtype, ... */
+    FC_ERR_UNSUPPORTED = 2,      /* valid request no built kernel handles      */
+    FC_ERR_OUT_OF_MEMORY = 3,    /* host or device allocation failed           */
+    FC_ERR_CUDA = 4,             /* a CUDA runtime call or launch failed       */
+    FC_ERR_NO_DEVICE = 5,        /* CUDA asked for, but no usable device       */
+    FC_ERR_INTERNAL = 6          /* a bug in FlashCore: please report it       */
+} fc_status;
+
+/* Element types. The values are pinned. FP8 types are reserved: every
+ * backend answers FC_ERR_UNSUPPORTED for them today. */
+typedef enum fc_dtype {
+    FC_DTYPE_F32 = 0,
+    FC_DTYPE_F16 = 1,
+    FC_DTYPE_BF16 = 2,
+    FC_DTYPE_E4M3 = 3, /* reserved */
+    FC_DTYPE_E5M2 = 4  /* reserved */
+} fc_dtype;
+
+/* Backends. The values are pinned. */
+typedef enum fc_backend {
+    FC_BACKEND_AUTO = 0,          /* CUDA if q is device memory, else CPU        */
+    FC_BACKEND_CPU = 1,           /* fast tiled multithreaded CPU path           */
+    FC_BACKEND_CUDA = 2,          /* GPU kernels                                 */
+    FC_BACKEND_CPU_REFERENCE = 3  /* double-precision oracle: slow, simple      */
+} fc_backend;
+
+/* A strided tensor view; the caller owns data.
+ *   ndim    4 for dense tensors, 3 for variable-length q/k/v/out
+ *           ([total_tokens, heads, head_dim]), 3 for dense lse
+ *           ([batch, heads_q, seqlen_q]) and 2 for variable-length lse
+ *           ([heads_q, total_q]).
+ *   shape   sizes, outermost first; entries past ndim are ignored.
+ *   stride  in elements (not bytes); the last dimension must have stride 1.
+ *           Any other strides work (BHSD as torch lays it out, padded or
+ *           non-contiguous heads), as long as offsets fit int64 (in
+ *           elements and bytes) and outputs overlap neither themselves,
+ *           each other, nor an input. */
+typedef struct fc_tensor {
+    void *data;
+    fc_dtype dtype;
+    int32_t ndim;
+    int64_t shape[4];
+    int64_t stride[4];
+} fc_tensor;
+
+/* Forward arguments. Always start from fc_attention_args_init(), which sets
+ * every field to its default, then fill what you need.
+ *
+ *   q    [batch, seqlen_q, heads_q,  head_dim]  (varlen: [total_q, heads_q, d])
+ *   k, v [batch, seqlen_k, heads_kv, head_dim]  (varlen: [total_k, heads_kv, d])
+ *   out  like q, same dtype as q; written by the call
+ *   lse  optional (lse.data == NULL: not written), f32,
+ *        [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]);
+ *        natural-log log-sum-exp of the (scaled, capped, masked) scores.
+ *
+ * Semantics (docs/API.md has the full text):
+ *   scale         0 means 1/sqrt(head_dim).
+ *   softcap       0 disables; else s = softcap * tanh(scale*qk / softcap).
+ *   causal        key j is visible to query i iff j <= i + seqlen_k - seqlen_q
+ *                 (bottom-right aligned, as FlashAttention).
+ *   window_left/right  -1 = unbounded; key j visible iff
+ *                 i + (seqlen_k - seqlen_q) - window_left <= j
+ *                 and j <= i + (seqlen_k - seqlen_q) + window_right.
+ *                 causal is window_right = 0 combined with any window_left.
+ *   GQA/MQA       heads_q % heads_kv == 0; query head h reads kv head
+ *                 h / (heads_q / heads_kv).
+ *   varlen        cu_seqlens_q/k non-NULL: int32 arrays of num_seqs+1
+ *                 non-decreasing offsets starting at 0, in the backend's
+ *                 memory space; max_seqlen_q/k bound every sequence. The
+ *                 library reads them to validate (for CUDA: one small
+ *                 synchronous copy, skipped while the stream is capturing).
+ *   Rows with no visible key: out = 0, lse = -inf.
+ */
+typedef struct fc_attention_args {
+    fc_tensor q, k, v, out, lse;
+    float scale;
+    float softcap;
+    int32_t causal;
+    int32_t window_left;
+    int32_t window_right;
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    int32_t num_seqs;     /* varlen: number of sequences (cu_seqlens hold num_seqs+1) */
+    int32_t max_seqlen_q;
+    int32_t max_seqlen_k;
+    fc_backend backend;
+    /* Reserved for FP8 (per-tensor descales); must stay 0 today. */
+    const float *q_descale, *k_descale, *v_descale;
+} fc_attention_args;
+
+/* What the selection function chose (or would choose). */
+typedef struct fc_kernel_info {
+    fc_backend backend;   /* CPU, CUDA or CPU_REFERENCE                      */
+    char name[96];        /* e.g. "sm80_fwd_bf16_d128_m128n64_s2", "cpu_tiled" */
+    int32_t num_splits;   /* split-KV count (1 = no split)                   */
+    int64_t workspace_bytes; /* scratch the library allocates for this call  */
+} fc_kernel_info;
+
+typedef struct fc_context fc_context;
+
+/* ---- version ------------------------------------------------------------ */
+/* Runtime version as MAJOR*10000+MINOR*100+PATCH, and as a string. Static
+ * storage; thread-safe. */
+FC_API unsigned fc_version_number(void);
+FC_API const char *fc_version_string(void);
+/* Build description (compiler, flags, CUDA architectures, git SHA). Static
+ * storage; thread-safe. */
+FC_API const char *fc_build_info(void);
+
+/* ---- status ------------------------------------------------------------- */
+/* A static, human-readable name for a status ("FC_ERR_UNSUPPORTED: ...").
+ * Unknown values give "unknown status". Thread-safe. */
+FC_API const char *fc_status_string(fc_status status);
+
+/* ---- context ------------------------------------------------------------ */
+/* Create a context. *out receives a new context owned by the caller (free it
+ * with fc_context_free). Returns FC_ERR_INVALID_ARGUMENT if out is NULL,
+ * FC_ERR_OUT_OF_MEMORY if allocation fails (then *out is NULL). Creating a
+ * context never touches the GPU. */
+FC_API fc_status fc_context_create(fc_context **out);
+/* Free a context; NULL is accepted and ignored. */
+FC_API void fc_context_free(fc_context *ctx);
+/* The last error message set on ctx by a failing call ("" if none). The
+ * string is owned by ctx and valid until the next call on ctx. ctx NULL
+ * gives a static message. */
+FC_API const char *fc_last_error(const fc_context *ctx);
+/* Number of worker threads for the CPU backend: 0 (default) = one per online
+ * core. Negative values are rejected. */
+FC_API fc_status fc_context_set_num_threads(fc_context *ctx, int num_threads);
+/* Which CUDA device the CUDA backend uses (default: the current device of
+ * the calling thread at the time of the call, -1). */
+FC_API fc_status fc_context_set_device(fc_context *ctx, int device);
+
+/* Restrict the CUDA backend to one kernel family (for tests and tuning):
+ * 0 = automatic (default), 80 = the Ampere-class path (mma.sync, runs on
+ * sm_80 and newer), 90 = the Hopper path (wgmma/TMA, sm_90 only). A forced
+ * path that cannot handle a request makes it FC_ERR_UNSUPPORTED (never a
+ * silent fallback). */
+FC_API fc_status fc_context_set_cuda_path(fc_context *ctx, int path);
+
+/* ---- attention ---------------------------------------------------------- */
+/* Fill *args with defaults: no tensors, scale 0 (=1/sqrt(d)), softcap 0,
+ * causal 0, windows -1, no varlen, backend AUTO. Thread-safe. */
+FC_API void fc_attention_args_init(fc_attention_args *args);
+
+/* Would fc_attention_forward accept args, and with which kernel? Runs the
+ * same checks and the same selection function as the forward call, touches
+ * no tensor data (except that CUDA varlen reads cu_seqlens to validate them)
+ * and launches nothing. info may be NULL. Returns FC_OK, or the error status
+ * the forward call would return, with the reason in fc_last_error(ctx). */
+FC_API fc_status fc_attention_supported(fc_context *ctx, const fc_attention_args *args,
+                                        fc_kernel_info *info);
+
+/* Compute the forward pass. stream is a cudaStream_t for the CUDA backend
+ * (NULL = the legacy default stream) and is ignored by the CPU backends. The
+ * CUDA backend is asynchronous with respect to the host: results are ready
+ * when the stream's work completes; errors detected at launch are returned.
+ * info, if not NULL, receives the kernel that ran. */
+FC_API fc_status fc_attention_forward(fc_context *ctx, const fc_attention_args *args,
+                                      void *stream, fc_kernel_info *info);
+
+/* ---- devices ------------------------------------------------------------ */
+/* 1 if this build has the CUDA backend and a device of a compiled
+ * architecture is present, else 0 (never an error). */
+FC_API int fc_cuda_available(void);
+/* Describe the CUDA device in buf (name, compute capability, SM count,
+ * driver). Returns FC_ERR_NO_DEVICE with a message when there is none. */
+FC_API fc_status fc_cuda_device_info(fc_context *ctx, char *buf, size_t buf_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCORE_H */

@@ -1,0 +1,79 @@
+"""FlashCore: fused exact attention (forward pass), Python binding.
+
+A thin ctypes layer over the shared library libflashcore (no compiled
+extension, no build against torch). numpy arrays and torch tensors (CPU or
+CUDA) go straight to the C API as pointers with strides; nothing is copied.
+
+    import flashcore
+    out = flashcore.attention(q, k, v, causal=True)              # [B,S,H,D]
+    out, lse = flashcore.attention(q, k, v, layout="bhsd", return_lse=True)
+    ok, why = flashcore.supported(q, k, v, cuda_path=90)
+    flashcore.kernel_info       # what the last call on this thread ran
+
+The library is loaded on first use (see flashcore._lib for where it is
+looked for; FLASHCORE_LIBRARY overrides). __version__ is the loaded
+library's fc_version_string(), which is also the package version (both come
+from FLASHCORE_VERSION_STRING in include/flashcore.h).
+"""
+
+import ctypes
+
+from . import _lib
+from ._attention import KernelInfo, attention, last_kernel_info, supported
+from ._attention import context as _context
+from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentError,
+                     LibraryNotFoundError, NoDeviceError, OutOfMemoryError, UnsupportedError)
+
+__all__ = [
+    "attention", "supported", "build_info", "cuda_available", "device_info", "version_number",
+    "library_path", "set_num_threads", "last_kernel_info", "KernelInfo", "FlashCoreError",
+    "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "CudaError", "NoDeviceError",
+    "InternalError", "LibraryNotFoundError",
+]
+
+
+def build_info():
+    """The library's build description (compiler, flags, CUDA archs, git SHA)."""
+    return _lib.load().fc_build_info().decode("utf-8", "replace")
+
+
+def version_number():
+    """MAJOR*10000 + MINOR*100 + PATCH of the loaded library."""
+    return int(_lib.load().fc_version_number())
+
+
+def cuda_available():
+    """True if the library has the CUDA backend and a device of a compiled
+    architecture is present (never raises for a missing GPU)."""
+    return bool(_lib.load().fc_cuda_available())
+
+
+def device_info():
+    """Description of the CUDA device the library would use; raises
+    NoDeviceError (with the library's reason) when there is none."""
+    lib = _lib.load()
+    ctx = _context()
+    buf = ctypes.create_string_buffer(1024)
+    ctx.check(lib.fc_cuda_device_info(ctx.handle, buf, len(buf)))
+    return buf.value.decode("utf-8", "replace")
+
+
+def set_num_threads(n):
+    """CPU backend worker threads for calls made from this thread (0 = one
+    per online core, the default)."""
+    _context().set_num_threads(int(n))
+
+
+def library_path():
+    """Path of the loaded libflashcore."""
+    return _lib.library_path()
+
+
+def __getattr__(name):
+    # Module attributes computed on access (PEP 562), so importing flashcore
+    # never fails for want of the library and kernel_info is per thread.
+    if name == "__version__":
+        return _lib.load().fc_version_string().decode("ascii")
+    if name == "kernel_info":
+        return last_kernel_info()
+    raise AttributeError("module 'flashcore' has no attribute %r" % name)

@@ -1,0 +1,191 @@
+"""Turning numpy arrays and torch tensors into fc_tensor views, and making
+outputs of the caller's kind.
+
+No data is copied: a view is the object's data pointer with its shape and
+strides (in elements) put in the library's order. torch is never imported
+here: a torch tensor can only reach us if the caller imported torch already,
+so sys.modules tells whether an object is one.
+"""
+
+import sys
+
+import numpy as np
+
+from . import _lib
+from .errors import InvalidArgumentError
+
+# [B,H,S,D] (torch's order) -> [B,S,H,D] (the library's order).
+_BHSD_TO_LIB = (0, 2, 1, 3)
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch(x):
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+class View:
+    """One operand as the C API sees it, plus what is needed to allocate a
+    matching output. `obj` keeps the Python object alive during the call."""
+
+    __slots__ = ("obj", "kind", "device", "dtype", "elem_dtype", "shape", "strides",
+                 "user_shape", "ptr")
+
+    def fill(self, t):
+        """Write this view into a ctypes fc_tensor."""
+        t.data = self.ptr
+        t.dtype = self.dtype
+        t.ndim = len(self.shape)
+        for i in range(4):
+            t.shape[i] = self.shape[i] if i < len(self.shape) else 0
+            t.stride[i] = self.strides[i] if i < len(self.strides) else 0
+
+    def device_str(self):
+        return "cpu" if self.device[0] == "cpu" else "cuda:%d" % self.device[1]
+
+
+def _numpy_dtype_code(dt, name):
+    if dt == np.float32:
+        return _lib.DTYPE_F32
+    if dt == np.float16:
+        return _lib.DTYPE_F16
+    # numpy has no bfloat16; ml_dtypes provides one (its dtype is named so).
+    if dt.name == "bfloat16" and dt.itemsize == 2:
+        return _lib.DTYPE_BF16
+    raise InvalidArgumentError(
+        "%s: dtype %s is not supported: use float32, float16 (or ml_dtypes.bfloat16 "
+        "for numpy, torch.bfloat16 for torch)" % (name, dt))
+
+
+def _torch_dtype_code(torch, dt, name):
+    codes = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
+             torch.bfloat16: _lib.DTYPE_BF16}
+    if dt not in codes:
+        raise InvalidArgumentError(
+            "%s: dtype %s is not supported: use torch.float32, torch.float16 or "
+            "torch.bfloat16" % (name, dt))
+    return codes[dt]
+
+
+def view(x, name, layout="bshd"):
+    """A View of x (numpy array or torch tensor). layout 'bhsd' applies to 4-D
+    operands: the strides are permuted into the library's [B,S,H,D] order."""
+    v = View()
+    v.obj = x
+    if isinstance(x, np.ndarray):
+        v.kind = "numpy"
+        v.device = ("cpu", -1)
+        v.elem_dtype = x.dtype
+        v.dtype = _numpy_dtype_code(x.dtype, name)
+        item = x.itemsize
+        if any(s % item for s in x.strides):
+            raise InvalidArgumentError(
+                "%s: strides %s (bytes) are not multiples of the element size %d"
+                % (name, x.strides, item))
+        if not x.flags.aligned:
+            raise InvalidArgumentError("%s: the array's data is not aligned to its element size" % name)
+        strides = tuple(s // item for s in x.strides)
+        if any(s < 0 for s in strides):
+            raise InvalidArgumentError(
+                "%s: negative strides are not supported; pass np.ascontiguousarray(%s)"
+                % (name, name))
+        v.ptr = x.ctypes.data
+        shape = tuple(int(n) for n in x.shape)
+    elif is_torch(x):
+        torch = _torch()
+        v.kind = "torch"
+        if x.layout != torch.strided:
+            raise InvalidArgumentError("%s: only strided (dense) tensors are supported, got %s"
+                                       % (name, x.layout))
+        if x.device.type == "cuda":
+            idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+            v.device = ("cuda", idx)
+        elif x.device.type == "cpu":
+            v.device = ("cpu", -1)
+        else:
+            raise InvalidArgumentError("%s: tensors on device '%s' are not supported (cpu or cuda)"
+                                       % (name, x.device))
+        v.elem_dtype = x.dtype
+        v.dtype = _torch_dtype_code(torch, x.dtype, name)
+        v.ptr = x.data_ptr()
+        shape = tuple(int(n) for n in x.shape)
+        strides = tuple(int(s) for s in x.stride())
+    else:
+        raise InvalidArgumentError("%s: expected a numpy array or a torch tensor, got %s"
+                                   % (name, type(x).__name__))
+    v.user_shape = shape
+    if layout == "bhsd" and len(shape) == 4:
+        shape = tuple(shape[i] for i in _BHSD_TO_LIB)
+        strides = tuple(strides[i] for i in _BHSD_TO_LIB)
+    if len(shape) >= 1 and shape[-1] == 1:
+        strides = strides[:-1] + (1,)  # any stride is fine over one element
+    if len(shape) >= 1 and strides[-1] != 1:
+        raise InvalidArgumentError(
+            "%s: the last dimension (head_dim) must be contiguous (stride 1), got stride %d; "
+            "pass a contiguous copy" % (name, strides[-1]))
+    v.shape, v.strides = shape, strides
+    return v
+
+
+def empty(like, user_shape, float32=False, layout="bshd"):
+    """A new uninitialised array/tensor of like's kind and device, in the
+    caller's layout, with like's element type (or float32), viewed for the C
+    API."""
+    if like.kind == "numpy":
+        obj = np.empty(user_shape, dtype=np.float32 if float32 else like.elem_dtype)
+    else:
+        torch = _torch()
+        dev = "cpu" if like.device[0] == "cpu" else torch.device("cuda", like.device[1])
+        obj = torch.empty(user_shape, dtype=torch.float32 if float32 else like.elem_dtype,
+                          device=dev)
+    return view(obj, "out", layout)
+
+
+def seqlens(x, name, like):
+    """cu_seqlens as an int32 array in like's memory space.
+    Returns (keepalive object, pointer, number of entries, max length or None
+    when finding it would need a device sync)."""
+    if like.device[0] == "cpu":
+        if is_torch(x):
+            if x.device.type != "cpu":
+                raise InvalidArgumentError("%s: must be on the CPU like q (got %s)" % (name, x.device))
+            x = x.numpy()
+        arr = np.asarray(x)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise InvalidArgumentError("%s: expected a 1-D integer array, got %s of shape %s"
+                                       % (name, arr.dtype, arr.shape))
+        if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+            raise InvalidArgumentError("%s: values do not fit int32" % name)
+        arr = np.ascontiguousarray(arr, dtype=np.int32)
+        mx = int(np.max(np.diff(arr))) if arr.size > 1 else 0
+        return arr, arr.ctypes.data, int(arr.size), mx
+    torch = _torch()
+    dev = torch.device("cuda", like.device[1])
+    if is_torch(x):
+        if x.device != dev:
+            raise InvalidArgumentError("%s: must be on %s like q (got %s)" % (name, dev, x.device))
+        if x.dim() != 1 or x.is_floating_point() or x.is_complex():
+            raise InvalidArgumentError("%s: expected a 1-D integer tensor, got %s of shape %s"
+                                       % (name, x.dtype, tuple(x.shape)))
+        t = x.to(torch.int32).contiguous()
+        return t, t.data_ptr(), int(t.numel()), None
+    arr = np.asarray(x)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise InvalidArgumentError("%s: expected a 1-D integer array, got %s of shape %s"
+                                   % (name, arr.dtype, arr.shape))
+    if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+        raise InvalidArgumentError("%s: values do not fit int32" % name)
+    host = np.ascontiguousarray(arr, dtype=np.int32)
+    t = torch.from_numpy(host).to(dev)
+    mx = int(np.max(np.diff(host))) if host.size > 1 else 0
+    return t, t.data_ptr(), int(t.numel()), mx
+
+
+def max_seqlen_of(keep):
+    """Longest sequence of a device cu_seqlens tensor (synchronises)."""
+    if keep.numel() < 2:
+        return 0
+    return int((keep[1:] - keep[:-1]).max().item())

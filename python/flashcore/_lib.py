@@ -1,0 +1,174 @@
+"""Loading libflashcore and describing its C API to ctypes.
+
+The structs below mirror include/flashcore.h field for field (ctypes applies
+the same natural alignment as the C compiler, so offsets match on every
+platform the library builds for). Keep them in step with the header: the
+binding's tests compare the field names, in order, with the header's; and
+new_args() leaves slack after the struct so that a library whose struct grew
+cannot write past the buffer in fc_attention_args_init.
+
+Where the library is looked for, in order:
+  1. the path in the environment variable FLASHCORE_LIBRARY (no fallback if set),
+  2. the copy installed inside this package, flashcore/lib/ (pip install .),
+  3. <repo>/build/ next to this source tree (a CMake build of a checkout).
+"""
+
+import ctypes
+import os
+import sys
+import threading
+from pathlib import Path
+
+from .errors import LibraryNotFoundError
+
+# ---- enums (values pinned by flashcore.h) -----------------------------------
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2, "cpu_reference": 3}
+BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
+
+
+class fc_tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),  # enum fc_dtype
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * 4),
+        ("stride", ctypes.c_int64 * 4),  # in elements
+    ]
+
+
+class fc_attention_args(ctypes.Structure):
+    _fields_ = [
+        ("q", fc_tensor),
+        ("k", fc_tensor),
+        ("v", fc_tensor),
+        ("out", fc_tensor),
+        ("lse", fc_tensor),
+        ("scale", ctypes.c_float),
+        ("softcap", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("cu_seqlens_q", ctypes.c_void_p),  # const int32_t *
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("num_seqs", ctypes.c_int32),  # varlen: cu_seqlens hold num_seqs+1 entries
+        ("max_seqlen_q", ctypes.c_int32),
+        ("max_seqlen_k", ctypes.c_int32),
+        ("backend", ctypes.c_int),  # enum fc_backend
+        ("q_descale", ctypes.c_void_p),  # reserved for FP8: stay NULL
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
+    ]
+
+
+class fc_kernel_info(ctypes.Structure):
+    _fields_ = [
+        ("backend", ctypes.c_int),
+        ("name", ctypes.c_char * 96),
+        ("num_splits", ctypes.c_int32),
+        ("workspace_bytes", ctypes.c_int64),
+    ]
+
+
+def new_args(lib):
+    """An fc_attention_args filled by fc_attention_args_init, in a buffer with
+    slack behind it (see the module doc)."""
+    buf = ctypes.create_string_buffer(ctypes.sizeof(fc_attention_args) + 256)
+    args = fc_attention_args.from_buffer(buf)
+    args._buf = buf  # keep the storage alive with the struct
+    lib.fc_attention_args_init(ctypes.byref(args))
+    return args
+
+
+def _library_filename():
+    if sys.platform == "win32":
+        return "flashcore.dll"
+    if sys.platform == "darwin":
+        return "libflashcore.dylib"
+    return "libflashcore.so"
+
+
+def candidate_paths():
+    """The places the library is looked for, in order (see module doc)."""
+    env = os.environ.get("FLASHCORE_LIBRARY")
+    if env:
+        return [Path(env)]
+    here = Path(__file__).resolve().parent
+    name = _library_filename()
+    return [here / "lib" / name, here.parent.parent / "build" / name]
+
+
+def _declare(lib):
+    """Set argtypes/restype of every entry point the binding uses."""
+    c = ctypes
+    P = c.c_void_p
+    sig = {
+        "fc_version_number": (c.c_uint, []),
+        "fc_version_string": (c.c_char_p, []),
+        "fc_build_info": (c.c_char_p, []),
+        "fc_status_string": (c.c_char_p, [c.c_int]),
+        "fc_context_create": (c.c_int, [c.POINTER(P)]),
+        "fc_context_free": (None, [P]),
+        "fc_last_error": (c.c_char_p, [P]),
+        "fc_context_set_num_threads": (c.c_int, [P, c.c_int]),
+        "fc_context_set_device": (c.c_int, [P, c.c_int]),
+        "fc_context_set_cuda_path": (c.c_int, [P, c.c_int]),
+        "fc_attention_args_init": (None, [c.POINTER(fc_attention_args)]),
+        "fc_attention_supported": (
+            c.c_int, [P, c.POINTER(fc_attention_args), c.POINTER(fc_kernel_info)]),
+        "fc_attention_forward": (
+            c.c_int, [P, c.POINTER(fc_attention_args), P, c.POINTER(fc_kernel_info)]),
+        "fc_cuda_available": (c.c_int, []),
+        "fc_cuda_device_info": (c.c_int, [P, c.c_char_p, c.c_size_t]),
+    }
+    missing = []
+    for name, (restype, argtypes) in sig.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return missing
+
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def load():
+    """The loaded library (loaded once per process)."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in candidate_paths():
+            if not path.is_file():
+                tried.append("%s (not found)" % path)
+                continue
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as e:
+                tried.append("%s (%s)" % (path, e))
+                continue
+            missing = _declare(lib)
+            if missing:
+                tried.append("%s (not a FlashCore library: missing %s)" % (path, ", ".join(missing)))
+                continue
+            _lib, _lib_path = lib, path
+            return _lib
+        raise LibraryNotFoundError(
+            "libflashcore could not be loaded; tried: " + "; ".join(tried)
+            + ". Set FLASHCORE_LIBRARY to the library's path, install the package "
+            "(pip install .), or build the library into <repo>/build.")
+
+
+def library_path():
+    """Path of the loaded library (loads it)."""
+    load()
+    return str(_lib_path)

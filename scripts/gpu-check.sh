@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Everything GPU-side in one device call: build, GPU tests (both CUDA paths),
+# compute-sanitizer on small cases of every kernel variant, SASS check for
+# HGMMA in the Hopper kernels, and the benchmark beside the peers in the same
+# run. Prints a short summary table last. Logs and JSON go to $OUT (or out/).
+#
+#   bash scripts/gpu-check.sh [all|build|test|sanitize|sass|bench] [--quick]
+#
+# Stages run in order; `all` runs every stage. --quick trims tests and bench
+# (for a smoke run). Exit code: non-zero if any stage failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+stage=${1:-all}
+quick=0
+for a in "$@"; do [ "$a" = "--quick" ] && quick=1; done
+BUILD=${BUILD:-build-gpu}
+ARCHS=${ARCHS:-90a}
+JOBS=$(nproc)
+declare -A result
+t0=$(date +%s)
+log() { echo "== [$(($(date +%s) - t0))s] $*"; }
+want() { [ "$stage" = all ] || [ "$stage" = "$1" ]; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader | tee "$OUT/gpu.txt"
+
+if want build || [ ! -x "$BUILD/flashcore" ]; then
+  log "build ($ARCHS)"
+  if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA=ON \
+       "-DFLASHCORE_CUDA_ARCHS=$ARCHS" >"$OUT/build.log" 2>&1 &&
+     cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1; then
+    result[build]=ok
+  else
+    result[build]=FAIL; tail -40 "$OUT/build.log"; echo "build failed"; exit 1
+  fi
+  if grep -i "spill" "$OUT/build.log" | grep -v " 0 bytes spill" | grep -q .; then
+    result[spills]=FAIL; grep -i spill "$OUT/build.log" | grep -v " 0 bytes spill" | head
+  else result[spills]=none; fi
+fi
+
+if want test; then
+  log "ctest"
+  if ctest --test-dir "$BUILD" --output-on-failure >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
+  tail -15 "$OUT/ctest.log"
+  n=$([ $quick = 1 ] && echo 60 || echo 300)
+  for path in 80 90; do
+    log "GPU matrix, path $path ($n cases)"
+    if "$BUILD/tests/test_cuda_forward" --path $path --cases $n >"$OUT/gpu-test-$path.log" 2>&1; then
+      result[gpu$path]="ok: $(tail -1 "$OUT/gpu-test-$path.log")"
+    else
+      result[gpu$path]="FAIL: $(tail -1 "$OUT/gpu-test-$path.log")"; grep -m 15 -i fail "$OUT/gpu-test-$path.log"
+    fi
+  done
+  log "python binding tests"
+  if FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python" \
+       python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then result[pytest]="ok: $(tail -1 "$OUT/pytest.log")"
+  else result[pytest]="FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log"; fi
+fi
+
+if want sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    for path in 80 90; do
+      log "compute-sanitizer $tool path $path"
+      if compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/test_cuda_forward" --quick --path $path \
+           >"$OUT/san-$tool-$path.log" 2>&1; then result[san-$tool-$path]=clean
+      else result[san-$tool-$path]="FAIL ($(grep -c -i 'error' "$OUT/san-$tool-$path.log") lines)"; tail -12 "$OUT/san-$tool-$path.log"; fi
+    done
+  done
+fi
+
+if want sass; then
+  log "SASS: HGMMA in the sm90 kernels"
+  objs=$(find "$BUILD" -path '*sm90*' -name '*.o' | sort)
+  total=0; bad=0
+  for o in $objs; do
+    c=$(cuobjdump -sass "$o" 2>/dev/null | grep -c HGMMA || true)
+    echo "$(basename "$o"): HGMMA $c"; total=$((total + c)); [ "$c" -gt 0 ] || bad=$((bad + 1))
+  done | tee "$OUT/sass.txt"
+  if [ -z "$objs" ]; then result[sass]="no sm90 objects"
+  elif grep -q "HGMMA 0$" "$OUT/sass.txt"; then result[sass]="FAIL: a sm90 object without HGMMA"
+  else result[sass]="ok: every sm90 object has HGMMA"; fi
+fi
+
+if want bench; then
+  log "benchmark beside the peers"
+  args=()
+  [ $quick = 1 ] && args+=(--quick)
+  if FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
+       python3 bench/peers.py --out "$OUT" "${args[@]}" >"$OUT/peers.log" 2>&1; then result[bench]=ok
+  else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi
+  "$BUILD/flashcore" demo > "$OUT/demo.txt" 2>&1 && result[demo]="ok" || result[demo]=FAIL
+  tail -6 "$OUT/demo.txt"
+fi
+
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader | sed 's/^/after: /'
+echo
+echo "== gpu-check summary ($(head -1 "$OUT/gpu.txt" | cut -d, -f1), $(git rev-parse --short HEAD 2>/dev/null || echo nogit), $(($(date +%s) - t0)) s)"
+[ -f "$OUT/peers.md" ] && cat "$OUT/peers.md"
+status=0
+for k in $(echo "${!result[@]}" | tr ' ' '\n' | sort); do
+  printf '| %-22s | %s |\n' "$k" "${result[$k]}"
+  case "${result[$k]}" in FAIL*) status=1 ;; esac
+done
+exit $status

@@ -1,0 +1,210 @@
+/*
+ * tiled_kernels.h -- the inner loops of the tiled CPU path (src/cpu/tiled.c):
+ * register-tiled score and P.V products, the online-softmax row update and a
+ * vectorizable 2^x. Included by tiled.c only.
+ *
+ * Everything is plain C written as fixed-size loops over small arrays, so gcc
+ * (-O3, no -ffast-math) keeps the accumulators in vector registers: each
+ * accumulator sums in a fixed order, so nothing needs reassociation, and the
+ * results do not depend on the vector width the compiler picks.
+ */
+#ifndef FC_CPU_TILED_KERNELS_H
+#define FC_CPU_TILED_KERNELS_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "cpu_dtype.h"
+
+/* Tile sizes: the one table. */
+enum {
+    TILE_M = 64,       /* packed query rows per work item: the Q and O scratch (TILE_M x head_dim)
+                          stay in L2 for head_dim <= 256; multiple of ROWS                       */
+    TILE_N = 64,       /* keys per K/V block: K^T and V blocks are head_dim x TILE_N; multiple of
+                          VEC_W                                                                  */
+    ROWS = 4,          /* query rows per register tile: ROWS x VEC_W fp32 accumulators = 8 SSE
+                          registers of 16, leaving room for the K/V vectors and the broadcasts  */
+    VEC_W = 8,         /* columns per fp32 register tile; head_dim is padded to a multiple     */
+    VEC_W64 = 4,       /* columns per fp64 register tile: ROWS x 4 doubles = 8 SSE registers   */
+    MAX_THREADS = 256, /* worker cap: each worker owns a scratch block (~150 KiB at d=128)      */
+};
+
+/* 2^x for x <= 0 (every call site passes a score minus a running max, or
+ * NaN), to 2 ulp. Written without branches or float selects so the softmax
+ * loop vectorizes (a libm call per score cost as much as both matrix
+ * products at head_dim 64): gcc will not if-convert a float compare under
+ * the default -ftrapping-math, so the underflow test is done on the bits.
+ * x < -126 (incl. -inf) gives 0, which also keeps subnormals out; NaN stays
+ * NaN. Not for x > 0. */
+static inline float exp2_le0(float x)
+{
+    const float shift = 0x1.8p23f; /* x + shift holds round(x) in its low mantissa bits */
+    const float t = x + shift;
+    const float f = x - (t - shift);                              /* in [-0.5, 0.5], exact */
+    const uint32_t n = fc_f32_to_bits(t) - fc_f32_to_bits(shift); /* round(x), two's complement */
+    /* 2^f = sum (f ln2)^k / k!, k <= 7: truncation error < 6e-9 for |f| <= 0.5 */
+    float p = 0x1.ffcbfcp-17f;
+    p = p * f + 0x1.430912p-13f;
+    p = p * f + 0x1.5d87fep-10f;
+    p = p * f + 0x1.3b2ab6p-7f;
+    p = p * f + 0x1.c6b08ep-5f;
+    p = p * f + 0x1.ebfbe0p-3f;
+    p = p * f + 0x1.62e430p-1f;
+    p = p * f + 1.0f;
+    const float r = p * fc_bits_to_f32((n + 127u) << 23); /* times 2^n */
+    /* -inf <= x < -126 is the bit range (bits(-126), bits(-inf)]: one unsigned compare */
+    const uint32_t u = fc_f32_to_bits(x);
+    const uint32_t under = u - 0xc2fc0001u <= 0xff800000u - 0xc2fc0001u;
+    return fc_bits_to_f32(fc_f32_to_bits(r) & (under - 1u));
+}
+
+/* ---- S = Q K^T ----------------------------------------------------------------
+ * s[r][c] = scale * sum_d q[r][d] * kt[d][c] for ROWS rows and columns
+ * c0 <= c < c1 (multiples of VEC_W). q rows have stride dp; kt and s rows
+ * TILE_N. K is stored transposed so the inner loop runs over adjacent keys:
+ * independent accumulators, no horizontal sums. The scale is applied after
+ * the sum so that products of f16/bf16 inputs are exact in fp32. */
+static inline void scores_rows(const float *restrict q, int64_t dp, const float *restrict kt,
+                               float *restrict s, int c0, int c1, float scale)
+{
+    for (int c = c0; c < c1; c += VEC_W) {
+        float acc[ROWS][VEC_W] = {{0}};
+        for (int64_t d = 0; d < dp; d++) {
+            const float *k = kt + d * TILE_N + c;
+            for (int r = 0; r < ROWS; r++) {
+                const float qr = q[r * dp + d];
+                for (int x = 0; x < VEC_W; x++) acc[r][x] += qr * k[x];
+            }
+        }
+        for (int r = 0; r < ROWS; r++)
+            for (int x = 0; x < VEC_W; x++) s[r * TILE_N + c + x] = acc[r][x] * scale;
+    }
+}
+
+/* The same in double, for f32 inputs: with fp32 scores a logit of magnitude
+ * L carries an error near L * 2^-24 (1e-3 at L = 1e4), which moves the
+ * softmax weights of near-tied keys by as much and breaks the fp32 gate;
+ * double scores keep f32 outputs at fp32 accuracy for any logit size. */
+static inline void scores_rows_f64(const double *restrict q, int64_t dp, const double *restrict kt,
+                                   double *restrict s, int c0, int c1, double scale)
+{
+    for (int c = c0; c < c1; c += VEC_W64) {
+        double acc[ROWS][VEC_W64] = {{0}};
+        for (int64_t d = 0; d < dp; d++) {
+            const double *k = kt + d * TILE_N + c;
+            for (int r = 0; r < ROWS; r++) {
+                const double qr = q[r * dp + d];
+                for (int x = 0; x < VEC_W64; x++) acc[r][x] += qr * k[x];
+            }
+        }
+        for (int r = 0; r < ROWS; r++)
+            for (int x = 0; x < VEC_W64; x++) s[r * TILE_N + c + x] = acc[r][x] * scale;
+    }
+}
+
+/* ---- online softmax, one row over its visible part [a, e) of a block ----------
+ * Step 1 (two variants by score precision): cap the scores, take the block
+ * max, move the running max m to the new max, write the shifted scores
+ * w[j] = s[j] - m (<= 0, log2 units) as float, and return alpha = 2^(m_old -
+ * m_new), the factor the old sum and accumulator must be rescaled by (0 on the
+ * first block, where m_old = -inf). The block max is taken in lanes: the max
+ * of a set does not depend on the order, and a NaN score is skipped there but
+ * surfaces through its own exponential. */
+
+static inline float shift_row(float *restrict s, int a, int e, float cap, double *m)
+{
+    if (cap > 0.0f) /* softcap: cap*tanh(scale*qk/softcap), cap in log2 units */
+        for (int j = a; j < e; j++) s[j] = cap * tanhf(s[j]);
+    float lane[VEC_W];
+    for (int x = 0; x < VEC_W; x++) lane[x] = -INFINITY;
+    int j = a;
+    for (; j + VEC_W <= e; j += VEC_W)
+        for (int x = 0; x < VEC_W; x++) lane[x] = s[j + x] > lane[x] ? s[j + x] : lane[x];
+    for (; j < e; j++) lane[0] = s[j] > lane[0] ? s[j] : lane[0];
+    const float m_old = (float)*m; /* exact: the float path only ever stores floats */
+    float mx = m_old;
+    for (int x = 0; x < VEC_W; x++) mx = lane[x] > mx ? lane[x] : mx;
+    for (j = a; j < e; j++) s[j] = s[j] - mx;
+    *m = mx;
+    return exp2_le0(m_old - mx);
+}
+
+static inline float shift_row_f64(double *restrict sd, float *restrict w, int a, int e, double cap,
+                                  double *m)
+{
+    if (cap > 0.0)
+        for (int j = a; j < e; j++) sd[j] = cap * tanh(sd[j]);
+    double lane[VEC_W64];
+    for (int x = 0; x < VEC_W64; x++) lane[x] = -INFINITY;
+    int j = a;
+    for (; j + VEC_W64 <= e; j += VEC_W64)
+        for (int x = 0; x < VEC_W64; x++) lane[x] = sd[j + x] > lane[x] ? sd[j + x] : lane[x];
+    for (; j < e; j++) lane[0] = sd[j] > lane[0] ? sd[j] : lane[0];
+    const double m_old = *m;
+    double mx = m_old;
+    for (int x = 0; x < VEC_W64; x++) mx = lane[x] > mx ? lane[x] : mx;
+    for (j = a; j < e; j++) w[j] = (float)(sd[j] - mx); /* the difference is exact-ish, then rounded */
+    *m = mx;
+    return exp2_le0((float)(m_old - mx));
+}
+
+/* Step 2: weights p[j] = 2^w[j], written transposed to pt[j*ROWS] (this
+ * row's column of the register tile), their sum folded into l in key order,
+ * and the accumulator o rescaled by alpha. */
+static inline void finish_row(float *restrict w, int a, int e, float alpha, float *l,
+                              float *restrict o, int64_t dp, float *restrict pt)
+{
+    for (int j = a; j < e; j++) w[j] = exp2_le0(w[j]);
+    float sum = 0.0f;
+    for (int j = a; j < e; j++) {
+        pt[j * ROWS] = w[j];
+        sum += w[j];
+    }
+    *l = *l * alpha + sum;
+    if (alpha != 1.0f)
+        for (int64_t d = 0; d < dp; d++) o[d] *= alpha;
+}
+
+/* ---- O += P V ------------------------------------------------------------------
+ * o[r][:] += sum_{a <= j < e} pt[j][r] * v[j][:] for ROWS rows sharing [a, e).
+ * pt is the probability block transposed ([TILE_N][ROWS]) so the ROWS weights
+ * of one key are adjacent, which gcc turns into broadcasts from one load
+ * (with row-major P it vectorized the j loop instead, with gathers). v and o
+ * rows have stride dp. Per element this is the same sequence of operations
+ * as pv_row, so either may serve a row. */
+static inline void pv_rows(const float *restrict pt, const float *restrict v, int64_t dp,
+                           float *restrict o, int a, int e)
+{
+    for (int64_t c = 0; c < dp; c += VEC_W) {
+        float acc[ROWS][VEC_W];
+        for (int r = 0; r < ROWS; r++)
+            for (int x = 0; x < VEC_W; x++) acc[r][x] = o[r * dp + c + x];
+        for (int j = a; j < e; j++) {
+            const float *vj = v + j * dp + c;
+            for (int r = 0; r < ROWS; r++) {
+                const float p = pt[j * ROWS + r];
+                for (int x = 0; x < VEC_W; x++) acc[r][x] += p * vj[x];
+            }
+        }
+        for (int r = 0; r < ROWS; r++)
+            for (int x = 0; x < VEC_W; x++) o[r * dp + c + x] = acc[r][x];
+    }
+}
+
+/* Row r of pv_rows alone (rows of a register tile whose ranges differ). */
+static inline void pv_row(const float *restrict pt, int r, const float *restrict v, int64_t dp,
+                          float *restrict o, int a, int e)
+{
+    for (int64_t c = 0; c < dp; c += VEC_W) {
+        float acc[VEC_W];
+        for (int x = 0; x < VEC_W; x++) acc[x] = o[c + x];
+        for (int j = a; j < e; j++) {
+            const float *vj = v + j * dp + c;
+            const float p = pt[j * ROWS + r];
+            for (int x = 0; x < VEC_W; x++) acc[x] += p * vj[x];
+        }
+        for (int x = 0; x < VEC_W; x++) o[c + x] = acc[x];
+    }
+}
+
+#endif /* FC_CPU_TILED_KERNELS_H */

@@ -1,0 +1,130 @@
+/*
+ * launch.cu -- the CUDA layer's entry for running a planned kernel choice:
+ *   fc_cuda_forward                 split-KV workspace + path launcher + combine
+ *   fc_cuda_tile_shape              block_m/block_n of a choice, either path
+ *   fc_cuda_split_workspace_bytes   the one place the workspace size is computed
+ * and, when the Hopper path is not compiled in (FC_HAVE_SM90 == 0), its stubs.
+ */
+#include <cstdio>
+
+#include <cuda_runtime.h>
+
+#include "cuda/combine.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/sm80/fwd_args.h"
+#include "internal.h"
+
+#ifndef FC_HAVE_SM90
+#define FC_HAVE_SM90 0
+#endif
+
+extern "C" int64_t fc_cuda_split_workspace_bytes(const fc_fwd_params *p, int splits)
+{
+    if (splits <= 1) return 0;
+    /* o_accum [splits][B*Hq][Sq][D] then lse_accum [splits][B*Hq][Sq], fp32 */
+    return (int64_t)splits * p->batch * p->heads_q * p->seqlen_q * (p->head_dim + 1) * (int64_t)sizeof(float);
+}
+
+extern "C" void fc_cuda_tile_shape(const fc_cuda_choice *choice, int *block_m, int *block_n)
+{
+    if (choice->path == FC_CUDA_PATH_SM90) {
+        fc_sm90_tile_shape(choice->config, block_m, block_n);
+    } else if (choice->path == FC_CUDA_PATH_SM80) {
+        fc_sm80_tile_shape(choice->config, block_m, block_n);
+    } else {
+        *block_m = 1;
+        *block_n = 1;
+    }
+}
+
+namespace {
+
+fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev, void *stream,
+                   char *err, size_t err_len)
+{
+    fc_fwd_params lp = *p;
+    const int splits = choice->num_splits > 1 ? choice->num_splits : 1;
+    lp.num_splits = splits;
+    lp.o_accum = nullptr;
+    lp.lse_accum = nullptr;
+
+    void *ws = nullptr;
+    const int64_t ws_bytes = fc_cuda_split_workspace_bytes(p, splits);
+    if (splits > 1 && ws_bytes > 0) {
+        /* Stream-ordered, so it works inside graph capture and is reused by
+         * the pool without a device-wide sync. */
+        const cudaError_t e = cudaMallocAsync(&ws, (size_t)ws_bytes, (cudaStream_t)stream);
+        if (e != cudaSuccess) {
+            cudaGetLastError(); /* clear the non-sticky error */
+            snprintf(err, err_len, "cudaMallocAsync failed: %s (%lld bytes of split-KV workspace for %d splits)",
+                     cudaGetErrorString(e), (long long)ws_bytes, splits);
+            return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
+        }
+        lp.o_accum = static_cast<float *>(ws);
+        lp.lse_accum = lp.o_accum + (int64_t)splits * p->batch * p->heads_q * p->seqlen_q * p->head_dim;
+    } else {
+        lp.num_splits = 1; /* nothing to split (empty problem) */
+    }
+
+    fc_status st;
+    if (choice->path == FC_CUDA_PATH_SM80) {
+        st = fc_sm80_forward(&lp, choice, dev, stream, err, err_len);
+    } else if (choice->path == FC_CUDA_PATH_SM90) {
+        st = fc_sm90_forward(&lp, choice, dev, stream, err, err_len);
+    } else {
+        snprintf(err, err_len, "internal: unknown CUDA path %d", choice->path);
+        st = FC_ERR_INTERNAL;
+    }
+    if (st == FC_OK && lp.num_splits > 1) st = fc_cuda_combine_splits(&lp, stream, err, err_len);
+
+    if (ws) {
+        /* Freed in stream order after the kernels that use it; on an earlier
+         * failure it is still released. */
+        const cudaError_t e = cudaFreeAsync(ws, (cudaStream_t)stream);
+        if (st == FC_OK) st = fc_cuda_check(e, "cudaFreeAsync", err, err_len);
+        else if (e != cudaSuccess) cudaGetLastError();
+    }
+    return st;
+}
+
+} /* namespace */
+
+extern "C" fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
+                                     const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
+{
+    /* Launch on the planned device; restore the caller's current device. */
+    int cur = -1;
+    FC_CUDA_TRY("cudaGetDevice", cudaGetDevice(&cur));
+    if (cur != dev->id) FC_CUDA_TRY("cudaSetDevice", cudaSetDevice(dev->id));
+    fc_status st = run_path(p, choice, dev, stream, err, err_len);
+    if (cur != dev->id) {
+        const cudaError_t e = cudaSetDevice(cur);
+        if (st == FC_OK) st = fc_cuda_check(e, "cudaSetDevice", err, err_len);
+    }
+    return st;
+}
+
+#if !FC_HAVE_SM90
+/* ---- the Hopper path is not compiled in: every entry says so ---- */
+static const char k_no_sm90[] = "the Hopper path is not compiled in (needs 90a in FLASHCORE_CUDA_ARCHS)";
+
+extern "C" fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
+                                  char *why, size_t why_len)
+{
+    snprintf(why, why_len, "%s", k_no_sm90);
+    return FC_ERR_UNSUPPORTED;
+}
+
+extern "C" fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
+                                     const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
+{
+    snprintf(err, err_len, "%s", k_no_sm90);
+    return FC_ERR_UNSUPPORTED;
+}
+
+extern "C" void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
+{
+    *block_m = 1;
+    *block_n = 1;
+}
+#endif

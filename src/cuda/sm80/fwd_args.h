@@ -1,0 +1,59 @@
+/*
+ * fwd_args.h -- what the sm80 planner/launcher (plan.cu) hands to the
+ * per-(dtype, head_dim) translation units (fwd_<dtype>_d<hd>.cu), and the
+ * extern "C" launcher each of those units defines.
+ *
+ * fc_sm80_args is plain data passed by value as the kernel parameter: the
+ * fc_fwd_params the API layer filled (already checked) plus values derived
+ * once on the host so the kernel does not recompute them per CTA.
+ */
+#ifndef FC_SM80_FWD_ARGS_H
+#define FC_SM80_FWD_ARGS_H
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fc_sm80_args {
+    fc_fwd_params p;
+    /* Softmax multiplier in the log2 domain: p = 2^(s*sl2 - max*sl2).
+     * Without softcap s is the raw q.k and sl2 = scale*log2(e); with softcap
+     * s is tanh(q.k*scale/softcap) and sl2 = softcap*log2(e). */
+    float sl2;
+    float softcap_in;   /* scale/softcap (0 = softcap off)                      */
+    int32_t pack_g;     /* query rows per query position in a tile: heads_q/heads_kv
+                         * when GQA packing is on, else 1                       */
+    int32_t heads_per_kv; /* heads_q / heads_kv                                 */
+    int32_t grid_heads; /* heads on the grid: heads_kv when packed, else heads_q */
+    int32_t m_tiles;    /* M tiles per (batch, grid head): ceil(seqlen_q*pack_g / block_m) */
+    int32_t num_splits; /* >= 1                                                  */
+} fc_sm80_args;
+
+/* One launcher per (dtype, head_dim) translation unit: launches tile-table
+ * entry `config` (which must have that head_dim) on `stream`, grid and
+ * dynamic shared memory derived from the table. Checks every CUDA return
+ * code and the launch error. */
+#define FC_SM80_DECLARE_LAUNCHER(dt, hd)                                                      \
+    fc_status fc_sm80_launch_##dt##_d##hd(const fc_sm80_args *a, int config, int device,      \
+                                          void *stream, char *err, size_t err_len);
+FC_SM80_DECLARE_LAUNCHER(f16, 32)
+FC_SM80_DECLARE_LAUNCHER(f16, 64)
+FC_SM80_DECLARE_LAUNCHER(f16, 96)
+FC_SM80_DECLARE_LAUNCHER(f16, 128)
+FC_SM80_DECLARE_LAUNCHER(f16, 256)
+FC_SM80_DECLARE_LAUNCHER(bf16, 32)
+FC_SM80_DECLARE_LAUNCHER(bf16, 64)
+FC_SM80_DECLARE_LAUNCHER(bf16, 96)
+FC_SM80_DECLARE_LAUNCHER(bf16, 128)
+FC_SM80_DECLARE_LAUNCHER(bf16, 256)
+#undef FC_SM80_DECLARE_LAUNCHER
+
+/* block_m / block_n of tile-table row `config` (1, 1 for an invalid row). */
+void fc_sm80_tile_shape(int config, int *block_m, int *block_n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FC_SM80_FWD_ARGS_H */

@@ -1,0 +1,571 @@
+/*
+ * fwd_kernel.cuh -- the sm80-class fused attention forward kernel
+ * (mma.sync + ldmatrix + cp.async; runs on sm_80, 86, 89 and 90).
+ *
+ * One CTA computes one M tile: block_m query rows of one (batch, head) --
+ * or, with GQA packing, block_m rows drawn from all query heads sharing one
+ * KV head -- against the key range the masks leave visible (or, split-KV,
+ * its share of that range). Per KV block of block_n keys:
+ *
+ *   S = Q K^T            mma.sync m16n8k16, fp32 accumulate, Q in registers
+ *                        (or re-read from smem when registers are short)
+ *   [softcap] s = tanh(s * scale/softcap)
+ *   [mask]               only on blocks straddling the band or the seq tail
+ *   online softmax       row max/sum in registers, quad shuffles, exp2 with
+ *                        the scale folded into one FMA
+ *   O += P V             P converted to 16-bit in registers = A operand
+ *                        (no smem round trip); V via ldmatrix.trans
+ *
+ * K/V go through a `stages`-deep cp.async ring: the load of block j+stages-1
+ * is issued before block j is computed, with one __syncthreads per block.
+ *
+ * Shared memory layout ("panel32"): a tile of R rows x HD columns (16-bit) is
+ * stored as HD/32 panels of R rows x 64 bytes; in a panel the 16-byte chunk
+ * c (0..3) of row r sits at chunk position c ^ ((r >> 1) & 3). Any 8
+ * consecutive rows (r0 % 8 == 0) at the same logical chunk then cover all
+ * 8 bank groups (row parity picks the half of a 128-byte line, the XOR the
+ * chunk within it), so every ldmatrix phase and every cp.async phase (8
+ * threads = 2 rows x 4 chunks of one panel) is bank-conflict free, for every
+ * head dim (32..256, including 96 which is not a power of two).
+ *
+ * Runtime flags (no extra instantiations): causal/window masks, softcap,
+ * varlen, lse, split-KV, GQA packing. Compile time: dtype, head dim, tile.
+ */
+#ifndef FC_SM80_FWD_KERNEL_CUH
+#define FC_SM80_FWD_KERNEL_CUH
+
+#include <stdint.h>
+
+#include "cuda/common/sm80_ptx.cuh"
+#include "cuda/sm80/fwd_args.h"
+
+namespace fc {
+namespace sm80 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+/* Byte offset of 16-byte chunk c (0..HD/8-1) of row r in a panel32 tile of
+ * ROWS rows (see the file comment). */
+template <int ROWS>
+__device__ __forceinline__ uint32_t panel_offset(int r, int c)
+{
+    return (uint32_t)((c >> 2) * ROWS * 64 + r * 64 + ((((c & 3) ^ (r >> 1)) & 3) << 4));
+}
+
+/* tanh(x) = 1 - 2 / (e^{2x} + 1): absolute error ~1e-7 over the whole range
+ * (tanh.approx's ~5e-4 relative error, times a softcap of 30-50, would move
+ * logits by ~0.02). e^{2x} = inf gives 1, e^{2x} = 0 gives -1. */
+__device__ __forceinline__ float tanh_acc(float x)
+{
+    const float e = ptx::ex2(x * (2.0f * kLog2e));
+    return 1.0f - __fdividef(2.0f, e + 1.0f);
+}
+
+/* Compile-time shape of one instantiation. */
+template <int HD_, int BM_, int BN_, int W_, int STAGES_>
+struct Shape {
+    static constexpr int HD = HD_, BM = BM_, BN = BN_, W = W_, STAGES = STAGES_;
+    static constexpr int NT = W * 32;         /* threads per CTA                    */
+    static constexpr int MT = BM / (16 * W);  /* m16 tiles per warp (1 or 2)        */
+    static constexpr int WROWS = MT * 16;     /* rows owned by one warp             */
+    static constexpr int KSTEPS = HD / 16;    /* k16 steps of S = Q K^T             */
+    static constexpr int NTL = BN / 8;        /* n8 tiles of S                      */
+    static constexpr int DTL = HD / 8;        /* n8 tiles of O                      */
+    static constexpr int PSTEPS = BN / 16;    /* k16 steps of O += P V              */
+    static constexpr uint32_t Q_BYTES = BM * HD * 2;
+    static constexpr uint32_t KV_BYTES = BN * HD * 2; /* one K (or V) tile          */
+    static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
+    static constexpr uint32_t SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES;
+    /* Keep Q's A fragments in registers when the fp32 accumulators leave room
+     * (else re-read them from smem with ldmatrix each block). */
+    static constexpr bool Q_IN_REGS = MT * (HD / 2 + BN / 2 + HD / 4) <= 160;
+
+    static_assert(HD % 32 == 0 && HD >= 32 && HD <= 256, "head_dim: multiple of 32 in 32..256");
+    static_assert(BM % (16 * W) == 0 && (MT == 1 || MT == 2), "block_m = 16 * warps * (1 or 2)");
+    static_assert(BN % 16 == 0 && BN >= 16, "block_n: multiple of 16 (pairs of n8 MMA tiles)");
+    static_assert(STAGES >= 2, "the ring needs >= 2 stages to overlap load and compute");
+    static_assert(BM % 8 == 0 && BN % 8 == 0, "panel32 swizzle period is 8 rows");
+    static_assert((WROWS * HD / 8) % 32 == 0, "epilogue: whole 16-byte chunks per lane");
+};
+
+/* Where a CTA's tile lives: derived from blockIdx.x and the sequence
+ * lengths. Computed twice (before the main loop and again for the epilogue)
+ * so that none of it has to stay live in registers across the loop. */
+struct TileCoords {
+    int split;        /* split-KV index                                             */
+    int b;            /* batch (sequence) index                                     */
+    int h_base;       /* query head of tile row 0 (packed: first head of the group) */
+    int G;            /* tile row rr -> query position rr / G, head h_base + rr % G */
+    int sq, sk;       /* this sequence's lengths                                    */
+    int64_t q_start;  /* varlen: first token of the sequence (else 0)               */
+    int64_t k_start;
+    int64_t bq, bk;   /* batch index for the batch strides (0 for varlen)           */
+    int64_t r0;       /* first tile row                                             */
+    int64_t rows;     /* valid tile rows of this (b, head group): sq * G            */
+};
+
+/* blockIdx.x = ((b * grid_heads + hg) * splits + split) * m_tiles + m. M tiles
+ * vary fastest so neighbouring CTAs share K/V in L2; they run from the last
+ * tile down so causal's longest tiles start first. */
+template <int BM>
+__device__ __forceinline__ TileCoords locate_tile(const fc_sm80_args &a)
+{
+    const fc_fwd_params &p = a.p;
+    TileCoords c;
+    int bid = ptx::ctaid_x(); /* volatile read: the epilogue call recomputes */
+    const int m_tile = a.m_tiles - 1 - bid % a.m_tiles;
+    bid /= a.m_tiles;
+    c.split = bid % a.num_splits;
+    bid /= a.num_splits;
+    const int hg = bid % a.grid_heads;
+    c.b = bid / a.grid_heads;
+    c.G = a.pack_g;
+    c.h_base = hg * c.G;
+    c.q_start = 0;
+    c.k_start = 0;
+    c.sq = p.seqlen_q;
+    c.sk = p.seqlen_k;
+    if (p.cu_seqlens_q) { /* varlen: device-memory offsets, batch folded in */
+        const int s0 = p.cu_seqlens_q[c.b];
+        c.q_start = s0;
+        c.sq = p.cu_seqlens_q[c.b + 1] - s0;
+    }
+    if (p.cu_seqlens_k) {
+        const int s0 = p.cu_seqlens_k[c.b];
+        c.k_start = s0;
+        c.sk = p.cu_seqlens_k[c.b + 1] - s0;
+    }
+    c.bq = p.cu_seqlens_q ? 0 : c.b;
+    c.bk = p.cu_seqlens_k ? 0 : c.b;
+    c.r0 = (int64_t)m_tile * BM;
+    c.rows = (int64_t)c.sq * c.G;
+    return c;
+}
+
+/* floor(x / d) for d > 0 and any sign of x. */
+__device__ __forceinline__ int64_t floor_div(int64_t x, int64_t d)
+{
+    return x >= 0 ? x / d : -((-x + d - 1) / d);
+}
+
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int MIN_CTAS>
+__global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_args a)
+{
+    using S_ = Shape<HD, BM, BN, W, STAGES>;
+    constexpr int NT = S_::NT, MT = S_::MT, WROWS = S_::WROWS;
+    constexpr int KSTEPS = S_::KSTEPS, NTL = S_::NTL, DTL = S_::DTL, PSTEPS = S_::PSTEPS;
+    constexpr bool Q_IN_REGS = S_::Q_IN_REGS;
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panel32; later the O staging */
+    const uint32_t sKV = sQ + S_::Q_BYTES;    /* stage s: K tile, then V tile           */
+
+    const fc_fwd_params &p = a.p;
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3; /* MMA fragment: row group, column pair */
+    const int wrow = warp * WROWS;         /* first tile row owned by this warp    */
+
+    float o[MT][DTL][4];              /* O accumulator (unnormalised)                    */
+    float m_run[MT][2], l_run[MT][2]; /* running row max (score units), partial row sum */
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int dt = 0; dt < DTL; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+        m_run[mt][0] = m_run[mt][1] = -INFINITY;
+        l_run[mt][0] = l_run[mt][1] = 0.f;
+    }
+
+    {
+        const TileCoords c = locate_tile<BM>(a);
+        if (c.r0 >= c.rows) return; /* past a short sequence's end (uniform per CTA) */
+        const int sk = c.sk;
+        const int G = c.G;
+        const int64_t i_first = c.r0 / G; /* query positions spanned by the tile */
+        const int64_t i_last = (min(c.r0 + BM, c.rows) - 1) / G;
+
+        /* ---- key range. Key j is visible to query i iff (fc_key_visible)
+         *   i + diag - wl <= j <= i + diag + wr  and  0 <= j < sk,  diag = sk - sq. */
+        const int64_t diag = (int64_t)sk - c.sq;
+        const int wl = p.window_left, wr = p.window_right;
+        int64_t j_lo = 0, j_hi = sk; /* [j_lo, j_hi): union over the tile's rows */
+        if (wl >= 0) j_lo = max((int64_t)0, i_first + diag - wl);
+        if (wr >= 0) j_hi = min((int64_t)sk, i_last + diag + wr + 1);
+        int n_begin = 0, n_end = 0; /* KV blocks [n_begin, n_end); empty if nothing visible */
+        if (j_hi > j_lo) {
+            n_begin = (int)(j_lo / BN);
+            n_end = (int)((j_hi + BN - 1) / BN);
+        }
+        if (a.num_splits > 1) { /* a contiguous share of the blocks; may be empty */
+            const int per = (n_end - n_begin + a.num_splits - 1) / a.num_splits;
+            const int nb = n_begin + c.split * per;
+            n_end = min(n_end, nb + per);
+            n_begin = nb;
+        }
+        /* Blocks [n_full_lo, n_full_hi) need no per-element mask: all their
+         * keys are < sk, <= i_first + diag + wr (right edge of the tile's first
+         * row, the tightest) and >= i_last + diag - wl (left edge of its last
+         * row). The others straddle an edge (blocks wholly outside the band are
+         * not in [n_begin, n_end) at all). */
+        int64_t full_hi = sk / BN;
+        if (wr >= 0) full_hi = min(full_hi, floor_div(i_first + diag + wr + 1, BN));
+        int64_t full_lo = 0;
+        if (wl >= 0) full_lo = max((int64_t)0, -floor_div(-(i_last + diag - wl), BN)); /* ceil */
+        const int n_full_lo = (int)min(full_lo, (int64_t)n_end);
+        const int n_full_hi = (int)max(full_hi, (int64_t)n_full_lo);
+
+        /* Per-row visible key interval [jmin, jmax] (used on masked blocks)
+         * for this thread's rows (mt, hf) -> tile row wrow + 16 mt + g + 8 hf. */
+        int jmin[MT][2], jmax[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int64_t i = (c.r0 + wrow + mt * 16 + g + 8 * hf) / G;
+                const int64_t lo = wl >= 0 ? i + diag - wl : 0;
+                const int64_t hi = wr >= 0 ? i + diag + wr : (int64_t)sk - 1;
+                jmin[mt][hf] = (int)max((int64_t)0, min(lo, (int64_t)sk));
+                jmax[mt][hf] = (int)min((int64_t)sk - 1, max(hi, (int64_t)-1));
+            }
+
+        /* ---- cp.async tile loads. Unit u (one 16-byte chunk) walks a panel32
+         * tile of R rows in storage order: panel u / (4R), row (u / 4) % R,
+         * chunk u % 4, stored at byte (u ^ ((u >> 3) & 3)) * 16 -- the swizzle,
+         * as (u >> 3) & 3 = (row >> 1) & 3. 8 consecutive threads = 2 rows x 64
+         * contiguous global bytes: whole 32-byte sectors, conflict-free smem.
+         * Thread tid handles units tid + k*NT: its row and chunk differ from
+         * unit tid's by compile-time amounts, so one base pointer per tensor. */
+        const int h_kv = c.h_base / a.heads_per_kv;
+        constexpr int QS = NT / 4; /* rows of 4 chunks covered by one pass of NT threads */
+        static_assert(BN % QS == 0 || QS % BN == 0, "K/V load: passes must tile the rows");
+        static_assert(NT % 32 == 0, "K/V load: unit tid + k*NT keeps tid's chunk and swizzle bits");
+        const int kv_row0 = (tid >> 2) % BN;                 /* row of unit tid   */
+        const int kv_chunk0 = ((tid >> 2) / BN) * 4 + (tid & 3); /* chunk of unit tid */
+        const uint16_t *__restrict__ kt = (const uint16_t *)p.k + c.bk * p.k_batch_stride +
+                                          (c.k_start + kv_row0) * p.k_row_stride +
+                                          (int64_t)h_kv * p.k_head_stride + kv_chunk0 * 8;
+        const uint16_t *__restrict__ vt = (const uint16_t *)p.v + c.bk * p.v_batch_stride +
+                                          (c.k_start + kv_row0) * p.v_row_stride +
+                                          (int64_t)h_kv * p.v_head_stride + kv_chunk0 * 8;
+        const uint32_t kv_soff = (uint32_t)(tid ^ ((tid >> 3) & 3)) * 16; /* unit tid's smem offset */
+        auto load_kv = [&](int n, int stage) {
+            const uint32_t sK = sKV + stage * S_::STAGE_BYTES + kv_soff;
+            const uint32_t sV = sK + S_::KV_BYTES;
+            constexpr int UNITS = BN * HD / 8;
+            const int j0 = n * BN + kv_row0;
+            const int64_t kn = (int64_t)n * BN * p.k_row_stride;
+            const int64_t vn = (int64_t)n * BN * p.v_row_stride;
+#pragma unroll
+            for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
+                if (UNITS % NT == 0 || tid + k * NT < UNITS) {
+                    /* Unit tid + k*NT sits DR rows and DC chunks from unit tid
+                     * (u/4 grows by k*QS; BN and QS divide one another) and k*NT*16
+                     * bytes further in smem (the swizzle bits are tid's). */
+                    const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * 4;
+                    const bool ok = j0 + DR < sk; /* keys past the end: zero-filled */
+                    const int64_t ko = ok ? kn + DR * p.k_row_stride + DC * 8 : 0;
+                    const int64_t vo = ok ? vn + DR * p.v_row_stride + DC * 8 : 0;
+                    ptx::cp_async_16(sK + k * NT * 16, kt + ko, ok);
+                    ptx::cp_async_16(sV + k * NT * 16, vt + vo, ok);
+                }
+            }
+        };
+        auto load_q = [&]() {
+            constexpr int UNITS = BM * HD / 8;
+            static_assert(UNITS % NT == 0, "Q tile: whole chunks per thread");
+            const uint16_t *__restrict__ qg = (const uint16_t *)p.q;
+#pragma unroll
+            for (int k = 0; k < UNITS / NT; ++k) {
+                const int u = tid + k * NT;
+                const int r = (u >> 2) % BM;
+                const int ch = (u / (BM * 4)) * 4 + (u & 3);
+                const int64_t rr = c.r0 + r;
+                const bool ok = rr < c.rows; /* rows past the sequence: zeros */
+                const uint16_t *src = qg;
+                if (ok) {
+                    const int64_t i = rr / G;
+                    const int h = c.h_base + (int)(rr % G);
+                    src = qg + c.bq * p.q_batch_stride + (c.q_start + i) * p.q_row_stride +
+                          (int64_t)h * p.q_head_stride + ch * 8;
+                }
+                ptx::cp_async_16(sQ + (uint32_t)(u ^ ((u >> 3) & 3)) * 16, src, ok);
+            }
+        };
+
+        /* ldmatrix lane offsets inside a 16-row band of a panel (file comment):
+         *  offA: A operand (Q) and V^T: lane -> row lane%16, chunk lane/16
+         *  offB: B operand (K): lane -> row 8*(lane/16) + lane%8, chunk (lane/8)%2
+         * The odd k16 step of a panel has logical chunk +2: XOR 32 bytes. */
+        const uint32_t offA = (uint32_t)((lane & 15) * 64 + ((((lane >> 4) ^ (lane >> 1)) & 3) << 4));
+        const uint32_t offB = (uint32_t)((((lane >> 4) << 3) + (lane & 7)) * 64 +
+                                         (((((lane >> 3) & 1) ^ (lane >> 1)) & 3) << 4));
+        uint32_t qf[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KSTEPS : 1][4];
+        const float sl2 = a.sl2;
+        const float softcap_in = a.softcap_in;
+
+        if (n_begin < n_end) {
+            /* prologue: group 0 = Q + block n_begin; groups 1..STAGES-2 = next blocks */
+            load_q();
+            load_kv(n_begin, 0);
+            ptx::cp_async_commit();
+#pragma unroll
+            for (int s = 1; s < STAGES - 1; ++s) {
+                if (n_begin + s < n_end) load_kv(n_begin + s, s);
+                ptx::cp_async_commit(); /* always commit: keeps the group count uniform */
+            }
+        }
+
+        int stage = 0;
+        for (int n = n_begin; n < n_end; ++n) {
+            /* Groups committed so far: STAGES-1 + (n - n_begin), block n being
+             * number n - n_begin: at most STAGES-2 may still be pending. */
+            ptx::cp_async_wait<STAGES - 2>();
+            /* Block n now visible to every thread; every thread is done with
+             * block n-1, whose stage is the one block n+STAGES-1 refills. */
+            __syncthreads();
+            {
+                int ls = stage + STAGES - 1;
+                if (ls >= STAGES) ls -= STAGES;
+                if (n + STAGES - 1 < n_end) load_kv(n + STAGES - 1, ls);
+                ptx::cp_async_commit();
+            }
+            if constexpr (Q_IN_REGS) {
+                if (n == n_begin) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int kk = 0; kk < KSTEPS; ++kk)
+                            ptx::ldmatrix_x4(qf[mt][kk], sQ + (kk >> 1) * (BM * 64) + (wrow + mt * 16) * 64 +
+                                                             (offA ^ ((kk & 1) << 5)));
+                }
+            }
+            const uint32_t sK = sKV + stage * S_::STAGE_BYTES, sV = sK + S_::KV_BYTES;
+
+            /* ---- S = Q K^T: s[mt][nt] = rows of m-tile mt x keys n*BN + 8nt .. +7 */
+            float s[MT][NTL][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NTL; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+                uint32_t qa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    if constexpr (Q_IN_REGS) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) qa[mt][e] = qf[mt][kk][e];
+                    } else {
+                        ptx::ldmatrix_x4(qa[mt], sQ + (kk >> 1) * (BM * 64) + (wrow + mt * 16) * 64 +
+                                                     (offA ^ ((kk & 1) << 5)));
+                    }
+                }
+#pragma unroll
+                for (int np = 0; np < NTL / 2; ++np) {
+                    /* keys 16np..16np+15 x head-dim cols 16kk..16kk+15:
+                     * kb[0..1] = B of n-tile 2np, kb[2..3] = B of n-tile 2np+1 */
+                    uint32_t kb[4];
+                    ptx::ldmatrix_x4(kb, sK + (kk >> 1) * (BN * 64) + np * (16 * 64) + (offB ^ ((kk & 1) << 5)));
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        ptx::mma_16816<kBF16>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
+                        ptx::mma_16816<kBF16>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+                    }
+                }
+            }
+
+            /* ---- softcap: s <- tanh(s * scale/softcap); sl2 carries softcap*log2e */
+            if (softcap_in != 0.f) {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NTL; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_acc(s[mt][nt][e] * softcap_in);
+            }
+
+            /* ---- masks, only on blocks straddling a band edge or sk ---- */
+            if (n < n_full_lo || n >= n_full_hi) {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NTL; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int hf = e >> 1; /* c0,c1: row g; c2,c3: row g+8 */
+                            const int j = n * BN + nt * 8 + 2 * t + (e & 1);
+                            if (j < jmin[mt][hf] || j > jmax[mt][hf]) s[mt][nt][e] = -INFINITY;
+                        }
+            }
+
+            /* ---- online softmax: a thread holds 2 rows per m-tile; a row's 4
+             * owners are one quad (xor 1, 2). l_run stays a per-thread partial
+             * sum until the end (the quad rescales it alike). */
+            float corr[MT][2];
+            bool rescale = false;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    float mx = m_run[mt][hf];
+#pragma unroll
+                    for (int nt = 0; nt < NTL; ++nt)
+                        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    /* Row still fully masked: offset 0, so -inf - (-inf) never
+                     * makes a NaN (every p is exp2(-inf) = 0). */
+                    const float ms = (mx == -INFINITY) ? 0.f : mx * sl2;
+                    /* Nothing accumulated yet: factor 0 (never exp2(+big) * 0).
+                     * An unchanged max gives exactly ex2(0) = 1. */
+                    corr[mt][hf] = (m_run[mt][hf] == -INFINITY) ? 0.f : ptx::ex2(m_run[mt][hf] * sl2 - ms);
+                    rescale |= corr[mt][hf] != 1.f;
+                    m_run[mt][hf] = mx;
+                    float rs = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < NTL; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const float pv = ptx::ex2(fmaf(s[mt][nt][2 * hf + e], sl2, -ms));
+                            s[mt][nt][2 * hf + e] = pv;
+                            rs += pv;
+                        }
+                    l_run[mt][hf] = l_run[mt][hf] * corr[mt][hf] + rs;
+                }
+            /* Rescale O only when some row of the warp has a new max: after the
+             * first blocks of a long row that is rare, and skipping saves
+             * MT*HD/2 multiplies per block (warp-uniform branch). */
+            if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int dt = 0; dt < DTL; ++dt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) o[mt][dt][e] *= corr[mt][e >> 1];
+            }
+
+            /* ---- O += P V. The C fragments of n-tiles 2kk, 2kk+1 are exactly
+             * the A fragment of k16 step kk (keys 16kk..16kk+15). */
+#pragma unroll
+            for (int kk = 0; kk < PSTEPS; ++kk) {
+                uint32_t pa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    pa[mt][0] = ptx::pack2<kBF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);         /* row g,   k 2t   */
+                    pa[mt][1] = ptx::pack2<kBF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);         /* row g+8, k 2t   */
+                    pa[mt][2] = ptx::pack2<kBF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]); /* row g,   k 2t+8 */
+                    pa[mt][3] = ptx::pack2<kBF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]); /* row g+8, k 2t+8 */
+                }
+#pragma unroll
+                for (int dp = 0; dp < DTL / 2; ++dp) {
+                    /* keys 16kk.. x head-dim cols 16dp..16dp+15 (chunks 2dp, 2dp+1):
+                     * vb[0..1] = B of d-tile 2dp, vb[2..3] = B of d-tile 2dp+1 */
+                    uint32_t vb[4];
+                    ptx::ldmatrix_x4_trans(vb, sV + (dp >> 1) * (BN * 64) + kk * (16 * 64) + (offA ^ ((dp & 1) << 5)));
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        ptx::mma_16816<kBF16>(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
+                        ptx::mma_16816<kBF16>(o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+                    }
+                }
+            }
+            stage = (stage + 1 == STAGES) ? 0 : stage + 1;
+        }
+        ptx::cp_async_wait<0>(); /* only empty groups can remain; drain anyway */
+    }
+
+    /* ---- epilogue: full row sums, normalise, LSE (natural log). Fully
+     * masked rows (l = 0) give O = 0 and LSE = -inf. */
+    const float sl2 = a.sl2;
+    float inv[MT][2], lse[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float l = l_run[mt][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            inv[mt][hf] = l > 0.f ? 1.f / l : 0.f;
+            lse[mt][hf] = l > 0.f ? (m_run[mt][hf] * sl2 + __log2f(l)) * kLn2 : -INFINITY;
+        }
+
+    const TileCoords c = locate_tile<BM>(a);
+    if (a.num_splits > 1) {
+        /* Split-KV: fp32 O_i (normalised by this split's own sum) and LSE_i at
+         * [split][b][h][i], i < the sequence's length; combine.cu merges. */
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int64_t rr = c.r0 + wrow + mt * 16 + g + 8 * hf;
+                if (rr >= c.rows) continue;
+                const int64_t i = rr / c.G;
+                const int h = c.h_base + (int)(rr % c.G);
+                const int64_t row = (((int64_t)c.split * p.batch + c.b) * p.heads_q + h) * p.seqlen_q + i;
+                float *dst = p.o_accum + row * HD + 2 * t;
+#pragma unroll
+                for (int dt = 0; dt < DTL; ++dt)
+                    *reinterpret_cast<float2 *>(dst + dt * 8) =
+                        make_float2(o[mt][dt][2 * hf] * inv[mt][hf], o[mt][dt][2 * hf + 1] * inv[mt][hf]);
+                if (t == 0) p.lse_accum[row] = lse[mt][hf];
+            }
+        return;
+    }
+
+    /* Output: stage the warp's rows (normalised, converted) in its own rows of
+     * the Q tile's smem -- no other warp reads or writes them, so a warp
+     * barrier suffices -- then 16-byte stores, 64 contiguous bytes per row. */
+    __syncwarp();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < DTL; ++dt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = wrow + mt * 16 + g + 8 * hf;
+                ptx::sts32(sQ + panel_offset<BM>(r, dt) + 4 * t,
+                           ptx::pack2<kBF16>(o[mt][dt][2 * hf] * inv[mt][hf], o[mt][dt][2 * hf + 1] * inv[mt][hf]));
+            }
+    __syncwarp();
+    uint16_t *__restrict__ og = (uint16_t *)p.o;
+    constexpr int WUNITS = WROWS * HD / 8;
+#pragma unroll
+    for (int k = 0; k < WUNITS / 32; ++k) {
+        const int u = lane + 32 * k; /* storage order inside the warp's rows */
+        const int panel = u / (WROWS * 4);
+        const int r = wrow + ((u >> 2) % WROWS);
+        const int ch = panel * 4 + (u & 3);
+        const int64_t rr = c.r0 + r;
+        if (rr < c.rows) {
+            const uint4 v = ptx::lds128(sQ + panel_offset<BM>(r, ch));
+            const int64_t i = rr / c.G;
+            const int h = c.h_base + (int)(rr % c.G);
+            uint16_t *dst = og + c.bq * p.o_batch_stride + (c.q_start + i) * p.o_row_stride +
+                            (int64_t)h * p.o_head_stride + ch * 8;
+            *reinterpret_cast<uint4 *>(dst) = v;
+        }
+    }
+    if (p.lse && t == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int64_t rr = c.r0 + wrow + mt * 16 + g + 8 * hf;
+                if (rr >= c.rows) continue;
+                const int64_t i = rr / c.G;
+                const int h = c.h_base + (int)(rr % c.G);
+                p.lse[c.bq * p.lse_batch_stride + (int64_t)h * p.lse_head_stride +
+                      (c.q_start + i) * p.lse_row_stride] = lse[mt][hf];
+            }
+    }
+}
+
+} /* namespace sm80 */
+} /* namespace fc */
+
+#endif /* FC_SM80_FWD_KERNEL_CUH */

@@ -1,0 +1,86 @@
+/*
+ * fwd_launch.cuh -- host side of one (dtype, head_dim) translation unit:
+ * instantiates the kernel for every tile-table row with that head_dim
+ * (identical rows collapse into one instantiation) and launches the row the
+ * planner chose. Included only by fwd_<dtype>_d<hd>.cu.
+ */
+#ifndef FC_SM80_FWD_LAUNCH_CUH
+#define FC_SM80_FWD_LAUNCH_CUH
+
+#include <atomic>
+#include <climits>
+#include <cstdio>
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/sm80/fwd_kernel.cuh"
+#include "cuda/sm80/tiles.cuh"
+
+namespace fc {
+namespace sm80 {
+
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int CTAS>
+fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, char *err,
+                      size_t err_len)
+{
+    using S_ = Shape<HD, BM, BN, W, STAGES>;
+    void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS>;
+    const int smem = (int)S_::SMEM_BYTES;
+
+    /* Above 48 KB of dynamic smem a kernel must opt in, once per device
+     * (cached in a bit per device; a race only repeats the idempotent call). */
+    if (smem > 48 * 1024) {
+        static std::atomic<unsigned long long> opted_in{0};
+        const unsigned long long bit = (device >= 0 && device < 64) ? (1ull << device) : 0;
+        if (!bit || !(opted_in.load(std::memory_order_relaxed) & bit)) {
+            FC_CUDA_TRY("cudaFuncSetAttribute",
+                        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            opted_in.fetch_or(bit, std::memory_order_relaxed);
+        }
+    }
+
+    const long long grid = (long long)a->m_tiles * a->num_splits * a->grid_heads * a->p.batch;
+    if (grid <= 0) return FC_OK; /* nothing to compute (empty batch or seqlen_q 0) */
+    if (grid > INT_MAX) {
+        snprintf(err, err_len, "internal: sm80 grid of %lld CTAs exceeds 2^31-1 (the planner should have refused)",
+                 grid);
+        return FC_ERR_INTERNAL;
+    }
+    kernel<<<(unsigned)grid, S_::NT, smem, stream>>>(*a);
+    return fc_cuda_check(cudaGetLastError(), "sm80 forward kernel launch", err, err_len);
+}
+
+/* Walk the table at compile time: instantiate rows with this head_dim, launch
+ * the one whose index is `config`. */
+template <bool kBF16, int HD, int I = 0>
+fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStream_t stream,
+                        char *err, size_t err_len)
+{
+    if constexpr (I >= kNumTiles) {
+        snprintf(err, err_len, "internal: sm80 tile config %d has no d%d kernel", config, HD);
+        return FC_ERR_INTERNAL;
+    } else {
+        constexpr Tile T = kTiles[I];
+        if constexpr (T.head_dim == HD) {
+            if (config == I)
+                return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas>(
+                    a, device, stream, err, err_len);
+        }
+        return launch_config<kBF16, HD, I + 1>(a, config, device, stream, err, err_len);
+    }
+}
+
+} /* namespace sm80 */
+} /* namespace fc */
+
+/* Defines the extern "C" launcher of one translation unit. */
+#define FC_SM80_DEFINE_LAUNCHER(dt, is_bf16, hd)                                                  \
+    extern "C" fc_status fc_sm80_launch_##dt##_d##hd(const fc_sm80_args *a, int config, int device, \
+                                                     void *stream, char *err, size_t err_len)    \
+    {                                                                                             \
+        return fc::sm80::launch_config<is_bf16, hd>(a, config, device, (cudaStream_t)stream, err, \
+                                                    err_len);                                     \
+    }
+
+#endif /* FC_SM80_FWD_LAUNCH_CUH */

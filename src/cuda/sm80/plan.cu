@@ -1,0 +1,246 @@
+/*
+ * plan.cu -- the sm80-class path's planner and launcher:
+ *   fc_sm80_plan     can this path run p on dev, and with which tile-table row?
+ *   fc_sm80_forward  launch the planned row (through the per-(dtype, head_dim)
+ *                    translation unit's launcher)
+ *   fc_sm80_tile_shape  block_m/block_n of a row (for fc_cuda_tile_shape)
+ * Host code only; .cu so that it can read the constexpr table in tiles.cuh.
+ */
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "cuda/sm80/fwd_args.h"
+#include "cuda/sm80/tiles.cuh"
+
+namespace {
+
+using fc::sm80::kTiles;
+using fc::sm80::kNumTiles;
+
+const char *dtype_name(int dt)
+{
+    switch (dt) {
+    case FC_DTYPE_F32: return "f32";
+    case FC_DTYPE_F16: return "f16";
+    case FC_DTYPE_BF16: return "bf16";
+    case FC_DTYPE_E4M3: return "e4m3";
+    case FC_DTYPE_E5M2: return "e5m2";
+    default: return "unknown";
+    }
+}
+
+/* Architecture class of a device (tiles.cuh), -1 if this path has no SASS
+ * that can run there (sm_80/86/89 SASS runs on any 8.x >= its minor; the
+ * 90/90a SASS on 9.0). */
+int arch_class(int major, int minor)
+{
+    if (major == 8) return (minor == 0 || minor == 7) ? fc::sm80::kClassSm80 : fc::sm80::kClassSm86;
+    if (major == 9) return fc::sm80::kClassSm90;
+    return -1;
+}
+
+/* Tile row for (class, head_dim) whose shared memory fits the device's
+ * opt-in limit: the class's own row first, else the smallest-smem row of
+ * another class (e.g. a cut-down part reporting less smem than its class). */
+int pick_tile(int cls, int head_dim, int64_t smem_optin)
+{
+    for (int i = 0; i < kNumTiles; ++i)
+        if (kTiles[i].arch_class == cls && kTiles[i].head_dim == head_dim &&
+            fc::sm80::tile_smem_bytes(kTiles[i]) <= smem_optin)
+            return i;
+    int best = -1;
+    for (int i = 0; i < kNumTiles; ++i)
+        if (kTiles[i].head_dim == head_dim && fc::sm80::tile_smem_bytes(kTiles[i]) <= smem_optin &&
+            (best < 0 || fc::sm80::tile_smem_bytes(kTiles[i]) < fc::sm80::tile_smem_bytes(kTiles[best])))
+            best = i;
+    return best;
+}
+
+/* Query heads folded into one tile's rows (GQA packing), or 1. Packing pays
+ * when a (batch, head) has fewer query rows than a tile (decode, short
+ * prefill chunks): the heads sharing a KV head fill the tile instead, and
+ * K/V is read once per group instead of once per query head. */
+int pack_factor(const fc_fwd_params *p, int block_m)
+{
+    const int g = p->heads_q / p->heads_kv;
+    return (g > 1 && p->seqlen_q < block_m) ? g : 1;
+}
+
+bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
+
+/* The 16-byte cp.async / store path needs 16-byte aligned bases and every
+ * stride a multiple of 8 elements (16 bytes of f16/bf16). */
+fc_status check_alignment(const fc_fwd_params *p, char *why, size_t why_len)
+{
+    struct {
+        const char *name;
+        const void *ptr;
+        int64_t bs, rs, hs;
+    } t[4] = {{"q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride},
+              {"k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride},
+              {"v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride},
+              {"out", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride}};
+    for (int i = 0; i < 4; ++i) {
+        if (!aligned16(t[i].ptr)) {
+            snprintf(why, why_len,
+                     "%s.data (%p) is not 16-byte aligned: the sm80 kernels move 16-byte chunks", t[i].name,
+                     t[i].ptr);
+            return FC_ERR_UNSUPPORTED;
+        }
+        const char *dim[3] = {"batch", "row", "head"};
+        const int64_t st[3] = {t[i].bs, t[i].rs, t[i].hs};
+        for (int d = 0; d < 3; ++d)
+            if (st[d] % 8 != 0) {
+                snprintf(why, why_len,
+                         "%s %s stride %lld is not a multiple of 8 elements: the sm80 kernels move "
+                         "16-byte chunks",
+                         t[i].name, dim[d], (long long)st[d]);
+                return FC_ERR_UNSUPPORTED;
+            }
+    }
+    return FC_OK;
+}
+
+} /* namespace */
+
+extern "C" void fc_sm80_tile_shape(int config, int *block_m, int *block_n)
+{
+    if (config >= 0 && config < kNumTiles) {
+        *block_m = kTiles[config].block_m;
+        *block_n = kTiles[config].block_n;
+    } else {
+        *block_m = 1;
+        *block_n = 1;
+    }
+}
+
+extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev,
+                                  fc_cuda_choice *choice, char *why, size_t why_len)
+{
+    if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
+        snprintf(why, why_len, "dtype %s is not supported by the sm80 kernels: supported f16, bf16",
+                 dtype_name(p->dtype));
+        return FC_ERR_UNSUPPORTED;
+    }
+    const int hd = p->head_dim;
+    if (hd != 32 && hd != 64 && hd != 96 && hd != 128 && hd != 256) {
+        snprintf(why, why_len,
+                 "head_dim %d is not supported by the sm80 kernels: supported 32, 64, 96, 128, 256", hd);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (dev->cc_major < 8) {
+        snprintf(why, why_len,
+                 "device %s is sm_%d%d: the sm80 kernels need compute capability 8.0 or newer", dev->name,
+                 dev->cc_major, dev->cc_minor);
+        return FC_ERR_UNSUPPORTED;
+    }
+    const int cls = arch_class(dev->cc_major, dev->cc_minor);
+    if (cls < 0) {
+        snprintf(why, why_len,
+                 "device %s is sm_%d%d: the sm80 kernels are built for sm_80..sm_90 only", dev->name,
+                 dev->cc_major, dev->cc_minor);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->softcap == 0.f && !(p->scale > 0.f)) {
+        /* The kernel folds scale*log2(e) into the exp2 argument after taking
+         * the row max of the raw scores: only valid for a positive scale. */
+        snprintf(why, why_len, "scale %g is not supported by the sm80 kernels: scale must be > 0",
+                 (double)p->scale);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->seqlen_k > INT_MAX - 1024 || p->seqlen_q > INT_MAX - 1024) {
+        snprintf(why, why_len, "seqlen_k %d / seqlen_q %d: the sm80 kernels index keys with int32 (limit %d)",
+                 p->seqlen_k, p->seqlen_q, INT_MAX - 1024);
+        return FC_ERR_UNSUPPORTED;
+    }
+    fc_status st = check_alignment(p, why, why_len);
+    if (st != FC_OK) return st;
+
+    const int cfg = pick_tile(cls, hd, dev->smem_optin);
+    if (cfg < 0) {
+        snprintf(why, why_len,
+                 "device %s allows %lld bytes of shared memory per block: no sm80 tile for head_dim %d fits",
+                 dev->name, (long long)dev->smem_optin, hd);
+        return FC_ERR_UNSUPPORTED;
+    }
+    const fc::sm80::Tile &t = kTiles[cfg];
+    const int g = pack_factor(p, t.block_m);
+    const int64_t m_tiles = ((int64_t)p->seqlen_q * g + t.block_m - 1) / t.block_m;
+    const int64_t grid = m_tiles * (p->heads_q / g) * (int64_t)p->batch;
+    if (grid > INT_MAX) {
+        snprintf(why, why_len, "the sm80 grid would have %lld CTAs (limit %d): batch*heads*seqlen_q too large",
+                 (long long)grid, INT_MAX);
+        return FC_ERR_UNSUPPORTED;
+    }
+
+    choice->path = FC_CUDA_PATH_SM80;
+    choice->config = cfg;
+    choice->pack_gqa = g > 1;
+    choice->num_splits = 1;
+    choice->workspace_bytes = 0;
+    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s", dtype_name(p->dtype), hd,
+             t.block_m, t.block_n, t.stages, g > 1 ? "_gqapack" : "");
+    return FC_OK;
+}
+
+extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
+                                     const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
+{
+    if (choice->path != FC_CUDA_PATH_SM80 || choice->config < 0 || choice->config >= kNumTiles ||
+        kTiles[choice->config].head_dim != p->head_dim) {
+        snprintf(err, err_len, "internal: sm80 forward got an invalid plan (path %d, config %d, head_dim %d)",
+                 choice->path, choice->config, p->head_dim);
+        return FC_ERR_INTERNAL;
+    }
+    const fc::sm80::Tile &t = kTiles[choice->config];
+    const int splits = p->num_splits > 1 ? p->num_splits : 1;
+    if (splits > 1 && (!p->o_accum || !p->lse_accum)) {
+        snprintf(err, err_len, "internal: sm80 forward with %d splits but no workspace", splits);
+        return FC_ERR_INTERNAL;
+    }
+
+    fc_sm80_args a;
+    memset(&a, 0, sizeof(a));
+    a.p = *p;
+    a.p.num_splits = splits;
+    const float log2e = 1.4426950408889634f;
+    if (p->softcap != 0.f) {
+        const float cap = std::fabs(p->softcap);
+        a.sl2 = cap * log2e;             /* exp2 argument: tanh(...) * softcap * log2(e) */
+        a.softcap_in = p->scale / cap;   /* tanh argument: qk * scale / softcap          */
+    } else {
+        a.sl2 = p->scale * log2e;
+        a.softcap_in = 0.f;
+    }
+    a.heads_per_kv = p->heads_q / p->heads_kv;
+    a.pack_g = choice->pack_gqa ? a.heads_per_kv : 1;
+    a.grid_heads = p->heads_q / a.pack_g;
+    a.num_splits = splits;
+    const int64_t m_tiles = ((int64_t)p->seqlen_q * a.pack_g + t.block_m - 1) / t.block_m;
+    if (m_tiles > INT_MAX) {
+        snprintf(err, err_len, "internal: sm80 m_tiles %lld overflows", (long long)m_tiles);
+        return FC_ERR_INTERNAL;
+    }
+    a.m_tiles = (int32_t)m_tiles;
+
+    const int cfg = choice->config;
+    const int device = dev->id;
+    const bool bf16 = p->dtype == FC_DTYPE_BF16;
+    switch (p->head_dim) {
+    case 32: return bf16 ? fc_sm80_launch_bf16_d32(&a, cfg, device, stream, err, err_len)
+                         : fc_sm80_launch_f16_d32(&a, cfg, device, stream, err, err_len);
+    case 64: return bf16 ? fc_sm80_launch_bf16_d64(&a, cfg, device, stream, err, err_len)
+                         : fc_sm80_launch_f16_d64(&a, cfg, device, stream, err, err_len);
+    case 96: return bf16 ? fc_sm80_launch_bf16_d96(&a, cfg, device, stream, err, err_len)
+                         : fc_sm80_launch_f16_d96(&a, cfg, device, stream, err, err_len);
+    case 128: return bf16 ? fc_sm80_launch_bf16_d128(&a, cfg, device, stream, err, err_len)
+                          : fc_sm80_launch_f16_d128(&a, cfg, device, stream, err, err_len);
+    case 256: return bf16 ? fc_sm80_launch_bf16_d256(&a, cfg, device, stream, err, err_len)
+                          : fc_sm80_launch_f16_d256(&a, cfg, device, stream, err, err_len);
+    default: break;
+    }
+    snprintf(err, err_len, "internal: sm80 forward reached head_dim %d", p->head_dim);
+    return FC_ERR_INTERNAL;
+}

@@ -1,0 +1,767 @@
+/*
+ * fwd_kernel.cuh -- the Hopper (sm_90a) attention forward kernel.
+ *
+ * Persistent, warp-specialised CTA (one per SM):
+ *   warpgroup 0      producer: setmaxnreg.dec; one thread issues TMA loads:
+ *                    Q once per tile, K and V through a `stages`-deep ring of
+ *                    full/empty mbarriers (phase parity).
+ *   warpgroups 1..W  consumers, 64 query rows each: setmaxnreg.inc; per KV
+ *                    block S = Q K^T (wgmma SS, fp32), mask only on blocks
+ *                    that straddle the band / the key tail, online softmax in
+ *                    registers (exp2, scale*log2e folded in one FMA), P packed
+ *                    in registers as the A fragment of O += P V (wgmma RS).
+ * Tiles (m_block, batch*head, split) are handed out statically: CTA i takes
+ * tiles i, i+grid, ...; non-causal in m-fastest order (a head's K/V stays in
+ * L2 while its row blocks run), causal longest-first within L2 sections of
+ * heads. KV blocks are visited from high to low, so the masked diagonal /
+ * tail blocks come first.
+ *
+ * Overlap (cfg.overlap): the consumer issues S_{j} = Q K_j^T and
+ * O += P_{j-1} V_{j-1} back to back, waits only for S_j, runs the softmax of
+ * block j while the P.V GEMM is on the tensor cores, then waits for it.
+ * Pingpong (cfg.pingpong): the consumer warpgroups take turns issuing GEMMs
+ * on named barriers, so one's softmax overlaps the other's GEMMs.
+ * Both are turned off by building with -DFC_SM90_SIMPLE=1 (for bisecting).
+ *
+ * Shared memory (from a 1024-aligned base):
+ *   Q    [panel][block_m rows][swz bytes]         (reused as O staging)
+ *   K    [stage][panel][block_n rows][swz bytes]
+ *   V    [stage][panel][block_n rows][swz bytes]
+ *   bars Q_full, Q_empty, K_full[st], K_empty[st], V_full[st], V_empty[st]
+ * A "panel" is swz/2 head_dim columns: rows of one swizzle span, which is
+ * what one TMA box and one wgmma descriptor row cover.
+ */
+#ifndef FC_SM90_FWD_KERNEL_CUH
+#define FC_SM90_FWD_KERNEL_CUH
+
+#include <stdio.h>
+
+#include "cuda/sm90/ptx_sm90.cuh"
+#include "cuda/sm90/sm90.h"
+#include "cuda/sm90/tiles.cuh"
+
+#ifndef FC_SM90_SIMPLE
+#define FC_SM90_SIMPLE 0
+#endif
+
+namespace fc90 {
+
+static constexpr fc_sm90_tile kTiles[FC_SM90_NUM_TILES] = {FC_SM90_TILE_TABLE};
+
+/* Named barrier ids (0 is __syncthreads). */
+enum : uint32_t {
+    kBarSched = 1, /* + consumer index: pingpong turn of that warpgroup (256 threads) */
+    kBarEpi = 8    /* + consumer index: epilogue of one warpgroup (128 threads)        */
+};
+
+template <int kCfg> struct Cfg {
+    static constexpr fc_sm90_tile T = kTiles[kCfg];
+    static constexpr int D = T.head_dim;
+    static constexpr int BM = T.block_m;
+    static constexpr int BN = T.block_n;
+    static constexpr int WG = T.wgs;
+    static constexpr int ST = T.stages;
+    static constexpr int SW = T.swz;                 /* bytes per panel row          */
+    static constexpr int PW = SW / 2;                /* elements per panel row       */
+    static constexpr int PANELS = D / PW;
+    static constexpr int KSTEPS = D / 16;            /* k16 steps of S = Q K^T       */
+    static constexpr int KPP = SW / 32;              /* k16 steps within one panel   */
+    static constexpr int PVSTEPS = BN / 16;          /* k16 steps of O += P V        */
+    static constexpr bool PP = T.pingpong && T.wgs > 1 && !FC_SM90_SIMPLE;
+    static constexpr bool OV = T.overlap && !FC_SM90_SIMPLE;
+    static constexpr int THREADS = 128 * (WG + 1);
+    static constexpr int CONSUMERS = 128 * WG;
+    static constexpr uint32_t Q_BYTES = BM * D * 2;
+    static constexpr uint32_t KV_BYTES = BN * D * 2;
+    static constexpr uint32_t OFF_Q = 0;
+    static constexpr uint32_t OFF_K = OFF_Q + Q_BYTES;
+    static constexpr uint32_t OFF_V = OFF_K + ST * KV_BYTES;
+    static constexpr uint32_t OFF_BAR = OFF_V + ST * KV_BYTES;
+    static constexpr int SMEM = FC_SM90_SMEM_BYTES(T);
+
+    /* 2 consumer warpgroups: 384 threads enter with 168 registers and move
+     * them with setmaxnreg (24/240, tiles.cuh). 1 consumer warpgroup: 256
+     * threads may use up to 255 registers each from the start (65536/256),
+     * so no setmaxnreg is needed. */
+    static_assert(WG == 1 || WG == 2, "1 or 2 consumer warpgroups");
+    static constexpr bool SETMAXNREG = WG == 2;
+    static_assert(BM == 64 * WG, "block_m = 64 rows per consumer warpgroup");
+    static_assert(D % PW == 0 && D % 16 == 0, "head_dim: whole panels and k16 steps");
+    static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "block_n: wgmma N and TMA box");
+    static_assert(BM <= 256, "TMA box rows <= 256");
+    static_assert((BM * SW) % 1024 == 0 && (BN * SW) % 1024 == 0,
+                  "every panel must start on a 1024-byte swizzle repeat");
+    static_assert((2 + 4 * ST) * 8 <= FC_SM90_BARRIER_BYTES, "barrier area");
+    static_assert(OFF_BAR + FC_SM90_BARRIER_BYTES + 1024 == (uint32_t)SMEM, "layout = table");
+    static_assert(SMEM <= 232448, "227 KB: the sm_90 dynamic shared memory limit");
+};
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+/* XOR swizzle of a byte offset inside a 1024-aligned region: 16-byte chunk
+ * bits [4, 4+b) ^= row bits [7, 7+b), b = 3 for 128B, 2 for 64B (the pattern
+ * TMA writes and wgmma reads). */
+template <int kSwz> __host__ __device__ __forceinline__ uint32_t swz(uint32_t off)
+{
+    return off ^ (((off >> 7) & (kSwz / 16 - 1)) << 4);
+}
+
+/* ---- key limits ------------------------------------------------------------ */
+/* Visible keys of query row r (within its sequence) are [key_lo, key_hi):
+ * exactly fc_key_visible() intersected with [0, sk). */
+__host__ __device__ __forceinline__ int key_hi(int r, int sq, int sk, int wr)
+{
+    long long hi = sk;
+    if (wr >= 0) {
+        long long d = (long long)r + sk - sq + wr + 1;
+        hi = d < hi ? d : hi;
+    }
+    return hi < 0 ? 0 : (int)hi;
+}
+__host__ __device__ __forceinline__ int key_lo(int r, int sq, int sk, int wl)
+{
+    if (wl < 0) return 0;
+    long long lo = (long long)r + sk - sq - wl;
+    return lo < 0 ? 0 : (lo > sk ? sk : (int)lo);
+}
+
+/* ---- tile decode ------------------------------------------------------------- */
+#ifdef __CUDA_ARCH__
+#define FC90_LDG(ptr) __ldg(ptr)
+#else
+#define FC90_LDG(ptr) (*(ptr))
+#endif
+
+/* Tile rows R are query positions s (R = s), or with pack-GQA the pairs
+ * (s, i) of a position and one of the ratio query heads sharing a KV head
+ * (R = s * ratio + i, ratio = 1 << pack_shift). The "head unit" hu is the
+ * query head, or with pack-GQA the KV head. */
+struct Tile {
+    int m_block, b, hu, bu, split; /* bu = b * head_units + hu */
+    int hk;                   /* KV head */
+    int q_off, k_off, sq, sk; /* sequence offsets (varlen) and lengths */
+    int m0;                   /* first tile row R */
+    int n_lo, n_hi;           /* KV blocks of this split: [n_lo, n_hi) */
+    int hi_first, lo_last;    /* key_hi(first row), key_lo(last real row) */
+    bool rows;                /* the tile has query rows in its sequence */
+};
+
+/* Query position and query head of tile row R. */
+__host__ __device__ __forceinline__ int row_pos(const fc_sm90_params &p, int R) { return R >> p.pack_shift; }
+__host__ __device__ __forceinline__ int row_head(const fc_sm90_params &p, const Tile &g, int R)
+{
+    return (g.hu << p.pack_shift) + (R & ((1 << p.pack_shift) - 1));
+}
+
+/* Host-callable too (the scheduler/mask logic is checked on the host). */
+template <class C> __host__ __device__ __forceinline__ void decode_tile(const fc_sm90_params &p, int t, Tile &g)
+{
+    int u;
+    if (p.longest_first) {
+        /* Sections of l2_group units; inside one, m_block decreasing (longest
+         * first for a causal mask), units fastest. */
+        const int per_sec = p.l2_group * p.num_m_blocks;
+        const int sec = t / per_sec;
+        const int within = t - sec * per_sec;
+        const int left = p.num_units - sec * p.l2_group;
+        const int gsz = left < p.l2_group ? left : p.l2_group;
+        g.m_block = p.num_m_blocks - 1 - within / gsz;
+        u = sec * p.l2_group + within % gsz;
+    } else {
+        g.m_block = t % p.num_m_blocks;
+        u = t / p.num_m_blocks;
+    }
+    g.bu = u / p.num_splits;
+    g.split = u - g.bu * p.num_splits;
+    g.b = g.bu / p.head_units;
+    g.hu = g.bu - g.b * p.head_units;
+    g.hk = (g.hu << p.pack_shift) / p.hq_per_kv;
+    if (p.cu_q) {
+        g.q_off = FC90_LDG(p.cu_q + g.b);
+        g.sq = FC90_LDG(p.cu_q + g.b + 1) - g.q_off;
+        g.k_off = FC90_LDG(p.cu_k + g.b);
+        g.sk = FC90_LDG(p.cu_k + g.b + 1) - g.k_off;
+    } else {
+        g.q_off = 0;
+        g.sq = p.seqlen_q;
+        g.k_off = 0;
+        g.sk = p.seqlen_k;
+    }
+    g.m0 = g.m_block * C::BM;
+    const int rows_total = g.sq << p.pack_shift;
+    g.rows = g.m0 < rows_total;
+    g.n_lo = g.n_hi = 0;
+    g.hi_first = g.lo_last = 0;
+    if (!g.rows) return;
+    /* The band is monotone in the position, and the position in R. */
+    const int first = row_pos(p, g.m0);
+    const int last = row_pos(p, (g.m0 + C::BM < rows_total ? g.m0 + C::BM : rows_total) - 1);
+    const int hi = key_hi(last, g.sq, g.sk, p.window_right);   /* max over rows */
+    const int lo = key_lo(first, g.sq, g.sk, p.window_left);   /* min over rows */
+    g.hi_first = key_hi(first, g.sq, g.sk, p.window_right);    /* min over rows */
+    g.lo_last = key_lo(last, g.sq, g.sk, p.window_left);       /* max over rows */
+    if (hi <= lo) return; /* no row of the tile sees a key */
+    const int n_min = lo / C::BN;
+    const int n_max = (hi + C::BN - 1) / C::BN;
+    const int per = (n_max - n_min + p.num_splits - 1) / p.num_splits;
+    g.n_lo = n_min + g.split * per;
+    g.n_hi = g.n_lo + per < n_max ? g.n_lo + per : n_max;
+    if (g.n_hi <= g.n_lo) g.n_lo = g.n_hi = 0; /* a split past the end: empty */
+    FC90_ASSERT(g.n_lo >= 0 && g.n_lo <= g.n_hi && g.n_hi * C::BN < g.sk + C::BN);
+}
+
+/* ---- barriers ---------------------------------------------------------------- */
+template <class C> struct Bars {
+    uint32_t base;
+    __device__ __forceinline__ uint32_t q_full() const { return base; }
+    __device__ __forceinline__ uint32_t q_empty() const { return base + 8; }
+    __device__ __forceinline__ uint32_t k_full(int s) const { return base + 16 + 8 * s; }
+    __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 16 + 8 * (C::ST + s); }
+    __device__ __forceinline__ uint32_t v_full(int s) const { return base + 16 + 8 * (2 * C::ST + s); }
+    __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 16 + 8 * (3 * C::ST + s); }
+};
+
+/* ---- producer ------------------------------------------------------------------ */
+/* K or V block: map dims {D, rows, heads_kv, batch}, box {PW, BN, 1, 1}. */
+template <class C>
+__device__ __forceinline__ void load_kv(const CUtensorMap *map, uint32_t dst, uint32_t bar, int row, int head,
+                                        int batch)
+{
+#pragma unroll
+    for (int pn = 0; pn < C::PANELS; ++pn)
+        tma_load_4d(dst + pn * C::BN * C::SW, map, bar, pn * C::PW, row, head, batch);
+}
+
+/* Q tile: map dims {D, ratio, heads_q/ratio, rows, batch}, box {PW, ratio,
+ * 1, BM/ratio, 1} (ratio = 1 without pack-GQA): the box lands as rows
+ * s_local*ratio + i, i.e. tile row R - m0. */
+template <class C>
+__device__ __forceinline__ void load_q(const CUtensorMap *map, uint32_t dst, uint32_t bar, int pos, int hu,
+                                       int batch)
+{
+#pragma unroll
+    for (int pn = 0; pn < C::PANELS; ++pn)
+        tma_load_5d(dst + pn * C::BM * C::SW, map, bar, pn * C::PW, 0, hu, pos, batch);
+}
+
+/* Runs on one thread. The K/V ring position (stage, phase) advances once per
+ * KV block in exactly the order the consumers consume them. */
+template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t base, const Bars<C> &bars)
+{
+    tma_prefetch_map(&p.tm_q);
+    tma_prefetch_map(&p.tm_k);
+    tma_prefetch_map(&p.tm_v);
+    int stage = 0;
+    uint32_t phase = 0;
+    uint32_t q_iter = 0;
+    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+        Tile g;
+        decode_tile<C>(p, t, g);
+        if (!g.rows || g.n_hi <= g.n_lo) continue; /* consumers write it without loads */
+        const int hk = g.hk;
+        const int bq = p.cu_q ? 0 : g.b;
+        const int bk = p.cu_k ? 0 : g.b;
+        for (int n = g.n_hi - 1; n >= g.n_lo; --n) {
+            const int krow = g.k_off + n * C::BN;
+            FC90_WAIT(bars.k_empty(stage), phase ^ 1);
+            mbar_arrive_expect_tx(bars.k_full(stage), C::KV_BYTES);
+            load_kv<C>(&p.tm_k, base + C::OFF_K + stage * C::KV_BYTES, bars.k_full(stage), krow, hk, bk);
+            FC90_WAIT(bars.v_empty(stage), phase ^ 1);
+            mbar_arrive_expect_tx(bars.v_full(stage), C::KV_BYTES);
+            load_kv<C>(&p.tm_v, base + C::OFF_V + stage * C::KV_BYTES, bars.v_full(stage), krow, hk, bk);
+            if (n == g.n_hi - 1) {
+                /* Q after the first K and V: the previous tile's epilogue may
+                 * still use the Q buffer as O staging, and this way the first
+                 * K/V of the tile stream in meanwhile. */
+                FC90_WAIT(bars.q_empty(), (q_iter & 1) ^ 1);
+                mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
+                load_q<C>(&p.tm_q, base + C::OFF_Q, bars.q_full(), g.q_off + row_pos(p, g.m0), g.hu, bq);
+                ++q_iter;
+            }
+            if (++stage == C::ST) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    }
+}
+
+/* ---- consumer pieces --------------------------------------------------------------- */
+/* Per-thread view of the wgmma accumulator layout: warp w of the warpgroup
+ * owns rows 16w..16w+15; a thread holds rows r and r+8 (r = 16w + lane/4) and,
+ * in every 8-column group j, columns 8j + 2*(lane%4) + {0,1}:
+ *   acc[4j+0], acc[4j+1] -> row r,   acc[4j+2], acc[4j+3] -> row r+8. */
+
+template <class C, bool kBF16>
+__device__ __forceinline__ void issue_s(float (&S)[C::BN / 2], uint32_t q_addr, uint32_t k_addr)
+{
+    const uint64_t dq = desc_kmajor<C::SW>(q_addr);
+    const uint64_t dk = desc_kmajor<C::SW>(k_addr);
+#pragma unroll
+    for (int k = 0; k < C::KSTEPS; ++k) {
+        const uint32_t in_row = (k % C::KPP) * 32; /* 16 elements = 32 bytes */
+        const uint32_t oq = (k / C::KPP) * (C::BM * C::SW) + in_row;
+        const uint32_t ok = (k / C::KPP) * (C::BN * C::SW) + in_row;
+        Wgmma<C::BN, kBF16>::ss(S, dq + (oq >> 4), dk + (ok >> 4), k > 0 ? 1 : 0);
+    }
+}
+
+template <class C, bool kBF16>
+__device__ __forceinline__ void issue_pv(float (&O)[C::D / 2], const uint32_t (&P)[C::BN / 4],
+                                         uint32_t v_addr)
+{
+    /* V is [kv][head_dim] in panels: N (head_dim) contiguous = MN-major; the
+     * next panel of head_dim columns is block_n rows further (LBO). */
+    const uint64_t dv = desc_mnmajor<C::SW>(v_addr, C::BN * C::SW);
+#pragma unroll
+    for (int k = 0; k < C::PVSTEPS; ++k)
+        Wgmma<C::D, kBF16>::rs(O, P[4 * k], P[4 * k + 1], P[4 * k + 2], P[4 * k + 3],
+                               dv + ((uint32_t)(k * 16 * C::SW) >> 4), 1);
+}
+
+/* Row statistics of the two rows a thread holds. */
+struct RowState {
+    float m[2];  /* running max of the (capped) scores, raw units */
+    float l[2];  /* this thread's partial row sums (quad-reduced at the end) */
+};
+
+struct MaskRows {
+    int lo[2], hi[2]; /* visible key range of the thread's two rows */
+};
+
+/* Softcap, mask, online softmax of one S block in place (S becomes P in
+ * fp32); returns the factors by which O must be rescaled. */
+template <class C, bool kFirst>
+__device__ __forceinline__ void softmax_block(float (&S)[C::BN / 2], RowState &rs, float (&alpha)[2],
+                                              const fc_sm90_params &p, bool masked, int col0,
+                                              const MaskRows &mr)
+{
+    if (p.softcap_in != 0.0f) {
+#pragma unroll
+        for (int i = 0; i < C::BN / 2; ++i)
+            S[i] = p.softcap_out * tanh_accurate_abs(S[i] * p.softcap_in);
+    }
+    if (masked) {
+#pragma unroll
+        for (int j = 0; j < C::BN / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = col0 + 8 * j + e;
+                if (!(col >= mr.lo[0] && col < mr.hi[0])) S[4 * j + e] = neg_inf();
+                if (!(col >= mr.lo[1] && col < mr.hi[1])) S[4 * j + 2 + e] = neg_inf();
+            }
+        }
+    }
+    float mx[2] = {S[0], S[2]};
+#pragma unroll
+    for (int j = 0; j < C::BN / 8; ++j) {
+        mx[0] = fmaxf(mx[0], fmaxf(S[4 * j], S[4 * j + 1]));
+        mx[1] = fmaxf(mx[1], fmaxf(S[4 * j + 2], S[4 * j + 3]));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    const float c = p.scale_log2;
+    float ms[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float mnew = kFirst ? mx[r] : fmaxf(rs.m[r], mx[r]);
+        /* A row with nothing visible yet keeps max -inf: use 0 so that
+         * exp2(-inf - 0) = 0 instead of NaN. */
+        ms[r] = mnew == neg_inf() ? 0.0f : mnew * c;
+        alpha[r] = kFirst ? 1.0f : ex2(rs.m[r] * c - ms[r]);
+        rs.m[r] = mnew;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < C::BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            S[4 * j + e] = ex2(fmaf(S[4 * j + e], c, -ms[0]));
+            S[4 * j + 2 + e] = ex2(fmaf(S[4 * j + 2 + e], c, -ms[1]));
+            sum[0] += S[4 * j + e];
+            sum[1] += S[4 * j + 2 + e];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rs.l[r] = kFirst ? sum[r] : rs.l[r] * alpha[r] + sum[r];
+}
+
+/* P (16-bit) as the A fragments of the RS wgmma: k16 slice k covers the
+ * accumulator groups 2k and 2k+1, whose register order is exactly the
+ * A-fragment order (row r cols 0-7, row r+8 cols 0-7, row r cols 8-15, ...). */
+template <class C, bool kBF16>
+__device__ __forceinline__ void convert_p(const float (&S)[C::BN / 2], uint32_t (&P)[C::BN / 4])
+{
+#pragma unroll
+    for (int i = 0; i < C::BN / 4; ++i) P[i] = pack2<kBF16>(S[2 * i], S[2 * i + 1]);
+}
+
+template <class C> __device__ __forceinline__ void rescale_o(float (&O)[C::D / 2], const float (&alpha)[2])
+{
+#pragma unroll
+    for (int j = 0; j < C::D / 8; ++j) {
+        O[4 * j] *= alpha[0];
+        O[4 * j + 1] *= alpha[0];
+        O[4 * j + 2] *= alpha[1];
+        O[4 * j + 3] *= alpha[1];
+    }
+}
+
+/* Does block n need the element mask for any real row of the tile? The band
+ * is monotone in the row, so the first row bounds key_hi and the last real
+ * row bounds key_lo. */
+template <class C> __host__ __device__ __forceinline__ bool block_masked(const Tile &g, int n)
+{
+    return n * C::BN + C::BN > g.hi_first || n * C::BN < g.lo_last;
+}
+
+/* ---- consumer -------------------------------------------------------------------- */
+template <class C, bool kBF16>
+__device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t *smem, const Bars<C> &bars)
+{
+    const int tid = threadIdx.x - 128 * (cw + 1); /* 0..127 within the warpgroup */
+    const int warp = tid >> 5;
+    const int lane = tid & 31;
+    const int row_wg = 64 * cw + 16 * warp + (lane >> 2); /* tile row of acc rows r (and r+8) */
+    const int col_t = 2 * (lane & 3);                     /* column of acc[4j] within group j */
+    const uint32_t q_addr = base + C::OFF_Q + 64 * cw * C::SW; /* this warpgroup's Q rows */
+
+    /* Pingpong turns: warpgroup cw waits on kBarSched+cw before issuing GEMMs
+     * and hands the turn to the next one after issuing. The last warpgroup
+     * gives warpgroup 0 its first turn (once per kernel: turns carry across
+     * tiles because every warpgroup issues the same number of GEMM rounds). */
+    if (C::PP && cw == C::WG - 1) bar_arrive(kBarSched + 0, 256);
+
+    int stage = 0;
+    uint32_t phase = 0;
+    uint32_t q_iter = 0;
+    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+        Tile g;
+        decode_tile<C>(p, t, g);
+        if (!g.rows) continue;
+
+        float O[C::D / 2];
+#pragma unroll
+        for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
+        RowState rs;
+        rs.m[0] = rs.m[1] = neg_inf();
+        rs.l[0] = rs.l[1] = 0.0f;
+        const bool work = g.n_hi > g.n_lo;
+
+        if (work) {
+            MaskRows mr;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row_pos(p, g.m0 + row_wg + 8 * r);
+                mr.lo[r] = key_lo(row, g.sq, g.sk, p.window_left);
+                mr.hi[r] = key_hi(row, g.sq, g.sk, p.window_right);
+            }
+            FC90_WAIT(bars.q_full(), q_iter & 1);
+
+            float S[C::BN / 2];
+            uint32_t P[C::BN / 4];
+            float alpha[2];
+            int n = g.n_hi - 1;
+
+            if (C::OV) {
+                /* first block: S, softmax, P */
+                FC90_WAIT(bars.k_full(stage), phase);
+                if (C::PP) bar_sync(kBarSched + cw, 256);
+                wg_fence();
+                issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
+                wg_commit();
+                if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
+                wg_wait<0>();
+                fence_regs(S);
+                mbar_arrive(bars.k_empty(stage));
+                softmax_block<C, true>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                convert_p<C, kBF16>(S, P);
+                int v_stage = stage;
+                uint32_t v_phase = phase;
+                if (++stage == C::ST) { stage = 0; phase ^= 1; }
+
+                for (--n; n >= g.n_lo; --n) {
+                    FC90_WAIT(bars.k_full(stage), phase);
+                    /* V_{j-1} was issued before K_j: waiting here costs nothing
+                     * and keeps the wait loop out of the fence..wgmma window
+                     * (ptxas would otherwise inject a second fence, C7519). */
+                    FC90_WAIT(bars.v_full(v_stage), v_phase);
+                    if (C::PP) bar_sync(kBarSched + cw, 256);
+                    wg_fence();
+                    issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
+                    wg_commit();
+                    issue_pv<C, kBF16>(O, P, base + C::OFF_V + v_stage * C::KV_BYTES);
+                    wg_commit();
+                    if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
+                    wg_wait<1>(); /* S_j done, P.V of the previous block may still run */
+                    fence_regs(S);
+                    mbar_arrive(bars.k_empty(stage));
+                    softmax_block<C, false>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                    wg_wait<0>();
+                    fence_regs(O);
+                    fence_regs(S);
+                    fence_regs(P);
+                    mbar_arrive(bars.v_empty(v_stage));
+                    rescale_o<C>(O, alpha);
+                    convert_p<C, kBF16>(S, P);
+                    v_stage = stage;
+                    v_phase = phase;
+                    if (++stage == C::ST) { stage = 0; phase ^= 1; }
+                }
+                /* last P.V */
+                FC90_WAIT(bars.v_full(v_stage), v_phase);
+                if (C::PP) bar_sync(kBarSched + cw, 256);
+                wg_fence();
+                issue_pv<C, kBF16>(O, P, base + C::OFF_V + v_stage * C::KV_BYTES);
+                wg_commit();
+                if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
+                wg_wait<0>();
+                fence_regs(O);
+                fence_regs(P);
+                mbar_arrive(bars.v_empty(v_stage));
+            } else {
+                /* Plain order: S, softmax, P.V per block, waiting for each. */
+                bool first = true;
+                for (; n >= g.n_lo; --n) {
+                    FC90_WAIT(bars.k_full(stage), phase);
+                    if (C::PP) bar_sync(kBarSched + cw, 256);
+                    wg_fence();
+                    issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
+                    wg_commit();
+                    if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
+                    wg_wait<0>();
+                    fence_regs(S);
+                    mbar_arrive(bars.k_empty(stage));
+                    if (first)
+                        softmax_block<C, true>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                    else
+                        softmax_block<C, false>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                    first = false;
+                    rescale_o<C>(O, alpha);
+                    convert_p<C, kBF16>(S, P);
+                    FC90_WAIT(bars.v_full(stage), phase);
+                    if (C::PP) bar_sync(kBarSched + cw, 256);
+                    wg_fence();
+                    issue_pv<C, kBF16>(O, P, base + C::OFF_V + stage * C::KV_BYTES);
+                    wg_commit();
+                    if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
+                    wg_wait<0>();
+                    fence_regs(O);
+                    fence_regs(P);
+                    mbar_arrive(bars.v_empty(stage));
+                    if (++stage == C::ST) { stage = 0; phase ^= 1; }
+                }
+            }
+        }
+
+        /* ---- finalize: O / l, lse = max*scale + ln(l) (natural log) ---- */
+        float lse[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float l = rs.l[r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const bool empty = rs.m[r] == neg_inf() || !(l > 0.0f);
+            const float inv = empty ? 0.0f : 1.0f / l;
+            lse[r] = empty ? neg_inf() : rs.m[r] * p.scale_log2 * 0.69314718055994531f + logf(l);
+#pragma unroll
+            for (int j = 0; j < C::D / 8; ++j) {
+                O[4 * j + 2 * r] *= inv;
+                O[4 * j + 2 * r + 1] *= inv;
+            }
+        }
+
+        /* The thread's two rows: position and query head. */
+        int pos_r[2], head_r[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            pos_r[r] = row_pos(p, g.m0 + row_wg + 8 * r);
+            head_r[r] = row_head(p, g, g.m0 + row_wg + 8 * r);
+        }
+        if (p.num_splits > 1) {
+            /* fp32 partials for the shared combine kernel:
+             * o_accum [split][b*Hq+h][seqlen_q][D], lse_accum [split][b*Hq+h][seqlen_q]. */
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                if (pos_r[r] >= g.sq) continue;
+                const int64_t plane =
+                    (((int64_t)g.split * p.batch + g.b) * p.heads_q + head_r[r]) * p.seqlen_q + pos_r[r];
+                float *dst = p.o_accum + plane * C::D + col_t;
+#pragma unroll
+                for (int j = 0; j < C::D / 8; ++j)
+                    *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(O[4 * j + 2 * r], O[4 * j + 2 * r + 1]);
+                if ((lane & 3) == 0) p.lse_accum[plane] = lse[r];
+            }
+        } else {
+            if (p.lse && (lane & 3) == 0) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (pos_r[r] < g.sq)
+                        p.lse[g.b * p.lse_batch_stride + head_r[r] * p.lse_head_stride +
+                              (int64_t)(g.q_off + pos_r[r]) * p.lse_row_stride] = lse[r];
+            }
+            uint16_t *o16 = reinterpret_cast<uint16_t *>(p.o) + g.b * p.o_batch_stride;
+            if (!work) {
+                /* No KV block: zeros straight from registers (the Q buffer may
+                 * already hold the next tile's Q, so no staging here). */
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    if (pos_r[r] >= g.sq) continue;
+                    uint16_t *dst = o16 + (int64_t)(g.q_off + pos_r[r]) * p.o_row_stride +
+                                    head_r[r] * p.o_head_stride + col_t;
+#pragma unroll
+                    for (int j = 0; j < C::D / 8; ++j) {
+                        dst[8 * j] = 0;
+                        dst[8 * j + 1] = 0;
+                    }
+                }
+            } else {
+                /* Stage the 16-bit tile in this warpgroup's rows of the Q buffer
+                 * (its last S GEMM has completed in every warp once all four
+                 * reach the barrier), then write full 16-byte row chunks. */
+                bar_sync(kBarEpi + cw, 128);
+                /* An opaque copy of the thread index: without it the compiler
+                 * hoists the D/4 per-thread staging addresses out of the tile
+                 * loop and keeps them live across the main loop (spills at
+                 * head_dim 192/256). */
+                int etid = tid;
+                asm volatile("" : "+r"(etid));
+                const int e_row = 64 * cw + 16 * (etid >> 5) + ((etid & 31) >> 2);
+                const int e_col = 2 * (etid & 3);
+#pragma unroll
+                for (int j = 0; j < C::D / 8; ++j) {
+                    const int col = 8 * j + e_col;
+                    const uint32_t pan = (uint32_t)(col / C::PW) * (C::BM * C::SW);
+                    const uint32_t cb = (uint32_t)(col % C::PW) * 2;
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const uint32_t off = C::OFF_Q + pan + (uint32_t)(e_row + 8 * r) * C::SW + cb;
+                        *reinterpret_cast<uint32_t *>(smem + swz<C::SW>(off)) =
+                            pack2<kBF16>(O[4 * j + 2 * r], O[4 * j + 2 * r + 1]);
+                    }
+                }
+                bar_sync(kBarEpi + cw, 128);
+                constexpr int CPR = C::D / 8;  /* 16-byte chunks per row */
+                constexpr int CPP = C::PW / 8; /* 16-byte chunks per panel row */
+#pragma unroll
+                for (int it = 0; it < 64 * CPR / 128; ++it) {
+                    const int i = etid + 128 * it;
+                    const int lr = i / CPR;
+                    const int cc = i - lr * CPR;
+                    const int R = g.m0 + 64 * cw + lr;
+                    const int pos = row_pos(p, R);
+                    if (pos < g.sq) {
+                        const uint32_t off = C::OFF_Q + (uint32_t)(cc / CPP) * (C::BM * C::SW) +
+                                             (uint32_t)(64 * cw + lr) * C::SW + (uint32_t)(cc % CPP) * 16;
+                        const uint4 v = *reinterpret_cast<const uint4 *>(smem + swz<C::SW>(off));
+                        uint16_t *dst = o16 + (int64_t)(g.q_off + pos) * p.o_row_stride +
+                                        row_head(p, g, R) * p.o_head_stride + cc * 8;
+                        if (p.o_vec_ok) {
+                            *reinterpret_cast<uint4 *>(dst) = v;
+                        } else {
+                            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                dst[2 * e] = (uint16_t)(w[e] & 0xffffu);
+                                dst[2 * e + 1] = (uint16_t)(w[e] >> 16);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if (work) {
+            /* Hand the Q buffer back: our generic reads/writes of it come
+             * before the next TMA (async proxy) write into it. */
+            fence_proxy_async();
+            mbar_arrive(bars.q_empty());
+            ++q_iter;
+        }
+    }
+}
+
+/* ---- the kernel --------------------------------------------------------------------- */
+template <int kCfg, bool kBF16>
+__global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
+{
+    using C = Cfg<kCfg>;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    uint8_t *smem = smem_raw + (base - raw);
+    Bars<C> bars;
+    bars.base = base + C::OFF_BAR;
+
+#if defined(FC_SM90_DEBUG) && FC_SM90_DEBUG
+    {
+        uint32_t dyn;
+        asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(dyn));
+        FC90_ASSERT(dyn >= (uint32_t)C::SMEM);
+        FC90_ASSERT(blockDim.x == (unsigned)C::THREADS);
+    }
+#endif
+
+    if (threadIdx.x == 0) {
+        mbar_init(bars.q_full(), 1);
+        mbar_init(bars.q_empty(), C::CONSUMERS);
+#pragma unroll
+        for (int s = 0; s < C::ST; ++s) {
+            mbar_init(bars.k_full(s), 1);
+            mbar_init(bars.k_empty(s), C::CONSUMERS);
+            mbar_init(bars.v_full(s), 1);
+            mbar_init(bars.v_empty(s), C::CONSUMERS);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    /* Warp-uniform role (shfl makes it provably uniform to the compiler). */
+    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+    if (wg == 0) {
+        if (C::SETMAXNREG) reg_dealloc<FC_SM90_PRODUCER_REGS>();
+        if (threadIdx.x == 0) producer<C>(p, base, bars);
+    } else {
+        if (C::SETMAXNREG) reg_alloc<FC_SM90_CONSUMER_REGS>();
+        /* With one consumer warpgroup its index is the constant 0, which
+         * keeps the named-barrier ids compile-time. */
+        consumer<C, kBF16>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
+    }
+}
+
+template <int kCfg, bool kBF16>
+static fc_status launch(const fc_sm90_params *prm, int grid, cudaStream_t stream, char *err, size_t err_len)
+{
+    using C = Cfg<kCfg>;
+    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "sm90 forward (config %d): cudaFuncSetAttribute(%d bytes of shared memory): %s",
+                 kCfg, C::SMEM, cudaGetErrorString(e));
+        return FC_ERR_CUDA;
+    }
+    kern<<<grid, C::THREADS, C::SMEM, stream>>>(*prm);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "sm90 forward (config %d): kernel launch (%d CTAs x %d threads, %d B smem): %s",
+                 kCfg, grid, C::THREADS, C::SMEM, cudaGetErrorString(e));
+        return FC_ERR_CUDA;
+    }
+    return FC_OK;
+}
+
+} /* namespace fc90 */
+
+/* One launcher per (config, dtype): the only symbols a kernel TU exports.
+ * tag is bf16 or f16, is_bf16 the matching 1/0. */
+#define FC_SM90_DEFINE_LAUNCHER(cfg, dim, tag, is_bf16)                                            \
+    static_assert(fc90::kTiles[cfg].head_dim == (dim), "config " #cfg " is not head_dim " #dim);   \
+    fc_status fc_sm90_launch_##cfg##_##tag(const fc_sm90_params *prm, int grid, cudaStream_t s,   \
+                                           char *err, size_t len)                                \
+    {                                                                                              \
+        return fc90::launch<cfg, (is_bf16) != 0>(prm, grid, s, err, len);                         \
+    }
+
+#endif /* FC_SM90_FWD_KERNEL_CUH */

@@ -1,0 +1,383 @@
+/*
+ * plan.cu -- the Hopper path's planner and launcher: fc_sm90_plan (can this
+ * path run p on dev, with which config), fc_sm90_tile_shape (for the split-KV
+ * choice in dispatch.c) and fc_sm90_forward (tensor maps + launch).
+ *
+ * Everything that can make the launch impossible (device, dtype, head_dim,
+ * layouts TMA cannot express, shared memory) is decided in fc_sm90_plan, so
+ * that dispatch can fall back to the sm80 path with the reason in hand.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/sm90/sm90.h"
+#include "cuda/sm90/tiles.cuh"
+
+#ifndef FC_SM90_SIMPLE
+#define FC_SM90_SIMPLE 0
+#endif
+
+namespace {
+
+const fc_sm90_tile k_tiles[FC_SM90_NUM_TILES] = {FC_SM90_TILE_TABLE};
+
+struct Launchers {
+    fc_sm90_launch_fn bf16, f16;
+};
+const Launchers k_launch[FC_SM90_NUM_TILES] = {
+    {fc_sm90_launch_0_bf16, fc_sm90_launch_0_f16}, {fc_sm90_launch_1_bf16, fc_sm90_launch_1_f16},
+    {fc_sm90_launch_2_bf16, fc_sm90_launch_2_f16}, {fc_sm90_launch_3_bf16, fc_sm90_launch_3_f16},
+    {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
+    {fc_sm90_launch_6_bf16, fc_sm90_launch_6_f16}, {fc_sm90_launch_7_bf16, fc_sm90_launch_7_f16},
+};
+static_assert(sizeof k_launch / sizeof k_launch[0] == FC_SM90_NUM_TILES, "one launcher pair per config");
+
+/* "64, 96, 128, 192, 256": the head dims of the table, in order, once each. */
+void head_dim_list(char *buf, size_t len)
+{
+    buf[0] = '\0';
+    size_t used = 0;
+    for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
+        int seen = 0;
+        for (int j = 0; j < i; ++j) seen |= k_tiles[j].head_dim == k_tiles[i].head_dim;
+        if (seen) continue;
+        int n = snprintf(buf + used, len - used, "%s%d", used ? ", " : "", k_tiles[i].head_dim);
+        if (n < 0 || (size_t)n >= len - used) break;
+        used += (size_t)n;
+    }
+}
+
+/* A 16-bit tensor view TMA can load: 16-byte aligned base; every stride of a
+ * dimension with more than one index a positive multiple of 8 elements
+ * (16 bytes) below 2^40 bytes. Size-1 dimensions never step, so their stride
+ * does not matter. */
+bool tma_layout_ok(const char *name, const void *ptr, const int64_t stride[3], const int64_t size[3],
+                   char *why, size_t why_len)
+{
+    static const char *const dim_name[3] = {"row", "head", "batch"};
+    if (((uintptr_t)ptr & 15) != 0) {
+        snprintf(why, why_len,
+                 "%s at %p is not 16-byte aligned: the sm90 kernels load it with TMA (use the sm80 path)",
+                 name, ptr);
+        return false;
+    }
+    for (int i = 0; i < 3; ++i) {
+        if (size[i] <= 1) continue;
+        const int64_t s = stride[i];
+        if (s <= 0 || s % 8 != 0 || s >= (int64_t)1 << 39) {
+            snprintf(why, why_len,
+                     "%s %s stride %lld elements (%lld bytes) is not a positive multiple of 16 bytes: "
+                     "the sm90 kernels load it with TMA (use the sm80 path)",
+                     name, dim_name[i], (long long)s, (long long)(2 * s));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Strides in bytes for the n outer dims of a tensor map; a size-1 dimension
+ * gets a harmless 16-byte-multiple stand-in (the caller's value may be
+ * anything, it is never stepped). */
+void map_strides(const int64_t *stride, const int64_t *size, int n, int head_dim, uint64_t *out)
+{
+    uint64_t fill = (uint64_t)head_dim * 2;
+    for (int i = 0; i < n; ++i)
+        if (size[i] > 1 && (uint64_t)stride[i] * 2 > fill) fill = (uint64_t)stride[i] * 2;
+    fill = (fill + 15) & ~(uint64_t)15;
+    for (int i = 0; i < n; ++i) out[i] = size[i] > 1 ? (uint64_t)stride[i] * 2 : fill;
+}
+
+/* Pack-GQA (the ratio query heads that share a KV head as rows of one
+ * tile): when it cuts the row tiles by >= 10% (decode-like shapes, where a
+ * tile of 128 positions would hold 1 real row). ratio must divide block_m so
+ * that a tile covers whole position groups. Returns log2(ratio), or 0. */
+int pack_shift_for(const fc_fwd_params *p, int block_m)
+{
+    const int ratio = p->heads_q / p->heads_kv;
+    if (ratio <= 1 || (ratio & (ratio - 1)) != 0 || block_m % ratio != 0) return 0;
+    const int64_t plain = (int64_t)ratio * ((p->seqlen_q + block_m - 1) / block_m);
+    const int64_t packed = ((int64_t)p->seqlen_q * ratio + block_m - 1) / block_m;
+    if (10 * plain < 11 * packed) return 0;
+    int shift = 0;
+    while ((1 << shift) < ratio) ++shift;
+    return shift;
+}
+
+int64_t row_tiles(const fc_fwd_params *p, int block_m, int shift)
+{
+    const int64_t rows = (int64_t)p->seqlen_q << shift;
+    return (int64_t)p->batch * (p->heads_q >> shift) * ((rows + block_m - 1) / block_m);
+}
+
+/* The config for p: the mask-specific big entry of its head_dim if there is
+ * one, else the generic one; the 64-row entry instead when the big tiles
+ * would leave more than half of the SMs idle (split-KV can then still add
+ * CTAs along the keys) or hold at most 64 real rows. -1: head_dim not
+ * built. *shift: pack-GQA. */
+int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
+{
+    const bool masked = p->window_left >= 0 || p->window_right >= 0;
+    int any = -1, specific = -1, small = -1;
+    for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
+        if (k_tiles[i].head_dim != p->head_dim) continue;
+        if (k_tiles[i].small) {
+            if (small < 0) small = i;
+            continue;
+        }
+        if (k_tiles[i].use == 0 && any < 0) any = i;
+        if (k_tiles[i].use == (masked ? 1 : 2) && specific < 0) specific = i;
+    }
+    int cfg = specific >= 0 ? specific : any;
+    if (cfg < 0) cfg = small;
+    if (cfg < 0) return -1;
+    *shift = pack_shift_for(p, k_tiles[cfg].block_m);
+    /* Small grid, or rows that fill at most one 64-row tile per head unit
+     * (decode, also after pack-GQA): the 128-row tile would be mostly
+     * padding, computed at full cost. */
+    const bool few_tiles = 2 * row_tiles(p, k_tiles[cfg].block_m, *shift) <= dev->sm_count;
+    const bool short_rows = ((int64_t)p->seqlen_q << *shift) <= 64;
+    if (small >= 0 && cfg != small && (few_tiles || short_rows)) {
+        cfg = small;
+        *shift = pack_shift_for(p, k_tiles[cfg].block_m);
+    }
+#if defined(FC_SM90_NO_PACK_GQA) && FC_SM90_NO_PACK_GQA
+    *shift = 0;
+#endif
+    return cfg;
+}
+
+bool pingpong_on(const fc_sm90_tile &t) { return t.pingpong && t.wgs > 1 && !FC_SM90_SIMPLE; }
+bool overlap_on(const fc_sm90_tile &t) { return t.overlap && !FC_SM90_SIMPLE; }
+
+} /* namespace */
+
+void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
+{
+    if (config < 0 || config >= FC_SM90_NUM_TILES) {
+        *block_m = *block_n = 1;
+        return;
+    }
+    *block_m = k_tiles[config].block_m;
+    *block_n = k_tiles[config].block_n;
+}
+
+fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
+                       char *why, size_t why_len)
+{
+    if (dev->cc_major != 9 || dev->cc_minor != 0) {
+        snprintf(why, why_len, "the sm90 kernels need an sm_90 device (wgmma/TMA); %s is sm_%d%d",
+                 dev->name, dev->cc_major, dev->cc_minor);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
+        snprintf(why, why_len, "dtype %s is not supported by the sm90 kernels: supported f16, bf16",
+                 p->dtype == FC_DTYPE_F32 ? "f32" : "fp8");
+        return FC_ERR_UNSUPPORTED;
+    }
+    int shift = 0;
+    const int cfg = pick_config(p, dev, &shift);
+    if (cfg < 0) {
+        char list[64];
+        head_dim_list(list, sizeof list);
+        snprintf(why, why_len, "head_dim %d is not supported by the sm90 kernels: supported %s",
+                 (int)p->head_dim, list);
+        return FC_ERR_UNSUPPORTED;
+    }
+    const fc_sm90_tile &t = k_tiles[cfg];
+    if (!(p->scale > 0.0f) && p->softcap == 0.0f) {
+        snprintf(why, why_len,
+                 "scale %g <= 0 is not supported by the sm90 kernels (their softmax takes the row max of "
+                 "q.k, which is the max of scale*q.k only for scale > 0)",
+                 (double)p->scale);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if ((p->cu_seqlens_q == NULL) != (p->cu_seqlens_k == NULL)) {
+        snprintf(why, why_len, "the sm90 kernels need both cu_seqlens_q and cu_seqlens_k, or neither");
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->heads_kv <= 0 || p->heads_q % p->heads_kv != 0) {
+        snprintf(why, why_len, "heads_q %d is not a multiple of heads_kv %d", (int)p->heads_q,
+                 (int)p->heads_kv);
+        return FC_ERR_INVALID_ARGUMENT;
+    }
+    const int need_smem = FC_SM90_SMEM_BYTES(t);
+    if (dev->smem_optin < need_smem) {
+        snprintf(why, why_len,
+                 "the sm90 kernel for head_dim %d needs %d bytes of shared memory per block; %s allows %lld",
+                 (int)p->head_dim, need_smem, dev->name, (long long)dev->smem_optin);
+        return FC_ERR_UNSUPPORTED;
+    }
+
+    /* TMA-expressible layouts. Varlen tensors have no batch dimension. */
+    const bool varlen = p->cu_seqlens_q != NULL;
+    const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
+    const int64_t nb = varlen ? 1 : p->batch;
+    if (rows_q >= ((int64_t)1 << 31) - 256 || rows_k >= ((int64_t)1 << 31) - 256) {
+        snprintf(why, why_len, "%lld query / %lld key rows: the sm90 kernels address rows with int32 TMA "
+                 "coordinates (limit 2^31 - 256)", (long long)rows_q, (long long)rows_k);
+        return FC_ERR_UNSUPPORTED;
+    }
+    {
+        const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
+        const int64_t qn[3] = {rows_q, p->heads_q, nb};
+        if (!tma_layout_ok("q", p->q, qs, qn, why, why_len)) return FC_ERR_UNSUPPORTED;
+        if (rows_k > 0) {
+            const int64_t kn[3] = {rows_k, p->heads_kv, nb};
+            const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
+            const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
+            if (!tma_layout_ok("k", p->k, ks, kn, why, why_len)) return FC_ERR_UNSUPPORTED;
+            if (!tma_layout_ok("v", p->v, vs, kn, why, why_len)) return FC_ERR_UNSUPPORTED;
+        }
+    }
+    if (row_tiles(p, t.block_m, shift) * 64 /* max splits */ >= ((int64_t)1 << 31) ||
+        ((int64_t)p->seqlen_q << shift) >= ((int64_t)1 << 31)) {
+        snprintf(why, why_len, "%lld query tiles exceed the sm90 scheduler's int32 tile index",
+                 (long long)row_tiles(p, t.block_m, shift));
+        return FC_ERR_UNSUPPORTED;
+    }
+
+    choice->config = cfg;
+    choice->pack_gqa = shift > 0;
+    snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s",
+             p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
+             pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", shift > 0 ? "_packgqa" : "");
+    return FC_OK;
+}
+
+fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
+                          void *stream, char *err, size_t err_len)
+{
+    if (choice->config < 0 || choice->config >= FC_SM90_NUM_TILES ||
+        k_tiles[choice->config].head_dim != p->head_dim ||
+        (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)) {
+        snprintf(err, err_len, "sm90 forward: config %d does not fit head_dim %d / dtype %d (planner bug)",
+                 (int)choice->config, (int)p->head_dim, (int)p->dtype);
+        return FC_ERR_INTERNAL;
+    }
+    const fc_sm90_tile &t = k_tiles[choice->config];
+    const bool bf16 = p->dtype == FC_DTYPE_BF16;
+    const bool varlen = p->cu_seqlens_q != NULL;
+    const int splits = p->num_splits > 1 ? p->num_splits : 1;
+    if (splits > 1 && (!p->o_accum || !p->lse_accum)) {
+        snprintf(err, err_len, "sm90 forward: %d splits without a workspace (launcher bug)", splits);
+        return FC_ERR_INTERNAL;
+    }
+
+    const int ratio = p->heads_q / p->heads_kv;
+    int shift = 0;
+    if (choice->pack_gqa) {
+        while ((1 << shift) < ratio) ++shift;
+        if ((1 << shift) != ratio || t.block_m % ratio != 0) {
+            snprintf(err, err_len, "sm90 forward: pack-GQA with %d query heads per KV head (planner bug)", ratio);
+            return FC_ERR_INTERNAL;
+        }
+    }
+    const int64_t m_blocks = (((int64_t)p->seqlen_q << shift) + t.block_m - 1) / t.block_m;
+    const int64_t head_units = p->heads_q >> shift;
+    const int64_t units = (int64_t)p->batch * head_units * splits;
+    const int64_t tiles = units * m_blocks;
+    if (tiles == 0) return FC_OK; /* no query row anywhere */
+    if (tiles >= ((int64_t)1 << 31)) {
+        snprintf(err, err_len, "sm90 forward: %lld tiles exceed the int32 tile index", (long long)tiles);
+        return FC_ERR_UNSUPPORTED;
+    }
+
+    fc_sm90_params prm;
+    memset(&prm, 0, sizeof prm);
+
+    /* Tensor maps (sm90.h): Q 5-d with the packed head group, K/V 4-d. */
+    const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
+    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
+    const int64_t nb = varlen ? 1 : p->batch;
+    const uint32_t pw = (uint32_t)t.swz / 2;
+    {
+        const int64_t r = (int64_t)1 << shift;
+        const int64_t s4[4] = {p->q_head_stride, p->q_head_stride * r, p->q_row_stride, p->q_batch_stride};
+        const int64_t n4[4] = {r, head_units, rows_q, nb};
+        uint64_t sb[4];
+        map_strides(s4, n4, 4, p->head_dim, sb);
+        const uint64_t dims[5] = {(uint64_t)p->head_dim, (uint64_t)r, (uint64_t)head_units, (uint64_t)rows_q,
+                                  (uint64_t)nb};
+        const uint32_t box[5] = {pw, (uint32_t)r, 1, (uint32_t)(t.block_m >> shift), 1};
+        fc_status st = fc_sm90_encode_map(&prm.tm_q, "sm90 forward: q", p->q, bf16, 5, dims, sb, box, t.swz,
+                                          err, err_len);
+        if (st) return st;
+    }
+    {
+        /* With no key at all nothing is ever loaded from K/V; the maps then
+         * describe q (a valid address) so that encoding cannot fail on a
+         * NULL or zero-sized tensor. */
+        const bool none = rows_k == 0;
+        const int64_t hk = none ? p->heads_q : p->heads_kv;
+        const int64_t rk = none ? rows_q : rows_k;
+        const int64_t n[3] = {rk, hk, nb};
+        const uint64_t dims[4] = {(uint64_t)p->head_dim, (uint64_t)rk, (uint64_t)hk, (uint64_t)nb};
+        const uint32_t box[4] = {pw, (uint32_t)t.block_n, 1, 1};
+        const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
+        const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
+        const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
+        uint64_t sb[3];
+        map_strides(none ? qs : ks, n, 3, p->head_dim, sb);
+        fc_status st = fc_sm90_encode_map(&prm.tm_k, "sm90 forward: k", none ? p->q : p->k, bf16, 4, dims, sb,
+                                          box, t.swz, err, err_len);
+        if (st) return st;
+        map_strides(none ? qs : vs, n, 3, p->head_dim, sb);
+        st = fc_sm90_encode_map(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, 4, dims, sb, box, t.swz,
+                                err, err_len);
+        if (st) return st;
+    }
+
+    prm.o = p->o;
+    prm.lse = p->lse;
+    prm.o_accum = splits > 1 ? p->o_accum : NULL;
+    prm.lse_accum = splits > 1 ? p->lse_accum : NULL;
+    prm.cu_q = p->cu_seqlens_q;
+    prm.cu_k = p->cu_seqlens_k;
+    prm.o_batch_stride = varlen ? 0 : p->o_batch_stride;
+    prm.o_row_stride = p->o_row_stride;
+    prm.o_head_stride = p->o_head_stride;
+    prm.lse_batch_stride = varlen ? 0 : p->lse_batch_stride;
+    prm.lse_head_stride = p->lse_head_stride;
+    prm.lse_row_stride = p->lse_row_stride;
+    prm.batch = p->batch;
+    prm.heads_q = p->heads_q;
+    prm.hq_per_kv = ratio;
+    prm.head_units = (int32_t)head_units;
+    prm.pack_shift = shift;
+    prm.seqlen_q = p->seqlen_q;
+    prm.seqlen_k = p->seqlen_k;
+    prm.window_left = p->window_left;
+    prm.window_right = p->window_right;
+    const float log2e = 1.4426950408889634f;
+    if (p->softcap > 0.0f) {
+        prm.softcap_in = p->scale / p->softcap;
+        prm.softcap_out = p->softcap;
+        prm.scale_log2 = log2e;
+    } else {
+        prm.scale_log2 = p->scale * log2e;
+    }
+    prm.num_splits = splits;
+    prm.num_m_blocks = (int32_t)m_blocks;
+    prm.num_units = (int32_t)units;
+    prm.num_tiles = (int32_t)tiles;
+    prm.longest_first = p->window_right >= 0 && p->window_left < 0;
+    {
+        /* L2 sections for the longest-first order: as many KV heads as fill
+         * half the L2 (K and V of one KV head of one sequence each), times the
+         * units that share one. */
+        const int64_t kv_head_bytes = (int64_t)(p->seqlen_k > 0 ? p->seqlen_k : 1) * p->head_dim * 2 * 2;
+        int64_t kv_heads = dev->l2_bytes > 0 ? (dev->l2_bytes / 2) / kv_head_bytes : 1;
+        if (kv_heads < 1) kv_heads = 1;
+        int64_t group = kv_heads * (ratio >> shift) * splits;
+        if (group > units) group = units;
+        prm.l2_group = (int32_t)group;
+    }
+    prm.o_vec_ok = ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
+                   (varlen || p->batch <= 1 || p->o_batch_stride % 8 == 0);
+
+    int grid = dev->sm_count > 0 ? dev->sm_count : 1;
+    if ((int64_t)grid > tiles) grid = (int)tiles;
+    const Launchers &l = k_launch[choice->config];
+    return (bf16 ? l.bf16 : l.f16)(&prm, grid, (cudaStream_t)stream, err, err_len);
+}

@@ -1,0 +1,84 @@
+/*
+ * sm90.h -- what crosses between the Hopper planner/launcher (plan.cu, tma.cu)
+ * and the kernel translation units (fwd_<dtype>_d<dim>.cu). CUDA-only.
+ *
+ * fc_sm90_params is the kernel's only argument (passed by value as a
+ * __grid_constant__, so the TMA tensor maps inside it live in parameter
+ * space, where cp.async.bulk.tensor may read them).
+ */
+#ifndef FC_SM90_H
+#define FC_SM90_H
+
+#include <cuda.h> /* CUtensorMap (type only: the encoder is fetched at run time) */
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+typedef struct fc_sm90_params {
+    /* Q: dims {head_dim, ratio, heads_q/ratio, rows, batch}, box {swz/2,
+     * ratio, 1, block_m/ratio, 1} with ratio = 1 << pack_shift (1 without
+     * pack-GQA). K, V: dims {head_dim, rows, heads_kv, batch}, box {swz/2,
+     * block_n, 1, 1}. Dense rows = seqlen_q/k; varlen rows = total_q/k and
+     * batch = 1. */
+    CUtensorMap tm_q, tm_k, tm_v;
+
+    void *o;          /* 16-bit output, strides below (elements)            */
+    float *lse;       /* NULL: not requested                               */
+    float *o_accum;   /* split-KV partials (num_splits > 1), else NULL      */
+    float *lse_accum;
+    const int32_t *cu_q, *cu_k; /* varlen offsets (device) or NULL           */
+
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+
+    int32_t batch, heads_q, hq_per_kv;
+    int32_t head_units; /* heads_q, or heads_kv with pack-GQA              */
+    int32_t pack_shift; /* log2 of the query heads packed per tile row group (0: off) */
+    int32_t seqlen_q, seqlen_k; /* dense sizes; varlen: the maxima          */
+    int32_t window_left, window_right; /* -1 = unbounded, causal folded in  */
+
+    float scale_log2;  /* log2(e) * scale; log2(e) when softcap is on       */
+    float softcap_in;  /* scale / softcap, 0 = off                          */
+    float softcap_out; /* softcap                                           */
+
+    int32_t num_splits;
+    int32_t num_m_blocks;  /* ceil((seqlen_q << pack_shift) / block_m)      */
+    int32_t num_units;     /* batch * head_units * num_splits               */
+    int32_t num_tiles;     /* num_units * num_m_blocks                      */
+    int32_t l2_group;      /* units per L2 section (longest-first order)     */
+    int32_t longest_first; /* 1: visit tiles by decreasing work (causal)    */
+    int32_t o_vec_ok;      /* 1: o and its strides allow 16-byte stores     */
+} fc_sm90_params;
+
+/* One launcher per (config, dtype), defined in the kernel TUs. Sets the
+ * dynamic shared-memory attribute, launches `grid` persistent CTAs on stream
+ * and checks the launch error. */
+typedef fc_status (*fc_sm90_launch_fn)(const fc_sm90_params *prm, int grid, cudaStream_t stream,
+                                       char *err, size_t err_len);
+
+#define FC_SM90_DECLARE_LAUNCHER(cfg)                                                        \
+    fc_status fc_sm90_launch_##cfg##_bf16(const fc_sm90_params *, int, cudaStream_t, char *, \
+                                          size_t);                                          \
+    fc_status fc_sm90_launch_##cfg##_f16(const fc_sm90_params *, int, cudaStream_t, char *,  \
+                                         size_t);
+FC_SM90_DECLARE_LAUNCHER(0)
+FC_SM90_DECLARE_LAUNCHER(1)
+FC_SM90_DECLARE_LAUNCHER(2)
+FC_SM90_DECLARE_LAUNCHER(3)
+FC_SM90_DECLARE_LAUNCHER(4)
+FC_SM90_DECLARE_LAUNCHER(5)
+FC_SM90_DECLARE_LAUNCHER(6)
+FC_SM90_DECLARE_LAUNCHER(7)
+
+/* tma.cu: encode a rank-4 or rank-5 tiled tensor map of 16-bit elements.
+ * dims/box innermost first (rank entries); strides in bytes for dims
+ * 1..rank-1. Fails with FC_ERR_UNSUPPORTED (layout TMA cannot express) or
+ * FC_ERR_CUDA (driver entry point missing, encode error) and a message
+ * naming `what`. */
+fc_status fc_sm90_encode_map(CUtensorMap *map, const char *what, const void *base, int bf16, int rank,
+                             const uint64_t *dims, const uint64_t *strides_bytes, const uint32_t *box,
+                             int swizzle_bytes, char *err, size_t err_len);
+
+#endif /* FC_SM90_H */

@@ -1,0 +1,93 @@
+/*
+ * tiles.cuh -- THE table of Hopper forward-kernel configurations. Host code
+ * (plan.cu) picks an index; each kernel TU instantiates the entries of its
+ * head_dim. Every limit a row must respect is written here once.
+ *
+ * CTA = 1 producer warpgroup (TMA) + `wgs` consumer warpgroups of 64 query
+ * rows each: block_m = 64 * wgs. With 2 consumer warpgroups the CTA has 384
+ * threads; __launch_bounds__(384, 1) caps the entry allocation at
+ * 65536 / 384 = 168 registers, then setmaxnreg moves registers from the
+ * producer (dec to 24) to the consumers (inc to 240):
+ *     128 * 24 + 256 * 240 = 64512 = 384 * 168     (what the CTA owns)
+ *
+ * Consumer register budget (240 per thread), per 64-row warpgroup, fp32:
+ *     S accumulator   block_n / 2        (64 x block_n over 128 threads)
+ *     P fragments     block_n / 4        (16-bit pairs; live together with S
+ *                                         in the intra-warpgroup overlap)
+ *     O accumulator   head_dim / 2
+ *     + ~30 for addresses, row max/sum, mask limits, loop state.
+ *
+ * Shared memory (dynamic, 1024-aligned, H100/H200 opt-in limit 227 KB =
+ * 232448 B, checked against the device at plan time):
+ *     Q           block_m * head_dim * 2
+ *     K, V ring   stages * 2 * block_n * head_dim * 2
+ *     + 1024 alignment slack + barriers (256 B)
+ *
+ * Swizzle: 128-byte (rows of 64 16-bit elements) when head_dim % 64 == 0;
+ * head_dim 96 uses 64-byte swizzle (rows of 32), because a wgmma MN-major
+ * 128B operand needs N (= head_dim for P.V) to be a multiple of 64. With
+ * swizzle the TMA box inner extent must be <= the swizzle span, so each
+ * tile is loaded as head_dim / (swz/2) column panels; box rows <= 256.
+ *
+ * Starting point: FlashAttention-3's published 16-bit choices (HOPPER-NOTES
+ * section 2), restricted to 2 consumer warpgroups:
+ *   d64   FA3 192x192 / causal 192x128 with 3 WGs. Here 128x128 (2 WGs).
+ *   d96   FA3 192x144. Here 128x128, 64B swizzle.
+ *   d128  FA3 128x176 non-causal, 128x128 causal/local: same.
+ *   d192  FA3 128x112 (V head_dim 192): same; 128x128 would need 240 KB.
+ *   d256  FA3 128x80: same; Q 64 KB + 2 stages * 80 KB = 224 KB.
+ * Pingpong (named-barrier alternation of the two consumer warpgroups) for
+ * head_dim <= 128 as FA3; intra-warpgroup overlap everywhere.
+ *
+ * Small problems (e.g. B=1, H=8, S=512: 32 tiles of 128 rows for 132 SMs):
+ * plan.cu switches to a 64-row entry (1 consumer warpgroup, 256 threads,
+ * up to 255 registers without setmaxnreg, 1 CTA/SM) when the 128-row grid
+ * would occupy at most half of the SMs; dispatch may add split-KV on top.
+ * Decode-like GQA shapes fold the query heads of a KV head into the rows
+ * (pack-GQA, plan.cu), which needs ratio | block_m.
+ */
+#ifndef FC_SM90_TILES_CUH
+#define FC_SM90_TILES_CUH
+
+typedef struct fc_sm90_tile {
+    int head_dim;
+    int block_m;   /* 64 * wgs                                                 */
+    int block_n;   /* multiple of 16 (P.V k-steps), <= 256 (wgmma N, TMA box)  */
+    int wgs;       /* consumer warpgroups                                      */
+    int stages;    /* K/V ring depth                                           */
+    int swz;       /* swizzle bytes: 128 or 64                                 */
+    int pingpong;  /* 1: consumer warpgroups alternate GEMMs on named barriers */
+    int overlap;   /* 1: issue S(j+1) before the softmax of block j            */
+    int use;       /* 0: any mask, 1: only with a causal/local mask,
+                    * 2: only without (plan.cu prefers the specific entry)  */
+    int small;     /* 1: 64-row variant, chosen when the 128-row grid would
+                    * occupy less than half of the SMs (few heads/rows)     */
+} fc_sm90_tile;
+
+/*                      d    M    N  wg st swz pp ov use sm    S+P+O regs   smem (Q + ring)  */
+#define FC_SM90_TILE_TABLE                                                                        \
+    {64, 128, 128, 2, 2, 128, 1, 1, 0, 0},  /* 0: 64+32+32=128;  16K+2*32K = 80 KB       */  \
+    {96, 128, 128, 2, 2, 64, 1, 1, 0, 0},   /* 1: 64+32+48=144;  24K+2*48K = 120 KB      */  \
+    {128, 128, 128, 2, 2, 128, 1, 1, 1, 0}, /* 2: 64+32+64=160;  32K+2*64K = 160 KB      */  \
+    {128, 128, 176, 2, 2, 128, 1, 1, 2, 0}, /* 3: 88+44+64=196;  32K+2*88K = 208 KB      */  \
+    {192, 128, 112, 2, 2, 128, 0, 1, 0, 0}, /* 4: 56+28+96=180;  48K+2*84K = 216 KB      */  \
+    {256, 128, 80, 2, 2, 128, 0, 1, 0, 0},  /* 5: 40+20+128=188; 64K+2*80K = 224 KB      */  \
+    {64, 64, 128, 1, 2, 128, 0, 1, 0, 1},   /* 6: small;  8K+2*32K = 72 KB, <=255 regs   */  \
+    {128, 64, 128, 1, 2, 128, 0, 1, 0, 1},  /* 7: small; 16K+2*64K = 144 KB             */
+
+#define FC_SM90_NUM_TILES 8
+
+/* Registers after setmaxnreg, per thread (see the budget above); only the
+ * 2-warpgroup configs use setmaxnreg. A 1-warpgroup CTA (256 threads) may
+ * use 255 registers per thread without it. */
+#define FC_SM90_PRODUCER_REGS 24
+#define FC_SM90_CONSUMER_REGS 240
+
+/* Bytes of dynamic shared memory a config needs (the kernel's own layout in
+ * fwd_kernel.cuh must match: Q, K stages, V stages, barriers). */
+#define FC_SM90_BARRIER_BYTES 256
+#define FC_SM90_SMEM_BYTES(t)                                                                 \
+    (1024 + (t).block_m * (t).head_dim * 2 + 2 * (t).stages * (t).block_n * (t).head_dim * 2 + \
+     FC_SM90_BARRIER_BYTES)
+
+#endif /* FC_SM90_TILES_CUH */

@@ -1,0 +1,125 @@
+/*
+ * tma.cu -- host side of TMA: building CUtensorMap descriptors.
+ *
+ * cuTensorMapEncodeTiled is a driver API function. FlashCore links only the
+ * CUDA runtime (no -lcuda), so the function is fetched at run time through
+ * cudaGetDriverEntryPointByVersion, pinned to the 12.0 ABI of the call.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled_v12000 */
+
+#include "cuda/sm90/sm90.h"
+
+namespace {
+
+struct Encoder {
+    PFN_cuTensorMapEncodeTiled_v12000 fn;
+    char why[160];
+};
+
+Encoder load_encoder()
+{
+    Encoder e;
+    e.fn = nullptr;
+    e.why[0] = '\0';
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t st = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                      cudaEnableDefault, &q);
+    if (st != cudaSuccess) {
+        snprintf(e.why, sizeof e.why, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled) failed: %s",
+                 cudaGetErrorString(st));
+        cudaGetLastError(); /* do not leave it as the sticky "last error" of the next launch */
+    } else if (q != cudaDriverEntryPointSuccess || !fn) {
+        snprintf(e.why, sizeof e.why,
+                 "the CUDA driver has no cuTensorMapEncodeTiled (query result %d): a 12.0+ driver is needed",
+                 (int)q);
+    } else {
+        e.fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }
+    return e;
+}
+
+/* C++ guarantees a thread-safe one-time initialisation of a local static. */
+const Encoder &encoder()
+{
+    static const Encoder e = load_encoder();
+    return e;
+}
+
+} /* namespace */
+
+fc_status fc_sm90_encode_map(CUtensorMap *map, const char *what, const void *base, int bf16, int rank,
+                             const uint64_t *dims, const uint64_t *strides_bytes, const uint32_t *box,
+                             int swizzle_bytes, char *err, size_t err_len)
+{
+    if (rank < 1 || rank > 5) {
+        snprintf(err, err_len, "%s: tensor map rank %d outside 1..5", what, rank);
+        return FC_ERR_INTERNAL;
+    }
+    /* The limits TMA imposes (cuTensorMapEncodeTiled documentation); checked
+     * here so that the message names the tensor instead of a bare
+     * CUDA_ERROR_INVALID_VALUE. plan.cu checks the user-visible ones first. */
+    if (((uintptr_t)base & 15) != 0) {
+        snprintf(err, err_len, "%s: base address %p is not 16-byte aligned (TMA)", what, base);
+        return FC_ERR_UNSUPPORTED;
+    }
+    for (int i = 0; i < rank; ++i) {
+        if (dims[i] == 0 || dims[i] > (1ull << 32)) {
+            snprintf(err, err_len, "%s: dimension %d of size %llu is outside TMA's 1..2^32", what, i,
+                     (unsigned long long)dims[i]);
+            return FC_ERR_UNSUPPORTED;
+        }
+        if (box[i] == 0 || box[i] > 256) {
+            snprintf(err, err_len, "%s: box dimension %d = %u is outside TMA's 1..256", what, i, box[i]);
+            return FC_ERR_INTERNAL;
+        }
+    }
+    for (int i = 0; i < rank - 1; ++i) {
+        if (strides_bytes[i] % 16 != 0 || strides_bytes[i] >= (1ull << 40)) {
+            snprintf(err, err_len,
+                     "%s: stride %d of %llu bytes is not a multiple of 16 below 2^40 (TMA)", what, i + 1,
+                     (unsigned long long)strides_bytes[i]);
+            return FC_ERR_UNSUPPORTED;
+        }
+    }
+    if (box[0] * 2 > (uint32_t)swizzle_bytes) {
+        snprintf(err, err_len, "%s: box inner extent %u B exceeds the %d-byte swizzle span", what,
+                 box[0] * 2, swizzle_bytes);
+        return FC_ERR_INTERNAL;
+    }
+    const Encoder &e = encoder();
+    if (!e.fn) {
+        snprintf(err, err_len, "%s: %s", what, e.why);
+        return FC_ERR_CUDA;
+    }
+    const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+    const CUtensorMapSwizzle swz =
+        swizzle_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+    memset(map, 0, sizeof *map);
+    CUresult r = e.fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                      (cuuint32_t)rank,
+                      const_cast<void *>(base), reinterpret_cast<const cuuint64_t *>(dims),
+                      reinterpret_cast<const cuuint64_t *>(strides_bytes),
+                      reinterpret_cast<const cuuint32_t *>(box), elem_strides,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, swz, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        char d[160] = "", s[160] = "", b[96] = "";
+        size_t ud = 0, us = 0, ub = 0;
+        for (int i = 0; i < rank; ++i) {
+            ud += (size_t)snprintf(d + ud, sizeof d - ud, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
+            ub += (size_t)snprintf(b + ub, sizeof b - ub, "%s%u", i ? ", " : "", box[i]);
+            if (i < rank - 1)
+                us += (size_t)snprintf(s + us, sizeof s - us, "%s%llu", i ? ", " : "",
+                                       (unsigned long long)strides_bytes[i]);
+            if (ud >= sizeof d || us >= sizeof s || ub >= sizeof b) break;
+        }
+        snprintf(err, err_len, "%s: cuTensorMapEncodeTiled failed (CUresult %d) for dims {%s}, strides {%s} B, box {%s}",
+                 what, (int)r, d, s, b);
+        return FC_ERR_CUDA;
+    }
+    return FC_OK;
+}

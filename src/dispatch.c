@@ -1,0 +1,227 @@
+/*
+ * dispatch.c -- the one selection function. fc_attention_supported and
+ * fc_attention_forward both call fc_select, so "supported?" and "what runs"
+ * can never disagree. It picks the backend (from the request and where the
+ * pointers live), the kernel family and tile config (through the per-path
+ * planners), and the split-KV count; or it says why nothing fits.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_internal.h"
+
+/* The CPU paths keep per-row scratch of head_dim floats per query row of a
+ * tile; 512 bounds that scratch and covers every head dim in use. */
+#define FC_CPU_MAX_HEAD_DIM 512
+/* More splits than this buys nothing: each split must still own several KV
+ * blocks, and the combine pass reads num_splits partial rows. */
+#define FC_MAX_SPLITS 64
+
+int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits)
+{
+    /* A grid that already fills most of the SMs gains nothing from splitting;
+     * nor does a KV range of a few blocks (the combine pass would cost more). */
+    if (tiles <= 0 || sm_count <= 0 || tiles >= (int64_t)sm_count * 8 / 10 || n_blocks <= 4) return 1;
+    if (max_splits > n_blocks) max_splits = n_blocks;
+    if (max_splits > FC_MAX_SPLITS) max_splits = FC_MAX_SPLITS;
+    /* Wave efficiency of s splits: the fraction of SM slots busy over the
+     * waves the grid needs. Take the smallest s within 85% of the best. */
+    double eff[FC_MAX_SPLITS + 1] = {0};
+    double best = 0;
+    for (int s = 1; s <= max_splits; s++) {
+        double waves = (double)(tiles * s) / sm_count;
+        double full = (double)((tiles * s + sm_count - 1) / sm_count);
+        eff[s] = waves / full;
+        if (eff[s] > best) best = eff[s];
+    }
+    for (int s = 1; s <= max_splits; s++)
+        if (eff[s] >= 0.85 * best) return s;
+    return 1;
+}
+
+static const char *backend_name(fc_backend b)
+{
+    switch (b) {
+    case FC_BACKEND_AUTO: return "auto";
+    case FC_BACKEND_CPU: return "cpu";
+    case FC_BACKEND_CUDA: return "cuda";
+    case FC_BACKEND_CPU_REFERENCE: return "cpu-reference";
+    }
+    return "?";
+}
+
+/* Every pointer a call reads or writes, with its name, for the memory-space check. */
+static int list_pointers(const fc_fwd_params *p, const void *ptrs[7], const char *names[7])
+{
+    int n = 0;
+    ptrs[n] = p->q; names[n++] = "q";
+    ptrs[n] = p->k; names[n++] = "k";
+    ptrs[n] = p->v; names[n++] = "v";
+    ptrs[n] = p->o; names[n++] = "out";
+    if (p->lse) { ptrs[n] = p->lse; names[n++] = "lse"; }
+    if (p->cu_seqlens_q) {
+        ptrs[n] = p->cu_seqlens_q; names[n++] = "cu_seqlens_q";
+        ptrs[n] = p->cu_seqlens_k; names[n++] = "cu_seqlens_k";
+    }
+    return n;
+}
+
+/* All pointers must live where the backend runs. Only answerable when the
+ * CUDA runtime is compiled in; without it every pointer is host memory. */
+static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, int want_device)
+{
+    if (!fc_cuda_compiled()) return FC_OK;
+    const void *ptrs[7];
+    const char *names[7];
+    int n = list_pointers(p, ptrs, names);
+    for (int i = 0; i < n; i++) {
+        int dev = fc_cuda_pointer_is_device(ptrs[i]);
+        if (dev != want_device)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s is %s memory but the %s backend needs %s pointers", names[i],
+                                dev ? "device" : "host", want_device ? "cuda" : "cpu",
+                                want_device ? "device" : "host");
+    }
+    return FC_OK;
+}
+
+static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, fc_backend b, int nothing,
+                            fc_plan *plan)
+{
+    if (p->dtype != FC_DTYPE_F32 && p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "dtype %d is not supported by the cpu backend",
+                            (int)p->dtype);
+    if (p->head_dim > FC_CPU_MAX_HEAD_DIM)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "head_dim %d is not supported by the cpu backend: supported 1 to %d",
+                            (int)p->head_dim, FC_CPU_MAX_HEAD_DIM);
+    fc_status st = check_memory_space(ctx, p, 0);
+    if (st) return st;
+    /* Always validated on the host (cheap), even when nothing is to be done:
+     * "nothing" may rest on max_seqlen_q == 0, which only cu_seqlens confirm. */
+    if (p->cu_seqlens_q) {
+        st = fc_check_varlen(ctx, p, p->cu_seqlens_q, p->cu_seqlens_k);
+        if (st) return st;
+    }
+    plan->backend = b;
+    snprintf(plan->name, sizeof plan->name, "%s", b == FC_BACKEND_CPU ? "cpu_tiled" : "cpu_reference");
+    plan->num_splits = 1;
+    return FC_OK;
+}
+
+/* Validate device-resident cu_seqlens through one small synchronous copy.
+ * While the stream is being captured a copy would break the capture, so the
+ * check is skipped (documented in docs/API.md). */
+static fc_status check_device_varlen(fc_context *ctx, const fc_fwd_params *p, void *stream)
+{
+    if (fc_cuda_stream_is_capturing(stream)) return FC_OK;
+    size_t bytes = ((size_t)p->batch + 1) * sizeof(int32_t);
+    int32_t *h = malloc(2 * bytes);
+    if (!h) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of host memory", 2 * bytes);
+    fc_status st = fc_cuda_copy_to_host(h, p->cu_seqlens_q, bytes, stream, ctx->err, sizeof ctx->err);
+    if (!st) st = fc_cuda_copy_to_host(h + p->batch + 1, p->cu_seqlens_k, bytes, stream, ctx->err, sizeof ctx->err);
+    if (!st) st = fc_check_varlen(ctx, p, h, h + p->batch + 1);
+    free(h);
+    return st;
+}
+
+static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stream, int nothing,
+                             fc_plan *plan)
+{
+    fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
+    if (st) return st;
+    st = check_memory_space(ctx, p, 1);
+    if (st) return st;
+    if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "dtype %s is not supported by the cuda kernels: supported f16, bf16 (the cpu "
+                            "backend takes f32)", p->dtype == FC_DTYPE_F32 ? "f32" : "fp8");
+
+    const fc_cuda_device *dev = &plan->dev;
+    const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
+    const int try90 = ctx->cuda_path == 90 || (ctx->cuda_path == 0 && hopper);
+    const int try80 = ctx->cuda_path != 90;
+    char why90[FC_ERRMSG_LEN] = "", why80[FC_ERRMSG_LEN] = "";
+    fc_cuda_choice *ch = &plan->cuda;
+    memset(ch, 0, sizeof *ch);
+    st = FC_ERR_UNSUPPORTED;
+    if (try90) {
+        if (!hopper) {
+            snprintf(why90, sizeof why90, "the sm90 path needs an sm_90 device, this is %s (sm_%d%d)",
+                     dev->name, dev->cc_major, dev->cc_minor);
+        } else {
+            st = fc_sm90_plan(p, dev, ch, why90, sizeof why90);
+            if (st == FC_OK) ch->path = FC_CUDA_PATH_SM90;
+        }
+    }
+    if (st != FC_OK && try80) {
+        memset(ch, 0, sizeof *ch);
+        st = fc_sm80_plan(p, dev, ch, why80, sizeof why80);
+        if (st == FC_OK) ch->path = FC_CUDA_PATH_SM80;
+    }
+    if (st != FC_OK) {
+        if (st != FC_ERR_UNSUPPORTED) /* a real error (e.g. CUDA) from a planner */
+            return fc_set_error(ctx, st, "%s", why90[0] && !try80 ? why90 : (why80[0] ? why80 : why90));
+        if (try90 && try80)
+            return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s; %s", why90, why80);
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", try90 ? why90 : why80);
+    }
+    /* Skipped only when q has no token at all (then nothing is written
+     * whatever the offsets say); max_seqlen_q == 0 with tokens is checked. */
+    if (p->cu_seqlens_q && p->total_q > 0) {
+        st = check_device_varlen(ctx, p, stream);
+        if (st) return st;
+    }
+
+    /* Split-KV when the grid would leave SMs idle (decode above all). Varlen
+     * problems are not split: their per-sequence lengths are only known on
+     * the device. */
+    int bm = 1, bn = 1;
+    fc_cuda_tile_shape(ch, &bm, &bn);
+    int64_t rows = ch->pack_gqa ? (int64_t)p->seqlen_q * (p->heads_q / p->heads_kv) : p->seqlen_q;
+    int64_t heads = ch->pack_gqa ? p->heads_kv : p->heads_q;
+    int64_t tiles = (int64_t)p->batch * heads * ((rows + bm - 1) / bm);
+    int n_blocks = (int)((p->seqlen_k + bn - 1) / bn);
+    int splits = p->cu_seqlens_q ? 1 : fc_choose_num_splits(tiles, n_blocks, dev->sm_count, FC_MAX_SPLITS);
+    ch->num_splits = splits;
+    ch->workspace_bytes = splits > 1 ? fc_cuda_split_workspace_bytes(p, splits) : 0;
+    plan->backend = FC_BACKEND_CUDA;
+    plan->num_splits = splits;
+    plan->workspace_bytes = ch->workspace_bytes;
+    if (splits > 1)
+        snprintf(plan->name, sizeof plan->name, "%.78s+split%d", ch->name, splits);
+    else
+        snprintf(plan->name, sizeof plan->name, "%s", ch->name);
+    return FC_OK;
+}
+
+fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requested, void *stream,
+                    int nothing_to_do, fc_plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    fc_backend b = requested;
+    if (b == FC_BACKEND_AUTO)
+        b = (fc_cuda_compiled() && fc_cuda_pointer_is_device(p->q)) ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
+    switch (b) {
+    case FC_BACKEND_CPU:
+    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, b, nothing_to_do, plan);
+    case FC_BACKEND_CUDA: return select_cuda(ctx, p, stream, nothing_to_do, plan);
+    default: return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %s is invalid", backend_name(b));
+    }
+}
+
+fc_status fc_run(fc_context *ctx, const fc_fwd_params *p, const fc_plan *plan, void *stream)
+{
+    switch (plan->backend) {
+    case FC_BACKEND_CPU_REFERENCE: return fc_cpu_reference_forward(p, ctx->err, sizeof ctx->err);
+    case FC_BACKEND_CPU: return fc_cpu_tiled_forward(p, ctx->num_threads, ctx->err, sizeof ctx->err);
+    case FC_BACKEND_CUDA: {
+        fc_fwd_params q = *p;
+        q.num_splits = plan->num_splits;
+        return fc_cuda_forward(&q, &plan->cuda, &plan->dev, stream, ctx->err, sizeof ctx->err);
+    }
+    default:
+        return fc_set_error(ctx, FC_ERR_INTERNAL, "plan has no backend (%s)", backend_name(plan->backend));
+    }
+}

@@ -1,0 +1,159 @@
+/*
+ * internal.h -- what crosses between the API layer (src/api.c), the
+ * selection function (src/dispatch.c) and the backends (src/cpu/, src/cuda/).
+ *
+ * fc_fwd_params is the plain-data struct that crosses the C/CUDA line: no
+ * pointers to host structures, no C++ types. The API layer fills it after
+ * every argument check, so backends may trust it.
+ */
+#ifndef FC_INTERNAL_H
+#define FC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashcore.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FC_ERRMSG_LEN 512
+
+/* Index convention for all strides: element offsets (not bytes).
+ * Dense:  q element (b, s, h, d) at q + b*q_batch_stride + s*q_row_stride + h*q_head_stride + d
+ * Varlen: token t (global index over all sequences) at q + t*q_row_stride + h*q_head_stride + d,
+ *         sequence b owns tokens cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1, batch strides are 0.
+ * lse:    dense (b, h, s) at lse + b*lse_batch_stride + h*lse_head_stride + s*lse_row_stride;
+ *         varlen (h, t)   at lse + h*lse_head_stride + t*lse_row_stride.          */
+typedef struct fc_fwd_params {
+    const void *q, *k, *v;
+    void *o;
+    float *lse; /* NULL: not requested */
+
+    int64_t q_batch_stride, q_row_stride, q_head_stride;
+    int64_t k_batch_stride, k_row_stride, k_head_stride;
+    int64_t v_batch_stride, v_row_stride, v_head_stride;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+
+    int32_t batch;
+    int32_t heads_q, heads_kv, head_dim;
+    int32_t seqlen_q, seqlen_k; /* dense: the sizes; varlen: max_seqlen_q/k */
+    int32_t dtype;              /* fc_dtype of q, k, v and out (all equal) */
+
+    float scale;      /* resolved: never 0 here                                  */
+    float softcap;    /* 0 = off                                                  */
+    int32_t causal;   /* 1 if the caller asked for causal (window_right is then 0)*/
+    int32_t window_left, window_right; /* -1 = unbounded; causal folded in        */
+
+    const int32_t *cu_seqlens_q, *cu_seqlens_k; /* NULL = dense; backend memory   */
+    int64_t total_q, total_k;                   /* varlen token counts            */
+
+    /* Filled by the CUDA layer for split-KV; 0/NULL otherwise. */
+    int32_t num_splits;
+    float *o_accum;   /* [num_splits, batch*heads_q, seqlen_q, head_dim] fp32 */
+    float *lse_accum; /* [num_splits, batch*heads_q, seqlen_q] fp32            */
+} fc_fwd_params;
+
+/* The visibility rule, shared by every backend so they cannot disagree.
+ * i: query row within its sequence, j: key column, sq/sk: that sequence's
+ * lengths. Returns 1 if key j contributes to query i. */
+#if defined(__CUDACC__)
+#define FC_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FC_HOST_DEVICE static inline
+#endif
+FC_HOST_DEVICE int fc_key_visible(int64_t i, int64_t j, int64_t sq, int64_t sk, int wl, int wr)
+{
+    int64_t diag = i + sk - sq; /* bottom-right alignment */
+    if (wr >= 0 && j > diag + wr) return 0;
+    if (wl >= 0 && j < diag - wl) return 0;
+    return 1;
+}
+
+/* ---- CPU backend (src/cpu/) -------------------------------------------- */
+/* Double-precision reference. Handles every dtype/option of fc_fwd_params.
+ * On failure writes a message to err and returns a status; nothing written. */
+fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err_len);
+/* Tiled online-softmax path, multithreaded over (batch, head, query tile).
+ * num_threads <= 0 means one per online core. */
+fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *err, size_t err_len);
+
+/* ---- CUDA layer (src/cuda/, or src/cuda_stub.c without CUDA) -------------- */
+typedef struct fc_cuda_device {
+    int id;
+    int cc_major, cc_minor;
+    int sm_count;
+    int64_t smem_optin;   /* max dynamic shared memory per block (opt-in)  */
+    int64_t l2_bytes;
+    int driver_version, runtime_version;
+    char name[128];
+} fc_cuda_device;
+
+/* A kernel choice made by the selection function for the CUDA backend. */
+typedef enum fc_cuda_path { FC_CUDA_PATH_SM80 = 1, FC_CUDA_PATH_SM90 = 2 } fc_cuda_path;
+typedef struct fc_cuda_choice {
+    int32_t path;           /* fc_cuda_path                                   */
+    int32_t config;         /* index into that path's tile table              */
+    int32_t num_splits;     /* 1 = no split-KV                                */
+    int32_t pack_gqa;       /* 1 = query heads sharing a KV head in one tile  */
+    int64_t workspace_bytes;
+    char name[96];
+} fc_cuda_choice;
+
+/* 1 if CUDA support is compiled in. */
+int fc_cuda_compiled(void);
+/* Comma-separated list of compiled SM architectures, e.g. "80,86,89,90a". */
+const char *fc_cuda_compiled_archs(void);
+/* Describe device (device < 0: current device). FC_ERR_NO_DEVICE if none. */
+fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t err_len);
+/* 1 if ptr is device (or managed) memory the GPU can read, 0 if host/unknown. */
+int fc_cuda_pointer_is_device(const void *ptr);
+/* Synchronous device->host copy on stream (used to validate cu_seqlens). */
+fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream,
+                               char *err, size_t err_len);
+/* 1 if stream is being captured into a graph. */
+int fc_cuda_stream_is_capturing(void *stream);
+
+/* Per-path planners: does this path have a kernel for p on dev? If yes fill
+ * choice->config/name/pack_gqa and return FC_OK; if not return
+ * FC_ERR_UNSUPPORTED with the reason (e.g. the list of head dims). They do
+ * not choose num_splits: dispatch.c does, through fc_choose_num_splits. */
+fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
+                       char *why, size_t why_len);
+fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
+                       char *why, size_t why_len);
+/* Tile rows/columns of sm90 config `config` (src/cuda/sm90/plan.cu; 1x1 for
+ * an index outside the table). */
+void fc_sm90_tile_shape(int config, int *block_m, int *block_n);
+/* Rows (M) and columns (N) of one tile of a planned config, so the split
+ * count can be derived from the grid size. */
+void fc_cuda_tile_shape(const fc_cuda_choice *choice, int *block_m, int *block_n);
+/* Path launchers, called by fc_cuda_forward (src/cuda/launch.cu) after it
+ * has set up the split-KV workspace in p. Each checks every CUDA return code
+ * and the last error after each launch. Without FC_HAVE_SM90 the sm90 pair is
+ * a stub answering FC_ERR_UNSUPPORTED. */
+fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
+                          const fc_cuda_device *dev, void *stream, char *err, size_t err_len);
+fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
+                          const fc_cuda_device *dev, void *stream, char *err, size_t err_len);
+/* Run a planned choice. Allocates the split-KV workspace stream-ordered
+ * (cudaMallocAsync) when num_splits > 1, launches, checks every return code
+ * and the launch error. */
+fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
+                          const fc_cuda_device *dev, void *stream, char *err, size_t err_len);
+
+/* Bytes of the fp32 split-KV workspace (o_accum + lse_accum) for p with
+ * `splits` splits; computed in one place for dispatch and launcher. */
+int64_t fc_cuda_split_workspace_bytes(const fc_fwd_params *p, int splits);
+
+/* ---- selection (src/dispatch.c) -------------------------------------------- */
+/* Split-KV count for a grid of `tiles` CTAs over `n_blocks` KV blocks on a
+ * device with sm_count SMs (1 = no split). */
+int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FC_INTERNAL_H */

@@ -1,0 +1,704 @@
+/*
+ * test_api_errors.c -- the table of bad inputs. Each row starts from a valid
+ * small CPU problem, breaks exactly one thing, and checks that
+ *   - fc_attention_forward returns the expected status on every CPU-side
+ *     backend request (CPU, AUTO, CPU_REFERENCE),
+ *   - fc_last_error names the argument (an expected substring),
+ *   - fc_attention_supported answers the same status and the same message
+ *     (one selection function for both),
+ *   - nothing was written: out and lse still hold their poison, and the
+ *     inputs are unchanged (byte-compared with copies taken before the call).
+ * Then the context setters, NULL context/args, the CUDA request without a
+ * usable GPU, and pure supported() probes with dummy pointers (offsets that
+ * overflow int64; and offsets beyond 2^31 that must be accepted).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashcore.h"
+#include "kit.h"
+
+static int g_pass, g_fail;
+
+/* Room for a copy of a last-error message (the library keeps up to 512 bytes). */
+#define FC_MSG_COPY 1024
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (cond) {                                                        \
+            g_pass++;                                                      \
+        } else {                                                           \
+            g_fail++;                                                      \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                    \
+            printf(__VA_ARGS__);                                           \
+            printf("\n");                                                  \
+        }                                                                  \
+    } while (0)
+
+static void group_done(const char *name, int pass0, int fail0)
+{
+    printf("group %-22s %d passed, %d failed\n", name, g_pass - pass0, g_fail - fail0);
+}
+
+/* ---- the base problems -------------------------------------------------------- */
+
+enum {
+    F_F32 = 1 << 0,    /* base case in f32 (default f16)                                  */
+    F_VARLEN = 1 << 1, /* base case is varlen (3 sequences)                               */
+    F_KEEPB = 1 << 2,  /* the row sets args.backend itself: do not loop over backends     */
+    F_D600 = 1 << 3,   /* base case with head_dim 600                                     */
+};
+
+static kit_shape base_shape(int flags)
+{
+    kit_shape s;
+    memset(&s, 0, sizeof s);
+    s.name = "base";
+    s.batch = flags & F_VARLEN ? 3 : 2;
+    s.heads_q = 4;
+    s.heads_kv = 2;
+    s.seqlen_q = 5;
+    s.seqlen_k = 7;
+    s.head_dim = 16;
+    s.dtype = flags & F_F32 ? FC_DTYPE_F32 : FC_DTYPE_F16;
+    s.window_left = -1;
+    s.window_right = -1;
+    s.varlen = flags & F_VARLEN ? 1 : 0;
+    s.layout = KIT_LAYOUT_BSHD;
+    s.want_lse = 1;
+    if (flags & F_D600) {
+        s.batch = 1; s.heads_q = 1; s.heads_kv = 1; s.seqlen_q = 2; s.seqlen_k = 3; s.head_dim = 600;
+    }
+    return s;
+}
+
+/* ---- the rows: each mutation breaks one thing of a valid case ------------------------ */
+
+typedef void (*mutate_fn)(kit_case *c, fc_attention_args *a);
+#define MUT(fn, body)                                          \
+    static void fn(kit_case *c, fc_attention_args *a)          \
+    {                                                          \
+        (void)c;                                               \
+        (void)a;                                               \
+        body                                                   \
+    }
+
+static float f_nan(void) { return nanf(""); }
+
+/* null pointers */
+MUT(m_q_null, a->q.data = NULL;)
+MUT(m_k_null, a->k.data = NULL;)
+MUT(m_v_null, a->v.data = NULL;)
+MUT(m_out_null, a->out.data = NULL;)
+/* dtypes */
+MUT(m_k_dtype, a->k.dtype = FC_DTYPE_F32;)
+MUT(m_k_dtype_f16, a->k.dtype = FC_DTYPE_F16;)
+MUT(m_v_dtype, a->v.dtype = FC_DTYPE_BF16;)
+MUT(m_out_dtype, a->out.dtype = FC_DTYPE_BF16;)
+MUT(m_lse_dtype, a->lse.dtype = FC_DTYPE_F16;)
+MUT(m_q_dtype_99, a->q.dtype = (fc_dtype)99;)
+MUT(m_k_dtype_99, a->k.dtype = (fc_dtype)99;)
+MUT(m_lse_dtype_99, a->lse.dtype = (fc_dtype)99;)
+MUT(m_q_dtype_neg, a->q.dtype = (fc_dtype)-1;)
+MUT(m_fp8_e4m3, a->q.dtype = a->k.dtype = a->v.dtype = a->out.dtype = FC_DTYPE_E4M3;)
+MUT(m_fp8_e5m2, a->q.dtype = a->k.dtype = a->v.dtype = a->out.dtype = FC_DTYPE_E5M2;)
+static const float k_one = 1.0f;
+MUT(m_q_descale, a->q_descale = &k_one;)
+MUT(m_k_descale, a->k_descale = &k_one;)
+MUT(m_v_descale, a->v_descale = &k_one;)
+/* ndim */
+MUT(m_q_ndim3, a->q.ndim = 3;)
+MUT(m_k_ndim5, a->k.ndim = 5;)
+MUT(m_v_ndim0, a->v.ndim = 0;)
+MUT(m_out_ndim_neg, a->out.ndim = -4;)
+MUT(m_lse_ndim2, a->lse.ndim = 2;)
+MUT(m_varlen_q_ndim4, a->q.ndim = 4;)
+MUT(m_varlen_lse_ndim3, a->lse.ndim = 3;)
+/* strides */
+MUT(m_q_last_stride2, a->q.stride[3] = 2;)
+MUT(m_k_last_stride0, a->k.stride[3] = 0;)
+MUT(m_out_last_stride, a->out.stride[3] = 16;)
+MUT(m_lse_last_stride, a->lse.stride[2] = 2;)
+MUT(m_varlen_v_last_stride, a->v.stride[2] = 3;)
+MUT(m_k_neg_stride, a->k.stride[1] = -a->k.stride[1];)
+MUT(m_q_neg_stride, a->q.stride[0] = -1;)
+MUT(m_out_neg_stride, a->out.stride[2] = -16;)
+MUT(m_out_head_overlap, a->out.stride[2] = 8;) /* head stride 8 < head_dim 16 */
+MUT(m_out_row_zero, a->out.stride[1] = 0;)     /* every row on the same memory */
+MUT(m_out_batch_overlap, a->out.stride[0] = a->out.stride[1];)
+MUT(m_lse_overlap, a->lse.stride[1] = 1;)      /* heads and rows interleave */
+MUT(m_varlen_out_overlap, a->out.stride[0] = 16;) /* token stride covers one head only */
+/* outputs aliasing inputs or each other */
+MUT(m_out_is_q, a->out.data = c->q;)
+/* (k moves into out's buffer rather than out into k's: out's extent is the
+ * larger, so a library without the check could not run off an allocation) */
+MUT(m_out_is_k, a->k.data = c->out;)
+MUT(m_lse_is_v, a->lse.data = c->v;)
+MUT(m_lse_in_out, a->lse.data = (char *)c->out + 64;)
+/* sizes: zero and negative in every dim */
+MUT(m_q_batch0, a->q.shape[0] = 0;)
+MUT(m_q_seq0, a->q.shape[1] = 0;)
+MUT(m_q_heads0, a->q.shape[2] = 0;)
+MUT(m_q_dim0, a->q.shape[3] = 0;)
+MUT(m_k_batch0, a->k.shape[0] = 0;)
+MUT(m_k_seq0, a->k.shape[1] = 0;)
+MUT(m_k_heads0, a->k.shape[2] = 0;)
+MUT(m_v_dim0, a->v.shape[3] = 0;)
+MUT(m_out_seq0, a->out.shape[1] = 0;)
+MUT(m_lse_heads0, a->lse.shape[1] = 0;)
+MUT(m_q_batch_neg, a->q.shape[0] = -1;)
+MUT(m_q_seq_neg, a->q.shape[1] = -5;)
+MUT(m_q_heads_neg, a->q.shape[2] = -4;)
+MUT(m_q_dim_neg, a->q.shape[3] = -16;)
+MUT(m_k_seq_neg, a->k.shape[1] = -7;)
+MUT(m_varlen_q_total_neg, a->q.shape[0] = -1;)
+MUT(m_varlen_k_heads0, a->k.shape[1] = 0;)
+MUT(m_varlen_q_dim0, a->q.shape[2] = 0;)
+MUT(m_varlen_lse_heads0, a->lse.shape[0] = 0;)
+/* shape relations */
+MUT(m_gqa_3_2, a->q.shape[2] = 3; a->out.shape[2] = 3; a->lse.shape[1] = 3;)
+MUT(m_gqa_4_3, a->k.shape[2] = 3; a->v.shape[2] = 3;)
+MUT(m_kv_seq_mismatch, a->v.shape[1] = 6;)
+MUT(m_kv_heads_mismatch, a->v.shape[2] = 1;)
+MUT(m_kv_dim_mismatch, a->v.shape[3] = 8;)
+MUT(m_qk_dim_mismatch, a->k.shape[3] = 8; a->v.shape[3] = 8;)
+MUT(m_qk_batch_mismatch, a->k.shape[0] = 1; a->v.shape[0] = 1;)
+MUT(m_out_shape, a->out.shape[1] = 4;)
+MUT(m_out_heads, a->out.shape[2] = 2;)
+MUT(m_lse_shape_seq, a->lse.shape[2] = 4;)
+MUT(m_lse_shape_batch, a->lse.shape[0] = 1;)
+MUT(m_varlen_lse_shape, a->lse.shape[1] = a->lse.shape[1] - 1;)
+MUT(m_varlen_out_tokens, a->out.shape[0] = a->out.shape[0] - 1;)
+/* limits */
+MUT(m_q_seq_huge, a->q.shape[1] = (int64_t)INT32_MAX + 1;)
+MUT(m_k_heads_huge, a->k.shape[2] = (int64_t)1 << 40; a->v.shape[2] = (int64_t)1 << 40;)
+MUT(m_k_offset_overflow, a->k.shape[1] = 4; a->v.shape[1] = 4; a->k.stride[1] = (int64_t)1 << 62;)
+MUT(m_out_offset_overflow, a->out.stride[0] = INT64_MAX / 2 + 1;)
+/* 2^61 elements fit int64, but 2^63 bytes of f32 do not */
+MUT(m_lse_byte_overflow, a->lse.stride[0] = (int64_t)1 << 61;)
+/* options */
+MUT(m_window_left_m2, a->window_left = -2;)
+MUT(m_window_right_m5, a->window_right = -5;)
+MUT(m_window_left_min, a->window_left = INT32_MIN;)
+MUT(m_causal_2, a->causal = 2;)
+MUT(m_causal_neg, a->causal = -1;)
+MUT(m_causal_wr, a->causal = 1; a->window_right = 3;)
+MUT(m_softcap_neg, a->softcap = -1.0f;)
+MUT(m_softcap_nan, a->softcap = f_nan();)
+MUT(m_softcap_inf, a->softcap = INFINITY;)
+MUT(m_scale_nan, a->scale = f_nan();)
+MUT(m_scale_inf, a->scale = INFINITY;)
+MUT(m_scale_ninf, a->scale = -INFINITY;)
+/* varlen */
+static const int32_t k_cu_dummy[4] = {0, 1, 2, 3};
+MUT(m_dense_with_cu_q, a->cu_seqlens_q = k_cu_dummy;)
+MUT(m_varlen_no_cu_k, a->cu_seqlens_k = NULL;)
+MUT(m_varlen_no_cu_q, a->cu_seqlens_q = NULL;)
+MUT(m_cu_q_start1, c->cu_q[0] = 1;)
+MUT(m_cu_k_start_neg, c->cu_k[0] = -1;)
+MUT(m_cu_q_decreasing, c->cu_q[2] = c->cu_q[1] - 1;)
+MUT(m_cu_k_decreasing, c->cu_k[3] = c->cu_k[2] - 1;)
+MUT(m_max_seqlen_q_short, a->max_seqlen_q = a->max_seqlen_q - 1;)
+MUT(m_max_seqlen_k_short, a->max_seqlen_k = a->max_seqlen_k - 1;)
+/* max_seqlen_q 0 while sequences have tokens: must not pass as "nothing to do" */
+MUT(m_max_seqlen_q_zero, a->max_seqlen_q = 0;)
+MUT(m_max_seqlen_neg, a->max_seqlen_k = -1;)
+MUT(m_cu_q_beyond, a->q.shape[0] -= 1; a->out.shape[0] -= 1; a->lse.shape[1] -= 1;)
+MUT(m_cu_k_beyond, a->k.shape[0] -= 1; a->v.shape[0] -= 1;)
+MUT(m_num_seqs0, a->num_seqs = 0;)
+MUT(m_num_seqs_neg, a->num_seqs = -3;)
+/* backend */
+MUT(m_backend_7, a->backend = (fc_backend)7;)
+MUT(m_backend_neg, a->backend = (fc_backend)-1;)
+/* nothing broken: used with F_D600 (valid, but beyond the CPU limit) */
+MUT(m_none, ;)
+
+typedef struct row {
+    const char *name;
+    mutate_fn mutate;
+    int flags;
+    fc_status want;
+    const char *substr; /* must appear in fc_last_error */
+} row;
+
+#define INV FC_ERR_INVALID_ARGUMENT
+#define UNS FC_ERR_UNSUPPORTED
+
+static const row k_rows[] = {
+    {"q.data NULL", m_q_null, 0, INV, "q.data"},
+    {"k.data NULL", m_k_null, 0, INV, "k.data"},
+    {"v.data NULL", m_v_null, F_F32, INV, "v.data"},
+    {"out.data NULL", m_out_null, 0, INV, "out.data"},
+    {"varlen q.data NULL", m_q_null, F_VARLEN, INV, "q.data"},
+    {"k dtype f32 vs q f16", m_k_dtype, 0, INV, "k f32"},
+    {"k dtype f16 vs q f32", m_k_dtype_f16, F_F32, INV, "k f16"},
+    {"v dtype bf16", m_v_dtype, 0, INV, "v bf16"},
+    {"out dtype bf16", m_out_dtype, F_F32, INV, "out bf16"},
+    {"lse dtype f16", m_lse_dtype, 0, INV, "lse.dtype"},
+    {"q dtype 99", m_q_dtype_99, 0, INV, "q.dtype 99"},
+    {"k dtype 99", m_k_dtype_99, 0, INV, "k unknown"},
+    {"lse dtype 99", m_lse_dtype_99, 0, INV, "lse.dtype"},
+    {"q dtype -1", m_q_dtype_neg, 0, INV, "q.dtype -1"},
+    {"fp8 e4m3", m_fp8_e4m3, 0, UNS, "e4m3"},
+    {"fp8 e5m2", m_fp8_e5m2, 0, UNS, "e5m2"},
+    {"q_descale set", m_q_descale, 0, UNS, "descale"},
+    {"k_descale set", m_k_descale, 0, UNS, "descale"},
+    {"v_descale set", m_v_descale, F_F32, UNS, "descale"},
+    {"q ndim 3 (dense)", m_q_ndim3, 0, INV, "q.ndim"},
+    {"k ndim 5", m_k_ndim5, 0, INV, "k.ndim"},
+    {"v ndim 0", m_v_ndim0, 0, INV, "v.ndim"},
+    {"out ndim -4", m_out_ndim_neg, 0, INV, "out.ndim"},
+    {"lse ndim 2 (dense)", m_lse_ndim2, 0, INV, "lse.ndim"},
+    {"varlen q ndim 4", m_varlen_q_ndim4, F_VARLEN, INV, "q.ndim"},
+    {"varlen lse ndim 3", m_varlen_lse_ndim3, F_VARLEN, INV, "lse.ndim"},
+    {"q last stride 2", m_q_last_stride2, 0, INV, "q.stride[3]"},
+    {"k last stride 0", m_k_last_stride0, 0, INV, "k.stride[3]"},
+    {"out last stride 16", m_out_last_stride, F_F32, INV, "out.stride[3]"},
+    {"lse last stride 2", m_lse_last_stride, 0, INV, "lse.stride[2]"},
+    {"varlen v last stride 3", m_varlen_v_last_stride, F_VARLEN, INV, "v.stride[2]"},
+    {"k negative row stride", m_k_neg_stride, 0, INV, "k.stride[1]"},
+    {"q negative batch stride", m_q_neg_stride, 0, INV, "q.stride[0]"},
+    {"out negative head stride", m_out_neg_stride, 0, INV, "out.stride[2]"},
+    {"out head stride < head_dim", m_out_head_overlap, 0, INV, "out: strides make elements overlap"},
+    {"out row stride 0", m_out_row_zero, 0, INV, "out: strides make elements overlap"},
+    {"out batch stride = row", m_out_batch_overlap, F_F32, INV, "out: strides make elements overlap"},
+    {"lse heads/rows overlap", m_lse_overlap, 0, INV, "lse: strides make elements overlap"},
+    {"varlen out token overlap", m_varlen_out_overlap, F_VARLEN, INV, "out: strides make elements overlap"},
+    {"out aliases q", m_out_is_q, 0, INV, "out overlaps q"},
+    {"out aliases k", m_out_is_k, F_F32, INV, "out overlaps k"},
+    {"lse aliases v", m_lse_is_v, 0, INV, "lse overlaps v"},
+    {"lse inside out", m_lse_in_out, 0, INV, "lse overlaps out"},
+    {"q batch 0", m_q_batch0, 0, INV, "q.shape[0] (batch)"},
+    {"q seqlen 0", m_q_seq0, 0, INV, "q.shape[1] (seqlen_q)"},
+    {"q heads 0", m_q_heads0, 0, INV, "q.shape[2] (heads_q)"},
+    {"q head_dim 0", m_q_dim0, 0, INV, "q.shape[3] (head_dim)"},
+    {"k batch 0", m_k_batch0, 0, INV, "k.shape[0] (batch)"},
+    {"k seqlen 0", m_k_seq0, 0, INV, "k.shape[1] (seqlen_k)"},
+    {"k heads 0", m_k_heads0, 0, INV, "k.shape[2] (heads_kv)"},
+    {"v head_dim 0", m_v_dim0, 0, INV, "v.shape[3] (head_dim)"},
+    {"out seqlen 0", m_out_seq0, 0, INV, "out.shape[1] (seqlen_q)"},
+    {"lse heads 0", m_lse_heads0, 0, INV, "lse.shape[1] (heads_q)"},
+    {"q batch -1", m_q_batch_neg, 0, INV, "q.shape[0] (batch)"},
+    {"q seqlen -5", m_q_seq_neg, 0, INV, "q.shape[1] (seqlen_q)"},
+    {"q heads -4", m_q_heads_neg, F_F32, INV, "q.shape[2] (heads_q)"},
+    {"q head_dim -16", m_q_dim_neg, 0, INV, "q.shape[3] (head_dim)"},
+    {"k seqlen -7", m_k_seq_neg, 0, INV, "k.shape[1] (seqlen_k)"},
+    {"varlen total_q -1", m_varlen_q_total_neg, F_VARLEN, INV, "q.shape[0] (total_q)"},
+    {"varlen k heads 0", m_varlen_k_heads0, F_VARLEN, INV, "k.shape[1] (heads_kv)"},
+    {"varlen q head_dim 0", m_varlen_q_dim0, F_VARLEN, INV, "q.shape[2] (head_dim)"},
+    {"varlen lse heads 0", m_varlen_lse_heads0, F_VARLEN, INV, "lse.shape[0] (heads_q)"},
+    {"heads_q 3 / heads_kv 2", m_gqa_3_2, 0, INV, "heads_q"},
+    {"heads_q 4 / heads_kv 3", m_gqa_4_3, F_F32, INV, "heads_kv"},
+    {"v seqlen != k seqlen", m_kv_seq_mismatch, 0, INV, "v.shape"},
+    {"v heads != k heads", m_kv_heads_mismatch, 0, INV, "v.shape"},
+    {"v head_dim != k head_dim", m_kv_dim_mismatch, 0, INV, "v.shape"},
+    {"k head_dim != q head_dim", m_qk_dim_mismatch, 0, INV, "head_dim"},
+    {"k batch != q batch", m_qk_batch_mismatch, 0, INV, "batch"},
+    {"out seqlen != q seqlen", m_out_shape, 0, INV, "out.shape"},
+    {"out heads != q heads", m_out_heads, F_F32, INV, "out.shape"},
+    {"lse seqlen wrong", m_lse_shape_seq, 0, INV, "lse.shape"},
+    {"lse batch wrong", m_lse_shape_batch, 0, INV, "lse.shape"},
+    {"varlen lse tokens wrong", m_varlen_lse_shape, F_VARLEN, INV, "lse.shape"},
+    {"varlen out tokens wrong", m_varlen_out_tokens, F_VARLEN, INV, "out.shape"},
+    {"q seqlen > INT32_MAX", m_q_seq_huge, 0, INV, "q.shape[1] (seqlen_q)"},
+    {"k heads 2^40", m_k_heads_huge, 0, INV, "k.shape[2] (heads_kv)"},
+    {"k offsets overflow int64", m_k_offset_overflow, 0, INV, "overflow"},
+    {"out offsets overflow int64", m_out_offset_overflow, 0, INV, "overflow"},
+    {"lse byte offsets overflow", m_lse_byte_overflow, 0, INV, "lse: shape and strides"},
+    {"window_left -2", m_window_left_m2, 0, INV, "window"},
+    {"window_right -5", m_window_right_m5, 0, INV, "window"},
+    {"window_left INT32_MIN", m_window_left_min, 0, INV, "window"},
+    {"causal 2", m_causal_2, 0, INV, "causal"},
+    {"causal -1", m_causal_neg, 0, INV, "causal"},
+    {"causal + window_right 3", m_causal_wr, 0, INV, "window_right"},
+    {"softcap -1", m_softcap_neg, 0, INV, "softcap"},
+    {"softcap NaN", m_softcap_nan, 0, INV, "softcap"},
+    {"softcap Inf", m_softcap_inf, F_F32, INV, "softcap"},
+    {"scale NaN", m_scale_nan, 0, INV, "scale"},
+    {"scale Inf", m_scale_inf, 0, INV, "scale"},
+    {"scale -Inf", m_scale_ninf, F_F32, INV, "scale"},
+    {"dense with cu_seqlens_q only", m_dense_with_cu_q, 0, INV, "cu_seqlens_q"},
+    {"varlen without cu_seqlens_k", m_varlen_no_cu_k, F_VARLEN, INV, "cu_seqlens_k"},
+    {"varlen without cu_seqlens_q", m_varlen_no_cu_q, F_VARLEN, INV, "cu_seqlens_q"},
+    {"cu_seqlens_q[0] = 1", m_cu_q_start1, F_VARLEN, INV, "cu_seqlens_q[0]"},
+    {"cu_seqlens_k[0] = -1", m_cu_k_start_neg, F_VARLEN, INV, "cu_seqlens_k[0]"},
+    {"cu_seqlens_q decreasing", m_cu_q_decreasing, F_VARLEN, INV, "cu_seqlens_q is not non-decreasing"},
+    {"cu_seqlens_k decreasing", m_cu_k_decreasing, F_VARLEN | F_F32, INV, "cu_seqlens_k is not non-decreasing"},
+    {"seq longer than max_seqlen_q", m_max_seqlen_q_short, F_VARLEN, INV, "max_seqlen"},
+    {"seq longer than max_seqlen_k", m_max_seqlen_k_short, F_VARLEN, INV, "cu_seqlens_k"},
+    {"max_seqlen_q 0 with tokens", m_max_seqlen_q_zero, F_VARLEN, INV, "max_seqlen"},
+    {"max_seqlen_k -1", m_max_seqlen_neg, F_VARLEN, INV, "max_seqlen"},
+    {"cu_seqlens_q beyond q tokens", m_cu_q_beyond, F_VARLEN, INV, "exceeds"},
+    {"cu_seqlens_k beyond k tokens", m_cu_k_beyond, F_VARLEN, INV, "cu_seqlens_k"},
+    {"num_seqs 0", m_num_seqs0, F_VARLEN, INV, "num_seqs"},
+    {"num_seqs -3", m_num_seqs_neg, F_VARLEN, INV, "num_seqs"},
+    {"backend 7", m_backend_7, F_KEEPB, INV, "backend"},
+    {"backend -1", m_backend_neg, F_KEEPB, INV, "backend"},
+    {"head_dim 600 on cpu", m_none, F_D600, UNS, "supported 1 to 512"},
+    {"head_dim 600 on cpu f32", m_none, F_D600 | F_F32, UNS, "head_dim 600"},
+};
+
+/* ---- running one row --------------------------------------------------------------- */
+
+/* Copies of every buffer of a case, to prove a failing call wrote nothing. */
+typedef struct snapshot {
+    void *buf[5];
+    size_t bytes[5];
+} snapshot;
+
+static void case_buffers(kit_case *c, void *buf[5], size_t bytes[5])
+{
+    buf[0] = c->q; bytes[0] = c->q_bytes;
+    buf[1] = c->k; bytes[1] = c->k_bytes;
+    buf[2] = c->v; bytes[2] = c->v_bytes;
+    buf[3] = c->out; bytes[3] = c->out_bytes;
+    buf[4] = c->lse; bytes[4] = c->lse ? c->lse_bytes : 0;
+}
+
+static int snapshot_take(snapshot *s, kit_case *c)
+{
+    void *buf[5];
+    memset(s, 0, sizeof *s);
+    case_buffers(c, buf, s->bytes);
+    for (int i = 0; i < 5; i++) {
+        if (!s->bytes[i]) continue;
+        s->buf[i] = malloc(s->bytes[i]);
+        if (!s->buf[i]) return -1;
+        memcpy(s->buf[i], buf[i], s->bytes[i]);
+    }
+    return 0;
+}
+
+/* Index of the first buffer that differs from the snapshot, or -1. */
+static int snapshot_diff(const snapshot *s, kit_case *c)
+{
+    void *buf[5];
+    size_t bytes[5];
+    case_buffers(c, buf, bytes);
+    for (int i = 0; i < 5; i++)
+        if (s->bytes[i] && memcmp(s->buf[i], buf[i], s->bytes[i]) != 0) return i;
+    return -1;
+}
+
+static void snapshot_free(snapshot *s)
+{
+    for (int i = 0; i < 5; i++) free(s->buf[i]);
+}
+
+static const char *const k_buf_names[5] = {"q", "k", "v", "out", "lse"};
+
+static const char *backend_str(fc_backend b)
+{
+    switch (b) {
+    case FC_BACKEND_AUTO: return "AUTO";
+    case FC_BACKEND_CPU: return "CPU";
+    case FC_BACKEND_CUDA: return "CUDA";
+    case FC_BACKEND_CPU_REFERENCE: return "CPU_REFERENCE";
+    }
+    return "invalid";
+}
+
+/* Check that supported and forward both reject args with the expected
+ * status and the same message naming the argument, and that no buffer of c
+ * changed. want2 is a second acceptable status (or want). supported() runs
+ * first: if it accepts the broken args, forward is not called, since running
+ * a kernel on them could write anywhere (e.g. offsets that overflow). */
+static void expect_failure(fc_context *ctx, const char *what, kit_case *c, const fc_attention_args *a,
+                           fc_status want, fc_status want2, const char *substr)
+{
+    snapshot snap;
+    if (snapshot_take(&snap, c)) {
+        CHECK(0, "%s: out of host memory for the snapshot", what);
+        snapshot_free(&snap);
+        return;
+    }
+    fc_kernel_info info;
+    memset(&info, 0, sizeof info);
+    fc_status st = fc_attention_supported(ctx, a, &info);
+    char msg[FC_MSG_COPY];
+    snprintf(msg, sizeof msg, "%s", fc_last_error(ctx));
+    CHECK(st == want || st == want2, "%s: supported returned %d (%s), expected %d; message '%s'", what,
+          (int)st, fc_status_string(st), (int)want, msg);
+    CHECK(msg[0] != 0, "%s: rejected with an empty last-error message", what);
+    CHECK(!substr || strstr(msg, substr), "%s: message '%s' does not contain '%s'", what, msg,
+          substr ? substr : "");
+    int d = snapshot_diff(&snap, c);
+    CHECK(d < 0, "%s: supported changed %s", what, d >= 0 ? k_buf_names[d] : "");
+    if (st == FC_OK) {
+        CHECK(0, "%s: forward not called: supported accepted the broken args", what);
+        snapshot_free(&snap);
+        return;
+    }
+
+    fc_status st2 = fc_attention_forward(ctx, a, NULL, &info);
+    const char *msg2 = fc_last_error(ctx);
+    CHECK(st2 == st, "%s: forward returned %d, supported %d", what, (int)st2, (int)st);
+    CHECK(strcmp(msg2, msg) == 0, "%s: forward says '%s', supported said '%s'", what, msg2, msg);
+    d = snapshot_diff(&snap, c);
+    CHECK(d < 0, "%s: failing forward changed %s", what, d >= 0 ? k_buf_names[d] : "");
+    snapshot_free(&snap);
+}
+
+static void run_row(fc_context *ctx, const row *r, uint64_t seed)
+{
+    kit_shape s = base_shape(r->flags);
+    kit_case c;
+    if (kit_case_init(&c, &s, seed)) {
+        CHECK(0, "%s: kit_case_init failed", r->name);
+        return;
+    }
+    fc_attention_args a = c.args;
+    /* the unbroken case must be accepted (except the d600 row, whose whole
+     * point is a valid request beyond the CPU limit) */
+    if (!(r->flags & F_D600)) {
+        a.backend = FC_BACKEND_CPU;
+        fc_status st = fc_attention_supported(ctx, &a, NULL);
+        CHECK(st == FC_OK, "%s: the unbroken base case is rejected: %s", r->name, fc_last_error(ctx));
+    }
+    r->mutate(&c, &a);
+    kit_poison(c.out, c.out_bytes, s.dtype, c.lse, c.lse_bytes);
+    static const fc_backend backends[] = {FC_BACKEND_CPU, FC_BACKEND_AUTO, FC_BACKEND_CPU_REFERENCE};
+    int nb = r->flags & F_KEEPB ? 1 : 3;
+    for (int i = 0; i < nb; i++) {
+        char what[160];
+        if (!(r->flags & F_KEEPB)) a.backend = backends[i];
+        snprintf(what, sizeof what, "[%s] %s (%s)", backend_str(a.backend), r->name,
+                 kit_dtype_name(s.dtype));
+        expect_failure(ctx, what, &c, &a, r->want, r->want, r->substr);
+    }
+    kit_case_free(&c);
+}
+
+/* ---- the other groups ----------------------------------------------------------------- */
+
+static void test_null_ctx_args(fc_context *ctx)
+{
+    int p0 = g_pass, f0 = g_fail;
+    kit_shape s = base_shape(0);
+    kit_case c;
+    if (kit_case_init(&c, &s, 7)) { CHECK(0, "kit_case_init failed"); return; }
+    c.args.backend = FC_BACKEND_CPU;
+    snapshot snap;
+    if (snapshot_take(&snap, &c)) { CHECK(0, "snapshot failed"); kit_case_free(&c); return; }
+    fc_kernel_info info;
+    CHECK(fc_attention_forward(NULL, &c.args, NULL, &info) == FC_ERR_INVALID_ARGUMENT,
+          "forward with ctx NULL is not FC_ERR_INVALID_ARGUMENT");
+    CHECK(fc_attention_supported(NULL, &c.args, &info) == FC_ERR_INVALID_ARGUMENT,
+          "supported with ctx NULL is not FC_ERR_INVALID_ARGUMENT");
+    CHECK(snapshot_diff(&snap, &c) < 0, "forward with ctx NULL wrote something");
+    const char *m = fc_last_error(NULL);
+    CHECK(m && m[0], "fc_last_error(NULL) is empty");
+    snapshot_free(&snap);
+
+    expect_failure(ctx, "args NULL", &c, NULL, FC_ERR_INVALID_ARGUMENT, FC_ERR_INVALID_ARGUMENT, "args");
+    /* and NULL args with NULL ctx */
+    CHECK(fc_attention_forward(NULL, NULL, NULL, NULL) == FC_ERR_INVALID_ARGUMENT,
+          "forward(NULL, NULL) is not FC_ERR_INVALID_ARGUMENT");
+    CHECK(fc_attention_supported(NULL, NULL, NULL) == FC_ERR_INVALID_ARGUMENT,
+          "supported(NULL, NULL) is not FC_ERR_INVALID_ARGUMENT");
+    kit_case_free(&c);
+    group_done("null ctx/args", p0, f0);
+}
+
+static void test_rows(fc_context *ctx)
+{
+    int p0 = g_pass, f0 = g_fail;
+    int n = (int)(sizeof k_rows / sizeof k_rows[0]);
+    for (int i = 0; i < n; i++) run_row(ctx, &k_rows[i], 100 + (uint64_t)i);
+    printf("(%d rows)\n", n);
+    group_done("bad-input rows", p0, f0);
+}
+
+/* FC_BACKEND_CUDA on host buffers. Without a usable GPU (or without the CUDA
+ * backend compiled in) the answer is FC_ERR_NO_DEVICE or FC_ERR_UNSUPPORTED
+ * with a message; with one, host pointers are an invalid argument. */
+static void test_cuda_request(fc_context *ctx)
+{
+    int p0 = g_pass, f0 = g_fail;
+    kit_shape s = base_shape(0);
+    kit_case c;
+    if (kit_case_init(&c, &s, 11)) { CHECK(0, "kit_case_init failed"); return; }
+    fc_attention_args a = c.args;
+    a.backend = FC_BACKEND_CUDA;
+    if (fc_cuda_available())
+        expect_failure(ctx, "cuda backend on host pointers", &c, &a, FC_ERR_INVALID_ARGUMENT,
+                       FC_ERR_INVALID_ARGUMENT, "host");
+    else
+        expect_failure(ctx, "cuda backend without a gpu", &c, &a, FC_ERR_NO_DEVICE, FC_ERR_UNSUPPORTED,
+                       NULL);
+    kit_case_free(&c);
+    group_done("cuda request", p0, f0);
+}
+
+static void test_setters(fc_context *ctx)
+{
+    int p0 = g_pass, f0 = g_fail;
+    struct {
+        const char *name;
+        fc_status st;
+        const char *substr;
+    } cases[3];
+    cases[0].name = "set_num_threads(-1)";
+    cases[0].st = fc_context_set_num_threads(ctx, -1);
+    cases[0].substr = "num_threads";
+    char m0[FC_MSG_COPY];
+    snprintf(m0, sizeof m0, "%s", fc_last_error(ctx));
+    cases[1].name = "set_device(-2)";
+    cases[1].st = fc_context_set_device(ctx, -2);
+    cases[1].substr = "device";
+    char m1[FC_MSG_COPY];
+    snprintf(m1, sizeof m1, "%s", fc_last_error(ctx));
+    cases[2].name = "set_cuda_path(70)";
+    cases[2].st = fc_context_set_cuda_path(ctx, 70);
+    cases[2].substr = "path";
+    char m2[FC_MSG_COPY];
+    snprintf(m2, sizeof m2, "%s", fc_last_error(ctx));
+    const char *msgs[3] = {m0, m1, m2};
+    for (int i = 0; i < 3; i++) {
+        CHECK(cases[i].st == FC_ERR_INVALID_ARGUMENT, "%s returned %d", cases[i].name, (int)cases[i].st);
+        CHECK(strstr(msgs[i], cases[i].substr) != NULL, "%s: message '%s' does not name '%s'",
+              cases[i].name, msgs[i], cases[i].substr);
+    }
+    CHECK(fc_context_set_num_threads(ctx, INT32_MIN) == FC_ERR_INVALID_ARGUMENT,
+          "set_num_threads(INT32_MIN) accepted");
+    CHECK(fc_context_set_device(ctx, INT32_MIN) == FC_ERR_INVALID_ARGUMENT, "set_device(INT32_MIN) accepted");
+    CHECK(fc_context_set_cuda_path(ctx, -1) == FC_ERR_INVALID_ARGUMENT, "set_cuda_path(-1) accepted");
+    CHECK(fc_context_set_cuda_path(ctx, 89) == FC_ERR_INVALID_ARGUMENT, "set_cuda_path(89) accepted");
+    /* NULL contexts: an error status, no crash */
+    CHECK(fc_context_set_num_threads(NULL, 1) == FC_ERR_INVALID_ARGUMENT, "set_num_threads(NULL) not invalid");
+    CHECK(fc_context_set_device(NULL, 0) == FC_ERR_INVALID_ARGUMENT, "set_device(NULL) not invalid");
+    CHECK(fc_context_set_cuda_path(NULL, 0) == FC_ERR_INVALID_ARGUMENT, "set_cuda_path(NULL) not invalid");
+    char buf[64];
+    CHECK(fc_cuda_device_info(NULL, buf, sizeof buf) == FC_ERR_INVALID_ARGUMENT,
+          "cuda_device_info(NULL ctx) not invalid");
+    fc_status st = fc_cuda_device_info(ctx, NULL, 0);
+    CHECK(st == FC_ERR_INVALID_ARGUMENT && strstr(fc_last_error(ctx), "buf"),
+          "cuda_device_info(buf NULL) gave %d '%s'", (int)st, fc_last_error(ctx));
+    /* a rejected setting leaves the context usable with its previous value */
+    kit_shape s = base_shape(F_F32);
+    kit_case c;
+    if (!kit_case_init(&c, &s, 3)) {
+        c.args.backend = FC_BACKEND_CPU;
+        st = fc_attention_forward(ctx, &c.args, NULL, NULL);
+        CHECK(st == FC_OK, "forward after rejected settings failed: %s", fc_last_error(ctx));
+        kit_case_free(&c);
+    }
+    group_done("context setters", p0, f0);
+}
+
+/* A tensor description with dummy (never dereferenced) pointers. */
+static void dummy_tensor(fc_tensor *t, uintptr_t addr, fc_dtype dt, int ndim, const int64_t *shape,
+                         const int64_t *stride)
+{
+    memset(t, 0, sizeof *t);
+    t->data = (void *)addr;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->stride[i] = stride[i];
+    }
+}
+
+/* Dummy addresses 2^44 apart: every extent below stays in its own range, so
+ * the output/input overlap check sees distinct buffers. Only supported() is
+ * called on these: it touches no tensor data. */
+#define DUMMY(i) ((uintptr_t)1 << 44) * (uintptr_t)(i + 1)
+
+static void dense_dummy_args(fc_attention_args *a, int64_t q_batch_stride, int64_t k_row_stride)
+{
+    fc_attention_args_init(a);
+    const int64_t B = 2, S = 5, H = 4, D = 16;
+    int64_t shape[4] = {B, S, H, D};
+    int64_t qs[4] = {q_batch_stride, H * D, D, 1};
+    int64_t ks[4] = {S * k_row_stride, k_row_stride, D, 1};
+    int64_t os[4] = {S * H * D, H * D, D, 1};
+    dummy_tensor(&a->q, DUMMY(0), FC_DTYPE_F16, 4, shape, qs);
+    dummy_tensor(&a->k, DUMMY(1), FC_DTYPE_F16, 4, shape, ks);
+    dummy_tensor(&a->v, DUMMY(2), FC_DTYPE_F16, 4, shape, ks);
+    dummy_tensor(&a->out, DUMMY(3), FC_DTYPE_F16, 4, shape, os);
+    int64_t lshape[3] = {B, H, S}, ls[3] = {H * S, S, 1};
+    dummy_tensor(&a->lse, DUMMY(4), FC_DTYPE_F32, 3, lshape, ls);
+}
+
+static void test_offsets(fc_context *ctx)
+{
+    int p0 = g_pass, f0 = g_fail;
+    fc_attention_args a;
+    fc_kernel_info info;
+    static const fc_backend backends[] = {FC_BACKEND_CPU, FC_BACKEND_CPU_REFERENCE, FC_BACKEND_AUTO};
+
+    /* Positive control: element offsets beyond 2^31 (q batch stride 2^33,
+     * k/v row stride 2^32 + 64) are accepted. Every backend indexes with
+     * 64-bit offsets (fc_fwd_params strides are int64_t), so tensors larger
+     * than 2^31 elements are valid requests, not something to reject. */
+    dense_dummy_args(&a, (int64_t)1 << 33, ((int64_t)1 << 32) + 64);
+    for (int i = 0; i < 3; i++) {
+        a.backend = backends[i];
+        fc_status st = fc_attention_supported(ctx, &a, &info);
+        CHECK(st == FC_OK, "[%s] offsets beyond 2^31 rejected: %s", backend_str(a.backend), fc_last_error(ctx));
+        if (st == FC_OK)
+            CHECK(info.backend == (a.backend == FC_BACKEND_AUTO ? FC_BACKEND_CPU : a.backend),
+                  "[%s] info.backend %d", backend_str(a.backend), (int)info.backend);
+    }
+    /* ...and offsets far larger: q batch stride 2^60 (2^61 bytes of f16). q
+     * moves above the other dummies so its extent covers none of them. */
+    dense_dummy_args(&a, ((int64_t)1 << 60), 64);
+    a.q.data = (void *)((uintptr_t)1 << 47);
+    a.backend = FC_BACKEND_CPU;
+    CHECK(fc_attention_supported(ctx, &a, NULL) == FC_OK, "q batch stride 2^60 rejected: %s",
+          fc_last_error(ctx));
+
+    /* Overflow of int64 element offsets: stride 2^62 with shape 4. */
+    struct {
+        const char *name;
+        int which; /* 0 q, 1 k (and v shape), 2 out, 3 lse */
+    } ov[] = {{"q", 0}, {"k", 1}, {"out", 2}, {"lse", 3}};
+    for (int t = 0; t < 4; t++) {
+        dense_dummy_args(&a, 5 * 4 * 16, 4 * 16);
+        fc_tensor *x = ov[t].which == 0 ? &a.q : ov[t].which == 1 ? &a.k : ov[t].which == 2 ? &a.out : &a.lse;
+        if (ov[t].which == 3) {
+            x->shape[2] = 4; /* lse seqlen 4: q/out must agree, but the overflow is reported first */
+            x->stride[1] = (int64_t)1 << 62;
+        } else {
+            x->shape[1] = 4;
+            x->stride[1] = (int64_t)1 << 62;
+            if (ov[t].which == 1) a.v.shape[1] = 4;
+        }
+        for (int i = 0; i < 3; i++) {
+            a.backend = backends[i];
+            fc_status st = fc_attention_supported(ctx, &a, &info);
+            const char *m = fc_last_error(ctx);
+            CHECK(st == FC_ERR_INVALID_ARGUMENT && strstr(m, "overflow") && strncmp(m, ov[t].name, strlen(ov[t].name)) == 0,
+                  "[%s] %s stride 2^62 x shape 4: got %d '%s'", backend_str(a.backend), ov[t].name, (int)st, m);
+        }
+    }
+    /* An overflow in the sum, not in any single term: 2^62 + 4 * 2^60. */
+    dense_dummy_args(&a, (int64_t)1 << 62, 64);
+    a.q.stride[1] = (int64_t)1 << 60;
+    a.backend = FC_BACKEND_CPU;
+    fc_status st = fc_attention_supported(ctx, &a, NULL);
+    CHECK(st == FC_ERR_INVALID_ARGUMENT && strstr(fc_last_error(ctx), "overflow"),
+          "q offsets summing past int64 gave %d '%s'", (int)st, fc_last_error(ctx));
+    group_done("offsets (dummy ptrs)", p0, f0);
+}
+
+int main(void)
+{
+    fc_context *ctx = NULL;
+    if (fc_context_create(&ctx) != FC_OK || !ctx) {
+        printf("FAIL: fc_context_create\n0 passed, 1 failed\n");
+        return 1;
+    }
+    test_null_ctx_args(ctx);
+    test_rows(ctx);
+    test_cuda_request(ctx);
+    test_setters(ctx);
+    test_offsets(ctx);
+    fc_context_free(ctx);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail > 0;
+}

@@ -1,0 +1,378 @@
+/*
+ * test_cpu_correctness.c -- the tiled CPU path (FC_BACKEND_CPU) against the
+ * double-precision reference (FC_BACKEND_CPU_REFERENCE), through the public
+ * API only, judged by the kit's per-dtype gates.
+ *
+ *   1. random shapes over seeds: every dtype, layout, lse on/off, causal,
+ *      windows, softcap, GQA/MQA, varlen;
+ *   2. named edge cases: seqlen 1, seqlen_q != seqlen_k under causal (both
+ *      ways), windows that leave whole rows without a key (those rows must
+ *      hold exactly 0 and lse -inf in both backends), large logits
+ *      (scale*qk ~ 1e4: finite and gated), GQA ratios 1/4/8, varlen with
+ *      empty sequences, odd sizes 1, 17, 1000;
+ *   3. bitwise identity of the CPU backend with 1 and 4 threads.
+ *
+ * Every run poisons out and lse first; an element still holding the poison
+ * afterwards was never written and fails the case. One line per case, then
+ * "N passed, M failed"; exit status 0 only if nothing failed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashcore.h"
+#include "kit.h"
+
+static int g_pass, g_fail;
+
+static void verdict(int ok, const char *name, const char *detail)
+{
+    if (ok) g_pass++;
+    else g_fail++;
+    printf("%s %-44s %s\n", ok ? "PASS" : "FAIL", name, detail);
+    fflush(stdout);
+}
+
+/* The masking rule as flashcore.h states it (independent of the library's
+ * own copy): is any key of a (sq, sk) sequence visible to query i? */
+static int row_has_key(int64_t i, int64_t sq, int64_t sk, const kit_shape *s)
+{
+    int64_t diag = i + sk - sq;
+    int64_t wr = s->causal ? 0 : s->window_right;
+    int64_t lo = 0, hi = sk - 1; /* visible keys: [lo, hi] */
+    if (wr >= 0 && diag + wr < hi) hi = diag + wr;
+    if (s->window_left >= 0 && diag - s->window_left > lo) lo = diag - s->window_left;
+    return lo <= hi;
+}
+
+/* Rows of the case with no visible key must hold exactly 0 in out and -inf
+ * in lse. Counts such rows into *empty; returns the number of violations. */
+static int64_t check_empty_rows(const kit_case *c, const void *out, const float *lse, int64_t *empty)
+{
+    const kit_shape *s = &c->s;
+    const fc_tensor *o = &c->args.out, *l = &c->args.lse;
+    int64_t bad = 0;
+    *empty = 0;
+    for (int b = 0; b < s->batch; b++) {
+        int64_t sq = s->seqlen_q, sk = s->seqlen_k, t0 = 0;
+        if (s->varlen) {
+            t0 = c->cu_q[b];
+            sq = c->cu_q[b + 1] - c->cu_q[b];
+            sk = c->cu_k[b + 1] - c->cu_k[b];
+        }
+        for (int64_t i = 0; i < sq; i++) {
+            if (row_has_key(i, sq, sk, s)) continue;
+            for (int h = 0; h < s->heads_q; h++) {
+                (*empty)++;
+                int64_t base = s->varlen ? (t0 + i) * o->stride[0] + h * o->stride[1]
+                                         : b * o->stride[0] + i * o->stride[1] + h * o->stride[2];
+                for (int d = 0; d < s->head_dim; d++)
+                    if (kit_is_poison(out, s->dtype, base + d) || kit_load(out, s->dtype, base + d) != 0.0f)
+                        bad++;
+                if (lse) {
+                    int64_t li = s->varlen ? h * l->stride[0] + (t0 + i) * l->stride[1]
+                                           : b * l->stride[0] + h * l->stride[1] + i * l->stride[2];
+                    if (!(isinf(lse[li]) && lse[li] < 0)) bad++;
+                }
+            }
+        }
+    }
+    return bad;
+}
+
+static const char *layout_name(kit_layout l)
+{
+    return l == KIT_LAYOUT_BHSD ? "bhsd" : l == KIT_LAYOUT_PADDED ? "padded" : "bshd";
+}
+
+/* Run one backend into the case's (freshly poisoned) buffers. */
+static fc_status run_backend(fc_context *ctx, kit_case *c, fc_backend backend)
+{
+    kit_poison(c->out, c->out_bytes, c->s.dtype, c->lse, c->lse_bytes);
+    c->args.backend = backend;
+    return fc_attention_forward(ctx, &c->args, NULL, NULL);
+}
+
+/* Tiled vs reference on one shape; 1 if it passed. */
+static int run_case(fc_context *ctx, const char *name, const kit_shape *s, uint64_t seed)
+{
+    char line[512];
+    kit_case c;
+    if (kit_case_init(&c, s, seed) != 0) {
+        verdict(0, name, "kit_case_init failed (allocation or shape)");
+        return 0;
+    }
+    void *ref = malloc(c.out_bytes);
+    float *ref_lse = c.lse_bytes ? malloc(c.lse_bytes) : NULL;
+    if (!ref || (c.lse_bytes && !ref_lse)) {
+        verdict(0, name, "out of memory for the reference copy");
+        free(ref);
+        free(ref_lse);
+        kit_case_free(&c);
+        return 0;
+    }
+
+    int ok = 0;
+    fc_status st = run_backend(ctx, &c, FC_BACKEND_CPU_REFERENCE);
+    if (st != FC_OK) {
+        snprintf(line, sizeof line, "reference: %s (%s)", fc_status_string(st), fc_last_error(ctx));
+        goto done;
+    }
+    memcpy(ref, c.out, c.out_bytes);
+    if (ref_lse) memcpy(ref_lse, c.lse, c.lse_bytes);
+
+    st = run_backend(ctx, &c, FC_BACKEND_CPU);
+    if (st != FC_OK) {
+        snprintf(line, sizeof line, "cpu: %s (%s)", fc_status_string(st), fc_last_error(ctx));
+        goto done;
+    }
+
+    kit_gate g = kit_gate_for(s->dtype);
+    kit_metrics m, mref;
+    kit_compare(&c, c.out, c.lse, ref, ref_lse, &g, &m);
+    kit_compare(&c, ref, ref_lse, ref, ref_lse, &g, &mref); /* the reference wrote everything too */
+    int64_t empty = 0, empty_bad = check_empty_rows(&c, c.out, c.lse, &empty);
+    int64_t empty_ref = 0, empty_bad_ref = check_empty_rows(&c, ref, ref_lse, &empty_ref);
+    ok = kit_gate_pass(&m, &g) && mref.unwritten == 0 && mref.lse_bad == 0 && empty_bad == 0 &&
+         empty_bad_ref == 0;
+    snprintf(line, sizeof line,
+             "%s %s lse%d | max_abs %.2e rel_l2 %.2e bad %.3f%% lse_max %.2e | unwritten %lld "
+             "nonfinite %lld lse_bad %lld | empty rows %lld (bad %lld/%lld)",
+             kit_dtype_name(s->dtype), layout_name(s->layout), s->want_lse, m.max_abs, m.rel_l2,
+             m.pct_bad, m.lse_max_abs, (long long)(m.unwritten + mref.unwritten),
+             (long long)m.nonfinite, (long long)(m.lse_bad + mref.lse_bad), (long long)empty,
+             (long long)empty_bad, (long long)empty_bad_ref);
+done:
+    verdict(ok, name, line);
+    free(ref);
+    free(ref_lse);
+    kit_case_free(&c);
+    return ok;
+}
+
+static kit_shape shape(int batch, int hq, int hkv, int sq, int sk, int d, fc_dtype dt)
+{
+    kit_shape s;
+    memset(&s, 0, sizeof s);
+    s.batch = batch;
+    s.heads_q = hq;
+    s.heads_kv = hkv;
+    s.seqlen_q = sq;
+    s.seqlen_k = sk;
+    s.head_dim = d;
+    s.dtype = dt;
+    s.window_left = s.window_right = -1;
+    s.layout = KIT_LAYOUT_BSHD;
+    s.want_lse = 1;
+    return s;
+}
+
+/* ---- 1. random shapes ----------------------------------------------------- */
+
+static void random_cases(fc_context *ctx, int count)
+{
+    static const int dims[] = {1, 8, 17, 32, 64, 80, 128, 256};
+    static const int lens[] = {1, 7, 17, 33, 64, 65, 128, 191};
+    static const int ratios[] = {1, 2, 4, 8};
+    for (int n = 0; n < count; n++) {
+        uint64_t rng = 0x5eed0000u + (uint64_t)n;
+        kit_shape s = shape(1 + (int)(kit_rand_u64(&rng) % 3), 1, 1 + (int)(kit_rand_u64(&rng) % 2),
+                            lens[kit_rand_u64(&rng) % 8], lens[kit_rand_u64(&rng) % 8],
+                            dims[kit_rand_u64(&rng) % 8], (fc_dtype)(n % 3));
+        s.heads_q = s.heads_kv * ratios[kit_rand_u64(&rng) % 4];
+        s.layout = (kit_layout)((n / 3) % 3);
+        s.want_lse = (int)(kit_rand_u64(&rng) & 1);
+        s.causal = kit_rand_u64(&rng) % 3 == 0;
+        if (kit_rand_u64(&rng) % 4 == 0) s.window_left = (int)(kit_rand_u64(&rng) % 48);
+        if (!s.causal && kit_rand_u64(&rng) % 4 == 0) s.window_right = (int)(kit_rand_u64(&rng) % 48);
+        if (kit_rand_u64(&rng) % 5 == 0) s.softcap = 5.0f + (float)(kit_rand_u64(&rng) % 45);
+        s.varlen = kit_rand_u64(&rng) % 4 == 0;
+        if (s.varlen) s.batch += 2;
+        char name[96];
+        snprintf(name, sizeof name, "random#%d b%d h%d/%d s%d/%d d%d%s%s%s%s", n, s.batch, s.heads_q,
+                 s.heads_kv, s.seqlen_q, s.seqlen_k, s.head_dim, s.causal ? " causal" : "",
+                 s.window_left >= 0 || s.window_right >= 0 ? " window" : "", s.softcap > 0 ? " cap" : "",
+                 s.varlen ? " varlen" : "");
+        run_case(ctx, name, &s, 1000 + (uint64_t)n);
+    }
+}
+
+/* ---- 2. edge cases ---------------------------------------------------------- */
+
+static void edge_cases(fc_context *ctx)
+{
+    char name[96];
+    for (int dt = 0; dt < 3; dt++) {
+        const fc_dtype t = (fc_dtype)dt;
+        const char *tn = kit_dtype_name(t);
+        kit_shape s;
+
+        /* seqlen 1 (one query, one key), with and without causal */
+        s = shape(2, 4, 4, 1, 1, 64, t);
+        snprintf(name, sizeof name, "seqlen 1 %s", tn);
+        run_case(ctx, name, &s, 11);
+        s.causal = 1;
+        snprintf(name, sizeof name, "seqlen 1 causal %s", tn);
+        run_case(ctx, name, &s, 12);
+
+        /* causal with seqlen_q < seqlen_k (decode-like, bottom-right aligned) */
+        s = shape(2, 8, 2, 1, 1000, 64, t);
+        s.causal = 1;
+        snprintf(name, sizeof name, "causal sq1 < sk1000 %s", tn);
+        run_case(ctx, name, &s, 13);
+        s = shape(1, 4, 4, 100, 333, 64, t);
+        s.causal = 1;
+        s.layout = KIT_LAYOUT_BHSD;
+        snprintf(name, sizeof name, "causal sq100 < sk333 %s", tn);
+        run_case(ctx, name, &s, 14);
+
+        /* causal with seqlen_q > seqlen_k: the first sq-sk rows see no key */
+        s = shape(2, 4, 4, 300, 77, 32, t);
+        s.causal = 1;
+        s.layout = KIT_LAYOUT_PADDED;
+        snprintf(name, sizeof name, "causal sq300 > sk77 (empty rows) %s", tn);
+        run_case(ctx, name, &s, 15);
+
+        /* local window with sq > sk: rows whose window falls before key 0 */
+        s = shape(1, 4, 2, 160, 40, 64, t);
+        s.window_left = 3;
+        s.window_right = 5;
+        snprintf(name, sizeof name, "window (3,5) sq160 > sk40 (empty rows) %s", tn);
+        run_case(ctx, name, &s, 16);
+        s = shape(2, 4, 4, 200, 200, 32, t);
+        s.window_left = 0;
+        s.window_right = 0;
+        snprintf(name, sizeof name, "window (0,0): one key per row %s", tn);
+        run_case(ctx, name, &s, 17);
+        s = shape(2, 4, 4, 129, 257, 64, t);
+        s.window_left = 16;
+        s.causal = 1;
+        snprintf(name, sizeof name, "causal + window_left 16 %s", tn);
+        run_case(ctx, name, &s, 18);
+
+        /* large logits: inputs N(0, 100^2) make scale*qk ~ 1e4 */
+        s = shape(1, 4, 2, 96, 96, 64, t);
+        s.input_scale = 100.0f;
+        snprintf(name, sizeof name, "large logits (input_scale 100) %s", tn);
+        run_case(ctx, name, &s, 19);
+        /* and through scale: scale 1000 with N(0,1) inputs, causal */
+        s = shape(1, 4, 4, 96, 96, 128, t);
+        s.scale = 1000.0f;
+        s.causal = 1;
+        snprintf(name, sizeof name, "large logits (scale 1000) causal %s", tn);
+        run_case(ctx, name, &s, 20);
+        s.softcap = 30.0f;
+        snprintf(name, sizeof name, "large logits (scale 1000) softcap 30 %s", tn);
+        run_case(ctx, name, &s, 21);
+
+        /* GQA ratios 1, 4, 8 */
+        static const int ratio[] = {1, 4, 8};
+        for (int r = 0; r < 3; r++) {
+            s = shape(2, 8, 8 / ratio[r], 130, 150, 64, t);
+            s.causal = r == 1;
+            s.layout = (kit_layout)r;
+            snprintf(name, sizeof name, "gqa %d:1 %s", ratio[r], tn);
+            run_case(ctx, name, &s, 22 + (uint64_t)r);
+        }
+
+        /* varlen with empty sequences (kit makes some lengths 0) */
+        s = shape(7, 8, 2, 150, 120, 64, t);
+        s.varlen = 1;
+        s.causal = 1;
+        snprintf(name, sizeof name, "varlen 7 seqs causal (some empty) %s", tn);
+        run_case(ctx, name, &s, 25);
+        s.causal = 0;
+        s.window_left = 10;
+        s.window_right = 2;
+        s.layout = KIT_LAYOUT_PADDED;
+        snprintf(name, sizeof name, "varlen 7 seqs window (10,2) %s", tn);
+        run_case(ctx, name, &s, 26);
+
+        /* odd sizes: head_dim 1 and 17, seqlen 17 and 1000 */
+        s = shape(1, 3, 1, 17, 1000, 1, t);
+        snprintf(name, sizeof name, "odd d1 sq17 sk1000 %s", tn);
+        run_case(ctx, name, &s, 27);
+        s = shape(1, 2, 2, 1000, 17, 17, t);
+        s.layout = KIT_LAYOUT_PADDED;
+        snprintf(name, sizeof name, "odd d17 sq1000 sk17 %s", tn);
+        run_case(ctx, name, &s, 28);
+        s = shape(1, 2, 1, 1000, 1000, 17, t);
+        s.causal = 1;
+        snprintf(name, sizeof name, "odd d17 sq1000 sk1000 causal %s", tn);
+        run_case(ctx, name, &s, 29);
+    }
+}
+
+/* ---- 3. thread-count independence ---------------------------------------------- */
+
+/* The CPU backend with 1 and with 4 threads: out and lse equal byte for byte. */
+static void thread_identity(fc_context *ctx, const char *name, const kit_shape *s, uint64_t seed)
+{
+    kit_case c;
+    if (kit_case_init(&c, s, seed) != 0) {
+        verdict(0, name, "kit_case_init failed");
+        return;
+    }
+    void *out1 = malloc(c.out_bytes);
+    float *lse1 = c.lse_bytes ? malloc(c.lse_bytes) : NULL;
+    char line[256] = "out of memory";
+    int ok = 0;
+    if (out1 && (!c.lse_bytes || lse1)) {
+        fc_status st1 = fc_context_set_num_threads(ctx, 1);
+        if (st1 == FC_OK) st1 = run_backend(ctx, &c, FC_BACKEND_CPU);
+        memcpy(out1, c.out, c.out_bytes);
+        if (lse1) memcpy(lse1, c.lse, c.lse_bytes);
+        fc_status st4 = fc_context_set_num_threads(ctx, 4);
+        if (st4 == FC_OK) st4 = run_backend(ctx, &c, FC_BACKEND_CPU);
+        kit_gate g = kit_gate_for(s->dtype);
+        kit_metrics m;
+        kit_compare(&c, out1, lse1, out1, lse1, &g, &m); /* every element written */
+        int same_out = memcmp(out1, c.out, c.out_bytes) == 0;
+        int same_lse = !lse1 || memcmp(lse1, c.lse, c.lse_bytes) == 0;
+        ok = st1 == FC_OK && st4 == FC_OK && same_out && same_lse && m.unwritten == 0 && m.lse_bad == 0;
+        snprintf(line, sizeof line, "%s: status %d/%d, out %s, lse %s, unwritten %lld", kit_dtype_name(s->dtype),
+                 (int)st1, (int)st4, same_out ? "identical" : "DIFFERENT",
+                 same_lse ? "identical" : "DIFFERENT", (long long)(m.unwritten + m.lse_bad));
+    }
+    fc_context_set_num_threads(ctx, 0);
+    verdict(ok, name, line);
+    free(out1);
+    free(lse1);
+    kit_case_free(&c);
+}
+
+static void thread_cases(fc_context *ctx)
+{
+    /* Big enough that the backend really starts 4 workers (it uses fewer
+     * on tiny problems). */
+    kit_shape s = shape(2, 8, 2, 300, 300, 64, FC_DTYPE_F16);
+    s.causal = 1;
+    thread_identity(ctx, "threads 1 vs 4: causal gqa 4:1", &s, 31);
+    s = shape(5, 8, 8, 250, 270, 80, FC_DTYPE_BF16);
+    s.varlen = 1;
+    s.window_left = 30;
+    s.softcap = 20.0f;
+    s.layout = KIT_LAYOUT_PADDED;
+    thread_identity(ctx, "threads 1 vs 4: varlen window softcap", &s, 32);
+    s = shape(1, 4, 4, 333, 400, 128, FC_DTYPE_F32);
+    s.layout = KIT_LAYOUT_BHSD;
+    thread_identity(ctx, "threads 1 vs 4: dense f32", &s, 33);
+}
+
+int main(void)
+{
+    fc_context *ctx = NULL;
+    if (fc_context_create(&ctx) != FC_OK) {
+        printf("FAIL fc_context_create\n0 passed, 1 failed\n");
+        return 1;
+    }
+    double t0 = kit_now();
+    random_cases(ctx, 150);
+    edge_cases(ctx);
+    thread_cases(ctx);
+    fc_context_free(ctx);
+    printf("(%.1f s)\n", kit_now() - t0);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}

@@ -1,0 +1,557 @@
+/*
+ * test_cuda_forward.c -- the CUDA backend against the double-precision CPU
+ * reference, through the public API only, judged by the kit's per-dtype
+ * gates; for every CUDA kernel family (fc_context_set_cuda_path 80 and 90).
+ *
+ * Per case: kit_case_init builds the problem on the host; the reference runs
+ * on the host (FC_BACKEND_CPU_REFERENCE, once per case); inputs are copied
+ * to device buffers; out and lse are poisoned ON THE DEVICE (cudaMemcpy of
+ * the poisoned host buffers) before every run; the CUDA run goes through
+ * fc_attention_forward(FC_BACKEND_CUDA); results come back and must
+ *   - pass kit_compare / kit_gate_pass (every logical element written),
+ *   - leave every non-logical element of out (padding) untouched (poison),
+ *   - be bitwise identical on a second run.
+ *
+ * Usage: test_cuda_forward [--quick] [--cases N] [--seed S] [--path 80|90] [--verbose]
+ *   --quick    a few small cases of every kernel variant (dtype x head_dim x
+ *              {plain, causal+varlen, window+softcap+padded, decode/GQA-pack/split})
+ *              -- the run to put under compute-sanitizer
+ *   --cases N  random cases (default 300) besides the named edge cases
+ *   --path P   only that kernel family (default: 80 and 90)
+ * Without a CUDA device: "SKIP: no CUDA device (...)" and exit code 77.
+ * Output: a line per failure (every case with --verbose), the skip reasons,
+ * then exactly "N passed, M failed" (", K skipped" when some were skipped).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashcore.h"
+#include "kit.h"
+
+#if defined(FC_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+#if !defined(FC_HAVE_CUDA)
+int main(void)
+{
+    printf("SKIP: no CUDA device (this build has no CUDA backend)\n");
+    return 77;
+}
+#else
+
+#define MAX_SKIP_REASONS 16
+
+static int g_pass, g_fail, g_skip;
+static int g_verbose;
+static struct {
+    char why[200];
+    int count;
+} g_skips[MAX_SKIP_REASONS];
+static int g_nskips;
+
+static void note_skip(const char *why)
+{
+    g_skip++;
+    for (int i = 0; i < g_nskips; i++)
+        if (!strcmp(g_skips[i].why, why)) {
+            g_skips[i].count++;
+            return;
+        }
+    if (g_nskips < MAX_SKIP_REASONS) {
+        snprintf(g_skips[g_nskips].why, sizeof g_skips[g_nskips].why, "%s", why);
+        g_skips[g_nskips++].count = 1;
+    }
+}
+
+/* ---- device buffers ------------------------------------------------------------ */
+
+typedef struct dev_case {
+    void *q, *k, *v, *out;
+    float *lse;
+    int32_t *cu_q, *cu_k;
+    fc_attention_args args; /* = the host case's args with device pointers */
+} dev_case;
+
+static void dev_free(dev_case *d)
+{
+    cudaFree(d->q); cudaFree(d->k); cudaFree(d->v); cudaFree(d->out);
+    cudaFree(d->lse); cudaFree(d->cu_q); cudaFree(d->cu_k);
+    memset(d, 0, sizeof *d);
+}
+
+static int dev_upload(const kit_case *c, dev_case *d, char *err, size_t err_len)
+{
+    memset(d, 0, sizeof *d);
+    cudaError_t e = cudaSuccess;
+#define UP(dst, src, bytes)                                                                  \
+    do {                                                                                     \
+        if (e == cudaSuccess) e = cudaMalloc((void **)&(dst), (bytes));                     \
+        if (e == cudaSuccess) e = cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice); \
+    } while (0)
+    UP(d->q, c->q, c->q_bytes);
+    UP(d->k, c->k, c->k_bytes);
+    UP(d->v, c->v, c->v_bytes);
+    UP(d->out, c->out, c->out_bytes); /* c->out holds the poison */
+    if (c->lse) UP(d->lse, c->lse, c->lse_bytes);
+    if (c->cu_q) {
+        UP(d->cu_q, c->cu_q, ((size_t)c->s.batch + 1) * sizeof(int32_t));
+        UP(d->cu_k, c->cu_k, ((size_t)c->s.batch + 1) * sizeof(int32_t));
+    }
+#undef UP
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "device setup: %s", cudaGetErrorString(e));
+        dev_free(d);
+        return -1;
+    }
+    d->args = c->args;
+    d->args.q.data = d->q;
+    d->args.k.data = d->k;
+    d->args.v.data = d->v;
+    d->args.out.data = d->out;
+    if (c->lse) d->args.lse.data = d->lse;
+    d->args.cu_seqlens_q = d->cu_q;
+    d->args.cu_seqlens_k = d->cu_k;
+    d->args.backend = FC_BACKEND_CUDA;
+    return 0;
+}
+
+/* Poison out/lse on the device, run, wait, copy back into out/lse. */
+static fc_status dev_run(fc_context *ctx, const kit_case *c, dev_case *d, cudaStream_t stream, void *out,
+                         float *lse, fc_kernel_info *info, char *err, size_t err_len)
+{
+    kit_poison(out, c->out_bytes, c->s.dtype, lse, c->lse_bytes);
+    cudaError_t e = cudaMemcpy(d->out, out, c->out_bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && lse) e = cudaMemcpy(d->lse, lse, c->lse_bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "poisoning: %s", cudaGetErrorString(e));
+        return FC_ERR_CUDA;
+    }
+    fc_status st = fc_attention_forward(ctx, &d->args, (void *)stream, info);
+    if (st != FC_OK) {
+        snprintf(err, err_len, "%s: %s", fc_status_string(st), fc_last_error(ctx));
+        return st;
+    }
+    e = cudaStreamSynchronize(stream);
+    if (e == cudaSuccess) e = cudaMemcpy(out, d->out, c->out_bytes, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && lse) e = cudaMemcpy(lse, d->lse, c->lse_bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "after the kernel: %s", cudaGetErrorString(e));
+        return FC_ERR_CUDA;
+    }
+    return FC_OK;
+}
+
+/* Elements of out that are not logical (padding) must still hold the poison. */
+static int64_t stray_writes(const kit_case *c, const void *out)
+{
+    const kit_shape *s = &c->s;
+    const fc_tensor *o = &c->args.out;
+    const int64_t n = (int64_t)(c->out_bytes / kit_dtype_size(s->dtype));
+    unsigned char *logical = calloc((size_t)(n > 0 ? n : 1), 1);
+    if (!logical) return -1;
+    const int64_t rows = s->varlen ? c->total_q : (int64_t)s->batch * s->seqlen_q;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t b = s->varlen ? 0 : r / s->seqlen_q, i = s->varlen ? r : r % s->seqlen_q;
+        const int64_t base = s->varlen ? i * o->stride[0] : b * o->stride[0] + i * o->stride[1];
+        const int64_t hs = s->varlen ? o->stride[1] : o->stride[2];
+        for (int h = 0; h < s->heads_q; h++)
+            for (int dd = 0; dd < s->head_dim; dd++) logical[base + h * hs + dd] = 1;
+    }
+    int64_t stray = 0;
+    for (int64_t k = 0; k < n; k++)
+        if (!logical[k] && !kit_is_poison(out, s->dtype, k)) stray++;
+    free(logical);
+    return stray;
+}
+
+static const char *layout_name(kit_layout l)
+{
+    return l == KIT_LAYOUT_BHSD ? "bhsd" : l == KIT_LAYOUT_PADDED ? "padded" : "bshd";
+}
+
+static void describe(const kit_shape *s, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s d%d b%d h%d/%d s%d/%d %s%s%s%s%s%s%s", kit_dtype_name(s->dtype), s->head_dim, s->batch,
+             s->heads_q, s->heads_kv, s->seqlen_q, s->seqlen_k, layout_name(s->layout), s->causal ? " causal" : "",
+             (s->window_left >= 0 || s->window_right >= 0) ? " window" : "", s->softcap > 0 ? " softcap" : "",
+             s->varlen ? " varlen" : "", s->want_lse ? " lse" : "", s->scale > 0 ? " scale" : "");
+}
+
+/* Head dims every sm80 kernel set covers (anything else is an expected
+ * UNSUPPORTED there). For the sm90 path any UNSUPPORTED counts as a skip. */
+static int sm80_supports(const kit_shape *s)
+{
+    const int d = s->head_dim;
+    return d == 32 || d == 64 || d == 96 || d == 128 || d == 256;
+}
+
+/* One case on every path in paths[]; reference computed once. */
+static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint64_t seed, const int *paths,
+                     int npaths, const int *path_ok, const char path_why[][200], cudaStream_t stream)
+{
+    char desc[200], line[1400], err[600];
+    describe(s, desc, sizeof desc);
+    kit_case c;
+    if (kit_case_init(&c, s, seed) != 0) {
+        g_fail += npaths;
+        printf("FAIL %s %s: kit_case_init failed\n", tag, desc);
+        return;
+    }
+    void *ref = malloc(c.out_bytes), *out1 = malloc(c.out_bytes), *out2 = malloc(c.out_bytes);
+    float *ref_lse = c.lse_bytes ? malloc(c.lse_bytes) : NULL;
+    float *lse1 = c.lse_bytes ? malloc(c.lse_bytes) : NULL, *lse2 = c.lse_bytes ? malloc(c.lse_bytes) : NULL;
+    if (!ref || !out1 || !out2 || (c.lse_bytes && (!ref_lse || !lse1 || !lse2))) {
+        g_fail += npaths;
+        printf("FAIL %s %s: out of host memory\n", tag, desc);
+        goto out;
+    }
+
+    /* reference on the host buffers */
+    kit_poison(c.out, c.out_bytes, s->dtype, c.lse, c.lse_bytes);
+    c.args.backend = FC_BACKEND_CPU_REFERENCE;
+    fc_status st = fc_attention_forward(ctx, &c.args, NULL, NULL);
+    if (st != FC_OK) {
+        g_fail += npaths;
+        printf("FAIL %s %s: reference: %s (%s)\n", tag, desc, fc_status_string(st), fc_last_error(ctx));
+        goto out;
+    }
+    memcpy(ref, c.out, c.out_bytes);
+    if (ref_lse) memcpy(ref_lse, c.lse, c.lse_bytes);
+    kit_poison(c.out, c.out_bytes, s->dtype, c.lse, c.lse_bytes);
+
+    dev_case d;
+    if (dev_upload(&c, &d, err, sizeof err) != 0) {
+        g_fail += npaths;
+        printf("FAIL %s %s: %s\n", tag, desc, err);
+        goto out;
+    }
+    for (int pi = 0; pi < npaths; pi++) {
+        const int path = paths[pi];
+        if (!path_ok[pi]) {
+            note_skip(path_why[pi]);
+            continue;
+        }
+        fc_context_set_cuda_path(ctx, path);
+        fc_kernel_info info;
+        memset(&info, 0, sizeof info);
+        st = dev_run(ctx, &c, &d, stream, out1, lse1, &info, err, sizeof err);
+        if (st == FC_ERR_UNSUPPORTED && (path == 90 || !sm80_supports(s))) {
+            char why[200];
+            snprintf(why, sizeof why, "path %d: %.180s", path, fc_last_error(ctx));
+            note_skip(why);
+            if (g_verbose) printf("SKIP %s path%d %s: %s\n", tag, path, desc, err);
+            continue;
+        }
+        if (st != FC_OK) {
+            g_fail++;
+            printf("FAIL %s path%d %s: %s\n", tag, path, desc, err);
+            /* a sticky CUDA error poisons everything after it: stop here */
+            if (st == FC_ERR_CUDA && cudaDeviceSynchronize() != cudaSuccess) {
+                printf("sticky CUDA error after this case: %s\n", cudaGetErrorString(cudaGetLastError()));
+                dev_free(&d);
+                fc_context_set_cuda_path(ctx, 0);
+                printf("%d passed, %d failed", g_pass, g_fail);
+                if (g_skip) printf(", %d skipped", g_skip);
+                printf("\n");
+                exit(1);
+            }
+            continue;
+        }
+        fc_kernel_info info2;
+        fc_status st2 = dev_run(ctx, &c, &d, stream, out2, lse2, &info2, err, sizeof err);
+
+        kit_gate g = kit_gate_for(s->dtype);
+        kit_metrics m;
+        kit_compare(&c, out1, lse1, ref, ref_lse, &g, &m);
+        const int64_t stray = stray_writes(&c, out1);
+        const int same = st2 == FC_OK && memcmp(out1, out2, c.out_bytes) == 0 &&
+                         (!lse1 || memcmp(lse1, lse2, c.lse_bytes) == 0);
+        const int ok = kit_gate_pass(&m, &g) && stray == 0 && same && info.backend == FC_BACKEND_CUDA;
+        snprintf(line, sizeof line,
+                 "%s path%d %s [%s split%d] | max_abs %.2e rel_l2 %.2e bad %.3f%% lse_max %.2e | unwritten %lld "
+                 "nonfinite %lld lse_bad %lld stray %lld | rerun %.300s",
+                 tag, path, desc, info.name, info.num_splits, m.max_abs, m.rel_l2, m.pct_bad, m.lse_max_abs,
+                 (long long)m.unwritten, (long long)m.nonfinite, (long long)m.lse_bad, (long long)stray,
+                 st2 != FC_OK ? err : (same ? "identical" : "DIFFERENT"));
+        if (ok) g_pass++;
+        else g_fail++;
+        if (!ok || g_verbose) printf("%s %s\n", ok ? "PASS" : "FAIL", line);
+        fflush(stdout);
+    }
+    fc_context_set_cuda_path(ctx, 0);
+    dev_free(&d);
+out:
+    free(ref); free(out1); free(out2);
+    free(ref_lse); free(lse1); free(lse2);
+    kit_case_free(&c);
+}
+
+/* ---- shapes -------------------------------------------------------------------- */
+
+static kit_shape shape(int batch, int hq, int hkv, int sq, int sk, int d, fc_dtype dt)
+{
+    kit_shape s;
+    memset(&s, 0, sizeof s);
+    s.batch = batch;
+    s.heads_q = hq;
+    s.heads_kv = hkv;
+    s.seqlen_q = sq;
+    s.seqlen_k = sk;
+    s.head_dim = d;
+    s.dtype = dt;
+    s.window_left = s.window_right = -1;
+    s.layout = KIT_LAYOUT_BSHD;
+    s.want_lse = 1;
+    return s;
+}
+
+/* Host reference work of a case (multiply-adds): keeps the run short. */
+static double work(const kit_shape *s)
+{
+    return 2.0 * s->batch * s->heads_q * (double)s->seqlen_q * (double)s->seqlen_k * s->head_dim;
+}
+
+static kit_shape random_shape(uint64_t *rng)
+{
+    static const int dims[] = {32, 64, 64, 96, 128, 128, 192, 256, 256};
+    static const int lens[] = {1, 2, 17, 33, 64, 100, 127, 128, 129, 255, 300, 512, 1000, 1023, 2048, 4097};
+    static const int ratios[] = {1, 1, 1, 2, 4, 8};
+#define R(n) ((int)(kit_rand_u64(rng) % (uint64_t)(n)))
+    const fc_dtype dt = R(2) ? FC_DTYPE_BF16 : FC_DTYPE_F16;
+    kit_shape s;
+    if (R(8) == 0) { /* decode: few queries, long KV, GQA -> packing and split-KV */
+        const int g = R(2) ? 4 : 8, hkv = 1 + R(2);
+        s = shape(1 + R(4), hkv * g, hkv, 1 + R(4), (int[]){300, 1000, 2048, 4097}[R(4)], dims[R(9)], dt);
+    } else {
+        const int hkv = 1 + R(3);
+        const int sq = lens[R(16)];
+        s = shape(1 + R(3), hkv * ratios[R(6)], hkv, sq, R(3) == 0 ? sq : lens[R(16)], dims[R(9)], dt);
+    }
+    if (R(3) == 0) s.causal = 1;
+    if (R(5) == 0) {
+        s.window_left = R(3) ? R(300) : -1;
+        if (!s.causal) s.window_right = R(2) ? R(64) : (s.window_left < 0 ? R(8) : -1);
+    }
+    if (R(6) == 0) s.softcap = 5.0f + (float)R(46);
+    if (R(5) == 0) s.scale = 0.02f + 0.04f * (float)R(8);
+    if (R(4) == 0) {
+        s.varlen = 1;
+        s.batch += 1 + R(4);
+    }
+    s.layout = (kit_layout)R(3);
+    s.want_lse = R(10) < 7;
+    if (R(12) == 0) s.input_scale = 3.0f;
+    /* cap the host reference work at ~4e7 multiply-adds per case */
+    while (work(&s) > 4e7) {
+        if (s.batch > 1) s.batch--;
+        else if (s.heads_kv > 1) { s.heads_q /= s.heads_kv; s.heads_kv = 1; }
+        else if (s.heads_q > 1 && s.heads_q > s.heads_kv) s.heads_q = s.heads_kv * ((s.heads_q / s.heads_kv + 1) / 2);
+        else if (s.seqlen_q >= s.seqlen_k) s.seqlen_q = (s.seqlen_q + 1) / 2;
+        else s.seqlen_k = (s.seqlen_k + 1) / 2;
+    }
+#undef R
+    return s;
+}
+
+typedef struct runner {
+    fc_context *ctx;
+    const int *paths;
+    int npaths;
+    const int *path_ok;
+    const char (*path_why)[200];
+    cudaStream_t streams[2];
+    int n;
+} runner;
+
+static void run(runner *r, const char *tag, const kit_shape *s, uint64_t seed)
+{
+    /* every third case on a created (non-default) stream */
+    cudaStream_t st = (r->n++ % 3 == 2) ? r->streams[1] : r->streams[0];
+    run_case(r->ctx, tag, s, seed, r->paths, r->npaths, r->path_ok, r->path_why, st);
+}
+
+/* Named edge cases: odd sizes, sq != sk both ways under causal, windows that
+ * empty whole rows, empty varlen sequences, large logits, unsupported dims. */
+static void edge_cases(runner *r)
+{
+    for (int t = 0; t < 2; t++) {
+        const fc_dtype dt = t ? FC_DTYPE_BF16 : FC_DTYPE_F16;
+        kit_shape s;
+        s = shape(2, 4, 4, 1, 1, 64, dt);
+        run(r, "edge:s1", &s, 101);
+        s = shape(1, 2, 2, 17, 4097, 128, dt);
+        run(r, "edge:s17/4097", &s, 102);
+        s = shape(1, 2, 1, 4097, 17, 64, dt);
+        s.causal = 1;
+        run(r, "edge:causal-s4097/17(empty rows)", &s, 103);
+        s = shape(1, 2, 2, 1000, 1000, 96, dt);
+        s.causal = 1;
+        s.layout = KIT_LAYOUT_PADDED;
+        run(r, "edge:causal-s1000", &s, 104);
+        s = shape(1, 2, 2, 1000, 4097, 32, dt);
+        s.causal = 1;
+        s.window_left = 100;
+        run(r, "edge:local-s1000/4097", &s, 105);
+        s = shape(1, 4, 2, 160, 40, 64, dt);
+        s.window_left = 3;
+        s.window_right = 5;
+        run(r, "edge:window(3,5)-empty-rows", &s, 106);
+        s = shape(2, 4, 4, 200, 200, 256, dt);
+        s.window_left = 0;
+        s.window_right = 0;
+        run(r, "edge:window(0,0)", &s, 107);
+        s = shape(7, 8, 2, 150, 300, 128, dt);
+        s.varlen = 1;
+        s.causal = 1;
+        run(r, "edge:varlen-empty-seqs", &s, 108);
+        s = shape(1, 4, 2, 96, 96, 64, dt);
+        s.input_scale = 100.0f;
+        run(r, "edge:large-logits", &s, 109);
+        s = shape(1, 4, 4, 96, 96, 128, dt);
+        s.scale = 1000.0f;
+        s.causal = 1;
+        s.softcap = 30.0f;
+        run(r, "edge:scale1000-softcap", &s, 110);
+        s = shape(4, 32, 8, 1, 4097, 128, dt);
+        run(r, "edge:gqa-decode", &s, 111);
+        s = shape(3, 16, 1, 3, 2048, 64, dt);
+        s.causal = 1;
+        s.layout = KIT_LAYOUT_BHSD;
+        run(r, "edge:mqa-decode-causal", &s, 112);
+        s = shape(1, 2, 2, 64, 64, 80, dt); /* no kernel has d80: UNSUPPORTED, never wrong */
+        run(r, "edge:d80-unsupported", &s, 113);
+    }
+}
+
+/* --quick: every (dtype, head_dim) with each kernel variant, small sizes. */
+static void quick_cases(runner *r)
+{
+    static const int dims[] = {32, 64, 96, 128, 192, 256};
+    for (int t = 0; t < 2; t++)
+        for (int di = 0; di < 6; di++) {
+            const fc_dtype dt = t ? FC_DTYPE_BF16 : FC_DTYPE_F16;
+            const int d = dims[di];
+            kit_shape s = shape(2, 2, 2, 130, 77, d, dt);
+            run(r, "quick:plain", &s, 201);
+            s = shape(4, 4, 2, 70, 150, d, dt);
+            s.causal = 1;
+            s.varlen = 1;
+            s.want_lse = 0;
+            run(r, "quick:causal-varlen", &s, 202);
+            s = shape(1, 2, 1, 100, 180, d, dt);
+            s.window_left = 40;
+            s.window_right = 7;
+            s.softcap = 20.0f;
+            s.layout = KIT_LAYOUT_PADDED;
+            run(r, "quick:window-softcap-padded", &s, 203);
+            s = shape(2, 8, 2, 1, 1100, d, dt);
+            s.layout = KIT_LAYOUT_BHSD;
+            run(r, "quick:decode-pack-split", &s, 204);
+        }
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: test_cuda_forward [--quick] [--cases N] [--seed S] [--path 80|90] [--verbose]\n");
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, ncases = 300, only_path = 0;
+    uint64_t seed = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--verbose")) g_verbose = 1;
+        else if (!strcmp(argv[i], "--cases") && i + 1 < argc) ncases = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--path") && i + 1 < argc) {
+            only_path = atoi(argv[++i]);
+            if (only_path != 80 && only_path != 90) { usage(); return 2; }
+        } else { usage(); return 2; }
+    }
+
+    fc_context *ctx = NULL;
+    if (fc_context_create(&ctx) != FC_OK) {
+        printf("FAIL fc_context_create\n0 passed, 1 failed\n");
+        return 1;
+    }
+    char devbuf[512];
+    if (!fc_cuda_available()) {
+        fc_status st = fc_cuda_device_info(ctx, devbuf, sizeof devbuf);
+        printf("SKIP: no CUDA device (%s)\n", st == FC_OK ? "fc_cuda_available() is 0" : fc_last_error(ctx));
+        fc_context_free(ctx);
+        return 77;
+    }
+    if (fc_cuda_device_info(ctx, devbuf, sizeof devbuf) == FC_OK) printf("device: %s\n", devbuf);
+
+    /* Which paths can run at all here: probe a shape both families cover. */
+    const int all_paths[2] = {80, 90};
+    int paths[2], path_ok[2], npaths = 0;
+    char path_why[2][200];
+    for (int i = 0; i < 2; i++) {
+        if (only_path && all_paths[i] != only_path) continue;
+        kit_shape s = shape(1, 2, 2, 64, 64, 128, FC_DTYPE_BF16);
+        kit_case c;
+        paths[npaths] = all_paths[i];
+        path_ok[npaths] = 0;
+        snprintf(path_why[npaths], sizeof path_why[npaths], "path %d: probe failed", all_paths[i]);
+        if (kit_case_init(&c, &s, 1) == 0) {
+            dev_case d;
+            char err[300];
+            if (dev_upload(&c, &d, err, sizeof err) == 0) {
+                fc_context_set_cuda_path(ctx, all_paths[i]);
+                fc_status st = fc_attention_supported(ctx, &d.args, NULL);
+                path_ok[npaths] = st == FC_OK;
+                if (st != FC_OK)
+                    snprintf(path_why[npaths], sizeof path_why[npaths], "path %d unavailable: %.170s", all_paths[i],
+                             fc_last_error(ctx));
+                fc_context_set_cuda_path(ctx, 0);
+                dev_free(&d);
+            }
+            kit_case_free(&c);
+        }
+        printf("path %d: %s\n", all_paths[i], path_ok[npaths] ? "available" : path_why[npaths]);
+        npaths++;
+    }
+
+    runner r;
+    memset(&r, 0, sizeof r);
+    r.ctx = ctx;
+    r.paths = paths;
+    r.npaths = npaths;
+    r.path_ok = path_ok;
+    r.path_why = (const char(*)[200])path_why;
+    r.streams[0] = NULL; /* the legacy default stream */
+    if (cudaStreamCreateWithFlags(&r.streams[1], cudaStreamNonBlocking) != cudaSuccess) {
+        printf("FAIL cudaStreamCreate\n0 passed, 1 failed\n");
+        return 1;
+    }
+
+    const double t0 = kit_now();
+    if (quick) {
+        quick_cases(&r);
+    } else {
+        edge_cases(&r);
+        uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 7;
+        for (int n = 0; n < ncases; n++) {
+            kit_shape s = random_shape(&rng);
+            char tag[48];
+            snprintf(tag, sizeof tag, "random#%d", n);
+            run(&r, tag, &s, seed * 100000 + (uint64_t)n);
+        }
+    }
+    cudaStreamDestroy(r.streams[1]);
+    fc_context_free(ctx);
+
+    printf("(%.1f s)\n", kit_now() - t0);
+    for (int i = 0; i < g_nskips; i++) printf("skipped %d x: %s\n", g_skips[i].count, g_skips[i].why);
+    printf("%d passed, %d failed", g_pass, g_fail);
+    if (g_skip) printf(", %d skipped", g_skip);
+    printf("\n");
+    return g_fail ? 1 : 0;
+}
+#endif

@@ -1,0 +1,480 @@
+/*
+ * cli_bench.c -- `flashcore bench`: the timing runner. DESIGN.md shapes by
+ * name or custom shapes, random inputs, warm-up, per-call times (p50, p90,
+ * mean, std), graph-timed calls on CUDA, TFLOP/s by the DESIGN.md
+ * convention, and a JSON record with the build and machine it was taken on.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kit_json.h"
+
+typedef struct bench_item {
+    kit_shape s;
+    char name[96];
+} bench_item;
+
+typedef struct bench_row {
+    const bench_item *it;
+    fc_backend backend;
+    fc_kernel_info info;
+    cli_timing t;
+    double tflops;
+    int status;             /* 0 timed, 1 skipped, 2 failed */
+    char note[400];
+} bench_row;
+
+static void help(void)
+{
+    printf("usage: flashcore bench [--shape NAME[,NAME...]]... [--all] [--custom B,Hq,Hkv,Sq,Sk,D[,causal][,dtype]]...\n"
+           "                       [--backend auto|cpu|cuda|reference] [--dtype T] [--warmup-ms MS] [--iters N]\n"
+           "                       [--max-ms MS] [--no-graph] [--flush-l2] [--threads N] [--force]\n"
+           "                       [--cpu-budget GFLOP] [--json FILE] [--list]\n\n"
+           "Times the forward pass on random inputs (N(0,1), never zeros). Per shape: warm-up,\n"
+           "then up to --iters timed calls (CUDA events on the GPU, the monotonic clock on\n"
+           "the CPU; stops early after --max-ms, keeping at least 3), reported as p50/p90/\n"
+           "mean/std in microseconds. On CUDA also graph-timed: %d calls captured into a CUDA\n"
+           "graph, replays timed, divided by %d (graph_us); a kernel that cannot be captured\n"
+           "says why. TFLOP/s = 4*B*Hq*Sq*Sk*D (halved for causal with Sq == Sk) over\n"
+           "graph_us when measured, else over p50.\n\n"
+           "  --shape NAME     a DESIGN.md shape (repeatable, or comma-separated); default --all\n"
+           "  --all            every DESIGN.md shape\n"
+           "  --custom SPEC    B,Hq,Hkv,Sq,Sk,D with optional 'causal' and dtype (default f16)\n"
+           "  --backend B      auto (default: cuda if usable, else cpu), cpu, cuda, reference\n"
+           "  --dtype T        override the shapes' dtype (f32, f16, bf16)\n"
+           "  --warmup-ms MS   warm-up per shape (default 1000 on CUDA, 100 on the CPU)\n"
+           "  --iters N        timed calls per shape (default 200 on CUDA, 10 on the CPU)\n"
+           "  --max-ms MS      time budget per shape for the timed calls (default 3000)\n"
+           "  --no-graph       skip the CUDA graph timing\n"
+           "  --flush-l2       CUDA: overwrite the L2 cache before each event-timed call\n"
+           "  --threads N      CPU worker threads (default 0 = one per core)\n"
+           "  --cpu-budget G   on the CPU backends skip shapes above G GFLOP per call (default 20)\n"
+           "  --force          run every shape, whatever its cost\n"
+           "  --json FILE      write the results (meta + rows) to FILE\n"
+           "  --list           print the DESIGN.md shapes and exit\n\n"
+           "Exit status: 0 all selected shapes timed or skipped, 1 a run failed, 2 bad usage.\n",
+           CLI_GRAPH_CALLS, CLI_GRAPH_CALLS);
+}
+
+/* Adds the DESIGN.md shapes named in a comma-separated list. */
+static int add_named(const char *list, bench_item **items, int *n, int *cap)
+{
+    const char *p = list;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char name[64];
+        if (len == 0 || len >= sizeof(name)) {
+            fprintf(stderr, "flashcore bench: --shape: empty or overlong name in '%s'\n", list);
+            return -1;
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+        p += len;
+        if (*p == ',') p++;
+        const cli_named_shape *ns = cli_find_bench_shape(name);
+        if (!ns) {
+            fprintf(stderr, "flashcore bench: --shape: no shape '%s'; known:", name);
+            for (int i = 0; i < cli_num_bench_shapes; i++) fprintf(stderr, " %s", cli_bench_shapes[i].name);
+            fprintf(stderr, "\n");
+            return -1;
+        }
+        if (*n == *cap) {
+            int nc = *cap ? *cap * 2 : 16;
+            bench_item *b = realloc(*items, (size_t)nc * sizeof(*b));
+            if (!b) {
+                fprintf(stderr, "flashcore bench: out of memory\n");
+                return -1;
+            }
+            *items = b;
+            *cap = nc;
+        }
+        bench_item *it = &(*items)[(*n)++];
+        it->s = cli_shape_from_named(ns);
+        snprintf(it->name, sizeof(it->name), "%s", ns->name);
+    }
+    return 0;
+}
+
+/* Every logical output element written and finite: a kernel that returns
+ * without writing must not be timed as if it had worked. */
+static int output_sane(const kit_case *c, char *note, size_t n)
+{
+    int64_t elems = (int64_t)(c->out_bytes / kit_dtype_size(c->s.dtype)), unwritten = 0, nonfinite = 0;
+    for (int64_t i = 0; i < elems; i++) {
+        if (kit_is_poison(c->out, c->s.dtype, i)) unwritten++;
+        else if (!isfinite(kit_load(c->out, c->s.dtype, i))) nonfinite++;
+    }
+    if (!unwritten && !nonfinite) return 1;
+    snprintf(note, n, "output check failed: %lld of %lld elements unwritten, %lld non-finite", (long long)unwritten,
+             (long long)elems, (long long)nonfinite);
+    return 0;
+}
+
+static void run_one(fc_context *ctx, const bench_item *it, fc_backend be, const cli_time_opts *o,
+                    double cpu_budget, int force, bench_row *row)
+{
+    char err[400];
+    memset(row, 0, sizeof(*row));
+    row->it = it;
+    row->backend = be;
+    row->t.graph_us = NAN;
+    row->tflops = NAN;
+    double flops = kit_flops_nominal(&it->s);
+    if (be != FC_BACKEND_CUDA && flops > cpu_budget && !force) {
+        row->status = 1;
+        snprintf(row->note, sizeof(row->note), "%.3g %s on %s (budget %.3g GFLOP), pass --force",
+                 flops >= 1e12 ? flops / 1e12 : flops / 1e9, flops >= 1e12 ? "TFLOP" : "GFLOP",
+                 cli_backend_name(be), cpu_budget / 1e9);
+        return;
+    }
+    kit_case c;
+    if (kit_case_init(&c, &it->s, 42)) {
+        row->status = 2;
+        snprintf(row->note, sizeof(row->note), "out of host memory building the inputs");
+        return;
+    }
+    cli_exec e;
+    if (cli_exec_init(&e, &c, be, err, sizeof(err))) {
+        row->status = 2;
+        snprintf(row->note, sizeof(row->note), "%s", err);
+        kit_case_free(&c);
+        return;
+    }
+    fc_status st = fc_attention_supported(ctx, &e.args, &row->info);
+    if (st == FC_ERR_UNSUPPORTED) {
+        row->status = 1;
+        snprintf(row->note, sizeof(row->note), "%s: %s", fc_status_string(st), fc_last_error(ctx));
+        goto done;
+    }
+    /* one checked call before timing: outputs poisoned, then all written */
+    if (cli_exec_poison(&e, err, sizeof(err))) {
+        row->status = 2;
+        snprintf(row->note, sizeof(row->note), "%s", err);
+        goto done;
+    }
+    st = cli_exec_run(ctx, &e, &row->info, err, sizeof(err));
+    if (st == FC_OK && cli_exec_fetch(&e, err, sizeof(err))) st = FC_ERR_CUDA;
+    if (st != FC_OK) {
+        row->status = 2;
+        snprintf(row->note, sizeof(row->note), "%s", err);
+        goto done;
+    }
+    if (!output_sane(&c, row->note, sizeof(row->note))) {
+        row->status = 2;
+        goto done;
+    }
+    st = cli_time_exec(ctx, &e, o, &row->t, err, sizeof(err));
+    if (st != FC_OK) {
+        row->status = 2;
+        snprintf(row->note, sizeof(row->note), "%s", err);
+        goto done;
+    }
+    double us = isfinite(row->t.graph_us) ? row->t.graph_us : row->t.p50_us;
+    row->tflops = flops / (us * 1e-6) / 1e12;
+done:
+    cli_exec_free(&e);
+    kit_case_free(&c);
+}
+
+static void print_row(const bench_row *r)
+{
+    const bench_item *it = r->it;
+    char kern[140];
+    snprintf(kern, sizeof(kern), "%s/%s", cli_backend_name(r->backend), r->info.name[0] ? r->info.name : "-");
+    if (r->status != 0) {
+        printf("%-18s %-36s %s  %s\n", it->name, kern, r->status == 1 ? "SKIP" : "FAIL", r->note);
+        return;
+    }
+    char graph[32];
+    if (isfinite(r->t.graph_us)) snprintf(graph, sizeof(graph), "%.2f", r->t.graph_us);
+    else snprintf(graph, sizeof(graph), "-");
+    /* small CPU figures need more digits than GPU ones */
+    printf("%-18s %-36s %10.2f %10.2f %10.2f %8.2f %10s %9.*f %6d\n", it->name, kern, r->t.p50_us, r->t.p90_us,
+           r->t.mean_us, r->t.std_us, graph, r->tflops < 10 ? 4 : 1, r->tflops, r->t.iters);
+    if (r->backend == FC_BACKEND_CUDA && !isfinite(r->t.graph_us) && r->t.graph_note[0])
+        printf("    graph: %s\n", r->t.graph_note);
+}
+
+/* Times to the nanosecond, rates to 1e-6 TFLOP/s: more digits are noise. */
+static double round_to(double v, double unit) { return isfinite(v) ? round(v / unit) * unit : v; }
+
+typedef struct bench_meta {
+    char git_sha[64], device[300], driver[128], cpu[256], host[256], date[40];
+    char gpu_before[64], gpu_after[64];
+    int threads;
+} bench_meta;
+
+static int write_json(const char *path, const bench_meta *m, fc_backend be, const cli_time_opts *o,
+                      const bench_row *rows, int n)
+{
+    kit_jw w;
+    kit_jw_init(&w, 1);
+    kit_jw_object_begin(&w);
+    kit_jw_key(&w, "meta");
+    kit_jw_object_begin(&w);
+    kit_jw_kv_string(&w, "tool", "flashcore bench");
+    kit_jw_kv_string(&w, "git_sha", m->git_sha);
+    kit_jw_kv_string(&w, "build_info", fc_build_info());
+    kit_jw_kv_string(&w, "compiler", cli_compiler());
+    kit_jw_kv_string(&w, "library_version", fc_version_string());
+    kit_jw_kv_string(&w, "backend", cli_backend_name(be));
+    kit_jw_kv_string(&w, "device_name", m->device);
+    kit_jw_kv_string(&w, "driver", m->driver);
+    kit_jw_kv_string(&w, "cpu_model", m->cpu);
+    kit_jw_kv_int(&w, "threads", m->threads);
+    kit_jw_kv_string(&w, "date", m->date);
+    kit_jw_kv_string(&w, "host", m->host);
+    kit_jw_kv_string(&w, "gpu_before", m->gpu_before);
+    kit_jw_kv_string(&w, "gpu_after", m->gpu_after);
+    kit_jw_key(&w, "timing");
+    kit_jw_object_begin(&w);
+    kit_jw_kv_number(&w, "warmup_ms", o->warmup_ms);
+    kit_jw_kv_int(&w, "iters", o->iters);
+    kit_jw_kv_number(&w, "max_ms", o->max_ms);
+    kit_jw_kv_int(&w, "graph_calls", o->graph ? CLI_GRAPH_CALLS : 0);
+    kit_jw_kv_bool(&w, "flush_l2", o->flush_l2);
+    kit_jw_kv_string(&w, "clock", be == FC_BACKEND_CUDA ? "cuda events" : "clock_gettime(CLOCK_MONOTONIC)");
+    kit_jw_kv_string(&w, "tflops_from", "graph_us when measured, else p50_us");
+    kit_jw_object_end(&w);
+    kit_jw_object_end(&w);
+
+    kit_jw_key(&w, "rows");
+    kit_jw_array_begin(&w);
+    for (int i = 0; i < n; i++) {
+        const bench_row *r = &rows[i];
+        if (r->status != 0) continue;
+        const kit_shape *s = &r->it->s;
+        char system[48];
+        snprintf(system, sizeof(system), "flashcore-%s", cli_backend_name(r->backend));
+        kit_jw_object_begin(&w);
+        kit_jw_kv_string(&w, "shape", r->it->name);
+        kit_jw_kv_string(&w, "system", system);
+        kit_jw_kv_int(&w, "B", s->batch);
+        kit_jw_kv_int(&w, "Hq", s->heads_q);
+        kit_jw_kv_int(&w, "Hkv", s->heads_kv);
+        kit_jw_kv_int(&w, "Sq", s->seqlen_q);
+        kit_jw_kv_int(&w, "Sk", s->seqlen_k);
+        kit_jw_kv_int(&w, "D", s->head_dim);
+        kit_jw_kv_bool(&w, "causal", s->causal);
+        kit_jw_kv_string(&w, "dtype", kit_dtype_name(s->dtype));
+        kit_jw_kv_string(&w, "backend", cli_backend_name(r->backend));
+        kit_jw_kv_string(&w, "kernel", r->info.name);
+        kit_jw_kv_int(&w, "num_splits", r->info.num_splits);
+        kit_jw_kv_number(&w, "flops", kit_flops_nominal(s));
+        kit_jw_kv_number(&w, "p50_us", round_to(r->t.p50_us, 1e-3));
+        kit_jw_kv_number(&w, "p90_us", round_to(r->t.p90_us, 1e-3));
+        kit_jw_kv_number(&w, "mean_us", round_to(r->t.mean_us, 1e-3));
+        kit_jw_kv_number(&w, "std_us", round_to(r->t.std_us, 1e-3));
+        kit_jw_kv_number(&w, "min_us", round_to(r->t.min_us, 1e-3));
+        kit_jw_kv_number(&w, "graph_us", round_to(r->t.graph_us, 1e-3)); /* null when not measured */
+        if (!isfinite(r->t.graph_us)) kit_jw_kv_string(&w, "graph_note", r->t.graph_note);
+        kit_jw_kv_number(&w, "tflops", round_to(r->tflops, 1e-6));
+        kit_jw_kv_int(&w, "iters", r->t.iters);
+        kit_jw_object_end(&w);
+    }
+    kit_jw_array_end(&w);
+    kit_jw_key(&w, "not_timed");
+    kit_jw_array_begin(&w);
+    for (int i = 0; i < n; i++) {
+        if (rows[i].status == 0) continue;
+        kit_jw_object_begin(&w);
+        kit_jw_kv_string(&w, "shape", rows[i].it->name);
+        kit_jw_kv_string(&w, "status", rows[i].status == 1 ? "skipped" : "failed");
+        kit_jw_kv_string(&w, "reason", rows[i].note);
+        kit_jw_object_end(&w);
+    }
+    kit_jw_array_end(&w);
+    kit_jw_object_end(&w);
+
+    const char *doc = kit_jw_result(&w);
+    if (!doc) {
+        fprintf(stderr, "flashcore bench: --json: out of memory building the document\n");
+        kit_jw_free(&w);
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(doc, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    kit_jw_free(&w);
+    if (!ok) {
+        fprintf(stderr, "flashcore bench: --json: cannot write '%s'\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_bench(int argc, char **argv)
+{
+    fc_backend backend = FC_BACKEND_AUTO;
+    long long iters = -1, threads = 0;
+    double warmup_ms = -1, max_ms = 3000, cpu_budget_g = 20;
+    int all = 0, force = 0, graph = 1, flush_l2 = 0, have_dtype = 0, list = 0;
+    fc_dtype dtype = FC_DTYPE_F16;
+    const char *json = NULL;
+    bench_item *items = NULL;
+    bench_row *rows = NULL;
+    int n = 0, cap = 0, rc = CLI_EXIT_USAGE;
+    cli_args a;
+    cli_args_init(&a, "bench", argc, argv);
+    for (const char *arg; (arg = cli_next(&a));) {
+        if (cli_is(&a, arg, "--help") || cli_is(&a, arg, "-h")) {
+            help();
+            rc = CLI_EXIT_OK;
+            goto out;
+        } else if (cli_is(&a, arg, "--shape")) {
+            const char *v = cli_value(&a, arg);
+            if (!v || add_named(v, &items, &n, &cap)) goto out;
+        } else if (cli_is(&a, arg, "--custom")) {
+            const char *v = cli_value(&a, arg);
+            if (!v) goto out;
+            kit_shape s;
+            char name[96];
+            if (cli_parse_custom("bench", v, &s, name, sizeof(name))) goto out;
+            if (n == cap) {
+                int nc = cap ? cap * 2 : 16;
+                bench_item *b = realloc(items, (size_t)nc * sizeof(*b));
+                if (!b) {
+                    fprintf(stderr, "flashcore bench: out of memory\n");
+                    rc = CLI_EXIT_FAIL;
+                    goto out;
+                }
+                items = b;
+                cap = nc;
+            }
+            items[n].s = s;
+            snprintf(items[n].name, sizeof(items[n].name), "%s", name);
+            n++;
+        } else if (cli_is(&a, arg, "--all")) {
+            if (cli_no_value(&a, arg)) goto out;
+            all = 1;
+        } else if (cli_is(&a, arg, "--list")) {
+            if (cli_no_value(&a, arg)) goto out;
+            list = 1;
+        } else if (cli_is(&a, arg, "--force")) {
+            if (cli_no_value(&a, arg)) goto out;
+            force = 1;
+        } else if (cli_is(&a, arg, "--no-graph")) {
+            if (cli_no_value(&a, arg)) goto out;
+            graph = 0;
+        } else if (cli_is(&a, arg, "--flush-l2")) {
+            if (cli_no_value(&a, arg)) goto out;
+            flush_l2 = 1;
+        } else if (cli_is(&a, arg, "--backend")) {
+            const char *v = cli_value(&a, arg);
+            if (!v || cli_parse_backend("bench", v, &backend)) goto out;
+        } else if (cli_is(&a, arg, "--dtype")) {
+            const char *v = cli_value(&a, arg);
+            if (!v) goto out;
+            if (kit_dtype_parse(v, &dtype)) {
+                fprintf(stderr, "flashcore bench: --dtype: expected f32, f16 or bf16, got '%s'\n", v);
+                goto out;
+            }
+            have_dtype = 1;
+        } else if (cli_is(&a, arg, "--warmup-ms")) {
+            if (cli_double(&a, arg, 0, 600000, &warmup_ms)) goto out;
+        } else if (cli_is(&a, arg, "--max-ms")) {
+            if (cli_double(&a, arg, 1, 3600000, &max_ms)) goto out;
+        } else if (cli_is(&a, arg, "--cpu-budget")) {
+            if (cli_double(&a, arg, 0, 1e9, &cpu_budget_g)) goto out;
+        } else if (cli_is(&a, arg, "--iters")) {
+            if (cli_int(&a, arg, 1, 10000000, &iters)) goto out;
+        } else if (cli_is(&a, arg, "--threads")) {
+            if (cli_int(&a, arg, 0, 4096, &threads)) goto out;
+        } else if (cli_is(&a, arg, "--json")) {
+            if (!(json = cli_value(&a, arg))) goto out;
+        } else {
+            rc = cli_unknown(&a, arg);
+            goto out;
+        }
+    }
+    if (list) {
+        printf("%-18s %4s %4s %4s %6s %6s %4s %-6s %-5s %10s\n", "name", "B", "Hq", "Hkv", "Sq", "Sk", "D", "causal",
+               "dtype", "GFLOP");
+        for (int i = 0; i < cli_num_bench_shapes; i++) {
+            const cli_named_shape *s = &cli_bench_shapes[i];
+            kit_shape ks = cli_shape_from_named(s);
+            printf("%-18s %4d %4d %4d %6d %6d %4d %-6s %-5s %10.1f\n", s->name, s->B, s->Hq, s->Hkv, s->Sq, s->Sk,
+                   s->D, s->causal ? "yes" : "no", kit_dtype_name(s->dtype), kit_flops_nominal(&ks) / 1e9);
+        }
+        rc = CLI_EXIT_OK;
+        goto out;
+    }
+    if (all || n == 0) {
+        for (int i = 0; i < cli_num_bench_shapes; i++)
+            if (add_named(cli_bench_shapes[i].name, &items, &n, &cap)) goto out;
+    }
+    if (have_dtype)
+        for (int i = 0; i < n; i++) items[i].s.dtype = dtype;
+
+    rc = CLI_EXIT_FAIL;
+    fc_context *ctx = cli_context("bench", (int)threads);
+    if (!ctx) goto out;
+    fc_backend be = cli_resolve_backend(backend);
+    if (cli_require_backend("bench", ctx, be)) {
+        fc_context_free(ctx);
+        goto out;
+    }
+    int cuda = be == FC_BACKEND_CUDA;
+    cli_time_opts o = {
+        .warmup_ms = warmup_ms >= 0 ? warmup_ms : (cuda ? 1000 : 100),
+        .iters = iters > 0 ? (int)iters : (cuda ? 200 : 10),
+        .max_ms = max_ms,
+        .graph = cuda && graph,
+        .flush_l2 = cuda && flush_l2,
+    };
+
+    bench_meta m;
+    memset(&m, 0, sizeof(m));
+    cli_git_sha(m.git_sha, sizeof(m.git_sha));
+    cli_cpu_model(m.cpu, sizeof(m.cpu));
+    cli_hostname(m.host, sizeof(m.host));
+    cli_utc_now_iso8601(m.date, sizeof(m.date));
+    m.threads = threads ? (int)threads : cli_online_cpus();
+    if (cuda) {
+        if (fc_cuda_device_info(ctx, m.device, sizeof(m.device)) != FC_OK)
+            snprintf(m.device, sizeof(m.device), "%s", fc_last_error(ctx));
+        char name[256];
+        cli_cuda_describe(name, sizeof(name), m.driver, sizeof(m.driver));
+        cli_gpu_clock_temp(m.gpu_before, sizeof(m.gpu_before));
+    } else {
+        snprintf(m.device, sizeof(m.device), "cpu: %s", m.cpu);
+        snprintf(m.driver, sizeof(m.driver), "none");
+    }
+
+    printf("flashcore %s bench: %s, %s, git %s\n", fc_version_string(), cli_backend_name(be), m.device, m.git_sha);
+    if (m.gpu_before[0]) printf("gpu before: %s\n", m.gpu_before);
+    printf("%-18s %-36s %10s %10s %10s %8s %10s %9s %6s\n", "shape", "backend/kernel", "p50_us", "p90_us", "mean_us",
+           "std_us", "graph_us", "TFLOP/s", "iters");
+    rows = calloc((size_t)n, sizeof(*rows));
+    if (!rows) {
+        fprintf(stderr, "flashcore bench: out of memory\n");
+        fc_context_free(ctx);
+        goto out;
+    }
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        cli_progress(i + 1, n, items[i].name);
+        run_one(ctx, &items[i], be, &o, cpu_budget_g * 1e9, force, &rows[i]);
+        cli_progress_done();
+        print_row(&rows[i]);
+        fflush(stdout);
+        if (rows[i].status == 2) failed++;
+    }
+    if (cuda) {
+        cli_gpu_clock_temp(m.gpu_after, sizeof(m.gpu_after));
+        if (m.gpu_after[0]) printf("gpu after: %s\n", m.gpu_after);
+    }
+    cli_cuda_release_scratch();
+    fc_context_free(ctx);
+    rc = failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    if (json) {
+        if (write_json(json, &m, be, &o, rows, n)) rc = CLI_EXIT_FAIL;
+        else printf("wrote %s\n", json);
+    }
+out:
+    free(rows);
+    free(items);
+    return rc;
+}

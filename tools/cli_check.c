@@ -1,0 +1,359 @@
+/*
+ * cli_check.c -- `flashcore check`: the correctness runner. Named shapes (the
+ * DESIGN.md shapes, scaled down where the fp64 reference would take too long,
+ * and edge shapes) plus random configurations, each run on the chosen backend
+ * and compared with FC_BACKEND_CPU_REFERENCE through the kit's per-dtype gates.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* A named check case. Scaled-down DESIGN.md shapes say how in their name
+ * ("/small": fewer heads and shorter sequences; "/sq128": the full key
+ * length with 128 queries). Every case asks for lse. */
+typedef struct check_named {
+    const char *name;
+    int quick;          /* part of --quick */
+    int B, Hq, Hkv, Sq, Sk, D;
+    fc_dtype dtype;
+    int causal, wl, wr;
+    float softcap;
+    int varlen;
+    kit_layout layout;
+    float scale, input_scale;
+} check_named;
+
+#define F16 FC_DTYPE_F16
+#define BF16 FC_DTYPE_BF16
+#define F32 FC_DTYPE_F32
+#define BSHD KIT_LAYOUT_BSHD
+#define BHSD KIT_LAYOUT_BHSD
+#define PAD KIT_LAYOUT_PADDED
+
+static const check_named k_named[] = {
+    /* name                    quick B  Hq  Hkv  Sq    Sk     D    dtype causal wl   wr  cap  varlen layout scale inscale */
+    /* DESIGN.md §4 shapes (full where the reference is fast enough) */
+    {"mission",                  1,  1, 8,  8,   512,  512,   64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"mission-causal",           1,  1, 8,  8,   512,  512,   64,  F16,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"s512-d64/small",           0,  1, 4,  4,   512,  512,   64,  BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"s2k-d128/small",           0,  1, 1,  1,   1024, 1024,  128, BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"s2k-d128-causal/small",    0,  1, 2,  2,   1024, 1024,  128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"s8k-d128/sq128",           0,  1, 1,  1,   128,  8192,  128, BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"s8k-d128-causal/sq128",    0,  1, 2,  2,   128,  8192,  128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"s16k-d64/sq64",            0,  1, 2,  2,   64,   16384, 64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"s4k-d256/small",           0,  1, 1,  1,   512,  512,   256, BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"gqa-prefill/small",        0,  1, 8,  2,   512,  512,   128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"gqa-decode/b4",            1,  4, 32, 8,   1,    8192,  128, BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    /* sequence lengths */
+    {"seqlen-1",                 1,  2, 4,  4,   1,    1,     64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"seqlen-17",                1,  1, 4,  2,   17,   17,    64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"seqlen-17-causal-d96",     1,  1, 4,  2,   17,   17,    96,  BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"seqlen-1000",              0,  1, 2,  1,   1000, 1000,  64,  BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"seqlen-1000-causal",       0,  1, 2,  2,   1000, 1000,  128, F16,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"sq<sk-causal",             1,  2, 4,  4,   100,  300,   64,  F16,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"sq>sk-causal(empty-rows)", 1,  2, 4,  4,   300,  100,   64,  F16,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"decode-causal-sk777",      0,  1, 8,  8,   1,    777,   128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    /* windows */
+    {"window-64-0",              1,  1, 4,  4,   400,  400,   64,  F16,  0,    64,  0,  0,   0,     BSHD,  0,    0},
+    {"window-32-32",             0,  1, 4,  2,   400,  400,   128, BF16, 0,    32,  32, 0,   0,     BSHD,  0,    0},
+    {"window-left-100",          0,  1, 2,  2,   300,  500,   64,  F16,  0,    100, -1, 0,   0,     BSHD,  0,    0},
+    {"window-right-16-f32",      0,  1, 2,  2,   300,  300,   64,  F32,  0,    -1,  16, 0,   0,     BSHD,  0,    0},
+    {"window-sq>sk(empty-rows)", 1,  1, 2,  2,   300,  100,   64,  F16,  0,    10,  10, 0,   0,     BSHD,  0,    0},
+    {"causal-window-128",        0,  1, 4,  4,   600,  600,   64,  BF16, 1,    128, -1, 0,   0,     BSHD,  0,    0},
+    /* softcap, scale, large inputs */
+    {"softcap-30",               1,  1, 4,  4,   256,  256,   64,  F16,  0,    -1,  -1, 30,  0,     BSHD,  0,    4},
+    {"softcap-50-causal-bf16",   0,  1, 4,  2,   300,  300,   128, BF16, 1,    -1,  -1, 50,  0,     BSHD,  0,    4},
+    {"scale-0.5",                0,  1, 4,  4,   256,  256,   64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0.5f, 0},
+    {"large-inputs-x8",          0,  1, 4,  4,   256,  256,   64,  BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    8},
+    /* GQA / MQA */
+    {"gqa-4",                    1,  2, 8,  2,   200,  200,   64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"gqa-8-causal",             0,  1, 16, 2,   300,  300,   128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"mqa",                      0,  1, 8,  1,   256,  256,   64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    /* varlen (kit: random lengths, some sequences empty) */
+    {"varlen-empty-seqs",        1,  5, 4,  4,   300,  300,   64,  F16,  0,    -1,  -1, 0,   1,     BSHD,  0,    0},
+    {"varlen-causal-gqa",        0,  6, 8,  2,   257,  300,   128, BF16, 1,    -1,  -1, 0,   1,     BSHD,  0,    0},
+    {"varlen-window-32-0",       0,  4, 4,  4,   200,  200,   64,  F16,  0,    32,  0,  0,   1,     BSHD,  0,    0},
+    /* layouts */
+    {"layout-bhsd",              1,  2, 4,  4,   200,  300,   64,  F16,  0,    -1,  -1, 0,   0,     BHSD,  0,    0},
+    {"layout-bhsd-causal-gqa",   0,  1, 8,  2,   300,  300,   128, BF16, 1,    -1,  -1, 0,   0,     BHSD,  0,    0},
+    {"layout-padded",            1,  2, 4,  2,   200,  200,   64,  F16,  0,    -1,  -1, 0,   0,     PAD,   0,    0},
+    {"layout-padded-varlen",     0,  3, 4,  4,   200,  200,   64,  BF16, 0,    -1,  -1, 0,   1,     PAD,   0,    0},
+    /* dtypes and head dims */
+    {"f32-d64",                  1,  1, 4,  4,   256,  256,   64,  F32,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"f32-causal-d128",          0,  1, 2,  2,   300,  300,   128, F32,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"d32",                      0,  1, 4,  4,   256,  256,   32,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"d80",                      0,  1, 2,  2,   128,  128,   80,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"d256-causal",              0,  1, 2,  2,   256,  256,   256, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {"fp8-e4m3(reserved)",       1,  1, 2,  2,   64,   64,    64,  FC_DTYPE_E4M3, 0, -1, -1, 0, 0,  BSHD,  0,    0},
+};
+#define NUM_NAMED ((int)(sizeof(k_named) / sizeof(k_named[0])))
+
+/* The fp64 reference runs at roughly a GFLOP/s: random configurations stay
+ * under this many nominal FLOPs so a seed costs a fraction of a second. */
+#define RANDOM_FLOP_BUDGET 1.5e8
+
+typedef struct check_case {
+    char name[48];
+    kit_shape s;
+    uint64_t seed;
+} check_case;
+
+static kit_shape shape_of(const check_named *n)
+{
+    kit_shape s;
+    memset(&s, 0, sizeof(s));
+    s.name = n->name;
+    s.batch = n->B;
+    s.heads_q = n->Hq;
+    s.heads_kv = n->Hkv;
+    s.seqlen_q = n->Sq;
+    s.seqlen_k = n->Sk;
+    s.head_dim = n->D;
+    s.dtype = n->dtype;
+    s.causal = n->causal;
+    s.window_left = n->wl;
+    s.window_right = n->wr;
+    s.softcap = n->softcap;
+    s.scale = n->scale;
+    s.varlen = n->varlen;
+    s.layout = n->layout;
+    s.want_lse = 1;
+    s.input_scale = n->input_scale;
+    return s;
+}
+
+static int pick(uint64_t *rng, int n) { return (int)(kit_rand_u64(rng) % (uint64_t)n); }
+
+static int rand_len(uint64_t *rng)
+{
+    int r = pick(rng, 10);
+    if (r == 0) return 1;                  /* decode-like */
+    if (r < 4) return 1 + pick(rng, 64);   /* shorter than one tile */
+    return 1 + pick(rng, 400);             /* a few tiles, ragged end */
+}
+
+/* A random configuration from seed: every option, within the FLOP budget. */
+static kit_shape random_shape(uint64_t seed)
+{
+    static const int dims[] = {32, 64, 64, 96, 128, 128, 256};
+    static const fc_dtype dts[] = {FC_DTYPE_F16, FC_DTYPE_BF16, FC_DTYPE_F32};
+    /* scramble the seed: splitmix streams of seeds s and s+1 started from
+     * s*golden would be the same stream shifted by one draw */
+    uint64_t t = seed ^ 0xC2B2AE3D27D4EB4Full;
+    uint64_t rng = kit_rand_u64(&t);
+    kit_shape s;
+    memset(&s, 0, sizeof(s));
+    s.batch = 1 + pick(&rng, 3);
+    s.heads_kv = 1 << pick(&rng, 3);
+    s.heads_q = s.heads_kv << pick(&rng, 3);
+    s.seqlen_q = rand_len(&rng);
+    s.seqlen_k = pick(&rng, 4) == 0 ? s.seqlen_q : rand_len(&rng);
+    s.head_dim = dims[pick(&rng, (int)(sizeof(dims) / sizeof(dims[0])))];
+    s.dtype = dts[pick(&rng, 3)];
+    s.causal = pick(&rng, 10) < 3;
+    s.window_left = s.window_right = -1;
+    if (pick(&rng, 10) < 2) {
+        s.window_left = pick(&rng, 3) == 0 ? -1 : pick(&rng, s.seqlen_k + 1);
+        if (!s.causal) s.window_right = pick(&rng, 3) == 0 ? -1 : pick(&rng, 65);
+    }
+    if (pick(&rng, 100) < 15) s.softcap = 10.0f + (float)pick(&rng, 41);
+    if (pick(&rng, 10) < 2) s.scale = (float)(0.05 + 0.45 * kit_rand_uniform(&rng));
+    if (pick(&rng, 10) < 2) s.input_scale = 2.0f + (float)pick(&rng, 5);
+    s.varlen = pick(&rng, 10) < 2;
+    if (s.varlen) s.batch += 2;
+    s.layout = (kit_layout)pick(&rng, 3);
+    s.want_lse = pick(&rng, 10) < 8;
+    while (kit_flops_nominal(&s) > RANDOM_FLOP_BUDGET) {
+        if (s.seqlen_q >= s.seqlen_k && s.seqlen_q > 1) s.seqlen_q = (s.seqlen_q + 1) / 2;
+        else if (s.seqlen_k > 1) s.seqlen_k = (s.seqlen_k + 1) / 2;
+        else if (s.heads_q > s.heads_kv) s.heads_q /= 2;
+        else break;
+    }
+    return s;
+}
+
+static const char *layout_name(kit_layout l)
+{
+    return l == KIT_LAYOUT_BHSD ? "bhsd" : l == KIT_LAYOUT_PADDED ? "padded" : "bshd";
+}
+
+static void describe(const kit_shape *s, char *buf, size_t n)
+{
+    int k = snprintf(buf, n, "B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d %s%s", s->batch, s->heads_q, s->heads_kv,
+                     s->seqlen_q, s->seqlen_k, s->head_dim, kit_dtype_name(s->dtype), s->causal ? " causal" : "");
+    if (k < 0 || (size_t)k >= n) return;
+    if (s->window_left >= 0 || s->window_right >= 0)
+        k += snprintf(buf + k, n - (size_t)k, " window=(%d,%d)", s->window_left, s->window_right);
+    if ((size_t)k < n && s->softcap > 0) k += snprintf(buf + k, n - (size_t)k, " softcap=%g", s->softcap);
+    if ((size_t)k < n && s->scale > 0) k += snprintf(buf + k, n - (size_t)k, " scale=%g", s->scale);
+    if ((size_t)k < n && s->input_scale > 0) k += snprintf(buf + k, n - (size_t)k, " inputs*%g", s->input_scale);
+    if ((size_t)k < n && s->varlen) k += snprintf(buf + k, n - (size_t)k, " varlen");
+    if ((size_t)k < n) k += snprintf(buf + k, n - (size_t)k, " %s%s", layout_name(s->layout), s->want_lse ? " lse" : "");
+}
+
+static void help(void)
+{
+    printf("usage: flashcore check [--quick] [--seeds N] [--backend auto|cpu|cuda] [--dtype f32|f16|bf16]\n"
+           "                       [--filter TEXT] [--threads N] [--list]\n\n"
+           "Runs named shapes and random configurations on a backend and compares each\n"
+           "output (and lse) with the fp64 reference through the per-dtype gates (max abs\n"
+           "error, rel L2, %% elements over tolerance, unwritten elements, lse).\n"
+           "Named shapes: the DESIGN.md shapes (scaled down where the reference would be\n"
+           "too slow; the name says how) and edge shapes: seqlen 1/17/1000, sq != sk\n"
+           "causal, windows, softcap, GQA 4/8, MQA, varlen with empty sequences, BHSD and\n"
+           "padded layouts, f32/f16/bf16, head dims 32..256.\n\n"
+           "  --quick          a subset of the named shapes and 5 random configurations\n"
+           "  --seeds N        random configurations rand-1..rand-N (default 20; 5 with --quick)\n"
+           "  --backend B      auto (default: cuda if usable, else cpu), cpu, cuda, reference\n"
+           "  --dtype T        run every case in this dtype instead of its own\n"
+           "  --filter TEXT    only cases whose name contains TEXT\n"
+           "  --threads N      CPU worker threads (default 0 = one per core)\n"
+           "  --list           print the selected cases and exit\n\n"
+           "A combination the library does not support (FC_ERR_UNSUPPORTED) is a SKIP with\n"
+           "the library's message, not a failure. Output: one row per case, then\n"
+           "'(K skipped)' and 'N passed, M failed'. Exit status 1 if any case failed.\n");
+}
+
+int cli_check(int argc, char **argv)
+{
+    fc_backend backend = FC_BACKEND_AUTO;
+    long long seeds = -1, threads = 0;
+    int quick = 0, list = 0, have_dtype = 0;
+    fc_dtype dtype = FC_DTYPE_F16;
+    const char *filter = NULL;
+    cli_args a;
+    cli_args_init(&a, "check", argc, argv);
+    for (const char *arg; (arg = cli_next(&a));) {
+        if (cli_is(&a, arg, "--help") || cli_is(&a, arg, "-h")) {
+            help();
+            return CLI_EXIT_OK;
+        } else if (cli_is(&a, arg, "--quick")) {
+            if (cli_no_value(&a, arg)) return CLI_EXIT_USAGE;
+            quick = 1;
+        } else if (cli_is(&a, arg, "--list")) {
+            if (cli_no_value(&a, arg)) return CLI_EXIT_USAGE;
+            list = 1;
+        } else if (cli_is(&a, arg, "--seeds")) {
+            if (cli_int(&a, arg, 0, 100000, &seeds)) return CLI_EXIT_USAGE;
+        } else if (cli_is(&a, arg, "--threads")) {
+            if (cli_int(&a, arg, 0, 4096, &threads)) return CLI_EXIT_USAGE;
+        } else if (cli_is(&a, arg, "--backend")) {
+            const char *v = cli_value(&a, arg);
+            if (!v || cli_parse_backend("check", v, &backend)) return CLI_EXIT_USAGE;
+        } else if (cli_is(&a, arg, "--dtype")) {
+            const char *v = cli_value(&a, arg);
+            if (!v) return CLI_EXIT_USAGE;
+            if (kit_dtype_parse(v, &dtype)) {
+                fprintf(stderr, "flashcore check: --dtype: expected f32, f16 or bf16, got '%s'\n", v);
+                return CLI_EXIT_USAGE;
+            }
+            have_dtype = 1;
+        } else if (cli_is(&a, arg, "--filter")) {
+            if (!(filter = cli_value(&a, arg))) return CLI_EXIT_USAGE;
+        } else {
+            return cli_unknown(&a, arg);
+        }
+    }
+    if (seeds < 0) seeds = quick ? 5 : 20;
+
+    /* the case list */
+    int cap = NUM_NAMED + (int)seeds, n = 0;
+    check_case *cases = calloc((size_t)cap, sizeof(*cases));
+    if (!cases) {
+        fprintf(stderr, "flashcore check: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    for (int i = 0; i < NUM_NAMED; i++) {
+        if (quick && !k_named[i].quick) continue;
+        if (filter && !strstr(k_named[i].name, filter)) continue;
+        check_case *c = &cases[n++];
+        snprintf(c->name, sizeof(c->name), "%s", k_named[i].name);
+        c->s = shape_of(&k_named[i]);
+        c->seed = 1000 + (uint64_t)i;
+    }
+    for (long long i = 1; i <= seeds; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "rand-%lld", i);
+        if (filter && !strstr(name, filter)) continue;
+        check_case *c = &cases[n++];
+        snprintf(c->name, sizeof(c->name), "%s", name);
+        c->s = random_shape((uint64_t)i);
+        c->seed = (uint64_t)i;
+    }
+    for (int i = 0; i < n; i++) {
+        cases[i].s.name = cases[i].name;
+        if (have_dtype) cases[i].s.dtype = dtype;
+    }
+    if (n == 0) {
+        fprintf(stderr, "flashcore check: no case selected%s%s%s\n", filter ? " (--filter '" : "",
+                filter ? filter : "", filter ? "')" : "");
+        free(cases);
+        return CLI_EXIT_USAGE;
+    }
+    if (list) {
+        char d[256];
+        for (int i = 0; i < n; i++) {
+            describe(&cases[i].s, d, sizeof(d));
+            printf("%-26s %s\n", cases[i].name, d);
+        }
+        free(cases);
+        return CLI_EXIT_OK;
+    }
+
+    fc_context *ctx = cli_context("check", (int)threads);
+    if (!ctx) {
+        free(cases);
+        return CLI_EXIT_FAIL;
+    }
+    fc_backend be = cli_resolve_backend(backend);
+    if (cli_require_backend("check", ctx, be)) {
+        fc_context_free(ctx);
+        free(cases);
+        return CLI_EXIT_FAIL;
+    }
+
+    printf("flashcore %s check: %d cases on backend %s, vs the fp64 reference\n", fc_version_string(), n,
+           cli_backend_name(be));
+    printf("%-26s %-36s %-5s %10s %10s %7s  %s\n", "name", "backend/kernel", "dtype", "max_abs", "rel_l2",
+           "%bad", "result");
+    int passed = 0, failed = 0, skipped = 0;
+    double t0 = kit_now();
+    for (int i = 0; i < n; i++) {
+        check_case *cc = &cases[i];
+        cli_progress(i + 1, n, cc->name);
+        kit_case c;
+        cli_check_result r;
+        if (kit_case_init(&c, &cc->s, cc->seed)) {
+            memset(&r, 0, sizeof(r));
+            r.verdict = CLI_FAIL;
+            snprintf(r.note, sizeof(r.note), "kit_case_init failed (out of host memory or bad shape)");
+        } else {
+            cli_check_case(ctx, &c, be, &r);
+            kit_case_free(&c);
+        }
+        cli_progress_done();
+        char kern[160];
+        snprintf(kern, sizeof(kern), "%s/%s", cli_backend_name(be), r.info.name[0] ? r.info.name : "-");
+        const char *verdict = r.verdict == CLI_PASS ? "PASS" : r.verdict == CLI_SKIP ? "SKIP" : "FAIL";
+        if (r.m.n > 0)
+            printf("%-26s %-36s %-5s %10.3e %10.3e %7.3f  %s\n", cc->name, kern, kit_dtype_name(cc->s.dtype),
+                   r.m.max_abs, r.m.rel_l2, r.m.pct_bad, verdict);
+        else
+            printf("%-26s %-36s %-5s %10s %10s %7s  %s\n", cc->name, kern, kit_dtype_name(cc->s.dtype), "-",
+                   "-", "-", verdict);
+        if (r.verdict != CLI_PASS) {
+            char d[256];
+            describe(&cc->s, d, sizeof(d));
+            printf("    %s: %s\n    case: %s (seed %llu)\n", verdict, r.note, d, (unsigned long long)cc->seed);
+        }
+        fflush(stdout);
+        if (r.verdict == CLI_PASS) passed++;
+        else if (r.verdict == CLI_SKIP) skipped++;
+        else failed++;
+    }
+    printf("(%d skipped, %.1f s)\n%d passed, %d failed\n", skipped, kit_now() - t0, passed, failed);
+    fc_context_free(ctx);
+    free(cases);
+    return failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}

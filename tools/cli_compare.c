@@ -1,0 +1,332 @@
+/*
+ * cli_compare.c -- `flashcore compare A.json B.json`: pairs the rows of two
+ * bench files and prints a Markdown table of B's speedup over A (p50, p90,
+ * graph-timed, TFLOP/s) with a verdict line.
+ *
+ * Rows pair by (shape, system). A shape matches by name, or by dimensions
+ * (B, Hq, Hkv, Sq, Sk, D, causal, dtype) when the names differ (the anchor
+ * files call "mission" "seed-mission"). When the two files share no system
+ * (flashcore against a peer), rows pair by shape alone, provided each file has
+ * one row per shape; otherwise --system-a/--system-b pick the systems.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kit_json.h"
+
+static void help(void)
+{
+    printf("usage: flashcore compare A.json B.json [--system-a NAME] [--system-b NAME]\n\n"
+           "Reads two bench files (flashcore bench --json, a peer benchmark with a \"system\"\n"
+           "per row, or the anchor files) and prints a Markdown table of the speedup of B\n"
+           "over A per shape: time(A) / time(B) for p50, p90 and graph-timed calls, and\n"
+           "TFLOP/s(B) / TFLOP/s(A); > 1 means B is faster. The verdict line counts the\n"
+           "shapes B wins and the geometric-mean speedup, graph-timed when every pair has\n"
+           "graph times, else p50; pairs whose run recorded a failed check are left out.\n\n"
+           "  --system-a NAME  use only A's rows of this system (e.g. flashcore-cuda)\n"
+           "  --system-b NAME  use only B's rows of this system (e.g. torch-cudnn)\n\n"
+           "Exit status: 0 compared, 1 no rows matched, 2 bad usage or malformed input.\n");
+}
+
+/* A table cell: '|' would end the cell early */
+static void md_cell(const char *s)
+{
+    fputs(" ", stdout);
+    for (; *s; s++) {
+        if (*s == '|') fputs("\\|", stdout);
+        else if (*s == '\n' || *s == '\r') fputc(' ', stdout);
+        else fputc(*s, stdout);
+    }
+    fputs(" |", stdout);
+}
+
+static int dims_known(const kit_bench_row *r)
+{
+    return r->B > 0 && r->Hq > 0 && r->Hkv > 0 && r->Sq >= 0 && r->Sk >= 0 && r->D > 0 && r->causal >= 0;
+}
+
+static int same_dims(const kit_bench_row *a, const kit_bench_row *b)
+{
+    if (!dims_known(a) || !dims_known(b)) return 0;
+    if (a->B != b->B || a->Hq != b->Hq || a->Hkv != b->Hkv || a->Sq != b->Sq || a->Sk != b->Sk || a->D != b->D)
+        return 0;
+    /* causal only matters where it masks something */
+    if (a->causal != b->causal) return 0;
+    return !a->dtype[0] || !b->dtype[0] || strcmp(a->dtype, b->dtype) == 0;
+}
+
+/* Index in A of the row pairing with b, or -1. by_name first, then by dims. */
+static int find_pair(const kit_bench_file *A, const char *sys_a, const kit_bench_row *b, int match_system)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < A->n; i++) {
+            const kit_bench_row *a = &A->rows[i];
+            if (sys_a && strcmp(a->system, sys_a) != 0) continue;
+            if (match_system && strcmp(a->system, b->system) != 0) continue;
+            if (pass == 0 ? strcmp(a->shape, b->shape) == 0 : same_dims(a, b)) return i;
+        }
+    }
+    return -1;
+}
+
+/* 1 if some shape has more than one row (of the selected system). */
+static int has_duplicate_shapes(const kit_bench_file *f, const char *sys)
+{
+    for (int i = 0; i < f->n; i++) {
+        if (sys && strcmp(f->rows[i].system, sys) != 0) continue;
+        for (int j = i + 1; j < f->n; j++) {
+            if (sys && strcmp(f->rows[j].system, sys) != 0) continue;
+            if (strcmp(f->rows[i].shape, f->rows[j].shape) == 0) return 1;
+        }
+    }
+    return 0;
+}
+
+static void list_systems(const char *label, const kit_bench_file *f)
+{
+    fprintf(stderr, "  %s systems:", label);
+    for (int i = 0; i < f->n; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++)
+            if (strcmp(f->rows[j].system, f->rows[i].system) == 0) seen = 1;
+        if (!seen) fprintf(stderr, " '%s'", f->rows[i].system);
+    }
+    fprintf(stderr, "\n");
+}
+
+static int has_system(const kit_bench_file *f, const char *sys)
+{
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->rows[i].system, sys) == 0) return 1;
+    return 0;
+}
+
+static void cell_us(char *buf, size_t n, double v)
+{
+    if (isfinite(v)) snprintf(buf, n, "%.2f", v);
+    else snprintf(buf, n, "n/a");
+}
+
+/* TFLOP/s: CPU figures are small, GPU ones large */
+static void cell_tf(char *buf, size_t n, double v)
+{
+    if (!isfinite(v)) snprintf(buf, n, "n/a");
+    else snprintf(buf, n, "%.*f", v < 1 ? 4 : v < 100 ? 2 : 1, v);
+}
+
+/* time ratio a/b (speedup of b), or TFLOP/s ratio b/a */
+static double ratio(double num, double den) { return (isfinite(num) && isfinite(den) && num > 0 && den > 0) ? num / den : NAN; }
+
+static void cell_x(char *buf, size_t n, double v)
+{
+    if (!isfinite(v)) snprintf(buf, n, "n/a");
+    else if (v < 0.01) snprintf(buf, n, "%.2gx", v); /* keep tiny ratios readable, not 0.00x */
+    else snprintf(buf, n, "%.2fx", v);
+}
+
+int cli_compare(int argc, char **argv)
+{
+    const char *path[2] = {NULL, NULL};
+    const char *sys_a = NULL, *sys_b = NULL;
+    int npaths = 0;
+    cli_args a;
+    cli_args_init(&a, "compare", argc, argv);
+    for (const char *arg; (arg = cli_next(&a));) {
+        if (cli_is(&a, arg, "--help") || cli_is(&a, arg, "-h")) {
+            help();
+            return CLI_EXIT_OK;
+        } else if (cli_is(&a, arg, "--system-a")) {
+            if (!(sys_a = cli_value(&a, arg))) return CLI_EXIT_USAGE;
+        } else if (cli_is(&a, arg, "--system-b")) {
+            if (!(sys_b = cli_value(&a, arg))) return CLI_EXIT_USAGE;
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            return cli_unknown(&a, arg);
+        } else if (npaths < 2) {
+            path[npaths++] = arg;
+        } else {
+            fprintf(stderr, "flashcore compare: expected two files, got a third: '%s'\n", arg);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (npaths != 2) {
+        fprintf(stderr, "flashcore compare: expected two bench files: flashcore compare A.json B.json\n");
+        return CLI_EXIT_USAGE;
+    }
+
+    kit_bench_file F[2];
+    char err[600];
+    memset(F, 0, sizeof(F));
+    for (int k = 0; k < 2; k++) {
+        if (kit_bench_file_read(path[k], &F[k], err, sizeof(err))) {
+            fprintf(stderr, "flashcore compare: %s\n", err);
+            kit_bench_file_free(&F[0]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    const kit_bench_file *A = &F[0], *B = &F[1];
+    int rc = CLI_EXIT_FAIL;
+    int *pair = NULL;
+    char *used_a = NULL;
+    if (sys_a && !has_system(A, sys_a)) {
+        fprintf(stderr, "flashcore compare: --system-a '%s': no such system in %s\n", sys_a, path[0]);
+        list_systems("A", A);
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (sys_b && !has_system(B, sys_b)) {
+        fprintf(stderr, "flashcore compare: --system-b '%s': no such system in %s\n", sys_b, path[1]);
+        list_systems("B", B);
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    pair = malloc((size_t)(B->n > 0 ? B->n : 1) * sizeof(int));
+    used_a = calloc((size_t)(A->n > 0 ? A->n : 1), 1);
+    if (!pair || !used_a) {
+        fprintf(stderr, "flashcore compare: out of memory\n");
+        goto out;
+    }
+    /* systems must agree unless the user picked them; a side without a pick
+     * must then be unambiguous (one row per shape) */
+    int match_system = !sys_a && !sys_b;
+    if (!match_system && ((!sys_a && has_duplicate_shapes(A, NULL)) || (!sys_b && has_duplicate_shapes(B, NULL)))) {
+        fprintf(stderr, "flashcore compare: %s holds several systems per shape: pick one with %s\n",
+                !sys_a ? path[0] : path[1], !sys_a ? "--system-a" : "--system-b");
+        list_systems(!sys_a ? "A" : "B", !sys_a ? A : B);
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    int npairs = 0;
+    for (int pass = 0; pass < 2 && npairs == 0; pass++) {
+        if (pass == 1) {
+            if (!match_system) break;
+            if (has_duplicate_shapes(A, NULL) || has_duplicate_shapes(B, NULL)) {
+                fprintf(stderr,
+                        "flashcore compare: the files share no (shape, system) pair and hold several "
+                        "systems per shape: pick them with --system-a / --system-b\n");
+                list_systems("A", A);
+                list_systems("B", B);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+            match_system = 0;
+        }
+        for (int j = 0; j < B->n; j++) {
+            pair[j] = -1;
+            if (sys_b && strcmp(B->rows[j].system, sys_b) != 0) continue;
+            pair[j] = find_pair(A, sys_a, &B->rows[j], match_system);
+            if (pair[j] >= 0) npairs++;
+        }
+    }
+    if (npairs == 0) {
+        fprintf(stderr, "flashcore compare: no shape of %s matches one of %s\n", path[1], path[0]);
+        goto out;
+    }
+
+    int any_graph = 0;
+    for (int j = 0; j < B->n; j++)
+        if (pair[j] >= 0 && isfinite(A->rows[pair[j]].graph_us) && isfinite(B->rows[j].graph_us)) any_graph = 1;
+
+    printf("A: %s%s%s%s\nB: %s%s%s%s\n\n", path[0], A->device[0] ? " (" : "", A->device, A->device[0] ? ")" : "",
+           path[1], B->device[0] ? " (" : "", B->device, B->device[0] ? ")" : "");
+    printf("| shape | A | B | A p50 us | B p50 us | p50 speedup | A p90 us | B p90 us | p90 speedup |");
+    if (any_graph) printf(" A graph us | B graph us | graph speedup |");
+    printf(" A TFLOP/s | B TFLOP/s | TFLOP/s ratio |\n");
+    printf("|---|---|---|---:|---:|---:|---:|---:|---:|");
+    if (any_graph) printf("---:|---:|---:|");
+    printf("---:|---:|---:|\n");
+
+    /* Verdict basis: graph-timed speedups when every pair has them (the
+     * DESIGN.md method: launch gaps out), else p50. Pairs where either side
+     * recorded a failed correctness check prove nothing and are left out. */
+    double log_p50 = 0, log_graph = 0;
+    int n_p50 = 0, n_graph = 0, faster_p50 = 0, faster_graph = 0, n_bad = 0;
+    for (int j = 0; j < B->n; j++) {
+        if (pair[j] < 0) continue;
+        const kit_bench_row *ra = &A->rows[pair[j]], *rb = &B->rows[j];
+        used_a[pair[j]] = 1;
+        char c[12][32];
+        double s50 = ratio(ra->p50_us, rb->p50_us), s90 = ratio(ra->p90_us, rb->p90_us);
+        double sg = ratio(ra->graph_us, rb->graph_us), st = ratio(rb->tflops, ra->tflops);
+        cell_us(c[0], 32, ra->p50_us);
+        cell_us(c[1], 32, rb->p50_us);
+        cell_x(c[2], 32, s50);
+        cell_us(c[3], 32, ra->p90_us);
+        cell_us(c[4], 32, rb->p90_us);
+        cell_x(c[5], 32, s90);
+        cell_us(c[6], 32, ra->graph_us);
+        cell_us(c[7], 32, rb->graph_us);
+        cell_x(c[8], 32, sg);
+        cell_tf(c[9], 32, ra->tflops);
+        cell_tf(c[10], 32, rb->tflops);
+        cell_x(c[11], 32, st);
+        char shape[160];
+        int bad = ra->check_failed || rb->check_failed;
+        if (strcmp(ra->shape, rb->shape) == 0) snprintf(shape, sizeof(shape), "%s", rb->shape);
+        else snprintf(shape, sizeof(shape), "%s = %s", ra->shape, rb->shape);
+        if (bad) {
+            size_t k = strlen(shape);
+            snprintf(shape + k, sizeof(shape) - k, " (check FAILED in %s)",
+                     ra->check_failed && rb->check_failed ? "A and B" : ra->check_failed ? "A" : "B");
+            n_bad++;
+        }
+        printf("|");
+        md_cell(shape);
+        md_cell(ra->system[0] ? ra->system : "-");
+        md_cell(rb->system[0] ? rb->system : "-");
+        printf(" %s | %s | %s | %s | %s | %s |", c[0], c[1], c[2], c[3], c[4], c[5]);
+        if (any_graph) printf(" %s | %s | %s |", c[6], c[7], c[8]);
+        printf(" %s | %s | %s |\n", c[9], c[10], c[11]);
+        if (bad) continue;
+        if (isfinite(s50)) {
+            log_p50 += log(s50);
+            n_p50++;
+            faster_p50 += s50 > 1;
+        }
+        if (isfinite(sg)) {
+            log_graph += log(sg);
+            n_graph++;
+            faster_graph += sg > 1;
+        }
+    }
+    printf("\n");
+    int printed = 0;
+    for (int i = 0; i < A->n; i++) {
+        if (used_a[i] || (sys_a && strcmp(A->rows[i].system, sys_a) != 0)) continue;
+        printf("%s%s (%s)", printed ? ", " : "only in A: ", A->rows[i].shape, A->rows[i].system);
+        printed = 1;
+    }
+    if (printed) printf("\n");
+    printed = 0;
+    for (int j = 0; j < B->n; j++) {
+        if (pair[j] >= 0 || (sys_b && strcmp(B->rows[j].system, sys_b) != 0)) continue;
+        printf("%s%s (%s)", printed ? ", " : "only in B: ", B->rows[j].shape, B->rows[j].system);
+        printed = 1;
+    }
+    if (printed) printf("\n");
+    if (A->n_errors || B->n_errors)
+        printf("entries recorded as errors (not compared): %d in A, %d in B\n", A->n_errors, B->n_errors);
+
+    if (n_bad) printf("%d pair(s) with a failed correctness check are left out of the verdict\n", n_bad);
+    if (n_graph > 0 && n_graph >= n_p50) {
+        printf("B is faster on %d/%d shapes; geometric-mean speedup %.2fx (graph)", faster_graph, n_graph,
+               exp(log_graph / n_graph));
+        if (n_p50 > 0) printf("; %.2fx (p50, per-call events)", exp(log_p50 / n_p50));
+        printf("\n");
+    } else if (n_p50 > 0) {
+        printf("B is faster on %d/%d shapes; geometric-mean speedup %.2fx (p50)", faster_p50, n_p50,
+               exp(log_p50 / n_p50));
+        if (n_graph > 0) printf("; %.2fx (graph, %d shapes)", exp(log_graph / n_graph), n_graph);
+        printf("\n");
+    } else {
+        printf("no pair has times on both sides: no verdict\n");
+    }
+    rc = CLI_EXIT_OK;
+out:
+    free(pair);
+    free(used_a);
+    kit_bench_file_free(&F[0]);
+    kit_bench_file_free(&F[1]);
+    return rc;
+}

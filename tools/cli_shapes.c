@@ -1,0 +1,137 @@
+/*
+ * cli_shapes.c -- the benchmark shapes of DESIGN.md §4 by name, and the
+ * parser of --custom shapes.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Names as DESIGN.md §4 (the anchors prefix some with "seed-"/"fa3-";
+ * compare matches those by dimensions). */
+const cli_named_shape cli_bench_shapes[] = {
+    /* name               B   Hq  Hkv  Sq     Sk     D    causal dtype */
+    {"mission",           1,  8,  8,   512,   512,   64,  0, FC_DTYPE_F16},
+    {"mission-causal",    1,  8,  8,   512,   512,   64,  1, FC_DTYPE_F16},
+    {"s512-d64",          32, 32, 32,  512,   512,   64,  0, FC_DTYPE_BF16},
+    {"s2k-d128",          8,  16, 16,  2048,  2048,  128, 0, FC_DTYPE_BF16},
+    {"s2k-d128-causal",   8,  16, 16,  2048,  2048,  128, 1, FC_DTYPE_BF16},
+    {"s8k-d128",          2,  16, 16,  8192,  8192,  128, 0, FC_DTYPE_BF16},
+    {"s8k-d128-causal",   2,  16, 16,  8192,  8192,  128, 1, FC_DTYPE_BF16},
+    {"s16k-d64",          1,  32, 32,  16384, 16384, 64,  0, FC_DTYPE_F16},
+    {"s4k-d256",          4,  8,  8,   4096,  4096,  256, 0, FC_DTYPE_BF16},
+    {"gqa-prefill",       1,  32, 8,   4096,  4096,  128, 1, FC_DTYPE_BF16},
+    {"gqa-decode",        32, 32, 8,   1,     8192,  128, 0, FC_DTYPE_BF16},
+};
+const int cli_num_bench_shapes = (int)(sizeof(cli_bench_shapes) / sizeof(cli_bench_shapes[0]));
+
+const cli_named_shape *cli_find_bench_shape(const char *name)
+{
+    for (int i = 0; i < cli_num_bench_shapes; i++)
+        if (strcmp(cli_bench_shapes[i].name, name) == 0) return &cli_bench_shapes[i];
+    return NULL;
+}
+
+kit_shape cli_shape_from_named(const cli_named_shape *n)
+{
+    kit_shape s;
+    memset(&s, 0, sizeof(s));
+    s.name = n->name;
+    s.batch = n->B;
+    s.heads_q = n->Hq;
+    s.heads_kv = n->Hkv;
+    s.seqlen_q = n->Sq;
+    s.seqlen_k = n->Sk;
+    s.head_dim = n->D;
+    s.dtype = n->dtype;
+    s.causal = n->causal;
+    s.window_left = -1;
+    s.window_right = -1; /* causal alone: the library folds it into window_right 0 */
+    s.layout = KIT_LAYOUT_BSHD;
+    return s;
+}
+
+int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name_buf, size_t n)
+{
+    static const char *dims[] = {"B", "Hq", "Hkv", "Sq", "Sk", "D"};
+    long v[6];
+    const char *p = spec;
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < 6; i++) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (*end == ',' && end[1] == '\0') {
+            fprintf(stderr, "flashcore %s: --custom '%s': trailing ','\n", cmd, spec);
+            return -1;
+        }
+        if (errno || end == p || x < 1 || x > (1L << 30) || (*end != ',' && !(*end == '\0' && i == 5))) {
+            fprintf(stderr,
+                    "flashcore %s: --custom '%s': field %d (%s) must be a positive integer; "
+                    "expected B,Hq,Hkv,Sq,Sk,D[,causal][,dtype]\n",
+                    cmd, spec, i + 1, dims[i]);
+            return -1;
+        }
+        v[i] = x;
+        p = *end ? end + 1 : end;
+    }
+    int causal = 0;
+    fc_dtype dt = FC_DTYPE_F16;
+    /* optional fields in any order: causal flag and dtype */
+    while (*p) {
+        char tok[32];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof(tok)) {
+            fprintf(stderr, "flashcore %s: --custom '%s': empty or overlong field\n", cmd, spec);
+            return -1;
+        }
+        memcpy(tok, p, len);
+        tok[len] = '\0';
+        p += len;
+        if (*p == ',') {
+            p++;
+            if (!*p) {
+                fprintf(stderr, "flashcore %s: --custom '%s': trailing ','\n", cmd, spec);
+                return -1;
+            }
+        }
+        if (strcmp(tok, "causal") == 0 || strcmp(tok, "1") == 0) causal = 1;
+        else if (strcmp(tok, "nocausal") == 0 || strcmp(tok, "0") == 0) causal = 0;
+        else if (kit_dtype_parse(tok, &dt) != 0) {
+            fprintf(stderr,
+                    "flashcore %s: --custom '%s': '%s' is neither causal/0/1 nor a dtype "
+                    "(f32, f16, bf16)\n",
+                    cmd, spec, tok);
+            return -1;
+        }
+    }
+    if (v[1] % v[2] != 0) {
+        fprintf(stderr, "flashcore %s: --custom '%s': Hq (%ld) must be a multiple of Hkv (%ld)\n", cmd,
+                spec, v[1], v[2]);
+        return -1;
+    }
+    /* the kit sizes buffers in 64-bit element counts: keep every tensor far
+     * from overflowing them (and from any memory a machine has) */
+    double elems = (double)v[0] * (double)(v[3] > v[4] ? v[3] : v[4]) * (double)v[1] * (double)v[5];
+    if (elems > 0x1p40) {
+        fprintf(stderr, "flashcore %s: --custom '%s': %.3g elements per tensor is beyond any memory\n", cmd, spec,
+                elems);
+        return -1;
+    }
+    snprintf(name_buf, n, "custom-%ldx%ldx%ld-q%ld-k%ld-d%ld%s-%s", v[0], v[1], v[2], v[3], v[4], v[5],
+             causal ? "-causal" : "", kit_dtype_name(dt));
+    s->name = name_buf;
+    s->batch = (int)v[0];
+    s->heads_q = (int)v[1];
+    s->heads_kv = (int)v[2];
+    s->seqlen_q = (int)v[3];
+    s->seqlen_k = (int)v[4];
+    s->head_dim = (int)v[5];
+    s->dtype = dt;
+    s->causal = causal;
+    s->window_left = -1;
+    s->window_right = -1;
+    s->layout = KIT_LAYOUT_BSHD;
+    return 0;
+}

@@ -1,0 +1,441 @@
+/*
+ * kit.c -- random problems, poisoning, comparison gates and clocks for the
+ * tests and the CLI (see kit.h). Host memory only.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "kit.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- dtypes ---------------------------------------------------------------- */
+
+/* Poison payloads: quiet NaNs with a payload that arithmetic never produces
+ * (hardware and libm produce the canonical NaN), so "still poison" means
+ * "never written". */
+#define KIT_POISON_F32 0x7FC0DEADu
+#define KIT_POISON_16 0x7E5Au   /* f16 NaN with payload 0x25A */
+#define KIT_POISON_BF16 0x7FA5u /* bf16 NaN with payload 0x25 */
+
+size_t kit_dtype_size(fc_dtype dtype)
+{
+    switch (dtype) {
+    case FC_DTYPE_F32: return 4;
+    case FC_DTYPE_F16:
+    case FC_DTYPE_BF16: return 2;
+    case FC_DTYPE_E4M3:
+    case FC_DTYPE_E5M2: return 1;
+    }
+    return 0;
+}
+
+const char *kit_dtype_name(fc_dtype dtype)
+{
+    switch (dtype) {
+    case FC_DTYPE_F32: return "f32";
+    case FC_DTYPE_F16: return "f16";
+    case FC_DTYPE_BF16: return "bf16";
+    case FC_DTYPE_E4M3: return "e4m3";
+    case FC_DTYPE_E5M2: return "e5m2";
+    }
+    return "?";
+}
+
+int kit_dtype_parse(const char *s, fc_dtype *out)
+{
+    if (!strcmp(s, "f32") || !strcmp(s, "fp32") || !strcmp(s, "float32")) *out = FC_DTYPE_F32;
+    else if (!strcmp(s, "f16") || !strcmp(s, "fp16") || !strcmp(s, "float16")) *out = FC_DTYPE_F16;
+    else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) *out = FC_DTYPE_BF16;
+    else return -1;
+    return 0;
+}
+
+static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+uint16_t kit_f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+float kit_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t kit_f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t absu = u & 0x7FFFFFFFu;
+    if (absu > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);       /* NaN */
+    if (absu >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);      /* rounds to >= 65520: inf */
+    if (absu < 0x38800000u) {                                        /* subnormal or zero */
+        if (absu < 0x33000000u) return (uint16_t)sign;               /* < 2^-25: 0 */
+        uint32_t mant = (absu & 0x7FFFFFu) | 0x800000u;
+        int shift = 126 - (int)(absu >> 23); /* 14..24 */
+        uint32_t half = 1u << (shift - 1);
+        uint32_t r = mant >> shift;
+        uint32_t rem = mant & ((1u << shift) - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = absu - 0x38000000u; /* rebias exponent 127 -> 15 */
+    uint32_t out = r >> 13;
+    uint32_t rem = r & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (out & 1u))) out++;
+    return (uint16_t)(sign | out);
+}
+
+float kit_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu;
+    uint32_t mant = h & 0x3FFu;
+    if (exp == 0) {
+        if (mant == 0) return bits_f32(sign);
+        float f = (float)mant * (1.0f / 16777216.0f); /* mant * 2^-24 */
+        return sign ? -f : f;
+    }
+    if (exp == 31) return bits_f32(sign | 0x7F800000u | (mant << 13));
+    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+float kit_load(const void *buf, fc_dtype dtype, int64_t idx)
+{
+    switch (dtype) {
+    case FC_DTYPE_F32: return ((const float *)buf)[idx];
+    case FC_DTYPE_F16: return kit_f16_to_f32(((const uint16_t *)buf)[idx]);
+    case FC_DTYPE_BF16: return kit_bf16_to_f32(((const uint16_t *)buf)[idx]);
+    default: return NAN;
+    }
+}
+
+void kit_store(void *buf, fc_dtype dtype, int64_t idx, float v)
+{
+    switch (dtype) {
+    case FC_DTYPE_F32: ((float *)buf)[idx] = v; break;
+    case FC_DTYPE_F16: ((uint16_t *)buf)[idx] = kit_f32_to_f16(v); break;
+    case FC_DTYPE_BF16: ((uint16_t *)buf)[idx] = kit_f32_to_bf16(v); break;
+    default: break;
+    }
+}
+
+void kit_poison(void *out, size_t out_bytes, fc_dtype dtype, float *lse, size_t lse_bytes)
+{
+    if (out) {
+        if (dtype == FC_DTYPE_F32) {
+            uint32_t *o = out;
+            for (size_t i = 0; i < out_bytes / 4; i++) o[i] = KIT_POISON_F32;
+        } else {
+            uint16_t *o = out;
+            uint16_t pv = dtype == FC_DTYPE_BF16 ? KIT_POISON_BF16 : KIT_POISON_16;
+            for (size_t i = 0; i < out_bytes / 2; i++) o[i] = pv;
+        }
+    }
+    if (lse) {
+        uint32_t *l = (uint32_t *)lse;
+        for (size_t i = 0; i < lse_bytes / 4; i++) l[i] = KIT_POISON_F32;
+    }
+}
+
+int kit_is_poison(const void *buf, fc_dtype dtype, int64_t idx)
+{
+    if (dtype == FC_DTYPE_F32) return ((const uint32_t *)buf)[idx] == KIT_POISON_F32;
+    uint16_t pv = dtype == FC_DTYPE_BF16 ? KIT_POISON_BF16 : KIT_POISON_16;
+    return ((const uint16_t *)buf)[idx] == pv;
+}
+
+/* ---- random ------------------------------------------------------------------ */
+
+uint64_t kit_rand_u64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double kit_rand_uniform(uint64_t *state) { return (double)(kit_rand_u64(state) >> 11) * 0x1.0p-53; }
+
+double kit_rand_normal(uint64_t *state)
+{
+    double u1 = kit_rand_uniform(state), u2 = kit_rand_uniform(state);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* ---- cases ------------------------------------------------------------------- */
+
+/* Strides (elements) of a [outer, seq, heads, dim] tensor in a layout; returns
+ * the allocation size in elements. outer = batch (dense) or 1 (varlen). */
+static int64_t layout_strides(kit_layout layout, int64_t outer, int64_t seq, int64_t heads,
+                              int64_t dim, int64_t st[4])
+{
+    st[3] = 1;
+    switch (layout) {
+    case KIT_LAYOUT_BHSD:
+        st[1] = dim;               /* seq */
+        st[2] = seq * dim;         /* heads */
+        st[0] = heads * seq * dim; /* batch */
+        return outer * st[0];
+    case KIT_LAYOUT_PADDED: {
+        int64_t hs = dim + 8;          /* 8 elements of padding after each head: keeps 16-B alignment */
+        st[2] = hs;
+        st[1] = heads * hs + 16;       /* and 16 after each row */
+        st[0] = seq * st[1] + 32;
+        return outer * st[0];
+    }
+    case KIT_LAYOUT_BSHD:
+    default:
+        st[2] = dim;
+        st[1] = heads * dim;
+        st[0] = seq * heads * dim;
+        return outer * st[0];
+    }
+}
+
+static void set_tensor(fc_tensor *t, void *data, fc_dtype dt, int varlen, int64_t outer, int64_t seq,
+                       int64_t heads, int64_t dim, const int64_t st[4])
+{
+    memset(t, 0, sizeof *t);
+    t->data = data;
+    t->dtype = dt;
+    if (varlen) {
+        t->ndim = 3;
+        t->shape[0] = seq; t->shape[1] = heads; t->shape[2] = dim;
+        t->stride[0] = st[1]; t->stride[1] = st[2]; t->stride[2] = 1;
+    } else {
+        t->ndim = 4;
+        t->shape[0] = outer; t->shape[1] = seq; t->shape[2] = heads; t->shape[3] = dim;
+        for (int i = 0; i < 4; i++) t->stride[i] = st[i];
+    }
+}
+
+static void fill_normal(void *buf, fc_dtype dt, int64_t n, uint64_t *rng, float scale)
+{
+    for (int64_t i = 0; i < n; i++) kit_store(buf, dt, i, (float)(kit_rand_normal(rng) * scale));
+}
+
+int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->s = *s;
+    if (s->batch <= 0 || s->heads_q <= 0 || s->heads_kv <= 0 || s->seqlen_q < 0 || s->seqlen_k < 0 ||
+        s->head_dim <= 0 || kit_dtype_size(s->dtype) == 0)
+        return -1;
+    uint64_t rng = seed * 0x2545F4914F6CDD1Dull + 12345;
+    size_t es = kit_dtype_size(s->dtype);
+    int64_t outer = s->varlen ? 1 : s->batch;
+    int64_t sq = s->seqlen_q, sk = s->seqlen_k;
+
+    if (s->varlen) {
+        c->cu_q = calloc((size_t)s->batch + 1, sizeof(int32_t));
+        c->cu_k = calloc((size_t)s->batch + 1, sizeof(int32_t));
+        if (!c->cu_q || !c->cu_k) { kit_case_free(c); return -1; }
+        for (int b = 0; b < s->batch; b++) {
+            /* lengths in [0, max]; every third sequence may be empty, the
+             * first always has the maximum so max_seqlen is attained. */
+            int lq = b == 0 ? s->seqlen_q : (int)(kit_rand_u64(&rng) % (uint64_t)(s->seqlen_q + 1));
+            int lk = b == 0 ? s->seqlen_k : (int)(kit_rand_u64(&rng) % (uint64_t)(s->seqlen_k + 1));
+            if (b % 3 == 2 && (kit_rand_u64(&rng) & 1)) lq = 0;
+            if (b % 3 == 1 && (kit_rand_u64(&rng) & 1)) lk = 0;
+            c->cu_q[b + 1] = c->cu_q[b] + lq;
+            c->cu_k[b + 1] = c->cu_k[b] + lk;
+        }
+        c->total_q = c->cu_q[s->batch];
+        c->total_k = c->cu_k[s->batch];
+        sq = c->total_q;
+        sk = c->total_k;
+    }
+
+    int64_t stq[4], stk[4], stv[4], sto[4];
+    int64_t nq = layout_strides(s->layout, outer, sq, s->heads_q, s->head_dim, stq);
+    int64_t nk = layout_strides(s->layout, outer, sk, s->heads_kv, s->head_dim, stk);
+    int64_t nv = layout_strides(s->layout, outer, sk, s->heads_kv, s->head_dim, stv);
+    int64_t no = layout_strides(s->layout, outer, sq, s->heads_q, s->head_dim, sto);
+    /* never allocate 0 bytes: malloc(0) may return NULL */
+    c->q_bytes = (size_t)(nq > 0 ? nq : 1) * es;
+    c->k_bytes = (size_t)(nk > 0 ? nk : 1) * es;
+    c->v_bytes = (size_t)(nv > 0 ? nv : 1) * es;
+    c->out_bytes = (size_t)(no > 0 ? no : 1) * es;
+    c->q = malloc(c->q_bytes);
+    c->k = malloc(c->k_bytes);
+    c->v = malloc(c->v_bytes);
+    c->out = malloc(c->out_bytes);
+    if (!c->q || !c->k || !c->v || !c->out) { kit_case_free(c); return -1; }
+    float isc = s->input_scale > 0 ? s->input_scale : 1.0f;
+    /* padding gets random values too: a kernel that reads it would show */
+    fill_normal(c->q, s->dtype, (int64_t)(c->q_bytes / es), &rng, isc);
+    fill_normal(c->k, s->dtype, (int64_t)(c->k_bytes / es), &rng, isc);
+    fill_normal(c->v, s->dtype, (int64_t)(c->v_bytes / es), &rng, 1.0f);
+
+    fc_attention_args *a = &c->args;
+    fc_attention_args_init(a);
+    set_tensor(&a->q, c->q, s->dtype, s->varlen, outer, sq, s->heads_q, s->head_dim, stq);
+    set_tensor(&a->k, c->k, s->dtype, s->varlen, outer, sk, s->heads_kv, s->head_dim, stk);
+    set_tensor(&a->v, c->v, s->dtype, s->varlen, outer, sk, s->heads_kv, s->head_dim, stv);
+    set_tensor(&a->out, c->out, s->dtype, s->varlen, outer, sq, s->heads_q, s->head_dim, sto);
+    if (s->want_lse) {
+        int64_t nl = (int64_t)s->heads_q * (s->varlen ? sq : (int64_t)s->batch * sq);
+        c->lse_bytes = (size_t)(nl > 0 ? nl : 1) * sizeof(float);
+        c->lse = malloc(c->lse_bytes);
+        if (!c->lse) { kit_case_free(c); return -1; }
+        fc_tensor *l = &a->lse;
+        l->data = c->lse;
+        l->dtype = FC_DTYPE_F32;
+        if (s->varlen) {
+            l->ndim = 2;
+            l->shape[0] = s->heads_q; l->shape[1] = sq;
+            l->stride[0] = sq; l->stride[1] = 1;
+        } else {
+            l->ndim = 3;
+            l->shape[0] = s->batch; l->shape[1] = s->heads_q; l->shape[2] = sq;
+            l->stride[0] = (int64_t)s->heads_q * sq; l->stride[1] = sq; l->stride[2] = 1;
+        }
+    }
+    a->scale = s->scale;
+    a->softcap = s->softcap;
+    a->causal = s->causal;
+    a->window_left = s->window_left;
+    a->window_right = s->window_right;
+    if (s->varlen) {
+        a->cu_seqlens_q = c->cu_q;
+        a->cu_seqlens_k = c->cu_k;
+        a->num_seqs = s->batch;
+        a->max_seqlen_q = s->seqlen_q;
+        a->max_seqlen_k = s->seqlen_k;
+    }
+    kit_poison(c->out, c->out_bytes, s->dtype, c->lse, c->lse_bytes);
+    return 0;
+}
+
+void kit_case_free(kit_case *c)
+{
+    if (!c) return;
+    free(c->q); free(c->k); free(c->v); free(c->out); free(c->lse);
+    free(c->cu_q); free(c->cu_k);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- gates ------------------------------------------------------------------- */
+
+kit_gate kit_gate_for(fc_dtype dtype)
+{
+    kit_gate g;
+    switch (dtype) {
+    case FC_DTYPE_F32:
+        /* fp32 inputs, fp32 accumulation: only summation-order error. */
+        g.max_abs = 1e-4; g.rel_l2 = 2e-5; g.pct_bad = 0.0;
+        g.atol = 1e-5; g.rtol = 1e-4;
+        g.lse_atol = 1e-4; g.lse_rtol = 1e-5;
+        break;
+    case FC_DTYPE_F16:
+        /* output rounding (2^-11 relative) plus P rounded to f16 before P.V */
+        g.max_abs = 5e-3; g.rel_l2 = 2e-3; g.pct_bad = 1.0;
+        g.atol = 1e-3; g.rtol = 2e-3;
+        g.lse_atol = 1e-3; g.lse_rtol = 1e-4;
+        break;
+    case FC_DTYPE_BF16:
+    default:
+        /* output rounding (2^-8 relative) plus P rounded to bf16 before P.V */
+        g.max_abs = 3e-2; g.rel_l2 = 1.6e-2; g.pct_bad = 1.0;
+        g.atol = 8e-3; g.rtol = 1.6e-2;
+        g.lse_atol = 1e-3; g.lse_rtol = 1e-4;
+        break;
+    }
+    return g;
+}
+
+/* Visit every logical element of out (and lse) in the case's layout. */
+void kit_compare(const kit_case *c, const void *out, const float *lse, const void *ref_out,
+                 const float *ref_lse, const kit_gate *g, kit_metrics *m)
+{
+    memset(m, 0, sizeof *m);
+    const fc_tensor *o = &c->args.out;
+    fc_dtype dt = c->s.dtype;
+    int64_t rows = c->s.varlen ? c->total_q : (int64_t)c->s.batch * c->s.seqlen_q;
+    double err2 = 0, ref2 = 0;
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t b = c->s.varlen ? 0 : r / (c->s.seqlen_q ? c->s.seqlen_q : 1);
+        int64_t sidx = c->s.varlen ? r : r % (c->s.seqlen_q ? c->s.seqlen_q : 1);
+        int64_t base = c->s.varlen ? sidx * o->stride[0] : b * o->stride[0] + sidx * o->stride[1];
+        int64_t hstride = c->s.varlen ? o->stride[1] : o->stride[2];
+        for (int h = 0; h < c->s.heads_q; h++) {
+            for (int d = 0; d < c->s.head_dim; d++) {
+                int64_t idx = base + h * hstride + d;
+                m->n++;
+                if (kit_is_poison(out, dt, idx)) { m->unwritten++; continue; }
+                double x = kit_load(out, dt, idx), y = kit_load(ref_out, dt, idx);
+                if (!isfinite(x) && isfinite(y)) { m->nonfinite++; continue; }
+                if (!isfinite(y)) continue; /* reference itself non-finite: NaN input */
+                double e = fabs(x - y);
+                if (e > m->max_abs) m->max_abs = e;
+                err2 += e * e;
+                ref2 += y * y;
+                if (e > g->atol + g->rtol * fabs(y)) bad++;
+            }
+        }
+    }
+    m->rel_l2 = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+    m->pct_bad = m->n ? 100.0 * (double)bad / (double)m->n : 0.0;
+    if (lse && ref_lse) {
+        int64_t nl = (int64_t)(c->lse_bytes / sizeof(float));
+        if (c->s.heads_q * rows < nl) nl = c->s.heads_q * rows;
+        for (int64_t i = 0; i < nl; i++) {
+            uint32_t bits;
+            memcpy(&bits, &lse[i], 4);
+            if (bits == KIT_POISON_F32) { m->lse_bad++; continue; }
+            double x = lse[i], y = ref_lse[i];
+            if (isinf(y) && y < 0) { if (!(isinf(x) && x < 0)) m->lse_bad++; continue; }
+            if (!isfinite(y)) continue;
+            double e = fabs(x - y);
+            if (!(e <= g->lse_atol + g->lse_rtol * fabs(y))) m->lse_bad++;
+            if (e > m->lse_max_abs || e != e) m->lse_max_abs = e;
+        }
+    }
+}
+
+int kit_gate_pass(const kit_metrics *m, const kit_gate *g)
+{
+    return m->unwritten == 0 && m->nonfinite == 0 && m->lse_bad == 0 && m->max_abs <= g->max_abs &&
+           m->rel_l2 <= g->rel_l2 && m->pct_bad <= g->pct_bad;
+}
+
+double kit_flops_nominal(const kit_shape *s)
+{
+    double f = 4.0 * s->batch * s->heads_q * (double)s->seqlen_q * s->seqlen_k * s->head_dim;
+    if (s->causal && s->seqlen_q == s->seqlen_k) f *= 0.5;
+    return f;
+}
+
+double kit_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double kit_percentile(const double *v, int n, double pct)
+{
+    if (n <= 0) return NAN;
+    double *t = malloc((size_t)n * sizeof *t);
+    if (!t) return NAN;
+    memcpy(t, v, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    double pos = pct / 100.0 * (n - 1);
+    int lo = (int)floor(pos);
+    int hi = lo + 1 < n ? lo + 1 : lo;
+    double r = t[lo] + (t[hi] - t[lo]) * (pos - lo);
+    free(t);
+    return r;
+}
