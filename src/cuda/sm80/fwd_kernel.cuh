@@ -265,11 +265,13 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
                      * (u/4 grows by k*QS; BN and QS divide one another) and k*NT*16
                      * bytes further in smem (the swizzle bits are tid's). */
                     const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * 4;
-                    const bool ok = j0 + DR < sk; /* keys past the end: zero-filled */
-                    const int64_t ko = ok ? kn + DR * p.k_row_stride + DC * 8 : 0;
-                    const int64_t vo = ok ? vn + DR * p.v_row_stride + DC * 8 : 0;
-                    ptx::cp_async_16(sK + k * NT * 16, kt + ko, ok);
-                    ptx::cp_async_16(sV + k * NT * 16, vt + vo, ok);
+                    /* Keys past the end are zero-filled (src-size 0: nothing is
+                     * read); they still get an address inside the tensor. */
+                    const bool ok = j0 + DR < sk;
+                    const uint16_t *ks = ok ? kt + (kn + DR * p.k_row_stride + DC * 8) : (const uint16_t *)p.k;
+                    const uint16_t *vs = ok ? vt + (vn + DR * p.v_row_stride + DC * 8) : (const uint16_t *)p.v;
+                    ptx::cp_async_16(sK + k * NT * 16, ks, ok);
+                    ptx::cp_async_16(sV + k * NT * 16, vs, ok);
                 }
             }
         };
