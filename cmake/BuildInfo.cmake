@@ -15,6 +15,11 @@ if(GIT_FOUND AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/.git)
     set(FC_GIT_SHA "${FC_GIT_SHA}-dirty")
   endif()
 endif()
+# A copy of the tree without .git (the GPU machine gets one) may carry the SHA
+# in .git-sha, written by whoever sent it.
+if(FC_GIT_SHA STREQUAL "unknown" AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/.git-sha)
+  file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/.git-sha FC_GIT_SHA LIMIT_COUNT 1)
+endif()
 string(TOUPPER "${CMAKE_BUILD_TYPE}" FC_BT)
 set(FC_C_FLAGS_ALL "${CMAKE_C_FLAGS} ${CMAKE_C_FLAGS_${FC_BT}}")
 if(FC_HAVE_CUDA)

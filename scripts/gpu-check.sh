@@ -74,7 +74,7 @@ fi
 
 if want sass; then
   log "SASS: HGMMA in the sm90 kernels"
-  objs=$(find "$BUILD" -path '*sm90*' -name '*.o' | sort)
+  objs=$(find "$BUILD" -path '*sm90*' -name 'fwd_*.o' | sort)   # the kernel TUs (plan/tma are host code)
   total=0; bad=0
   for o in $objs; do
     c=$(cuobjdump -sass "$o" 2>/dev/null | grep -c HGMMA || true)
@@ -98,7 +98,7 @@ fi
 
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader | sed 's/^/after: /'
 echo
-echo "== gpu-check summary ($(head -1 "$OUT/gpu.txt" | cut -d, -f1), $(git rev-parse --short HEAD 2>/dev/null || echo nogit), $(($(date +%s) - t0)) s)"
+echo "== gpu-check summary ($(head -1 "$OUT/gpu.txt" | cut -d, -f1), $(git rev-parse --short HEAD 2>/dev/null || cat .git-sha 2>/dev/null || echo nogit), $(($(date +%s) - t0)) s)"
 [ -f "$OUT/peers.md" ] && cat "$OUT/peers.md"
 status=0
 for k in $(echo "${!result[@]}" | tr ' ' '\n' | sort); do
