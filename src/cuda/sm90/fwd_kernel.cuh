@@ -24,10 +24,13 @@
  * Both are turned off by building with -DFC_SM90_SIMPLE=1 (for bisecting).
  *
  * Shared memory (from a 1024-aligned base):
- *   Q    [panel][block_m rows][swz bytes]         (reused as O staging)
+ *   Q    [qbuf][panel][block_m rows][swz bytes]   (a tile's own Q buffer is
+ *                                                 reused as its O staging)
  *   K    [stage][panel][block_n rows][swz bytes]
  *   V    [stage][panel][block_n rows][swz bytes]
- *   bars Q_full, Q_empty, K_full[st], K_empty[st], V_full[st], V_empty[st]
+ *   bars Q_full[2], Q_empty[2], K_full[st], K_empty[st], V_full[st], V_empty[st]
+ * With 2 Q buffers (cfg.qbufs) the producer loads tile i+1's Q while tile i
+ * runs; with 1 it waits until tile i's epilogue has released the buffer.
  * A "panel" is swz/2 head_dim columns: rows of one swizzle span, which is
  * what one TMA box and one wgmma descriptor row cover.
  */
@@ -61,6 +64,7 @@ template <int kCfg> struct Cfg {
     static constexpr int BN = T.block_n;
     static constexpr int WG = T.wgs;
     static constexpr int ST = T.stages;
+    static constexpr int QB = T.qbufs;               /* Q buffers (1 or 2)           */
     static constexpr int SW = T.swz;                 /* bytes per panel row          */
     static constexpr int PW = SW / 2;                /* elements per panel row       */
     static constexpr int PANELS = D / PW;
@@ -74,7 +78,7 @@ template <int kCfg> struct Cfg {
     static constexpr uint32_t Q_BYTES = BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;
     static constexpr uint32_t OFF_Q = 0;
-    static constexpr uint32_t OFF_K = OFF_Q + Q_BYTES;
+    static constexpr uint32_t OFF_K = OFF_Q + QB * Q_BYTES;
     static constexpr uint32_t OFF_V = OFF_K + ST * KV_BYTES;
     static constexpr uint32_t OFF_BAR = OFF_V + ST * KV_BYTES;
     static constexpr int SMEM = FC_SM90_SMEM_BYTES(T);
@@ -91,7 +95,8 @@ template <int kCfg> struct Cfg {
     static_assert(BM <= 256, "TMA box rows <= 256");
     static_assert((BM * SW) % 1024 == 0 && (BN * SW) % 1024 == 0,
                   "every panel must start on a 1024-byte swizzle repeat");
-    static_assert((2 + 4 * ST) * 8 <= FC_SM90_BARRIER_BYTES, "barrier area");
+    static_assert(QB == 1 || QB == 2, "1 or 2 Q buffers");
+    static_assert((4 + 4 * ST) * 8 <= FC_SM90_BARRIER_BYTES, "barrier area");
     static_assert(OFF_BAR + FC_SM90_BARRIER_BYTES + 1024 == (uint32_t)SMEM, "layout = table");
     static_assert(SMEM <= 232448, "227 KB: the sm_90 dynamic shared memory limit");
 };
@@ -213,12 +218,13 @@ template <class C> __host__ __device__ __forceinline__ void decode_tile(const fc
 /* ---- barriers ---------------------------------------------------------------- */
 template <class C> struct Bars {
     uint32_t base;
-    __device__ __forceinline__ uint32_t q_full() const { return base; }
-    __device__ __forceinline__ uint32_t q_empty() const { return base + 8; }
-    __device__ __forceinline__ uint32_t k_full(int s) const { return base + 16 + 8 * s; }
-    __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 16 + 8 * (C::ST + s); }
-    __device__ __forceinline__ uint32_t v_full(int s) const { return base + 16 + 8 * (2 * C::ST + s); }
-    __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 16 + 8 * (3 * C::ST + s); }
+    /* Two slots each for the Q barriers whatever QB is (b < QB used). */
+    __device__ __forceinline__ uint32_t q_full(int b) const { return base + 8 * b; }
+    __device__ __forceinline__ uint32_t q_empty(int b) const { return base + 16 + 8 * b; }
+    __device__ __forceinline__ uint32_t k_full(int s) const { return base + 32 + 8 * s; }
+    __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 32 + 8 * (C::ST + s); }
+    __device__ __forceinline__ uint32_t v_full(int s) const { return base + 32 + 8 * (2 * C::ST + s); }
+    __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 32 + 8 * (3 * C::ST + s); }
 };
 
 /* ---- producer ------------------------------------------------------------------ */
@@ -261,6 +267,19 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
         const int hk = g.hk;
         const int bq = p.cu_q ? 0 : g.b;
         const int bk = p.cu_k ? 0 : g.b;
+        /* Q tile number q_iter goes to buffer q_iter % QB; its use number
+         * q_iter / QB gives the phase parity. */
+        const int qb = (int)(q_iter % C::QB);
+        const uint32_t q_par = (q_iter / C::QB) & 1;
+        if (C::QB == 2) {
+            /* The other buffer: released by the tile before the current one,
+             * so the next tile's Q is in flight while the current tile runs. */
+            FC90_WAIT(bars.q_empty(qb), q_par ^ 1);
+            mbar_arrive_expect_tx(bars.q_full(qb), C::Q_BYTES);
+            load_q<C>(&p.tm_q, base + C::OFF_Q + qb * C::Q_BYTES, bars.q_full(qb), g.q_off + row_pos(p, g.m0),
+                      g.hu, bq);
+            ++q_iter;
+        }
         for (int n = g.n_hi - 1; n >= g.n_lo; --n) {
             const int krow = g.k_off + n * C::BN;
             FC90_WAIT(bars.k_empty(stage), phase ^ 1);
@@ -269,13 +288,13 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
             FC90_WAIT(bars.v_empty(stage), phase ^ 1);
             mbar_arrive_expect_tx(bars.v_full(stage), C::KV_BYTES);
             load_kv<C>(&p.tm_v, base + C::OFF_V + stage * C::KV_BYTES, bars.v_full(stage), krow, hk, bk);
-            if (n == g.n_hi - 1) {
-                /* Q after the first K and V: the previous tile's epilogue may
-                 * still use the Q buffer as O staging, and this way the first
-                 * K/V of the tile stream in meanwhile. */
-                FC90_WAIT(bars.q_empty(), (q_iter & 1) ^ 1);
-                mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
-                load_q<C>(&p.tm_q, base + C::OFF_Q, bars.q_full(), g.q_off + row_pos(p, g.m0), g.hu, bq);
+            if (C::QB == 1 && n == g.n_hi - 1) {
+                /* One Q buffer: Q after the first K and V, since the previous
+                 * tile's epilogue may still use the buffer as O staging, and
+                 * this way the first K/V of the tile stream in meanwhile. */
+                FC90_WAIT(bars.q_empty(0), (q_iter & 1) ^ 1);
+                mbar_arrive_expect_tx(bars.q_full(0), C::Q_BYTES);
+                load_q<C>(&p.tm_q, base + C::OFF_Q, bars.q_full(0), g.q_off + row_pos(p, g.m0), g.hu, bq);
                 ++q_iter;
             }
             if (++stage == C::ST) {
@@ -427,7 +446,6 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
     const int lane = tid & 31;
     const int row_wg = 64 * cw + 16 * warp + (lane >> 2); /* tile row of acc rows r (and r+8) */
     const int col_t = 2 * (lane & 3);                     /* column of acc[4j] within group j */
-    const uint32_t q_addr = base + C::OFF_Q + 64 * cw * C::SW; /* this warpgroup's Q rows */
 
     /* Pingpong turns: warpgroup cw waits on kBarSched+cw before issuing GEMMs
      * and hands the turn to the next one after issuing. The last warpgroup
@@ -450,6 +468,9 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         rs.m[0] = rs.m[1] = neg_inf();
         rs.l[0] = rs.l[1] = 0.0f;
         const bool work = g.n_hi > g.n_lo;
+        const int qb = (int)(q_iter % C::QB);
+        const uint32_t q_off = C::OFF_Q + qb * C::Q_BYTES; /* this tile's Q (and O staging) */
+        const uint32_t q_addr = base + q_off + 64 * cw * C::SW; /* this warpgroup's Q rows */
 
         if (work) {
             MaskRows mr;
@@ -459,7 +480,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 mr.lo[r] = key_lo(row, g.sq, g.sk, p.window_left);
                 mr.hi[r] = key_hi(row, g.sq, g.sk, p.window_right);
             }
-            FC90_WAIT(bars.q_full(), q_iter & 1);
+            FC90_WAIT(bars.q_full(qb), (q_iter / C::QB) & 1);
 
             float S[C::BN / 2];
             uint32_t P[C::BN / 4];
@@ -638,7 +659,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                     const uint32_t cb = (uint32_t)(col % C::PW) * 2;
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
-                        const uint32_t off = C::OFF_Q + pan + (uint32_t)(e_row + 8 * r) * C::SW + cb;
+                        const uint32_t off = q_off + pan + (uint32_t)(e_row + 8 * r) * C::SW + cb;
                         *reinterpret_cast<uint32_t *>(smem + swz<C::SW>(off)) =
                             pack2<kBF16>(O[4 * j + 2 * r], O[4 * j + 2 * r + 1]);
                     }
@@ -654,7 +675,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                     const int R = g.m0 + 64 * cw + lr;
                     const int pos = row_pos(p, R);
                     if (pos < g.sq) {
-                        const uint32_t off = C::OFF_Q + (uint32_t)(cc / CPP) * (C::BM * C::SW) +
+                        const uint32_t off = q_off + (uint32_t)(cc / CPP) * (C::BM * C::SW) +
                                              (uint32_t)(64 * cw + lr) * C::SW + (uint32_t)(cc % CPP) * 16;
                         const uint4 v = *reinterpret_cast<const uint4 *>(smem + swz<C::SW>(off));
                         uint16_t *dst = o16 + (int64_t)(g.q_off + pos) * p.o_row_stride +
@@ -677,7 +698,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             /* Hand the Q buffer back: our generic reads/writes of it come
              * before the next TMA (async proxy) write into it. */
             fence_proxy_async();
-            mbar_arrive(bars.q_empty());
+            mbar_arrive(bars.q_empty(qb));
             ++q_iter;
         }
     }
@@ -705,8 +726,11 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(cons
 #endif
 
     if (threadIdx.x == 0) {
-        mbar_init(bars.q_full(), 1);
-        mbar_init(bars.q_empty(), C::CONSUMERS);
+#pragma unroll
+        for (int b = 0; b < C::QB; ++b) {
+            mbar_init(bars.q_full(b), 1);
+            mbar_init(bars.q_empty(b), C::CONSUMERS);
+        }
 #pragma unroll
         for (int s = 0; s < C::ST; ++s) {
             mbar_init(bars.k_full(s), 1);

@@ -62,18 +62,22 @@ typedef struct fc_sm90_tile {
                     * 2: only without (plan.cu prefers the specific entry)  */
     int small;     /* 1: 64-row variant, chosen when the 128-row grid would
                     * occupy less than half of the SMs (few heads/rows)     */
+    int qbufs;     /* Q buffers, 1 or 2. With 2 the next tile's Q loads while
+                    * the current tile runs (its epilogue stages O in its own
+                    * Q buffer), hiding the per-tile Q latency; needs the
+                    * shared memory of a second Q tile.                     */
 } fc_sm90_tile;
 
-/*                      d    M    N  wg st swz pp ov use sm    S+P+O regs   smem (Q + ring)  */
-#define FC_SM90_TILE_TABLE                                                                        \
-    {64, 128, 128, 2, 2, 128, 1, 1, 0, 0},  /* 0: 64+32+32=128;  16K+2*32K = 80 KB       */  \
-    {96, 128, 128, 2, 2, 64, 1, 1, 0, 0},   /* 1: 64+32+48=144;  24K+2*48K = 120 KB      */  \
-    {128, 128, 128, 2, 2, 128, 1, 1, 1, 0}, /* 2: 64+32+64=160;  32K+2*64K = 160 KB      */  \
-    {128, 128, 176, 2, 2, 128, 1, 1, 2, 0}, /* 3: 88+44+64=196;  32K+2*88K = 208 KB      */  \
-    {192, 128, 112, 2, 2, 128, 0, 1, 0, 0}, /* 4: 56+28+96=180;  48K+2*84K = 216 KB      */  \
-    {256, 128, 80, 2, 2, 128, 0, 1, 0, 0},  /* 5: 40+20+128=188; 64K+2*80K = 224 KB      */  \
-    {64, 64, 128, 1, 2, 128, 0, 1, 0, 1},   /* 6: small;  8K+2*32K = 72 KB, <=255 regs   */  \
-    {128, 64, 128, 1, 2, 128, 0, 1, 0, 1},  /* 7: small; 16K+2*64K = 144 KB             */
+/*                      d    M    N  wg st swz pp ov use sm qb   S+P+O regs   smem (Q*qb + ring) */
+#define FC_SM90_TILE_TABLE                                                                           \
+    {64, 128, 128, 2, 3, 128, 1, 1, 0, 0, 2},  /* 0: 64+32+32=128;  2*16K+3*32K = 128 KB  */  \
+    {96, 128, 128, 2, 2, 64, 1, 1, 0, 0, 2},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
+    {128, 128, 128, 2, 2, 128, 1, 1, 1, 0, 2}, /* 2: 64+32+64=160;  2*32K+2*64K = 192 KB  */  \
+    {128, 128, 176, 2, 2, 128, 1, 1, 2, 0, 1}, /* 3: 88+44+64=196;  32K+2*88K = 208 KB    */  \
+    {192, 128, 112, 2, 2, 128, 0, 1, 0, 0, 1}, /* 4: 56+28+96=180;  48K+2*84K = 216 KB    */  \
+    {256, 128, 80, 2, 2, 128, 0, 1, 0, 0, 1},  /* 5: 40+20+128=188; 64K+2*80K = 224 KB    */  \
+    {64, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2},   /* 6: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
+    {128, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2},  /* 7: small; 2*16K+2*64K = 160 KB          */
 
 #define FC_SM90_NUM_TILES 8
 
@@ -84,10 +88,10 @@ typedef struct fc_sm90_tile {
 #define FC_SM90_CONSUMER_REGS 240
 
 /* Bytes of dynamic shared memory a config needs (the kernel's own layout in
- * fwd_kernel.cuh must match: Q, K stages, V stages, barriers). */
+ * fwd_kernel.cuh must match: Q buffers, K stages, V stages, barriers). */
 #define FC_SM90_BARRIER_BYTES 256
-#define FC_SM90_SMEM_BYTES(t)                                                                 \
-    (1024 + (t).block_m * (t).head_dim * 2 + 2 * (t).stages * (t).block_n * (t).head_dim * 2 + \
-     FC_SM90_BARRIER_BYTES)
+#define FC_SM90_SMEM_BYTES(t)                                                              \
+    (1024 + (t).qbufs * (t).block_m * (t).head_dim * 2 +                                   \
+     2 * (t).stages * (t).block_n * (t).head_dim * 2 + FC_SM90_BARRIER_BYTES)
 
 #endif /* FC_SM90_TILES_CUH */
