@@ -13,25 +13,7 @@
 
 #include "flashcore.h"
 #include "kit.h"
-
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (cond) {                                                        \
-            g_pass++;                                                      \
-        } else {                                                           \
-            g_fail++;                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                    \
-            printf(__VA_ARGS__);                                           \
-            printf("\n");                                                  \
-        }                                                                  \
-    } while (0)
-
-static void group_done(const char *name, int pass0, int fail0)
-{
-    printf("group %-24s %d passed, %d failed\n", name, g_pass - pass0, g_fail - fail0);
-}
+#include "test_util.h"
 
 static void test_version(void)
 {
@@ -161,19 +143,8 @@ static void test_args_init(void)
 
 static kit_shape small_shape(fc_dtype dt, int varlen)
 {
-    kit_shape s;
-    memset(&s, 0, sizeof s);
-    s.batch = varlen ? 4 : 2;
-    s.heads_q = 4;
-    s.heads_kv = 2;
-    s.seqlen_q = 9;
-    s.seqlen_k = 13;
-    s.head_dim = 32;
-    s.dtype = dt;
-    s.window_left = -1;
-    s.window_right = -1;
+    kit_shape s = test_shape(varlen ? 4 : 2, 4, 2, 9, 13, 32, dt);
     s.varlen = varlen;
-    s.want_lse = 1;
     return s;
 }
 
@@ -261,11 +232,37 @@ static void test_supported_matches_forward(fc_context *ctx)
     group_done("supported == forward", p0, f0);
 }
 
+/* The empty-varlen problems: EV_H heads of dim EV_D, EV_NSEQ sequences over
+ * EV_TOK_K keys; q and out have room for EV_SLACK tokens. */
+enum { EV_H = 2, EV_D = 8, EV_NSEQ = 3, EV_TOK_K = 6, EV_SLACK = 5 };
+
+/* f32 varlen args over the buffers with total_q query tokens (lse not set). */
+static void empty_varlen_args(fc_attention_args *a, float *q, float *k, float *v, float *out, int64_t total_q,
+                              const int32_t *cu_q, const int32_t *cu_k, int32_t max_q)
+{
+    fc_attention_args_init(a);
+    fc_tensor *ts[4] = {&a->q, &a->k, &a->v, &a->out};
+    void *ptr[4] = {q, k, v, out};
+    int64_t tok[4] = {total_q, EV_TOK_K, EV_TOK_K, total_q};
+    for (int t = 0; t < 4; t++) {
+        ts[t]->data = ptr[t];
+        ts[t]->dtype = FC_DTYPE_F32;
+        ts[t]->ndim = 3;
+        ts[t]->shape[0] = tok[t]; ts[t]->shape[1] = EV_H; ts[t]->shape[2] = EV_D;
+        ts[t]->stride[0] = EV_H * EV_D; ts[t]->stride[1] = EV_D; ts[t]->stride[2] = 1;
+    }
+    a->cu_seqlens_q = cu_q;
+    a->cu_seqlens_k = cu_k;
+    a->num_seqs = EV_NSEQ;
+    a->max_seqlen_q = max_q;
+    a->max_seqlen_k = 4;
+}
+
 /* Varlen problems without any query row: FC_OK, nothing written. */
 static void test_empty_varlen(fc_context *ctx)
 {
     int p0 = g_pass, f0 = g_fail;
-    enum { H = 2, D = 8, NSEQ = 3, TOK_K = 6, SLACK = 5 };
+    enum { H = EV_H, D = EV_D, NSEQ = EV_NSEQ, TOK_K = EV_TOK_K, SLACK = EV_SLACK };
     static const int32_t cu_q0[NSEQ + 1] = {0, 0, 0, 0};
     static const int32_t cu_k[NSEQ + 1] = {0, 2, 2, 6};
     /* q and out have SLACK tokens of room that no sequence owns: the call
@@ -298,17 +295,7 @@ static void test_empty_varlen(fc_context *ctx)
     for (int ci = 0; ci < 5; ci++)
         for (int bi = 0; bi < 3; bi++) {
             fc_attention_args a;
-            fc_attention_args_init(&a);
-            fc_tensor *ts[4] = {&a.q, &a.k, &a.v, &a.out};
-            void *ptr[4] = {q, k, v, out};
-            int64_t tok[4] = {cases[ci].total_q, TOK_K, TOK_K, cases[ci].total_q};
-            for (int t = 0; t < 4; t++) {
-                ts[t]->data = ptr[t];
-                ts[t]->dtype = FC_DTYPE_F32;
-                ts[t]->ndim = 3;
-                ts[t]->shape[0] = tok[t]; ts[t]->shape[1] = H; ts[t]->shape[2] = D;
-                ts[t]->stride[0] = H * D; ts[t]->stride[1] = D; ts[t]->stride[2] = 1;
-            }
+            empty_varlen_args(&a, q, k, v, out, cases[ci].total_q, cu_q0, cu_k, cases[ci].max_q);
             if (cases[ci].with_lse) {
                 a.lse.data = lse;
                 a.lse.dtype = FC_DTYPE_F32;
@@ -316,11 +303,6 @@ static void test_empty_varlen(fc_context *ctx)
                 a.lse.shape[0] = H; a.lse.shape[1] = cases[ci].total_q;
                 a.lse.stride[0] = cases[ci].total_q; a.lse.stride[1] = 1;
             }
-            a.cu_seqlens_q = cu_q0;
-            a.cu_seqlens_k = cu_k;
-            a.num_seqs = NSEQ;
-            a.max_seqlen_q = cases[ci].max_q;
-            a.max_seqlen_k = 4;
             a.backend = bks[bi];
             kit_poison(out, sizeof(float) * SLACK * H * D, FC_DTYPE_F32, lse, sizeof(float) * H * SLACK);
             memcpy(out_copy, out, sizeof(float) * SLACK * H * D);
@@ -342,22 +324,7 @@ static void test_empty_varlen(fc_context *ctx)
     {
         static const int32_t bad_k[NSEQ + 1] = {0, 3, 1, 6};
         fc_attention_args a;
-        fc_attention_args_init(&a);
-        fc_tensor *ts[4] = {&a.q, &a.k, &a.v, &a.out};
-        void *ptr[4] = {q, k, v, out};
-        int64_t tok[4] = {0, TOK_K, TOK_K, 0};
-        for (int t = 0; t < 4; t++) {
-            ts[t]->data = ptr[t];
-            ts[t]->dtype = FC_DTYPE_F32;
-            ts[t]->ndim = 3;
-            ts[t]->shape[0] = tok[t]; ts[t]->shape[1] = H; ts[t]->shape[2] = D;
-            ts[t]->stride[0] = H * D; ts[t]->stride[1] = D; ts[t]->stride[2] = 1;
-        }
-        a.cu_seqlens_q = cu_q0;
-        a.cu_seqlens_k = bad_k;
-        a.num_seqs = NSEQ;
-        a.max_seqlen_q = 0;
-        a.max_seqlen_k = 4;
+        empty_varlen_args(&a, q, k, v, out, 0, cu_q0, bad_k, 0);
         a.backend = FC_BACKEND_CPU;
         fc_status st = fc_attention_forward(ctx, &a, NULL, NULL);
         CHECK(st == FC_ERR_INVALID_ARGUMENT && strstr(fc_last_error(ctx), "cu_seqlens_k"),
@@ -394,14 +361,10 @@ int main(void)
     test_context_lifetime();
     test_args_init();
     fc_context *ctx = NULL;
-    if (fc_context_create(&ctx) != FC_OK) {
-        printf("FAIL: fc_context_create\n%d passed, %d failed\n", g_pass, g_fail + 1);
-        return 1;
-    }
+    if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL: fc_context_create");
     test_supported_matches_forward(ctx);
     test_empty_varlen(ctx);
     test_cuda_available(ctx);
     fc_context_free(ctx);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail > 0;
+    return test_summary();
 }

@@ -21,27 +21,10 @@
 #include "flashcore.h"
 #include "kit.h"
 
-static int g_pass, g_fail;
+#include "test_util.h"
 
 /* Room for a copy of a last-error message (the library keeps up to 512 bytes). */
 #define FC_MSG_COPY 1024
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (cond) {                                                        \
-            g_pass++;                                                      \
-        } else {                                                           \
-            g_fail++;                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                    \
-            printf(__VA_ARGS__);                                           \
-            printf("\n");                                                  \
-        }                                                                  \
-    } while (0)
-
-static void group_done(const char *name, int pass0, int fail0)
-{
-    printf("group %-22s %d passed, %d failed\n", name, g_pass - pass0, g_fail - fail0);
-}
 
 /* ---- the base problems -------------------------------------------------------- */
 
@@ -54,21 +37,10 @@ enum {
 
 static kit_shape base_shape(int flags)
 {
-    kit_shape s;
-    memset(&s, 0, sizeof s);
+    const fc_dtype dt = flags & F_F32 ? FC_DTYPE_F32 : FC_DTYPE_F16;
+    kit_shape s = test_shape(flags & F_VARLEN ? 3 : 2, 4, 2, 5, 7, 16, dt);
     s.name = "base";
-    s.batch = flags & F_VARLEN ? 3 : 2;
-    s.heads_q = 4;
-    s.heads_kv = 2;
-    s.seqlen_q = 5;
-    s.seqlen_k = 7;
-    s.head_dim = 16;
-    s.dtype = flags & F_F32 ? FC_DTYPE_F32 : FC_DTYPE_F16;
-    s.window_left = -1;
-    s.window_right = -1;
     s.varlen = flags & F_VARLEN ? 1 : 0;
-    s.layout = KIT_LAYOUT_BSHD;
-    s.want_lse = 1;
     if (flags & F_D600) {
         s.batch = 1; s.heads_q = 1; s.heads_kv = 1; s.seqlen_q = 2; s.seqlen_k = 3; s.head_dim = 600;
     }
@@ -533,44 +505,46 @@ static void test_cuda_request(fc_context *ctx)
     group_done("cuda request", p0, f0);
 }
 
+typedef fc_status (*setter_fn)(fc_context *ctx, int value);
+
 static void test_setters(fc_context *ctx)
 {
     int p0 = g_pass, f0 = g_fail;
-    struct {
+    /* rejected values; where substr is set the message must name it */
+    static const struct {
         const char *name;
-        fc_status st;
+        setter_fn set;
+        int value;
         const char *substr;
-    } cases[3];
-    cases[0].name = "set_num_threads(-1)";
-    cases[0].st = fc_context_set_num_threads(ctx, -1);
-    cases[0].substr = "num_threads";
-    char m0[FC_MSG_COPY];
-    snprintf(m0, sizeof m0, "%s", fc_last_error(ctx));
-    cases[1].name = "set_device(-2)";
-    cases[1].st = fc_context_set_device(ctx, -2);
-    cases[1].substr = "device";
-    char m1[FC_MSG_COPY];
-    snprintf(m1, sizeof m1, "%s", fc_last_error(ctx));
-    cases[2].name = "set_cuda_path(70)";
-    cases[2].st = fc_context_set_cuda_path(ctx, 70);
-    cases[2].substr = "path";
-    char m2[FC_MSG_COPY];
-    snprintf(m2, sizeof m2, "%s", fc_last_error(ctx));
-    const char *msgs[3] = {m0, m1, m2};
-    for (int i = 0; i < 3; i++) {
-        CHECK(cases[i].st == FC_ERR_INVALID_ARGUMENT, "%s returned %d", cases[i].name, (int)cases[i].st);
-        CHECK(strstr(msgs[i], cases[i].substr) != NULL, "%s: message '%s' does not name '%s'",
-              cases[i].name, msgs[i], cases[i].substr);
+    } bad[] = {
+        {"set_num_threads(-1)", fc_context_set_num_threads, -1, "num_threads"},
+        {"set_device(-2)", fc_context_set_device, -2, "device"},
+        {"set_cuda_path(70)", fc_context_set_cuda_path, 70, "path"},
+        {"set_num_threads(INT32_MIN)", fc_context_set_num_threads, INT32_MIN, NULL},
+        {"set_device(INT32_MIN)", fc_context_set_device, INT32_MIN, NULL},
+        {"set_cuda_path(-1)", fc_context_set_cuda_path, -1, NULL},
+        {"set_cuda_path(89)", fc_context_set_cuda_path, 89, NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fc_status st = bad[i].set(ctx, bad[i].value);
+        CHECK(st == FC_ERR_INVALID_ARGUMENT, "%s returned %d", bad[i].name, (int)st);
+        if (bad[i].substr)
+            CHECK(strstr(fc_last_error(ctx), bad[i].substr) != NULL, "%s: message '%s' does not name '%s'",
+                  bad[i].name, fc_last_error(ctx), bad[i].substr);
     }
-    CHECK(fc_context_set_num_threads(ctx, INT32_MIN) == FC_ERR_INVALID_ARGUMENT,
-          "set_num_threads(INT32_MIN) accepted");
-    CHECK(fc_context_set_device(ctx, INT32_MIN) == FC_ERR_INVALID_ARGUMENT, "set_device(INT32_MIN) accepted");
-    CHECK(fc_context_set_cuda_path(ctx, -1) == FC_ERR_INVALID_ARGUMENT, "set_cuda_path(-1) accepted");
-    CHECK(fc_context_set_cuda_path(ctx, 89) == FC_ERR_INVALID_ARGUMENT, "set_cuda_path(89) accepted");
     /* NULL contexts: an error status, no crash */
-    CHECK(fc_context_set_num_threads(NULL, 1) == FC_ERR_INVALID_ARGUMENT, "set_num_threads(NULL) not invalid");
-    CHECK(fc_context_set_device(NULL, 0) == FC_ERR_INVALID_ARGUMENT, "set_device(NULL) not invalid");
-    CHECK(fc_context_set_cuda_path(NULL, 0) == FC_ERR_INVALID_ARGUMENT, "set_cuda_path(NULL) not invalid");
+    static const struct {
+        const char *name;
+        setter_fn set;
+        int value;
+    } null_ctx[] = {
+        {"set_num_threads", fc_context_set_num_threads, 1},
+        {"set_device", fc_context_set_device, 0},
+        {"set_cuda_path", fc_context_set_cuda_path, 0},
+    };
+    for (size_t i = 0; i < sizeof null_ctx / sizeof null_ctx[0]; i++)
+        CHECK(null_ctx[i].set(NULL, null_ctx[i].value) == FC_ERR_INVALID_ARGUMENT, "%s(NULL) not invalid",
+              null_ctx[i].name);
     char buf[64];
     CHECK(fc_cuda_device_info(NULL, buf, sizeof buf) == FC_ERR_INVALID_ARGUMENT,
           "cuda_device_info(NULL ctx) not invalid");
@@ -689,16 +663,12 @@ static void test_offsets(fc_context *ctx)
 int main(void)
 {
     fc_context *ctx = NULL;
-    if (fc_context_create(&ctx) != FC_OK || !ctx) {
-        printf("FAIL: fc_context_create\n0 passed, 1 failed\n");
-        return 1;
-    }
+    if (fc_context_create(&ctx) != FC_OK || !ctx) return test_give_up("FAIL: fc_context_create");
     test_null_ctx_args(ctx);
     test_rows(ctx);
     test_cuda_request(ctx);
     test_setters(ctx);
     test_offsets(ctx);
     fc_context_free(ctx);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail > 0;
+    return test_summary();
 }

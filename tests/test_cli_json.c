@@ -15,19 +15,9 @@
 
 #include "kit_json.h"
 
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (cond) {                                                   \
-            g_pass++;                                                 \
-        } else {                                                      \
-            g_fail++;                                                 \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);    \
-            printf(__VA_ARGS__);                                      \
-            printf("\n");                                             \
-        }                                                             \
-    } while (0)
+/* this file's messages are short: show the failed condition too */
+#define TEST_UTIL_SHOW_COND
+#include "test_util.h"
 
 static void test_round_trip(void)
 {
@@ -318,6 +308,5 @@ int main(void)
     test_parser_accepts();
     test_parser_rejects();
     test_bench_files();
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return test_summary();
 }

@@ -24,7 +24,7 @@
 #include "flashcore.h"
 #include "kit.h"
 
-static int g_pass, g_fail;
+#include "test_util.h"
 
 static void verdict(int ok, const char *name, const char *detail)
 {
@@ -81,11 +81,6 @@ static int64_t check_empty_rows(const kit_case *c, const void *out, const float 
     return bad;
 }
 
-static const char *layout_name(kit_layout l)
-{
-    return l == KIT_LAYOUT_BHSD ? "bhsd" : l == KIT_LAYOUT_PADDED ? "padded" : "bshd";
-}
-
 /* Run one backend into the case's (freshly poisoned) buffers. */
 static fc_status run_backend(fc_context *ctx, kit_case *c, fc_backend backend)
 {
@@ -114,13 +109,11 @@ static int run_case(fc_context *ctx, const char *name, const kit_shape *s, uint6
     }
 
     int ok = 0;
-    fc_status st = run_backend(ctx, &c, FC_BACKEND_CPU_REFERENCE);
+    fc_status st = test_reference(ctx, &c, ref, ref_lse);
     if (st != FC_OK) {
         snprintf(line, sizeof line, "reference: %s (%s)", fc_status_string(st), fc_last_error(ctx));
         goto done;
     }
-    memcpy(ref, c.out, c.out_bytes);
-    if (ref_lse) memcpy(ref_lse, c.lse, c.lse_bytes);
 
     st = run_backend(ctx, &c, FC_BACKEND_CPU);
     if (st != FC_OK) {
@@ -139,7 +132,7 @@ static int run_case(fc_context *ctx, const char *name, const kit_shape *s, uint6
     snprintf(line, sizeof line,
              "%s %s lse%d | max_abs %.2e rel_l2 %.2e bad %.3f%% lse_max %.2e | unwritten %lld "
              "nonfinite %lld lse_bad %lld | empty rows %lld (bad %lld/%lld)",
-             kit_dtype_name(s->dtype), layout_name(s->layout), s->want_lse, m.max_abs, m.rel_l2,
+             kit_dtype_name(s->dtype), kit_layout_name(s->layout), s->want_lse, m.max_abs, m.rel_l2,
              m.pct_bad, m.lse_max_abs, (long long)(m.unwritten + mref.unwritten),
              (long long)m.nonfinite, (long long)(m.lse_bad + mref.lse_bad), (long long)empty,
              (long long)empty_bad, (long long)empty_bad_ref);
@@ -151,23 +144,6 @@ done:
     return ok;
 }
 
-static kit_shape shape(int batch, int hq, int hkv, int sq, int sk, int d, fc_dtype dt)
-{
-    kit_shape s;
-    memset(&s, 0, sizeof s);
-    s.batch = batch;
-    s.heads_q = hq;
-    s.heads_kv = hkv;
-    s.seqlen_q = sq;
-    s.seqlen_k = sk;
-    s.head_dim = d;
-    s.dtype = dt;
-    s.window_left = s.window_right = -1;
-    s.layout = KIT_LAYOUT_BSHD;
-    s.want_lse = 1;
-    return s;
-}
-
 /* ---- 1. random shapes ----------------------------------------------------- */
 
 static void random_cases(fc_context *ctx, int count)
@@ -177,9 +153,9 @@ static void random_cases(fc_context *ctx, int count)
     static const int ratios[] = {1, 2, 4, 8};
     for (int n = 0; n < count; n++) {
         uint64_t rng = 0x5eed0000u + (uint64_t)n;
-        kit_shape s = shape(1 + (int)(kit_rand_u64(&rng) % 3), 1, 1 + (int)(kit_rand_u64(&rng) % 2),
-                            lens[kit_rand_u64(&rng) % 8], lens[kit_rand_u64(&rng) % 8],
-                            dims[kit_rand_u64(&rng) % 8], (fc_dtype)(n % 3));
+        kit_shape s = test_shape(1 + (int)(kit_rand_u64(&rng) % 3), 1, 1 + (int)(kit_rand_u64(&rng) % 2),
+                                 lens[kit_rand_u64(&rng) % 8], lens[kit_rand_u64(&rng) % 8],
+                                 dims[kit_rand_u64(&rng) % 8], (fc_dtype)(n % 3));
         s.heads_q = s.heads_kv * ratios[kit_rand_u64(&rng) % 4];
         s.layout = (kit_layout)((n / 3) % 3);
         s.want_lse = (int)(kit_rand_u64(&rng) & 1);
@@ -209,7 +185,7 @@ static void edge_cases(fc_context *ctx)
         kit_shape s;
 
         /* seqlen 1 (one query, one key), with and without causal */
-        s = shape(2, 4, 4, 1, 1, 64, t);
+        s = test_shape(2, 4, 4, 1, 1, 64, t);
         snprintf(name, sizeof name, "seqlen 1 %s", tn);
         run_case(ctx, name, &s, 11);
         s.causal = 1;
@@ -217,47 +193,47 @@ static void edge_cases(fc_context *ctx)
         run_case(ctx, name, &s, 12);
 
         /* causal with seqlen_q < seqlen_k (decode-like, bottom-right aligned) */
-        s = shape(2, 8, 2, 1, 1000, 64, t);
+        s = test_shape(2, 8, 2, 1, 1000, 64, t);
         s.causal = 1;
         snprintf(name, sizeof name, "causal sq1 < sk1000 %s", tn);
         run_case(ctx, name, &s, 13);
-        s = shape(1, 4, 4, 100, 333, 64, t);
+        s = test_shape(1, 4, 4, 100, 333, 64, t);
         s.causal = 1;
         s.layout = KIT_LAYOUT_BHSD;
         snprintf(name, sizeof name, "causal sq100 < sk333 %s", tn);
         run_case(ctx, name, &s, 14);
 
         /* causal with seqlen_q > seqlen_k: the first sq-sk rows see no key */
-        s = shape(2, 4, 4, 300, 77, 32, t);
+        s = test_shape(2, 4, 4, 300, 77, 32, t);
         s.causal = 1;
         s.layout = KIT_LAYOUT_PADDED;
         snprintf(name, sizeof name, "causal sq300 > sk77 (empty rows) %s", tn);
         run_case(ctx, name, &s, 15);
 
         /* local window with sq > sk: rows whose window falls before key 0 */
-        s = shape(1, 4, 2, 160, 40, 64, t);
+        s = test_shape(1, 4, 2, 160, 40, 64, t);
         s.window_left = 3;
         s.window_right = 5;
         snprintf(name, sizeof name, "window (3,5) sq160 > sk40 (empty rows) %s", tn);
         run_case(ctx, name, &s, 16);
-        s = shape(2, 4, 4, 200, 200, 32, t);
+        s = test_shape(2, 4, 4, 200, 200, 32, t);
         s.window_left = 0;
         s.window_right = 0;
         snprintf(name, sizeof name, "window (0,0): one key per row %s", tn);
         run_case(ctx, name, &s, 17);
-        s = shape(2, 4, 4, 129, 257, 64, t);
+        s = test_shape(2, 4, 4, 129, 257, 64, t);
         s.window_left = 16;
         s.causal = 1;
         snprintf(name, sizeof name, "causal + window_left 16 %s", tn);
         run_case(ctx, name, &s, 18);
 
         /* large logits: inputs N(0, 100^2) make scale*qk ~ 1e4 */
-        s = shape(1, 4, 2, 96, 96, 64, t);
+        s = test_shape(1, 4, 2, 96, 96, 64, t);
         s.input_scale = 100.0f;
         snprintf(name, sizeof name, "large logits (input_scale 100) %s", tn);
         run_case(ctx, name, &s, 19);
         /* and through scale: scale 1000 with N(0,1) inputs, causal */
-        s = shape(1, 4, 4, 96, 96, 128, t);
+        s = test_shape(1, 4, 4, 96, 96, 128, t);
         s.scale = 1000.0f;
         s.causal = 1;
         snprintf(name, sizeof name, "large logits (scale 1000) causal %s", tn);
@@ -269,7 +245,7 @@ static void edge_cases(fc_context *ctx)
         /* GQA ratios 1, 4, 8 */
         static const int ratio[] = {1, 4, 8};
         for (int r = 0; r < 3; r++) {
-            s = shape(2, 8, 8 / ratio[r], 130, 150, 64, t);
+            s = test_shape(2, 8, 8 / ratio[r], 130, 150, 64, t);
             s.causal = r == 1;
             s.layout = (kit_layout)r;
             snprintf(name, sizeof name, "gqa %d:1 %s", ratio[r], tn);
@@ -277,7 +253,7 @@ static void edge_cases(fc_context *ctx)
         }
 
         /* varlen with empty sequences (kit makes some lengths 0) */
-        s = shape(7, 8, 2, 150, 120, 64, t);
+        s = test_shape(7, 8, 2, 150, 120, 64, t);
         s.varlen = 1;
         s.causal = 1;
         snprintf(name, sizeof name, "varlen 7 seqs causal (some empty) %s", tn);
@@ -290,14 +266,14 @@ static void edge_cases(fc_context *ctx)
         run_case(ctx, name, &s, 26);
 
         /* odd sizes: head_dim 1 and 17, seqlen 17 and 1000 */
-        s = shape(1, 3, 1, 17, 1000, 1, t);
+        s = test_shape(1, 3, 1, 17, 1000, 1, t);
         snprintf(name, sizeof name, "odd d1 sq17 sk1000 %s", tn);
         run_case(ctx, name, &s, 27);
-        s = shape(1, 2, 2, 1000, 17, 17, t);
+        s = test_shape(1, 2, 2, 1000, 17, 17, t);
         s.layout = KIT_LAYOUT_PADDED;
         snprintf(name, sizeof name, "odd d17 sq1000 sk17 %s", tn);
         run_case(ctx, name, &s, 28);
-        s = shape(1, 2, 1, 1000, 1000, 17, t);
+        s = test_shape(1, 2, 1, 1000, 1000, 17, t);
         s.causal = 1;
         snprintf(name, sizeof name, "odd d17 sq1000 sk1000 causal %s", tn);
         run_case(ctx, name, &s, 29);
@@ -346,16 +322,16 @@ static void thread_cases(fc_context *ctx)
 {
     /* Big enough that the backend really starts 4 workers (it uses fewer
      * on tiny problems). */
-    kit_shape s = shape(2, 8, 2, 300, 300, 64, FC_DTYPE_F16);
+    kit_shape s = test_shape(2, 8, 2, 300, 300, 64, FC_DTYPE_F16);
     s.causal = 1;
     thread_identity(ctx, "threads 1 vs 4: causal gqa 4:1", &s, 31);
-    s = shape(5, 8, 8, 250, 270, 80, FC_DTYPE_BF16);
+    s = test_shape(5, 8, 8, 250, 270, 80, FC_DTYPE_BF16);
     s.varlen = 1;
     s.window_left = 30;
     s.softcap = 20.0f;
     s.layout = KIT_LAYOUT_PADDED;
     thread_identity(ctx, "threads 1 vs 4: varlen window softcap", &s, 32);
-    s = shape(1, 4, 4, 333, 400, 128, FC_DTYPE_F32);
+    s = test_shape(1, 4, 4, 333, 400, 128, FC_DTYPE_F32);
     s.layout = KIT_LAYOUT_BHSD;
     thread_identity(ctx, "threads 1 vs 4: dense f32", &s, 33);
 }
@@ -363,16 +339,12 @@ static void thread_cases(fc_context *ctx)
 int main(void)
 {
     fc_context *ctx = NULL;
-    if (fc_context_create(&ctx) != FC_OK) {
-        printf("FAIL fc_context_create\n0 passed, 1 failed\n");
-        return 1;
-    }
+    if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
     double t0 = kit_now();
     random_cases(ctx, 150);
     edge_cases(ctx);
     thread_cases(ctx);
     fc_context_free(ctx);
     printf("(%.1f s)\n", kit_now() - t0);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return test_summary();
 }

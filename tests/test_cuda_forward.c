@@ -30,6 +30,7 @@
 
 #include "flashcore.h"
 #include "kit.h"
+#include "test_util.h"
 
 #if defined(FC_HAVE_CUDA)
 #include <cuda_runtime_api.h>
@@ -45,7 +46,6 @@ int main(void)
 
 #define MAX_SKIP_REASONS 16
 
-static int g_pass, g_fail, g_skip;
 static int g_verbose;
 static struct {
     char why[200];
@@ -168,15 +168,10 @@ static int64_t stray_writes(const kit_case *c, const void *out)
     return stray;
 }
 
-static const char *layout_name(kit_layout l)
-{
-    return l == KIT_LAYOUT_BHSD ? "bhsd" : l == KIT_LAYOUT_PADDED ? "padded" : "bshd";
-}
-
 static void describe(const kit_shape *s, char *buf, size_t len)
 {
     snprintf(buf, len, "%s d%d b%d h%d/%d s%d/%d %s%s%s%s%s%s%s", kit_dtype_name(s->dtype), s->head_dim, s->batch,
-             s->heads_q, s->heads_kv, s->seqlen_q, s->seqlen_k, layout_name(s->layout), s->causal ? " causal" : "",
+             s->heads_q, s->heads_kv, s->seqlen_q, s->seqlen_k, kit_layout_name(s->layout), s->causal ? " causal" : "",
              (s->window_left >= 0 || s->window_right >= 0) ? " window" : "", s->softcap > 0 ? " softcap" : "",
              s->varlen ? " varlen" : "", s->want_lse ? " lse" : "", s->scale > 0 ? " scale" : "");
 }
@@ -210,17 +205,13 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         goto out;
     }
 
-    /* reference on the host buffers */
-    kit_poison(c.out, c.out_bytes, s->dtype, c.lse, c.lse_bytes);
-    c.args.backend = FC_BACKEND_CPU_REFERENCE;
-    fc_status st = fc_attention_forward(ctx, &c.args, NULL, NULL);
+    /* reference on the host inputs; c.out keeps the poison dev_upload copies */
+    fc_status st = test_reference(ctx, &c, ref, ref_lse);
     if (st != FC_OK) {
         g_fail += npaths;
         printf("FAIL %s %s: reference: %s (%s)\n", tag, desc, fc_status_string(st), fc_last_error(ctx));
         goto out;
     }
-    memcpy(ref, c.out, c.out_bytes);
-    if (ref_lse) memcpy(ref_lse, c.lse, c.lse_bytes);
     kit_poison(c.out, c.out_bytes, s->dtype, c.lse, c.lse_bytes);
 
     dev_case d;
@@ -254,10 +245,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
                 printf("sticky CUDA error after this case: %s\n", cudaGetErrorString(cudaGetLastError()));
                 dev_free(&d);
                 fc_context_set_cuda_path(ctx, 0);
-                printf("%d passed, %d failed", g_pass, g_fail);
-                if (g_skip) printf(", %d skipped", g_skip);
-                printf("\n");
-                exit(1);
+                exit(test_summary());
             }
             continue;
         }
@@ -292,23 +280,6 @@ out:
 
 /* ---- shapes -------------------------------------------------------------------- */
 
-static kit_shape shape(int batch, int hq, int hkv, int sq, int sk, int d, fc_dtype dt)
-{
-    kit_shape s;
-    memset(&s, 0, sizeof s);
-    s.batch = batch;
-    s.heads_q = hq;
-    s.heads_kv = hkv;
-    s.seqlen_q = sq;
-    s.seqlen_k = sk;
-    s.head_dim = d;
-    s.dtype = dt;
-    s.window_left = s.window_right = -1;
-    s.layout = KIT_LAYOUT_BSHD;
-    s.want_lse = 1;
-    return s;
-}
-
 /* Host reference work of a case (multiply-adds): keeps the run short. */
 static double work(const kit_shape *s)
 {
@@ -325,11 +296,11 @@ static kit_shape random_shape(uint64_t *rng)
     kit_shape s;
     if (R(8) == 0) { /* decode: few queries, long KV, GQA -> packing and split-KV */
         const int g = R(2) ? 4 : 8, hkv = 1 + R(2);
-        s = shape(1 + R(4), hkv * g, hkv, 1 + R(4), (int[]){300, 1000, 2048, 4097}[R(4)], dims[R(9)], dt);
+        s = test_shape(1 + R(4), hkv * g, hkv, 1 + R(4), (int[]){300, 1000, 2048, 4097}[R(4)], dims[R(9)], dt);
     } else {
         const int hkv = 1 + R(3);
         const int sq = lens[R(16)];
-        s = shape(1 + R(3), hkv * ratios[R(6)], hkv, sq, R(3) == 0 ? sq : lens[R(16)], dims[R(9)], dt);
+        s = test_shape(1 + R(3), hkv * ratios[R(6)], hkv, sq, R(3) == 0 ? sq : lens[R(16)], dims[R(9)], dt);
     }
     if (R(3) == 0) s.causal = 1;
     if (R(5) == 0) {
@@ -381,48 +352,48 @@ static void edge_cases(runner *r)
     for (int t = 0; t < 2; t++) {
         const fc_dtype dt = t ? FC_DTYPE_BF16 : FC_DTYPE_F16;
         kit_shape s;
-        s = shape(2, 4, 4, 1, 1, 64, dt);
+        s = test_shape(2, 4, 4, 1, 1, 64, dt);
         run(r, "edge:s1", &s, 101);
-        s = shape(1, 2, 2, 17, 4097, 128, dt);
+        s = test_shape(1, 2, 2, 17, 4097, 128, dt);
         run(r, "edge:s17/4097", &s, 102);
-        s = shape(1, 2, 1, 4097, 17, 64, dt);
+        s = test_shape(1, 2, 1, 4097, 17, 64, dt);
         s.causal = 1;
         run(r, "edge:causal-s4097/17(empty rows)", &s, 103);
-        s = shape(1, 2, 2, 1000, 1000, 96, dt);
+        s = test_shape(1, 2, 2, 1000, 1000, 96, dt);
         s.causal = 1;
         s.layout = KIT_LAYOUT_PADDED;
         run(r, "edge:causal-s1000", &s, 104);
-        s = shape(1, 2, 2, 1000, 4097, 32, dt);
+        s = test_shape(1, 2, 2, 1000, 4097, 32, dt);
         s.causal = 1;
         s.window_left = 100;
         run(r, "edge:local-s1000/4097", &s, 105);
-        s = shape(1, 4, 2, 160, 40, 64, dt);
+        s = test_shape(1, 4, 2, 160, 40, 64, dt);
         s.window_left = 3;
         s.window_right = 5;
         run(r, "edge:window(3,5)-empty-rows", &s, 106);
-        s = shape(2, 4, 4, 200, 200, 256, dt);
+        s = test_shape(2, 4, 4, 200, 200, 256, dt);
         s.window_left = 0;
         s.window_right = 0;
         run(r, "edge:window(0,0)", &s, 107);
-        s = shape(7, 8, 2, 150, 300, 128, dt);
+        s = test_shape(7, 8, 2, 150, 300, 128, dt);
         s.varlen = 1;
         s.causal = 1;
         run(r, "edge:varlen-empty-seqs", &s, 108);
-        s = shape(1, 4, 2, 96, 96, 64, dt);
+        s = test_shape(1, 4, 2, 96, 96, 64, dt);
         s.input_scale = 100.0f;
         run(r, "edge:large-logits", &s, 109);
-        s = shape(1, 4, 4, 96, 96, 128, dt);
+        s = test_shape(1, 4, 4, 96, 96, 128, dt);
         s.scale = 1000.0f;
         s.causal = 1;
         s.softcap = 30.0f;
         run(r, "edge:scale1000-softcap", &s, 110);
-        s = shape(4, 32, 8, 1, 4097, 128, dt);
+        s = test_shape(4, 32, 8, 1, 4097, 128, dt);
         run(r, "edge:gqa-decode", &s, 111);
-        s = shape(3, 16, 1, 3, 2048, 64, dt);
+        s = test_shape(3, 16, 1, 3, 2048, 64, dt);
         s.causal = 1;
         s.layout = KIT_LAYOUT_BHSD;
         run(r, "edge:mqa-decode-causal", &s, 112);
-        s = shape(1, 2, 2, 64, 64, 80, dt); /* no kernel has d80: UNSUPPORTED, never wrong */
+        s = test_shape(1, 2, 2, 64, 64, 80, dt); /* no kernel has d80: UNSUPPORTED, never wrong */
         run(r, "edge:d80-unsupported", &s, 113);
     }
 }
@@ -435,20 +406,20 @@ static void quick_cases(runner *r)
         for (int di = 0; di < 6; di++) {
             const fc_dtype dt = t ? FC_DTYPE_BF16 : FC_DTYPE_F16;
             const int d = dims[di];
-            kit_shape s = shape(2, 2, 2, 130, 77, d, dt);
+            kit_shape s = test_shape(2, 2, 2, 130, 77, d, dt);
             run(r, "quick:plain", &s, 201);
-            s = shape(4, 4, 2, 70, 150, d, dt);
+            s = test_shape(4, 4, 2, 70, 150, d, dt);
             s.causal = 1;
             s.varlen = 1;
             s.want_lse = 0;
             run(r, "quick:causal-varlen", &s, 202);
-            s = shape(1, 2, 1, 100, 180, d, dt);
+            s = test_shape(1, 2, 1, 100, 180, d, dt);
             s.window_left = 40;
             s.window_right = 7;
             s.softcap = 20.0f;
             s.layout = KIT_LAYOUT_PADDED;
             run(r, "quick:window-softcap-padded", &s, 203);
-            s = shape(2, 8, 2, 1, 1100, d, dt);
+            s = test_shape(2, 8, 2, 1, 1100, d, dt);
             s.layout = KIT_LAYOUT_BHSD;
             run(r, "quick:decode-pack-split", &s, 204);
         }
@@ -494,7 +465,7 @@ int main(int argc, char **argv)
     char path_why[2][200];
     for (int i = 0; i < 2; i++) {
         if (only_path && all_paths[i] != only_path) continue;
-        kit_shape s = shape(1, 2, 2, 64, 64, 128, FC_DTYPE_BF16);
+        kit_shape s = test_shape(1, 2, 2, 64, 64, 128, FC_DTYPE_BF16);
         kit_case c;
         paths[npaths] = all_paths[i];
         path_ok[npaths] = 0;
@@ -549,9 +520,6 @@ int main(int argc, char **argv)
 
     printf("(%.1f s)\n", kit_now() - t0);
     for (int i = 0; i < g_nskips; i++) printf("skipped %d x: %s\n", g_skips[i].count, g_skips[i].why);
-    printf("%d passed, %d failed", g_pass, g_fail);
-    if (g_skip) printf(", %d skipped", g_skip);
-    printf("\n");
-    return g_fail ? 1 : 0;
+    return test_summary();
 }
 #endif

@@ -24,19 +24,7 @@
 #include "flashcore.h"
 #include "kit.h"
 
-static int g_pass, g_fail; /* main thread only; workers count in their own struct */
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (cond) {                                                        \
-            g_pass++;                                                      \
-        } else {                                                           \
-            g_fail++;                                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                    \
-            printf(__VA_ARGS__);                                           \
-            printf("\n");                                                  \
-        }                                                                  \
-    } while (0)
+#include "test_util.h" /* CHECK and the counters: main thread only */
 
 /* The same for a worker: counts into w, prints the whole line in one call
  * so lines of different threads do not interleave. */
@@ -53,11 +41,6 @@ static int g_pass, g_fail; /* main thread only; workers count in their own struc
         }                                                                  \
     } while (0)
 
-static void group_done(const char *name, int pass0, int fail0)
-{
-    printf("group %-26s %d passed, %d failed\n", name, g_pass - pass0, g_fail - fail0);
-}
-
 enum { NTHREADS = 4, REPS = 3, NBACK = 2 };
 static const fc_backend k_backends[NBACK] = {FC_BACKEND_CPU, FC_BACKEND_CPU_REFERENCE};
 static const char *const k_backend_names[NBACK] = {"cpu", "reference"};
@@ -73,15 +56,8 @@ typedef struct tcase {
 
 static kit_shape shape(const char *name, fc_dtype dt, int b, int hq, int hkv, int sq, int sk, int d)
 {
-    kit_shape s;
-    memset(&s, 0, sizeof s);
+    kit_shape s = test_shape(b, hq, hkv, sq, sk, d, dt);
     s.name = name;
-    s.dtype = dt;
-    s.batch = b; s.heads_q = hq; s.heads_kv = hkv; s.seqlen_q = sq; s.seqlen_k = sk; s.head_dim = d;
-    s.window_left = -1;
-    s.window_right = -1;
-    s.layout = KIT_LAYOUT_BSHD;
-    s.want_lse = 1;
     return s;
 }
 
@@ -360,10 +336,7 @@ int main(void)
 {
     tcase tc[16];
     int n = 0;
-    if (make_cases(tc, &n)) {
-        printf("FAIL: cannot build the cases (out of host memory)\n0 passed, 1 failed\n");
-        return 1;
-    }
+    if (make_cases(tc, &n)) return test_give_up("FAIL: cannot build the cases (out of host memory)");
     baseline(tc, n);
 
     worker w[NTHREADS];
@@ -379,6 +352,5 @@ int main(void)
     test_error_isolation(&tc[5]);
 
     free_cases(tc, n);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail > 0;
+    return test_summary();
 }

@@ -13,11 +13,9 @@
  * ("/small": fewer heads and shorter sequences; "/sq128": the full key
  * length with 128 queries). Every case asks for lse. */
 typedef struct check_named {
-    const char *name;
-    int quick;          /* part of --quick */
-    int B, Hq, Hkv, Sq, Sk, D;
-    fc_dtype dtype;
-    int causal, wl, wr;
+    cli_named_shape dims; /* name and dimensions, as the bench shapes (cli_shapes.c) */
+    int quick;            /* part of --quick */
+    int wl, wr;
     float softcap;
     int varlen;
     kit_layout layout;
@@ -31,61 +29,63 @@ typedef struct check_named {
 #define BHSD KIT_LAYOUT_BHSD
 #define PAD KIT_LAYOUT_PADDED
 
+/* Columns: {name, B, Hq, Hkv, Sq, Sk, D, c = causal, dtype}, q = quick, window
+ * left/right, softcap, vl = varlen, layout, scale, in = input_scale. */
 static const check_named k_named[] = {
-    /* name                    quick B  Hq  Hkv  Sq    Sk     D    dtype causal wl   wr  cap  varlen layout scale inscale */
+    /* name                       B  Hq  Hkv  Sq    Sk     D    c  dtype           q  wl   wr  cap  vl  lay   scale  in */
     /* DESIGN.md §4 shapes (full where the reference is fast enough) */
-    {"mission",                  1,  1, 8,  8,   512,  512,   64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"mission-causal",           1,  1, 8,  8,   512,  512,   64,  F16,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"s512-d64/small",           0,  1, 4,  4,   512,  512,   64,  BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"s2k-d128/small",           0,  1, 1,  1,   1024, 1024,  128, BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"s2k-d128-causal/small",    0,  1, 2,  2,   1024, 1024,  128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"s8k-d128/sq128",           0,  1, 1,  1,   128,  8192,  128, BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"s8k-d128-causal/sq128",    0,  1, 2,  2,   128,  8192,  128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"s16k-d64/sq64",            0,  1, 2,  2,   64,   16384, 64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"s4k-d256/small",           0,  1, 1,  1,   512,  512,   256, BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"gqa-prefill/small",        0,  1, 8,  2,   512,  512,   128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"gqa-decode/b4",            1,  4, 32, 8,   1,    8192,  128, BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {{"mission",                  1, 8,  8,   512,  512,   64,  0, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"mission-causal",           1, 8,  8,   512,  512,   64,  1, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"s512-d64/small",           1, 4,  4,   512,  512,   64,  0, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"s2k-d128/small",           1, 1,  1,   1024, 1024,  128, 0, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"s2k-d128-causal/small",    1, 2,  2,   1024, 1024,  128, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"s8k-d128/sq128",           1, 1,  1,   128,  8192,  128, 0, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"s8k-d128-causal/sq128",    1, 2,  2,   128,  8192,  128, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"s16k-d64/sq64",            1, 2,  2,   64,   16384, 64,  0, F16},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"s4k-d256/small",           1, 1,  1,   512,  512,   256, 0, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"gqa-prefill/small",        1, 8,  2,   512,  512,   128, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"gqa-decode/b4",            4, 32, 8,   1,    8192,  128, 0, BF16},          1, -1,  -1, 0,   0,  BSHD, 0,     0},
     /* sequence lengths */
-    {"seqlen-1",                 1,  2, 4,  4,   1,    1,     64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"seqlen-17",                1,  1, 4,  2,   17,   17,    64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"seqlen-17-causal-d96",     1,  1, 4,  2,   17,   17,    96,  BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"seqlen-1000",              0,  1, 2,  1,   1000, 1000,  64,  BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"seqlen-1000-causal",       0,  1, 2,  2,   1000, 1000,  128, F16,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"sq<sk-causal",             1,  2, 4,  4,   100,  300,   64,  F16,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"sq>sk-causal(empty-rows)", 1,  2, 4,  4,   300,  100,   64,  F16,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"decode-causal-sk777",      0,  1, 8,  8,   1,    777,   128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {{"seqlen-1",                 2, 4,  4,   1,    1,     64,  0, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"seqlen-17",                1, 4,  2,   17,   17,    64,  0, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"seqlen-17-causal-d96",     1, 4,  2,   17,   17,    96,  1, BF16},          1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"seqlen-1000",              1, 2,  1,   1000, 1000,  64,  0, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"seqlen-1000-causal",       1, 2,  2,   1000, 1000,  128, 1, F16},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"sq<sk-causal",             2, 4,  4,   100,  300,   64,  1, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"sq>sk-causal(empty-rows)", 2, 4,  4,   300,  100,   64,  1, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"decode-causal-sk777",      1, 8,  8,   1,    777,   128, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
     /* windows */
-    {"window-64-0",              1,  1, 4,  4,   400,  400,   64,  F16,  0,    64,  0,  0,   0,     BSHD,  0,    0},
-    {"window-32-32",             0,  1, 4,  2,   400,  400,   128, BF16, 0,    32,  32, 0,   0,     BSHD,  0,    0},
-    {"window-left-100",          0,  1, 2,  2,   300,  500,   64,  F16,  0,    100, -1, 0,   0,     BSHD,  0,    0},
-    {"window-right-16-f32",      0,  1, 2,  2,   300,  300,   64,  F32,  0,    -1,  16, 0,   0,     BSHD,  0,    0},
-    {"window-sq>sk(empty-rows)", 1,  1, 2,  2,   300,  100,   64,  F16,  0,    10,  10, 0,   0,     BSHD,  0,    0},
-    {"causal-window-128",        0,  1, 4,  4,   600,  600,   64,  BF16, 1,    128, -1, 0,   0,     BSHD,  0,    0},
+    {{"window-64-0",              1, 4,  4,   400,  400,   64,  0, F16},           1, 64,  0,  0,   0,  BSHD, 0,     0},
+    {{"window-32-32",             1, 4,  2,   400,  400,   128, 0, BF16},          0, 32,  32, 0,   0,  BSHD, 0,     0},
+    {{"window-left-100",          1, 2,  2,   300,  500,   64,  0, F16},           0, 100, -1, 0,   0,  BSHD, 0,     0},
+    {{"window-right-16-f32",      1, 2,  2,   300,  300,   64,  0, F32},           0, -1,  16, 0,   0,  BSHD, 0,     0},
+    {{"window-sq>sk(empty-rows)", 1, 2,  2,   300,  100,   64,  0, F16},           1, 10,  10, 0,   0,  BSHD, 0,     0},
+    {{"causal-window-128",        1, 4,  4,   600,  600,   64,  1, BF16},          0, 128, -1, 0,   0,  BSHD, 0,     0},
     /* softcap, scale, large inputs */
-    {"softcap-30",               1,  1, 4,  4,   256,  256,   64,  F16,  0,    -1,  -1, 30,  0,     BSHD,  0,    4},
-    {"softcap-50-causal-bf16",   0,  1, 4,  2,   300,  300,   128, BF16, 1,    -1,  -1, 50,  0,     BSHD,  0,    4},
-    {"scale-0.5",                0,  1, 4,  4,   256,  256,   64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0.5f, 0},
-    {"large-inputs-x8",          0,  1, 4,  4,   256,  256,   64,  BF16, 0,    -1,  -1, 0,   0,     BSHD,  0,    8},
+    {{"softcap-30",               1, 4,  4,   256,  256,   64,  0, F16},           1, -1,  -1, 30,  0,  BSHD, 0,     4},
+    {{"softcap-50-causal-bf16",   1, 4,  2,   300,  300,   128, 1, BF16},          0, -1,  -1, 50,  0,  BSHD, 0,     4},
+    {{"scale-0.5",                1, 4,  4,   256,  256,   64,  0, F16},           0, -1,  -1, 0,   0,  BSHD, 0.5f,  0},
+    {{"large-inputs-x8",          1, 4,  4,   256,  256,   64,  0, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     8},
     /* GQA / MQA */
-    {"gqa-4",                    1,  2, 8,  2,   200,  200,   64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"gqa-8-causal",             0,  1, 16, 2,   300,  300,   128, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"mqa",                      0,  1, 8,  1,   256,  256,   64,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
+    {{"gqa-4",                    2, 8,  2,   200,  200,   64,  0, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"gqa-8-causal",             1, 16, 2,   300,  300,   128, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"mqa",                      1, 8,  1,   256,  256,   64,  0, F16},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
     /* varlen (kit: random lengths, some sequences empty) */
-    {"varlen-empty-seqs",        1,  5, 4,  4,   300,  300,   64,  F16,  0,    -1,  -1, 0,   1,     BSHD,  0,    0},
-    {"varlen-causal-gqa",        0,  6, 8,  2,   257,  300,   128, BF16, 1,    -1,  -1, 0,   1,     BSHD,  0,    0},
-    {"varlen-window-32-0",       0,  4, 4,  4,   200,  200,   64,  F16,  0,    32,  0,  0,   1,     BSHD,  0,    0},
+    {{"varlen-empty-seqs",        5, 4,  4,   300,  300,   64,  0, F16},           1, -1,  -1, 0,   1,  BSHD, 0,     0},
+    {{"varlen-causal-gqa",        6, 8,  2,   257,  300,   128, 1, BF16},          0, -1,  -1, 0,   1,  BSHD, 0,     0},
+    {{"varlen-window-32-0",       4, 4,  4,   200,  200,   64,  0, F16},           0, 32,  0,  0,   1,  BSHD, 0,     0},
     /* layouts */
-    {"layout-bhsd",              1,  2, 4,  4,   200,  300,   64,  F16,  0,    -1,  -1, 0,   0,     BHSD,  0,    0},
-    {"layout-bhsd-causal-gqa",   0,  1, 8,  2,   300,  300,   128, BF16, 1,    -1,  -1, 0,   0,     BHSD,  0,    0},
-    {"layout-padded",            1,  2, 4,  2,   200,  200,   64,  F16,  0,    -1,  -1, 0,   0,     PAD,   0,    0},
-    {"layout-padded-varlen",     0,  3, 4,  4,   200,  200,   64,  BF16, 0,    -1,  -1, 0,   1,     PAD,   0,    0},
+    {{"layout-bhsd",              2, 4,  4,   200,  300,   64,  0, F16},           1, -1,  -1, 0,   0,  BHSD, 0,     0},
+    {{"layout-bhsd-causal-gqa",   1, 8,  2,   300,  300,   128, 1, BF16},          0, -1,  -1, 0,   0,  BHSD, 0,     0},
+    {{"layout-padded",            2, 4,  2,   200,  200,   64,  0, F16},           1, -1,  -1, 0,   0,  PAD,  0,     0},
+    {{"layout-padded-varlen",     3, 4,  4,   200,  200,   64,  0, BF16},          0, -1,  -1, 0,   1,  PAD,  0,     0},
     /* dtypes and head dims */
-    {"f32-d64",                  1,  1, 4,  4,   256,  256,   64,  F32,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"f32-causal-d128",          0,  1, 2,  2,   300,  300,   128, F32,  1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"d32",                      0,  1, 4,  4,   256,  256,   32,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"d80",                      0,  1, 2,  2,   128,  128,   80,  F16,  0,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"d256-causal",              0,  1, 2,  2,   256,  256,   256, BF16, 1,    -1,  -1, 0,   0,     BSHD,  0,    0},
-    {"fp8-e4m3(reserved)",       1,  1, 2,  2,   64,   64,    64,  FC_DTYPE_E4M3, 0, -1, -1, 0, 0,  BSHD,  0,    0},
+    {{"f32-d64",                  1, 4,  4,   256,  256,   64,  0, F32},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"f32-causal-d128",          1, 2,  2,   300,  300,   128, 1, F32},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"d32",                      1, 4,  4,   256,  256,   32,  0, F16},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"d80",                      1, 2,  2,   128,  128,   80,  0, F16},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"d256-causal",              1, 2,  2,   256,  256,   256, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"fp8-e4m3(reserved)",       1, 2,  2,   64,   64,    64,  0, FC_DTYPE_E4M3}, 1, -1,  -1, 0,   0,  BSHD, 0,     0},
 };
 #define NUM_NAMED ((int)(sizeof(k_named) / sizeof(k_named[0])))
 
@@ -101,17 +101,7 @@ typedef struct check_case {
 
 static kit_shape shape_of(const check_named *n)
 {
-    kit_shape s;
-    memset(&s, 0, sizeof(s));
-    s.name = n->name;
-    s.batch = n->B;
-    s.heads_q = n->Hq;
-    s.heads_kv = n->Hkv;
-    s.seqlen_q = n->Sq;
-    s.seqlen_k = n->Sk;
-    s.head_dim = n->D;
-    s.dtype = n->dtype;
-    s.causal = n->causal;
+    kit_shape s = cli_shape_from_named(&n->dims);
     s.window_left = n->wl;
     s.window_right = n->wr;
     s.softcap = n->softcap;
@@ -173,11 +163,6 @@ static kit_shape random_shape(uint64_t seed)
     return s;
 }
 
-static const char *layout_name(kit_layout l)
-{
-    return l == KIT_LAYOUT_BHSD ? "bhsd" : l == KIT_LAYOUT_PADDED ? "padded" : "bshd";
-}
-
 static void describe(const kit_shape *s, char *buf, size_t n)
 {
     int k = snprintf(buf, n, "B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d %s%s", s->batch, s->heads_q, s->heads_kv,
@@ -189,7 +174,8 @@ static void describe(const kit_shape *s, char *buf, size_t n)
     if ((size_t)k < n && s->scale > 0) k += snprintf(buf + k, n - (size_t)k, " scale=%g", s->scale);
     if ((size_t)k < n && s->input_scale > 0) k += snprintf(buf + k, n - (size_t)k, " inputs*%g", s->input_scale);
     if ((size_t)k < n && s->varlen) k += snprintf(buf + k, n - (size_t)k, " varlen");
-    if ((size_t)k < n) k += snprintf(buf + k, n - (size_t)k, " %s%s", layout_name(s->layout), s->want_lse ? " lse" : "");
+    if ((size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, " %s%s", kit_layout_name(s->layout), s->want_lse ? " lse" : "");
 }
 
 static void help(void)
@@ -266,9 +252,9 @@ int cli_check(int argc, char **argv)
     }
     for (int i = 0; i < NUM_NAMED; i++) {
         if (quick && !k_named[i].quick) continue;
-        if (filter && !strstr(k_named[i].name, filter)) continue;
+        if (filter && !strstr(k_named[i].dims.name, filter)) continue;
         check_case *c = &cases[n++];
-        snprintf(c->name, sizeof(c->name), "%s", k_named[i].name);
+        snprintf(c->name, sizeof(c->name), "%s", k_named[i].dims.name);
         c->s = shape_of(&k_named[i]);
         c->seed = 1000 + (uint64_t)i;
     }

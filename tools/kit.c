@@ -43,6 +43,11 @@ const char *kit_dtype_name(fc_dtype dtype)
     return "?";
 }
 
+const char *kit_layout_name(kit_layout layout)
+{
+    return layout == KIT_LAYOUT_BHSD ? "bhsd" : layout == KIT_LAYOUT_PADDED ? "padded" : "bshd";
+}
+
 int kit_dtype_parse(const char *s, fc_dtype *out)
 {
     if (!strcmp(s, "f32") || !strcmp(s, "fp32") || !strcmp(s, "float32")) *out = FC_DTYPE_F32;

@@ -68,6 +68,7 @@ uint16_t kit_f32_to_bf16(float f);
 float kit_bf16_to_f32(uint16_t h);
 size_t kit_dtype_size(fc_dtype dtype);
 const char *kit_dtype_name(fc_dtype dtype);
+const char *kit_layout_name(kit_layout layout); /* "bshd", "bhsd", "padded" */
 int kit_dtype_parse(const char *s, fc_dtype *out); /* "f32","fp16","f16","bf16"; 0 ok */
 
 /* Result of comparing an output (and lse) to the reference over the logical

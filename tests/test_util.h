@@ -1,0 +1,102 @@
+/*
+ * test_util.h -- what the test programs share: pass/fail counting (CHECK),
+ * per-group lines, the closing summary line, a plain dense kit_shape, and the
+ * fp64 reference of a case into buffers of its own.
+ *
+ * Header-only (static, static inline): every test is a single translation
+ * unit, so each program gets its own counters. The closing line is exactly
+ * "N passed, M failed" with ", K skipped" appended only when some were
+ * skipped: scripts/gpu-check.sh and ctest logs are read by that line.
+ */
+#ifndef FC_TEST_UTIL_H
+#define FC_TEST_UTIL_H
+
+#include <stdio.h>
+
+#include "flashcore.h"
+#include "kit.h"
+
+/* Counters of the whole program (main thread only: worker threads count in
+ * their own structs and the main thread adds them up). */
+static int g_pass, g_fail, g_skip;
+
+/* "FAIL file:line: " before a failed check's message; with
+ * TEST_UTIL_SHOW_COND defined before this header, the condition's text too. */
+#ifdef TEST_UTIL_SHOW_COND
+#define TU_COND_TEXT(text) (text)
+#else
+#define TU_COND_TEXT(text) ((const char *)0)
+#endif
+
+static inline void tu_fail_prefix(const char *file, int line, const char *cond)
+{
+    printf("FAIL %s:%d: ", file, line);
+    if (cond) printf("%s: ", cond);
+}
+
+/* One check: counts a pass, or counts a failure and prints a line with the
+ * printf-style message. The message arguments are evaluated only on failure. */
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (cond) {                                                        \
+            g_pass++;                                                      \
+        } else {                                                           \
+            g_fail++;                                                      \
+            tu_fail_prefix(__FILE__, __LINE__, TU_COND_TEXT(#cond));       \
+            printf(__VA_ARGS__);                                           \
+            printf("\n");                                                  \
+        }                                                                  \
+    } while (0)
+
+/* "group NAME  P passed, F failed" for the checks since the counts were
+ * pass0/fail0 (taken with `int p0 = g_pass, f0 = g_fail;` at its start). */
+static inline void group_done(const char *name, int pass0, int fail0)
+{
+    printf("group %-26s %d passed, %d failed\n", name, g_pass - pass0, g_fail - fail0);
+}
+
+/* The closing line; returns the exit status (1 if anything failed). */
+static inline int test_summary(void)
+{
+    printf("%d passed, %d failed", g_pass, g_fail);
+    if (g_skip) printf(", %d skipped", g_skip);
+    printf("\n");
+    return g_fail ? 1 : 0;
+}
+
+/* For a program that cannot go on (no context, no memory for its cases):
+ * prints the line, counts one failure, closes; returns the exit status. */
+static inline int test_give_up(const char *line)
+{
+    printf("%s\n", line);
+    g_fail++;
+    return test_summary();
+}
+
+/* A dense BSHD problem with lse, no mask, no softcap, default scale; callers
+ * set the rest (name, causal, windows, varlen, layout...) on the result. */
+static inline kit_shape test_shape(int batch, int hq, int hkv, int sq, int sk, int d, fc_dtype dt)
+{
+    const kit_shape s = {
+        .batch = batch, .heads_q = hq, .heads_kv = hkv, .seqlen_q = sq, .seqlen_k = sk, .head_dim = d,
+        .dtype = dt, .window_left = -1, .window_right = -1, .layout = KIT_LAYOUT_BSHD, .want_lse = 1,
+    };
+    return s; /* every other field 0: no name, no causal, softcap, scale, varlen */
+}
+
+/* The fp64 reference (FC_BACKEND_CPU_REFERENCE) of c's inputs, written into
+ * ref_out/ref_lse: buffers of c->out_bytes/c->lse_bytes in c's layout
+ * (ref_lse NULL when c has no lse). They are poisoned first, so an element
+ * the reference skipped shows as unwritten. c's own buffers and args are not
+ * touched. On an error, fc_last_error(ctx) says why. */
+static inline fc_status test_reference(fc_context *ctx, const kit_case *c, void *ref_out, float *ref_lse)
+{
+    fc_attention_args a = c->args;
+    a.out.data = ref_out;
+    if (c->lse) a.lse.data = ref_lse;
+    a.backend = FC_BACKEND_CPU_REFERENCE;
+    kit_poison(ref_out, c->out_bytes, c->s.dtype, ref_lse, c->lse_bytes);
+    return fc_attention_forward(ctx, &a, NULL, NULL);
+}
+
+#endif /* FC_TEST_UTIL_H */
