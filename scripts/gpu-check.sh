@@ -87,10 +87,19 @@ fi
 
 if want bench; then
   log "benchmark beside the peers"
+  # Optional peers (FlashAttention-4, FlashInfer) come as carried wheels in
+  # .whl/ (docs/PERF.md says how to fetch them); without them peers.py notes
+  # them as unavailable.
+  peer_path=""
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+         --target /tmp/fc-peers .whl/*.whl >"$OUT/peer-wheels.log" 2>&1; then peer_path=/tmp/fc-peers
+    else echo "carried peer wheels failed to install: $(tail -1 "$OUT/peer-wheels.log")"; fi
+  fi
   args=()
   [ $quick = 1 ] && args+=(--quick)
   args+=(--max-total-s "${PEERS_MAX_S:-420}")
-  if FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
+  if FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python${peer_path:+:$peer_path}" PYTHONUNBUFFERED=1 \
        python3 bench/peers.py --out "$OUT" "${args[@]}" >"$OUT/peers.log" 2>&1; then result[bench]=ok
   else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi
   "$BUILD/flashcore" demo > "$OUT/demo.txt" 2>&1 && result[demo]="ok" || result[demo]=FAIL

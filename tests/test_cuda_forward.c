@@ -395,6 +395,15 @@ static void edge_cases(runner *r)
         run(r, "edge:mqa-decode-causal", &s, 112);
         s = test_shape(1, 2, 2, 64, 64, 80, dt); /* no kernel has d80: UNSUPPORTED, never wrong */
         run(r, "edge:d80-unsupported", &s, 113);
+        /* More causal tiles than SMs (132 on H100/H200): the sm90 path's
+         * dynamic tile scheduler with its tile ring; one dtype per dim keeps
+         * the host reference affordable. */
+        static const int many_tile_dims[2][2] = {{64, 192}, {128, 256}};
+        for (int j = 0; j < 2; j++) {
+            s = test_shape(1, 40, 40, 512, 512, many_tile_dims[t][j], dt);
+            s.causal = 1;
+            run(r, "edge:causal-many-tiles", &s, 114 + j);
+        }
     }
 }
 
@@ -422,6 +431,9 @@ static void quick_cases(runner *r)
             s = test_shape(2, 8, 2, 1, 1100, d, dt);
             s.layout = KIT_LAYOUT_BHSD;
             run(r, "quick:decode-pack-split", &s, 204);
+            s = test_shape(1, 140, 140, 128, 128, d, dt); /* > 132 causal tiles: dynamic scheduler */
+            s.causal = 1;
+            run(r, "quick:causal-many-tiles", &s, 205);
         }
 }
 

@@ -62,6 +62,20 @@ __device__ __forceinline__ float tanh_acc(float x)
     return 1.0f - __fdividef(2.0f, e + 1.0f);
 }
 
+/* 8-byte shared store / load (the K/V base pointers parked in smem). The
+ * load is volatile so that it stays inside the main loop: hoisting it would
+ * bring the two pointers back into registers. */
+__device__ __forceinline__ void sts64(uint32_t addr, uint64_t v)
+{
+    asm volatile("st.shared.b64 [%0], %1;\n" ::"r"(addr), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t lds64(uint32_t addr)
+{
+    uint64_t v;
+    asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 /* Compile-time shape of one instantiation. */
 template <int HD_, int BM_, int BN_, int W_, int STAGES_>
 struct Shape {
@@ -76,10 +90,13 @@ struct Shape {
     static constexpr uint32_t Q_BYTES = BM * HD * 2;
     static constexpr uint32_t KV_BYTES = BN * HD * 2; /* one K (or V) tile          */
     static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
-    static constexpr uint32_t SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES;
+    static constexpr uint32_t SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + 16; /* + K/V bases */
     /* Keep Q's A fragments in registers when the fp32 accumulators leave room
      * (else re-read them from smem with ldmatrix each block). */
     static constexpr bool Q_IN_REGS = MT * (HD / 2 + BN / 2 + HD / 4) <= 160;
+    /* Park the K/V base pointers in smem instead of 4 registers when the
+     * accumulators alone take > 160 (d128 x 64 keys at MT 2: 192). */
+    static constexpr bool KV_BASE_IN_SMEM = MT * (HD / 2 + BN / 2) > 160;
 
     static_assert(HD % 32 == 0 && HD >= 32 && HD <= 256, "head_dim: multiple of 32 in 32..256");
     static_assert(BM % (16 * W) == 0 && (MT == 1 || MT == 2), "block_m = 16 * warps * (1 or 2)");
@@ -143,14 +160,20 @@ __device__ __forceinline__ TileCoords locate_tile(const fc_sm80_args &a)
     return c;
 }
 
+/* Query position of tile row rr (rr / G). G is 1 unless GQA packing is on:
+ * skip the 64-bit division then -- it is a ~30-instruction software routine
+ * and a thread does ~20 of them per CTA (Q load, row bounds, epilogue), which
+ * is a visible share of a short-KV CTA's work. */
+__device__ __forceinline__ int64_t row_pos(int64_t rr, int G) { return G == 1 ? rr : rr / G; }
+
 /* floor(x / d) for d > 0 and any sign of x. */
 __device__ __forceinline__ int64_t floor_div(int64_t x, int64_t d)
 {
     return x >= 0 ? x / d : -((-x + d - 1) / d);
 }
 
-template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int MIN_CTAS>
-__global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_args a)
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES>
+__device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 {
     using S_ = Shape<HD, BM, BN, W, STAGES>;
     constexpr int NT = S_::NT, MT = S_::MT, WROWS = S_::WROWS;
@@ -160,6 +183,7 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panel32; later the O staging */
     const uint32_t sKV = sQ + S_::Q_BYTES;    /* stage s: K tile, then V tile           */
+    const uint32_t sBase = sKV + S_::STAGES * S_::STAGE_BYTES; /* K, V base pointers (16 B) */
 
     const fc_fwd_params &p = a.p;
     const int tid = threadIdx.x;
@@ -184,8 +208,8 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
         if (c.r0 >= c.rows) return; /* past a short sequence's end (uniform per CTA) */
         const int sk = c.sk;
         const int G = c.G;
-        const int64_t i_first = c.r0 / G; /* query positions spanned by the tile */
-        const int64_t i_last = (min(c.r0 + BM, c.rows) - 1) / G;
+        const int64_t i_first = row_pos(c.r0, G); /* query positions spanned by the tile */
+        const int64_t i_last = row_pos(min(c.r0 + BM, c.rows) - 1, G);
 
         /* ---- key range. Key j is visible to query i iff (fc_key_visible)
          *   i + diag - wl <= j <= i + diag + wr  and  0 <= j < sk,  diag = sk - sq. */
@@ -224,7 +248,7 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                const int64_t i = (c.r0 + wrow + mt * 16 + g + 8 * hf) / G;
+                const int64_t i = row_pos(c.r0 + wrow + mt * 16 + g + 8 * hf, G);
                 const int64_t lo = wl >= 0 ? i + diag - wl : 0;
                 const int64_t hi = wr >= 0 ? i + diag + wr : (int64_t)sk - 1;
                 jmin[mt][hf] = (int)max((int64_t)0, min(lo, (int64_t)sk));
@@ -244,12 +268,24 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
         static_assert(NT % 32 == 0, "K/V load: unit tid + k*NT keeps tid's chunk and swizzle bits");
         const int kv_row0 = (tid >> 2) % BN;                 /* row of unit tid   */
         const int kv_chunk0 = ((tid >> 2) / BN) * 4 + (tid & 3); /* chunk of unit tid */
-        const uint16_t *__restrict__ kt = (const uint16_t *)p.k + c.bk * p.k_batch_stride +
-                                          (c.k_start + kv_row0) * p.k_row_stride +
-                                          (int64_t)h_kv * p.k_head_stride + kv_chunk0 * 8;
-        const uint16_t *__restrict__ vt = (const uint16_t *)p.v + c.bk * p.v_batch_stride +
-                                          (c.k_start + kv_row0) * p.v_row_stride +
-                                          (int64_t)h_kv * p.v_head_stride + kv_chunk0 * 8;
+        /* CTA-uniform K/V bases. With KV_BASE_IN_SMEM they are parked in
+         * shared memory (sBase, 16 bytes) and re-read at each load: there the
+         * two 64-bit per-thread pointers held across the loop are exactly
+         * the registers that would otherwise spill. Else each thread keeps
+         * its own pointers (kt, vt: unit tid's row and chunk added). */
+        const uint16_t *__restrict__ kb0 = (const uint16_t *)p.k + c.bk * p.k_batch_stride +
+                                           c.k_start * p.k_row_stride + (int64_t)h_kv * p.k_head_stride;
+        const uint16_t *__restrict__ vb0 = (const uint16_t *)p.v + c.bk * p.v_batch_stride +
+                                           c.k_start * p.v_row_stride + (int64_t)h_kv * p.v_head_stride;
+        if constexpr (S_::KV_BASE_IN_SMEM) {
+            if (tid == 0) {
+                sts64(sBase, (uint64_t)kb0);
+                sts64(sBase + 8, (uint64_t)vb0);
+            }
+            __syncthreads();
+        }
+        const uint16_t *__restrict__ kt = kb0 + kv_row0 * p.k_row_stride + kv_chunk0 * 8;
+        const uint16_t *__restrict__ vt = vb0 + kv_row0 * p.v_row_stride + kv_chunk0 * 8;
         const uint32_t kv_soff = (uint32_t)(tid ^ ((tid >> 3) & 3)) * 16; /* unit tid's smem offset */
         auto load_kv = [&](int n, int stage) {
             const uint32_t sK = sKV + stage * S_::STAGE_BYTES + kv_soff;
@@ -258,6 +294,11 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
             const int j0 = n * BN + kv_row0;
             const int64_t kn = (int64_t)n * BN * p.k_row_stride;
             const int64_t vn = (int64_t)n * BN * p.v_row_stride;
+            const uint16_t *__restrict__ kbase = nullptr, *__restrict__ vbase = nullptr;
+            if constexpr (S_::KV_BASE_IN_SMEM) {
+                kbase = (const uint16_t *)lds64(sBase);
+                vbase = (const uint16_t *)lds64(sBase + 8);
+            }
 #pragma unroll
             for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
                 if (UNITS % NT == 0 || tid + k * NT < UNITS) {
@@ -268,8 +309,17 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
                     /* Keys past the end are zero-filled (src-size 0: nothing is
                      * read); they still get an address inside the tensor. */
                     const bool ok = j0 + DR < sk;
-                    const uint16_t *ks = ok ? kt + (kn + DR * p.k_row_stride + DC * 8) : (const uint16_t *)p.k;
-                    const uint16_t *vs = ok ? vt + (vn + DR * p.v_row_stride + DC * 8) : (const uint16_t *)p.v;
+                    const uint16_t *ks = (const uint16_t *)p.k, *vs = (const uint16_t *)p.v;
+                    if (ok) {
+                        if constexpr (S_::KV_BASE_IN_SMEM) {
+                            const int64_t jr = j0 + DR;
+                            ks = kbase + (jr * p.k_row_stride + (kv_chunk0 + DC) * 8);
+                            vs = vbase + (jr * p.v_row_stride + (kv_chunk0 + DC) * 8);
+                        } else {
+                            ks = kt + (kn + DR * p.k_row_stride + DC * 8);
+                            vs = vt + (vn + DR * p.v_row_stride + DC * 8);
+                        }
+                    }
                     ptx::cp_async_16(sK + k * NT * 16, ks, ok);
                     ptx::cp_async_16(sV + k * NT * 16, vs, ok);
                 }
@@ -288,8 +338,8 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
                 const bool ok = rr < c.rows; /* rows past the sequence: zeros */
                 const uint16_t *src = qg;
                 if (ok) {
-                    const int64_t i = rr / G;
-                    const int h = c.h_base + (int)(rr % G);
+                    const int64_t i = row_pos(rr, G);
+                    const int h = c.h_base + (int)(rr - i * G);
                     src = qg + c.bq * p.q_batch_stride + (c.q_start + i) * p.q_row_stride +
                           (int64_t)h * p.q_head_stride + ch * 8;
                 }
@@ -506,8 +556,8 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
             for (int hf = 0; hf < 2; ++hf) {
                 const int64_t rr = c.r0 + wrow + mt * 16 + g + 8 * hf;
                 if (rr >= c.rows) continue;
-                const int64_t i = rr / c.G;
-                const int h = c.h_base + (int)(rr % c.G);
+                const int64_t i = row_pos(rr, c.G);
+                const int h = c.h_base + (int)(rr - i * c.G);
                 const int64_t row = (((int64_t)c.split * p.batch + c.b) * p.heads_q + h) * p.seqlen_q + i;
                 float *dst = p.o_accum + row * HD + 2 * t;
 #pragma unroll
@@ -545,8 +595,8 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
         const int64_t rr = c.r0 + r;
         if (rr < c.rows) {
             const uint4 v = ptx::lds128(sQ + panel_offset<BM>(r, ch));
-            const int64_t i = rr / c.G;
-            const int h = c.h_base + (int)(rr % c.G);
+            const int64_t i = row_pos(rr, c.G);
+            const int h = c.h_base + (int)(rr - i * c.G);
             uint16_t *dst = og + c.bq * p.o_batch_stride + (c.q_start + i) * p.o_row_stride +
                             (int64_t)h * p.o_head_stride + ch * 8;
             *reinterpret_cast<uint4 *>(dst) = v;
@@ -559,12 +609,27 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
             for (int hf = 0; hf < 2; ++hf) {
                 const int64_t rr = c.r0 + wrow + mt * 16 + g + 8 * hf;
                 if (rr >= c.rows) continue;
-                const int64_t i = rr / c.G;
-                const int h = c.h_base + (int)(rr % c.G);
+                const int64_t i = row_pos(rr, c.G);
+                const int h = c.h_base + (int)(rr - i * c.G);
                 p.lse[c.bq * p.lse_batch_stride + (int64_t)h * p.lse_head_stride +
                       (c.q_start + i) * p.lse_row_stride] = lse[mt][hf];
             }
     }
+}
+
+/* The kernel. SM90_ONLY: the tile is a row of the SM90 class alone
+ * (tiles.cuh: tile_sm90_only), which the planner never launches below sm_90,
+ * so older targets get an empty body -- no code, no compile time, and no
+ * ptxas verdict (e.g. spills) on a register budget tuned for sm_90. */
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int MIN_CTAS, bool SM90_ONLY>
+__global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_args a)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    if constexpr (SM90_ONLY)
+        return;
+    else
+#endif
+        fwd_body<kBF16, HD, BM, BN, W, STAGES>(a);
 }
 
 } /* namespace sm80 */

@@ -20,12 +20,12 @@
 namespace fc {
 namespace sm80 {
 
-template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int CTAS>
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int CTAS, bool SM90_ONLY>
 fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, char *err,
                       size_t err_len)
 {
     using S_ = Shape<HD, BM, BN, W, STAGES>;
-    void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS>;
+    void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY>;
     const int smem = (int)S_::SMEM_BYTES;
 
     /* Above 48 KB of dynamic smem a kernel must opt in, once per device
@@ -64,7 +64,8 @@ fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStrea
         constexpr Tile T = kTiles[I];
         if constexpr (T.head_dim == HD) {
             if (config == I)
-                return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas>(
+                return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
+                                   tile_sm90_only(T)>(
                     a, device, stream, err, err_len);
         }
         return launch_config<kBF16, HD, I + 1>(a, config, device, stream, err, err_len);

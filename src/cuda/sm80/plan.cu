@@ -41,23 +41,6 @@ int arch_class(int major, int minor)
     return -1;
 }
 
-/* Tile row for (class, head_dim) whose shared memory fits the device's
- * opt-in limit: the class's own row first, else the smallest-smem row of
- * another class (e.g. a cut-down part reporting less smem than its class). */
-int pick_tile(int cls, int head_dim, int64_t smem_optin)
-{
-    for (int i = 0; i < kNumTiles; ++i)
-        if (kTiles[i].arch_class == cls && kTiles[i].head_dim == head_dim &&
-            fc::sm80::tile_smem_bytes(kTiles[i]) <= smem_optin)
-            return i;
-    int best = -1;
-    for (int i = 0; i < kNumTiles; ++i)
-        if (kTiles[i].head_dim == head_dim && fc::sm80::tile_smem_bytes(kTiles[i]) <= smem_optin &&
-            (best < 0 || fc::sm80::tile_smem_bytes(kTiles[i]) < fc::sm80::tile_smem_bytes(kTiles[best])))
-            best = i;
-    return best;
-}
-
 /* Query heads folded into one tile's rows (GQA packing), or 1. Packing pays
  * when a (batch, head) has fewer query rows than a tile (decode, short
  * prefill chunks): the heads sharing a KV head fill the tile instead, and
@@ -66,6 +49,46 @@ int pack_factor(const fc_fwd_params *p, int block_m)
 {
     const int g = p->heads_q / p->heads_kv;
     return (g > 1 && p->seqlen_q < block_m) ? g : 1;
+}
+
+/* CTAs of row t on p, before split-KV: m-tiles x grid heads x batch. */
+int64_t grid_of(const fc_fwd_params *p, const fc::sm80::Tile &t)
+{
+    const int g = pack_factor(p, t.block_m);
+    return ((int64_t)p->seqlen_q * g + t.block_m - 1) / t.block_m * (p->heads_q / g) * (int64_t)p->batch;
+}
+
+/* Tile row for p on dev (class cls) whose shared memory fits the device's
+ * opt-in limit. The class's own rows first: the default (min_sk 0) or the
+ * long-KV alternate with the largest min_sk <= seqlen_k; then, if that row's
+ * grid is under one CTA per SM, the class's small-grid alternate. Else the
+ * smallest-smem row of another class (e.g. a cut-down part reporting less
+ * smem than its class) that has code for this device (tile_sm90_only). */
+int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
+{
+    using fc::sm80::tile_smem_bytes;
+    const int hd = p->head_dim;
+    int pick = -1;
+    for (int i = 0; i < kNumTiles; ++i)
+        if (kTiles[i].arch_class == cls && kTiles[i].head_dim == hd && !kTiles[i].small_grid &&
+            tile_smem_bytes(kTiles[i]) <= dev->smem_optin && kTiles[i].min_sk <= p->seqlen_k &&
+            (pick < 0 || kTiles[i].min_sk > kTiles[pick].min_sk))
+            pick = i;
+    if (pick >= 0) {
+        if (grid_of(p, kTiles[pick]) < dev->sm_count)
+            for (int i = 0; i < kNumTiles; ++i)
+                if (kTiles[i].arch_class == cls && kTiles[i].head_dim == hd && kTiles[i].small_grid &&
+                    tile_smem_bytes(kTiles[i]) <= dev->smem_optin)
+                    return i;
+        return pick;
+    }
+    int best = -1;
+    for (int i = 0; i < kNumTiles; ++i)
+        if (kTiles[i].head_dim == hd && tile_smem_bytes(kTiles[i]) <= dev->smem_optin &&
+            (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(kTiles[i])) &&
+            (best < 0 || tile_smem_bytes(kTiles[i]) < tile_smem_bytes(kTiles[best])))
+            best = i;
+    return best;
 }
 
 bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
@@ -158,7 +181,7 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     fc_status st = check_alignment(p, why, why_len);
     if (st != FC_OK) return st;
 
-    const int cfg = pick_tile(cls, hd, dev->smem_optin);
+    const int cfg = pick_tile(cls, p, dev);
     if (cfg < 0) {
         snprintf(why, why_len,
                  "device %s allows %lld bytes of shared memory per block: no sm80 tile for head_dim %d fits",

@@ -1,8 +1,9 @@
 /*
- * tiles.cuh -- THE tile table of the sm80-class forward path: one row per
- * (architecture class, head_dim). Everything else (plan, launch, the
- * per-head-dim translation units) reads this table; nothing else hard-codes
- * a tile size.
+ * tiles.cuh -- THE tile table of the sm80-class forward path: one default
+ * row per (architecture class, head_dim), plus optional alternates the
+ * planner prefers for long KV (min_sk) or grids under one wave (small_grid).
+ * Everything else (plan, launch, the per-head-dim translation units) reads
+ * this table; nothing else hard-codes a tile size.
  *
  * Kernel shape recap (fwd_kernel.cuh): a CTA of `warps` warps owns block_m
  * query rows, each warp owning 16*MT of them as MT m16 MMA tiles (MT =
@@ -18,7 +19,8 @@
  *
  * Shared memory per CTA: (block_m + 2*stages*block_n) * head_dim * 2 bytes
  * (the Q tile, then a K and a V tile per stage; the output is staged in the
- * Q tile's space). Each SM also reserves 1 KB per CTA.
+ * Q tile's space) + 16 bytes (the K/V base pointers, kept out of registers).
+ * Each SM also reserves 1 KB per CTA.
  *
  * Shared-memory bandwidth: a warp reads each K and V tile once per block for
  * 16*MT rows, i.e. 16*MT MMA FLOPs per byte. At MT = 1 that is ~2 KFLOP per
@@ -37,7 +39,10 @@
  *
  * Identical rows of different classes compile to ONE kernel (same template
  * arguments), so rows are shared wherever the limits allow: each distinct
- * row is one more kernel compiled for every architecture in the build.
+ * row is one more kernel compiled for every architecture in the build --
+ * except a row only the SM90 class has (tile_sm90_only), whose kernel is
+ * empty below sm_90 (its register budget is tuned, and spill-checked, for
+ * sm_90 alone).
  */
 #ifndef FC_SM80_TILES_CUH
 #define FC_SM80_TILES_CUH
@@ -57,6 +62,12 @@ struct Tile {
     int warps;
     int stages;  /* K/V cp.async ring depth (>= 2)                            */
     int ctas;    /* CTAs per SM the register use must allow                   */
+    int min_sk;  /* 0: the (class, head_dim) default. > 0: an alternate the
+                  * planner takes instead when seqlen_k >= min_sk (a wider
+                  * block_n that pays only once the KV tail's padding is small) */
+    int small_grid; /* 1: an alternate the planner takes instead when the
+                     * default row's grid has fewer CTAs than the device has
+                     * SMs (smaller tiles: more CTAs, shorter serial chains) */
 };
 
 // clang-format off
@@ -64,41 +75,58 @@ constexpr Tile kTiles[] = {
     /* ------------------------- SM80: 164 KB smem per SM ------------------------- */
     /* d32: MT 2, S 64 + O 32 + Q 16 regs (~215 used). smem 8+2*2*4 = 24 KB. 2 CTAs
      * = 8 warps. block_n 128 would double S for a head dim this cheap: no.       */
-    {kClassSm80,  32, 128,  64, 4, 2, 2},
+    {kClassSm80,  32, 128,  64, 4, 2, 2, 0, 0},
     /* d64: MT 2, S 64 + O 64 + Q 32 regs (255 used, no spill; block_n 128 would
      * need S 128 and spills). smem 16+2*2*8 = 48 KB. 2 CTAs = 8 warps.           */
-    {kClassSm80,  64, 128,  64, 4, 2, 2},
+    {kClassSm80,  64, 128,  64, 4, 2, 2, 0, 0},
     /* d96: MT 2, O 96 + S 32 regs (block_n 64 would reach 255 with no room).
      * smem 24+2*2*6 = 48 KB. 2 CTAs = 8 warps.                                    */
-    {kClassSm80,  96, 128,  32, 4, 2, 2},
+    {kClassSm80,  96, 128,  32, 4, 2, 2, 0, 0},
     /* d128: MT 2, O 128 + S 32, Q re-read from smem (~240 regs; block_n 64 spills).
      * smem 32+2*2*8 = 64 KB: 2 CTAs (128 KB) = 8 warps. (MT 1 at 128x64 with 8
      * warps also fits but reads twice the smem per FLOP.)                          */
-    {kClassSm80, 128, 128,  32, 4, 2, 2},
+    {kClassSm80, 128, 128,  32, 4, 2, 2, 0, 0},
     /* d256: MT 1 (O alone is 128 regs), S 16, Q from smem (~243 regs). smem
      * 64+2*2*16 = 128 KB: 1 CTA of 8 warps. block_n 64 needs 192 KB: too much.    */
-    {kClassSm80, 256, 128,  32, 8, 2, 1},
+    {kClassSm80, 256, 128,  32, 8, 2, 1, 0, 0},
 
     /* ------------------ SM86/89: 100 KB smem per SM, 99 KB per block ------------------ */
-    {kClassSm86,  32, 128,  64, 4, 2, 2},   /* = SM80: 24 KB, 2 CTAs                 */
-    {kClassSm86,  64, 128,  64, 4, 2, 2},   /* = SM80: 2 x 48 KB + 2 x 1 KB <= 100 KB */
-    {kClassSm86,  96, 128,  32, 4, 2, 2},   /* = SM80: 2 x 48 KB                      */
+    {kClassSm86,  32, 128,  64, 4, 2, 2, 0, 0},   /* = SM80: 24 KB, 2 CTAs                 */
+    {kClassSm86,  64, 128,  64, 4, 2, 2, 0, 0},   /* = SM80: 2 x 48 KB + 2 x 1 KB <= 100 KB */
+    {kClassSm86,  96, 128,  32, 4, 2, 2, 0, 0},   /* = SM80: 2 x 48 KB                      */
     /* d128: SM80's 64 KB row gives 1 CTA = 4 warps here; MT 1 with 8 warps
      * (O 64 + S 32 + Q 32, ~200 regs) at 32+2*2*16 = 96 KB keeps 8 warps per SM.   */
-    {kClassSm86, 128, 128,  64, 8, 2, 1},
+    {kClassSm86, 128, 128,  64, 8, 2, 1, 0, 0},
     /* d256: 99 KB cap: 64 rows x 32 keys = 32+2*2*16 = 96 KB, 1 CTA of 4 warps
      * (the tensor cores here have half of A100's rate per SM; FA2 also runs
      * 4 warps at d256 on these parts).                                               */
-    {kClassSm86, 256,  64,  32, 4, 2, 1},
+    {kClassSm86, 256,  64,  32, 4, 2, 1, 0, 0},
 
     /* --------------- SM90 running mma.sync: 228 KB smem per SM, 227 KB per block --------------- */
-    {kClassSm90,  32, 128,  64, 4, 2, 2},   /* = SM80                                  */
-    {kClassSm90,  64, 128,  64, 4, 2, 2},   /* = SM80: smem-bandwidth bound, MT 2 helps */
-    {kClassSm90,  96, 128,  32, 4, 2, 2},   /* = SM80                                  */
-    {kClassSm90, 128, 128,  32, 4, 2, 2},   /* = SM80: 2 x 64 KB; registers cap at 2 CTAs */
+    {kClassSm90,  32, 128,  64, 4, 2, 2, 0, 0},   /* = SM80                                  */
+    /* d64: = SM80 (128x64, 2 stages). 128x128 (FA2's d64 tile) spills here. */
+    {kClassSm90,  64, 128,  64, 4, 2, 2, 0, 0},
+    /* d64, long KV: 128x96, 3 stages (255 regs, no spill; 88 KB: 2 CTAs). Fewer
+     * per-block softmax/barrier rounds: +5% at 16k keys on an H100, but -8% at
+     * 512 keys (512 = 5.3 blocks of 96: a padded tail block) -- hence min_sk.  */
+    {kClassSm90,  64, 128,  96, 4, 3, 2, 4096, 0},
+    /* d64, small grid (fewer 128-row tiles than SMs, e.g. 1 x 8 heads x 512):
+     * 64 rows, MT 1, 40 KB. Twice the CTAs, each half the serial MMA chain per
+     * KV block; at 1x8x512 on an H100 10.9 us (split 1 or 4; 11.3 us at split
+     * 2, which fc_choose_num_splits picks for 64 CTAs) vs 13.3 us for 128x64 +
+     * split4 (FA2: 10.7 us). At 32x32x512 it loses (207 vs 221 TFLOP/s): only
+     * for grids under one wave.                                                 */
+    {kClassSm90,  64,  64,  64, 4, 2, 2, 0, 1},
+    {kClassSm90,  96, 128,  32, 4, 2, 2, 0, 0},   /* = SM80                                  */
+    /* d128: 128x64 = FA2's tile (MT 2, O 128 + S 64 regs, Q from smem): 255 regs
+     * on sm_90a, no spill now that the K/V bases sit in smem (sm_80 still spills
+     * 4 bytes, so the SM80 row keeps 128x32). smem 32+2*2*16 = 96 KB: 2 CTAs.
+     * +4-5% over 128x32 on an H100 (s2k / s8k).                                  */
+    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0},
     /* d256: block_n 64 halves the per-block softmax/rescale overhead vs 32 and
-     * fits here: 64+2*2*32 = 192 KB, 1 CTA of 8 warps (~243 regs).                  */
-    {kClassSm90, 256, 128,  64, 8, 2, 1},
+     * fits here: 64+2*2*32 = 192 KB, 1 CTA of 8 warps (~243 regs). (Measured:
+     * 64x32 x 2 CTAs -3%, 128x32 -10% on an H100.)                              */
+    {kClassSm90, 256, 128,  64, 8, 2, 1, 0, 0},
 };
 // clang-format on
 
@@ -106,7 +134,24 @@ constexpr int kNumTiles = (int)(sizeof(kTiles) / sizeof(kTiles[0]));
 
 constexpr int64_t tile_smem_bytes(const Tile &t)
 {
-    return (int64_t)(t.block_m + 2 * t.stages * t.block_n) * t.head_dim * 2;
+    return (int64_t)(t.block_m + 2 * t.stages * t.block_n) * t.head_dim * 2 + 16; /* + K/V bases */
+}
+
+/* True when row r is of the SM90 class and no row of an older class has the
+ * same kernel (template arguments): its kernel is then compiled empty for
+ * targets below sm_90 (fwd_kernel.cuh) and the planner never picks it on a
+ * device of an older class (plan.cu). */
+constexpr bool same_kernel(const Tile &a, const Tile &b)
+{
+    return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
+           a.warps == b.warps && a.stages == b.stages && a.ctas == b.ctas;
+}
+constexpr bool tile_sm90_only(const Tile &r, int i = 0)
+{
+    return r.arch_class != kClassSm90 ? false
+           : i >= kNumTiles           ? true
+           : (kTiles[i].arch_class != kClassSm90 && same_kernel(kTiles[i], r)) ? false
+                                                                              : tile_sm90_only(r, i + 1);
 }
 
 /* Compile-time checks of every row: the kernel's static_asserts repeat them
@@ -118,7 +163,7 @@ constexpr bool tile_ok(const Tile &t)
            t.warps >= 1 && t.warps <= 8 && t.block_m % (16 * t.warps) == 0 &&
            (t.block_m / (16 * t.warps) == 1 || t.block_m / (16 * t.warps) == 2) &&
            t.block_n % 16 == 0 && t.block_n >= 16 && t.stages >= 2 && t.stages <= 4 &&
-           t.ctas >= 1 && 32 * t.warps * t.ctas * 24 <= 65536 &&
+           t.ctas >= 1 && 32 * t.warps * t.ctas * 24 <= 65536 && t.min_sk >= 0 && (t.small_grid == 0 || t.small_grid == 1) && !(t.small_grid && t.min_sk) &&
            tile_smem_bytes(t) <= 227 * 1024 &&
            (t.arch_class != kClassSm86 || tile_smem_bytes(t) <= 99 * 1024) &&
            (t.arch_class != kClassSm80 || tile_smem_bytes(t) <= 163 * 1024);

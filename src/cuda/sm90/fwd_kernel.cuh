@@ -11,9 +11,10 @@
  *                    registers (exp2, scale*log2e folded in one FMA), P packed
  *                    in registers as the A fragment of O += P V (wgmma RS).
  * Tiles (m_block, batch*head, split) are handed out statically: CTA i takes
- * tiles i, i+grid, ...; non-causal in m-fastest order (a head's K/V stays in
- * L2 while its row blocks run), causal longest-first within L2 sections of
- * heads. KV blocks are visited from high to low, so the masked diagonal /
+ * tiles i, i+grid, ...; or, when p.tile_ctr is set (causal with more tiles
+ * than CTAs: tiles of unequal length), dynamically from an atomic counter.
+ * Non-causal in m-fastest order (a head's K/V stays in L2 while its row
+ * blocks run), causal longest-first within L2 sections of heads. KV blocks are visited from high to low, so the masked diagonal /
  * tail blocks come first.
  *
  * Overlap (cfg.overlap): the consumer issues S_{j} = Q K_j^T and
@@ -84,7 +85,7 @@ template <int kCfg> struct Cfg {
     static constexpr int SMEM = FC_SM90_SMEM_BYTES(T);
 
     /* 2 consumer warpgroups: 384 threads enter with 168 registers and move
-     * them with setmaxnreg (24/240, tiles.cuh). 1 consumer warpgroup: 256
+     * them with setmaxnreg (40/232, tiles.cuh). 1 consumer warpgroup: 256
      * threads may use up to 255 registers each from the start (65536/256),
      * so no setmaxnreg is needed. */
     static_assert(WG == 1 || WG == 2, "1 or 2 consumer warpgroups");
@@ -96,7 +97,7 @@ template <int kCfg> struct Cfg {
     static_assert((BM * SW) % 1024 == 0 && (BN * SW) % 1024 == 0,
                   "every panel must start on a 1024-byte swizzle repeat");
     static_assert(QB == 1 || QB == 2, "1 or 2 Q buffers");
-    static_assert((4 + 4 * ST) * 8 <= FC_SM90_BARRIER_BYTES, "barrier area");
+    static_assert((8 + 4 * ST) * 8 + 8 <= FC_SM90_BARRIER_BYTES, "barrier area (Bars below)");
     static_assert(OFF_BAR + FC_SM90_BARRIER_BYTES + 1024 == (uint32_t)SMEM, "layout = table");
     static_assert(SMEM <= 232448, "227 KB: the sm_90 dynamic shared memory limit");
 };
@@ -225,6 +226,10 @@ template <class C> struct Bars {
     __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 32 + 8 * (C::ST + s); }
     __device__ __forceinline__ uint32_t v_full(int s) const { return base + 32 + 8 * (2 * C::ST + s); }
     __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 32 + 8 * (3 * C::ST + s); }
+    /* Dynamic scheduler: a 2-slot ring of tile indices, producer -> consumers. */
+    __device__ __forceinline__ uint32_t t_full(int i) const { return base + 32 + 32 * C::ST + 8 * i; }
+    __device__ __forceinline__ uint32_t t_empty(int i) const { return base + 48 + 32 * C::ST + 8 * i; }
+    __device__ __forceinline__ uint32_t t_slot(int i) const { return base + 64 + 32 * C::ST + 4 * i; }
 };
 
 /* ---- producer ------------------------------------------------------------------ */
@@ -260,7 +265,21 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
     int stage = 0;
     uint32_t phase = 0;
     uint32_t q_iter = 0;
-    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+    for (int k = 0;; ++k) {
+        int t;
+        if (p.tile_ctr) {
+            /* Dynamic: the first wave is blockIdx.x, later tiles come from the
+             * counter in the same (longest-first) order, so whichever CTA is
+             * free first takes the next longest tile. Handed to the consumers
+             * through slot k & 1 (the arrive releases the store). */
+            t = k == 0 ? (int)blockIdx.x : atomicAdd(p.tile_ctr, 1) + (int)gridDim.x;
+            FC90_WAIT(bars.t_empty(k & 1), ((k >> 1) & 1) ^ 1);
+            st_shared_u32(bars.t_slot(k & 1), (uint32_t)t);
+            mbar_arrive(bars.t_full(k & 1));
+        } else {
+            t = (int)blockIdx.x + k * (int)gridDim.x;
+        }
+        if (t >= p.num_tiles) break;
         Tile g;
         decode_tile<C>(p, t, g);
         if (!g.rows || g.n_hi <= g.n_lo) continue; /* consumers write it without loads */
@@ -456,7 +475,18 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
     int stage = 0;
     uint32_t phase = 0;
     uint32_t q_iter = 0;
-    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+    for (int k = 0;; ++k) {
+        int t;
+        if (p.tile_ctr) {
+            /* The producer's choice (see producer); the read comes before our
+             * arrive on the slot's empty barrier. */
+            FC90_WAIT(bars.t_full(k & 1), (k >> 1) & 1);
+            t = (int)ld_shared_u32(bars.t_slot(k & 1));
+            mbar_arrive(bars.t_empty(k & 1));
+        } else {
+            t = (int)blockIdx.x + k * (int)gridDim.x;
+        }
+        if (t >= p.num_tiles) break;
         Tile g;
         decode_tile<C>(p, t, g);
         if (!g.rows) continue;
@@ -730,6 +760,12 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(cons
         for (int b = 0; b < C::QB; ++b) {
             mbar_init(bars.q_full(b), 1);
             mbar_init(bars.q_empty(b), C::CONSUMERS);
+        }
+        /* Both scheduler slots, whatever QB is. */
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            mbar_init(bars.t_full(b), 1);
+            mbar_init(bars.t_empty(b), C::CONSUMERS);
         }
 #pragma unroll
         for (int s = 0; s < C::ST; ++s) {

@@ -129,6 +129,18 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
         : "memory");
 }
 
+/* Plain 32-bit shared-memory word access by shared-window address. */
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v)
+{
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr)
+{
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 /* ---- proxy fences ------------------------------------------------------------ */
 /* Orders this thread's generic-proxy shared-memory accesses before later
  * async-proxy accesses (TMA writes into a buffer we just read or wrote). */

@@ -29,6 +29,7 @@ typedef struct fc_sm90_params {
     float *o_accum;   /* split-KV partials (num_splits > 1), else NULL      */
     float *lse_accum;
     const int32_t *cu_q, *cu_k; /* varlen offsets (device) or NULL           */
+    int *tile_ctr;    /* dynamic tile scheduler: zeroed counter, or NULL (static) */
 
     int64_t o_batch_stride, o_row_stride, o_head_stride;
     int64_t lse_batch_stride, lse_head_stride, lse_row_stride;

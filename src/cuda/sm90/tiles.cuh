@@ -7,10 +7,12 @@
  * rows each: block_m = 64 * wgs. With 2 consumer warpgroups the CTA has 384
  * threads; __launch_bounds__(384, 1) caps the entry allocation at
  * 65536 / 384 = 168 registers, then setmaxnreg moves registers from the
- * producer (dec to 24) to the consumers (inc to 240):
- *     128 * 24 + 256 * 240 = 64512 = 384 * 168     (what the CTA owns)
+ * producer (dec to 40) to the consumers (inc to 232), FA3's split:
+ *     128 * 40 + 256 * 232 = 64512 = 384 * 168     (what the CTA owns)
+ * (24/240 spilled in the producer once it also ran the dynamic tile
+ * scheduler: atomic fetch + tile hand-off.)
  *
- * Consumer register budget (240 per thread), per 64-row warpgroup, fp32:
+ * Consumer register budget (232 per thread), per 64-row warpgroup, fp32:
  *     S accumulator   block_n / 2        (64 x block_n over 128 threads)
  *     P fragments     block_n / 4        (16-bit pairs; live together with S
  *                                         in the intra-warpgroup overlap)
@@ -70,7 +72,7 @@ typedef struct fc_sm90_tile {
 
 /*                      d    M    N  wg st swz pp ov use sm qb   S+P+O regs   smem (Q*qb + ring) */
 #define FC_SM90_TILE_TABLE                                                                           \
-    {64, 128, 128, 2, 3, 128, 1, 1, 0, 0, 2},  /* 0: 64+32+32=128;  2*16K+3*32K = 128 KB  */  \
+    {64, 128, 128, 2, 2, 128, 1, 1, 0, 0, 2},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
     {96, 128, 128, 2, 2, 64, 1, 1, 0, 0, 2},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
     {128, 128, 128, 2, 2, 128, 1, 1, 1, 0, 2}, /* 2: 64+32+64=160;  2*32K+2*64K = 192 KB  */  \
     {128, 128, 176, 2, 2, 128, 1, 1, 2, 0, 1}, /* 3: 88+44+64=196;  32K+2*88K = 208 KB    */  \
@@ -84,8 +86,8 @@ typedef struct fc_sm90_tile {
 /* Registers after setmaxnreg, per thread (see the budget above); only the
  * 2-warpgroup configs use setmaxnreg. A 1-warpgroup CTA (256 threads) may
  * use 255 registers per thread without it. */
-#define FC_SM90_PRODUCER_REGS 24
-#define FC_SM90_CONSUMER_REGS 240
+#define FC_SM90_PRODUCER_REGS 40
+#define FC_SM90_CONSUMER_REGS 232
 
 /* Bytes of dynamic shared memory a config needs (the kernel's own layout in
  * fwd_kernel.cuh must match: Q buffers, K stages, V stages, barriers). */
