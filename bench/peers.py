@@ -631,8 +631,9 @@ def markdown(result):
               meta.get("torch"), meta.get("cudnn"), meta.get("date")),
            "Median of interleaved CUDA-graph replays; FC/peer = best FlashCore path over best "
            "peer (both correct). `!` = rel_err over the dtype gate; `-` = not applicable / "
-           "unsupported; `err` = failed (see notes). SM clock/temp before: %s; after: %s."
-           % (meta.get("gpu_before"), meta.get("gpu_after")),
+           "unsupported; `err` = failed (see notes). SM clock/temp before: %s; after: %s. "
+           "Ceilings this run: %s."
+           % (meta.get("gpu_before"), meta.get("gpu_after"), meta.get("ceilings")),
            ""]
     if meta.get("dry_run"):
         out.insert(2, "**DRY RUN: the numbers below are fake (table/chart plumbing check).**\n")
@@ -776,7 +777,36 @@ def torch_meta(torch, cuda):
         m.update(device_name=p.name, sms=p.multi_processor_count, cc="%d.%d" % (p.major, p.minor),
                  cuda_runtime=torch.version.cuda,
                  l2_bytes=getattr(p, "L2_cache_size", None), memory_bytes=p.total_memory)
+        m["ceilings"] = measure_ceilings(torch)
     return m
+
+
+def measure_ceilings(torch):
+    """The two ceilings of this run (device METHOD.md): a 1 GiB device-to-device
+    copy (bytes read + written) and an 8192^3 bf16 matrix product on random
+    data, each the median of 10 event-timed repeats after 3 warm-ups."""
+    def timed(fn):
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(10):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(); fn(); b.record(); b.synchronize()
+            ts.append(a.elapsed_time(b) * 1e-3)
+        return sorted(ts)[len(ts) // 2]
+    try:
+        x = torch.randn(1 << 29, device="cuda", dtype=torch.float16)  # 1 GiB
+        y = torch.empty_like(x)
+        copy_tbps = 2 * x.numel() * 2 / timed(lambda: y.copy_(x)) / 1e12
+        del x, y
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        mm_tflops = 2 * 8192 ** 3 / timed(lambda: a @ b) / 1e12
+        del a, b
+        torch.cuda.empty_cache()
+        return {"copy_tbps": round(copy_tbps, 3), "bf16_matmul_tflops": round(mm_tflops, 1)}
+    except Exception as e:
+        return {"error": short_error(e)}
 
 
 # ---- main -------------------------------------------------------------------------------
@@ -807,6 +837,8 @@ def parse_args(argv):
                     help="one input set (inputs may sit in L2 on small shapes)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--list", action="store_true", help="list shapes and systems, then exit")
+    ap.add_argument("--render", metavar="PEERS_JSON",
+                    help="no run: redraw peers.md and peers.png from a peers.json into --out")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failing systems")
     a = ap.parse_args(argv)
     if a.quick:
@@ -851,6 +883,9 @@ def main(argv=None):
         for s in SHAPES:
             log("%-16s %s" % (s.name, asdict(s)))
         log("systems: " + ", ".join(SYSTEM_ORDER))
+        return 0
+    if args.render:
+        write_outputs(json.loads(Path(args.render).read_text()), out_dir)
         return 0
     meta = {"tool": "bench/peers.py",
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

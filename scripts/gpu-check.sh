@@ -9,7 +9,9 @@
 #
 # Stages run in order; `all` runs every stage; the build runs whenever there is
 # no build yet. --quick trims tests and bench
-# (for a smoke run). Exit code: non-zero if any stage failed.
+# (for a smoke run). Exit code: non-zero if any stage failed. At the end the
+# logs are packed into $OUT/logs.tgz so that what comes back from the device
+# (at most 8 files) is: summary.txt, logs.tgz, peers.json, peers.md, peers.png.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -114,5 +116,8 @@ status=0
 for k in $(echo "${!result[@]}" | tr ' ' '\n' | sort); do
   printf '| %-22s | %s |\n' "$k" "${result[$k]}"
   case "${result[$k]}" in FAIL*) status=1 ;; esac
-done
+done | tee "$OUT/summary.txt"
+grep -q "| FAIL" "$OUT/summary.txt" && status=1
+(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|logs.tgz)$') &&
+  [ -n "$logs" ] && tar czf logs.tgz $logs && rm -f $logs)
 exit $status
