@@ -47,6 +47,14 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# Optional peers carried as wheels are installed with `pip --target` into a
+# folder named by FLASHCORE_PEER_SITE; addsitedir (unlike PYTHONPATH) also
+# runs that folder's .pth files, which nvidia-cutlass-dsl needs for FA4.
+if os.environ.get("FLASHCORE_PEER_SITE"):
+    import site
+    site.addsitedir(os.environ["FLASHCORE_PEER_SITE"])
+
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 

@@ -101,7 +101,7 @@ if want bench; then
   args=()
   [ $quick = 1 ] && args+=(--quick)
   args+=(--max-total-s "${PEERS_MAX_S:-420}")
-  if FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python${peer_path:+:$peer_path}" PYTHONUNBUFFERED=1 \
+  if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
        python3 bench/peers.py --out "$OUT" "${args[@]}" >"$OUT/peers.log" 2>&1; then result[bench]=ok
   else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi
   "$BUILD/flashcore" demo > "$OUT/demo.txt" 2>&1 && result[demo]="ok" || result[demo]=FAIL
