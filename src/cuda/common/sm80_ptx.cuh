@@ -30,14 +30,16 @@
 
 #include <stdint.h>
 
+#include "cuda/common/device_math.cuh"
+
 namespace fc {
 namespace ptx {
 
-/* 32-bit shared-state-space address of a generic pointer into shared memory. */
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using dev::ex2;
+using dev::pack2;
+using dev::smem_addr;
+using dev::sts32;
+
 
 /* D = A * B + D, fp32 accumulate. kBF16 selects the bf16 input type. */
 template <bool kBF16>
@@ -100,38 +102,6 @@ __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* 2^x, approximate (max rel. error 2^-22); ex2(-inf) = +0, flushes denormals. */
-__device__ __forceinline__ float ex2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-/* Pack two fp32 into f16x2 / bf16x2 (round to nearest even). `lo` lands in
- * bits 0..15 (the lower column index), `hi` in bits 16..31. PTX cvt takes
- * the high half first: cvt.rn.f16x2.f32 d, hi, lo. */
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi)
-{
-    uint32_t r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
-{
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-template <bool kBF16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi)
-{
-    if constexpr (kBF16)
-        return pack_bf16x2(lo, hi);
-    else
-        return pack_f16x2(lo, hi);
-}
-
 /* 16-byte shared load / global store (epilogue). */
 __device__ __forceinline__ uint4 lds128(uint32_t addr)
 {
@@ -141,10 +111,6 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr)
                  : "r"(addr)
                  : "memory");
     return v;
-}
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v)
-{
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
 /* blockIdx.x through volatile asm, so that a second read is really a second

@@ -53,28 +53,10 @@ __device__ __forceinline__ uint32_t panel_offset(int r, int c)
     return (uint32_t)((c >> 2) * ROWS * 64 + r * 64 + ((((c & 3) ^ (r >> 1)) & 3) << 4));
 }
 
-/* tanh(x) = 1 - 2 / (e^{2x} + 1): absolute error ~1e-7 over the whole range
- * (tanh.approx's ~5e-4 relative error, times a softcap of 30-50, would move
- * logits by ~0.02). e^{2x} = inf gives 1, e^{2x} = 0 gives -1. */
-__device__ __forceinline__ float tanh_acc(float x)
-{
-    const float e = ptx::ex2(x * (2.0f * kLog2e));
-    return 1.0f - __fdividef(2.0f, e + 1.0f);
-}
-
-/* 8-byte shared store / load (the K/V base pointers parked in smem). The
- * load is volatile so that it stays inside the main loop: hoisting it would
- * bring the two pointers back into registers. */
-__device__ __forceinline__ void sts64(uint32_t addr, uint64_t v)
-{
-    asm volatile("st.shared.b64 [%0], %1;\n" ::"r"(addr), "l"(v) : "memory");
-}
-__device__ __forceinline__ uint64_t lds64(uint32_t addr)
-{
-    uint64_t v;
-    asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(v) : "r"(addr) : "memory");
-    return v;
-}
+/* tanh for softcap and the K/V base-pointer parking slots (device_math.cuh). */
+using dev::lds64;
+using dev::sts64;
+using dev::tanh_acc;
 
 /* Compile-time shape of one instantiation. */
 template <int HD_, int BM_, int BN_, int W_, int STAGES_>

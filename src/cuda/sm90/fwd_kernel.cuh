@@ -274,7 +274,7 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
              * through slot k & 1 (the arrive releases the store). */
             t = k == 0 ? (int)blockIdx.x : atomicAdd(p.tile_ctr, 1) + (int)gridDim.x;
             FC90_WAIT(bars.t_empty(k & 1), ((k >> 1) & 1) ^ 1);
-            st_shared_u32(bars.t_slot(k & 1), (uint32_t)t);
+            sts32(bars.t_slot(k & 1), (uint32_t)t);
             mbar_arrive(bars.t_full(k & 1));
         } else {
             t = (int)blockIdx.x + k * (int)gridDim.x;
@@ -377,7 +377,7 @@ __device__ __forceinline__ void softmax_block(float (&S)[C::BN / 2], RowState &r
     if (p.softcap_in != 0.0f) {
 #pragma unroll
         for (int i = 0; i < C::BN / 2; ++i)
-            S[i] = p.softcap_out * tanh_accurate_abs(S[i] * p.softcap_in);
+            S[i] = p.softcap_out * tanh_acc(S[i] * p.softcap_in);
     }
     if (masked) {
 #pragma unroll
@@ -481,7 +481,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             /* The producer's choice (see producer); the read comes before our
              * arrive on the slot's empty barrier. */
             FC90_WAIT(bars.t_full(k & 1), (k >> 1) & 1);
-            t = (int)ld_shared_u32(bars.t_slot(k & 1));
+            t = (int)lds32(bars.t_slot(k & 1));
             mbar_arrive(bars.t_empty(k & 1));
         } else {
             t = (int)blockIdx.x + k * (int)gridDim.x;

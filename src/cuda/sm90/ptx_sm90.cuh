@@ -16,6 +16,8 @@
 #define FC_SM90_PTX_CUH
 
 #include <stdint.h>
+
+#include "cuda/common/device_math.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -40,11 +42,14 @@
 
 namespace fc90 {
 
-/* ---- addresses ------------------------------------------------------------ */
-__device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
+/* Shared addresses and words, 2^x, accurate tanh, f16x2/bf16x2 packing:
+ * shared with the sm80-class path (device_math.cuh). */
+using fc::dev::ex2;
+using fc::dev::lds32;
+using fc::dev::pack2;
+using fc::dev::sts32;
+using fc::dev::tanh_acc;
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return fc::dev::smem_addr(p); }
 
 /* ---- mbarrier --------------------------------------------------------------- */
 /* An mbarrier is one 8-byte word in shared memory, addressed here by its
@@ -129,18 +134,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
         : "memory");
 }
 
-/* Plain 32-bit shared-memory word access by shared-window address. */
-__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v)
-{
-    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr)
-{
-    uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-    return v;
-}
-
 /* ---- proxy fences ------------------------------------------------------------ */
 /* Orders this thread's generic-proxy shared-memory accesses before later
  * async-proxy accesses (TMA writes into a buffer we just read or wrote). */
@@ -201,36 +194,6 @@ template <int N> __device__ __forceinline__ void reg_alloc()
 {
     static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg immediate");
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-
-/* ---- math -------------------------------------------------------------------- */
-__device__ __forceinline__ float ex2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-/* tanh(x) = 1 - 2/(exp(2x)+1). Absolute error ~1e-7 over the whole range
- * (what matters for a logit: softcap multiplies it), unlike tanh.approx whose
- * ~5e-4 relative error becomes 0.025 in a logit at softcap 50. */
-__device__ __forceinline__ float tanh_accurate_abs(float x)
-{
-    float e = ex2(x * 2.8853900817779268f); /* 2*log2(e) */
-    return 1.0f - __fdividef(2.0f, e + 1.0f);
-}
-
-/* Pack two fp32 into one b32 of two 16-bit values, lo = first (lower column). */
-template <bool kBF16> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ uint32_t pack2<true>(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-template <> __device__ __forceinline__ uint32_t pack2<false>(float lo, float hi)
-{
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
 }
 
 /* ---- wgmma: ordering ----------------------------------------------------------- */

@@ -1,0 +1,82 @@
+/*
+ * device_math.cuh -- the small device helpers both CUDA paths use: shared
+ * window addresses and word access, 2^x, an accurate tanh for softcap, and
+ * fp32-pair packing to f16x2/bf16x2. One definition, so the sm80-class and
+ * sm90 kernels round and approximate identically.
+ */
+#ifndef FC_CUDA_DEVICE_MATH_CUH
+#define FC_CUDA_DEVICE_MATH_CUH
+
+#include <stdint.h>
+
+namespace fc {
+namespace dev {
+
+/* 32-bit shared-state-space address of a generic pointer into shared memory. */
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/* Shared-memory word stores/loads by shared-window address. volatile with a
+ * memory clobber: the 64-bit pair holds K/V base pointers that the sm80
+ * kernel re-reads inside its main loop on purpose (keeping them out of
+ * registers), so the compiler must not hoist or merge them. */
+__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v)
+{
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr)
+{
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void sts64(uint32_t addr, uint64_t v)
+{
+    asm volatile("st.shared.b64 [%0], %1;\n" ::"r"(addr), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t lds64(uint32_t addr)
+{
+    uint64_t v;
+    asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+/* 2^x, approximate (max rel. error 2^-22); ex2(-inf) = +0, flushes denormals.
+ * Plain asm (not volatile) so the compiler may schedule it. */
+__device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* tanh(x) = 1 - 2/(2^(2x log2 e) + 1): absolute error ~1e-7 over the whole
+ * range, which is what matters for a logit (softcap multiplies it);
+ * tanh.approx's ~5e-4 relative error would move a logit by ~0.025 at
+ * softcap 50. */
+__device__ __forceinline__ float tanh_acc(float x)
+{
+    const float e = ex2(x * 2.8853900817779268f); /* 2*log2(e) */
+    return 1.0f - __fdividef(2.0f, e + 1.0f);
+}
+
+/* Pack two fp32 into f16x2 / bf16x2 (round to nearest even). `lo` lands in
+ * bits 0..15 (the lower column index), `hi` in bits 16..31; PTX cvt takes the
+ * high half first. */
+template <bool kBF16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    uint32_t r;
+    if constexpr (kBF16)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+} /* namespace dev */
+} /* namespace fc */
+
+#endif /* FC_CUDA_DEVICE_MATH_CUH */
