@@ -20,6 +20,11 @@
  * scores_rows_f64 for why. Probabilities, sums and the output accumulator are
  * fp32 for every dtype.
  *
+ * Instruction sets: the per-item code (tiled_item.h) is compiled twice, as
+ * plain C for any target and, on x86-64, under target("avx2") with
+ * explicit AVX2 matrix products (tiled_avx2.h); the variant is picked once
+ * per call from the CPU's features. Both give the same bits (see below).
+ *
  * Determinism: every output element belongs to exactly one work item, the
  * tiling does not depend on the thread count, and an item's arithmetic does
  * not depend on which thread runs it or on what ran before: results are
@@ -38,6 +43,10 @@
 #include "cpu_dtype.h"
 #include "internal.h"
 #include "tiled_kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h> /* for the avx2 variant, compiled under a target pragma below */
+#endif
 
 /* Below this many multiply-adds per thread, starting a thread costs more than it saves. */
 #define MIN_MACS_PER_THREAD ((int64_t)1 << 18)
@@ -89,40 +98,6 @@ static void visible_range(int64_t i, int64_t sq, int64_t sk, int wl, int wr, int
     *hi = e;
 }
 
-/* ---- conversion in and out --------------------------------------------------- */
-
-/* dst[x * dst_stride] = element off + x of src, for x < n, as float. */
-static void load_f32(const void *src, int32_t dtype, int64_t off, int64_t n, float *dst,
-                     int64_t dst_stride)
-{
-    if (dtype == FC_DTYPE_F16) {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_f16_to_f32(s[x]);
-    } else if (dtype == FC_DTYPE_BF16) {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_bf16_to_f32(s[x]);
-    } else {
-        const float *s = (const float *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = s[x];
-    }
-}
-
-/* Elements off .. off+n-1 of dst = src[x] / l, rounded once to the dtype;
- * src NULL: zeros (a row that sees no key). */
-static void store_row(void *dst, int32_t dtype, int64_t off, int64_t n, const float *src, float l)
-{
-    if (dtype == FC_DTYPE_F16) {
-        uint16_t *d = (uint16_t *)dst + off;
-        for (int64_t x = 0; x < n; x++) d[x] = fc_f32_to_f16(src ? src[x] / l : 0.0f);
-    } else if (dtype == FC_DTYPE_BF16) {
-        uint16_t *d = (uint16_t *)dst + off;
-        for (int64_t x = 0; x < n; x++) d[x] = fc_f32_to_bf16(src ? src[x] / l : 0.0f);
-    } else {
-        float *d = (float *)dst + off;
-        for (int64_t x = 0; x < n; x++) d[x] = src ? src[x] / l : 0.0f;
-    }
-}
-
 /* ---- a work item -------------------------------------------------------------- */
 
 /* A worker's scratch, allocated before any work starts. The score-side
@@ -135,7 +110,7 @@ typedef struct tile_scratch {
     double *ktd;       /* [dp][TILE_N]     key block transposed, double scores      */
     double *sd;        /* [ROWS][TILE_N]   double scores of one register tile       */
     float *s;          /* [ROWS][TILE_N]   scores, then shifted scores, then weights */
-    float *pt;         /* [TILE_N][ROWS]   weights of one register tile, transposed */
+    float *pt;         /* [TILE_N][ROWS]   weights of a register tile, transposed (generic) */
     float *krow;       /* [dp]             one key row before the transpose         */
     float *v;          /* [TILE_N][dp]     value block                              */
     float *o;          /* [TILE_M][dp]     unnormalised output accumulators         */
@@ -155,6 +130,9 @@ typedef struct tiled_job {
     const int64_t *first; /* [batch+1] first work item of each sequence        */
     int64_t nitems;
     atomic_llong next;    /* next unclaimed work item                          */
+    /* the per-item code for this CPU's instruction set, the same for every
+     * worker (so the thread count cannot change a result) */
+    void (*run_item)(const struct tiled_job *job, tile_scratch *t, int b, int g, int64_t tile);
 } tiled_job;
 
 /* n elements of type T at offset *off of base (NULL when only measuring);
@@ -206,137 +184,37 @@ static int scratch_alloc(tile_scratch *t, int64_t dp, int f64)
     return 0;
 }
 
-/* The rows [rg, rg+ROWS) of the item against the key block [j0, j0+nb). */
-static void run_row_group(const tiled_job *job, tile_scratch *t, int rg, int nr, int64_t j0, int nb)
-{
-    const int64_t dp = job->dp;
-    int a[ROWS], e[ROWS];
-    int ua = TILE_N, ue = 0;
-    for (int x = 0; x < ROWS; x++) {
-        a[x] = e[x] = 0;
-        const int rr = rg + x;
-        if (rr >= nr) continue;
-        int64_t lo = t->lo[rr] > j0 ? t->lo[rr] : j0;
-        int64_t hi = t->hi[rr] < j0 + nb ? t->hi[rr] : j0 + nb;
-        if (lo >= hi) continue;
-        a[x] = (int)(lo - j0);
-        e[x] = (int)(hi - j0);
-        if (a[x] < ua) ua = a[x];
-        if (e[x] > ue) ue = e[x];
-    }
-    if (ua >= ue) return; /* no row of the group sees this block */
+/* ---- the per-item code, once per instruction set ---------------------------
+ * Built without -march, gcc targets SSE2 only (4 floats per vector). The same
+ * C compiled under target("avx2") vectorizes 8 wide with 16 ymm registers.
+ * The target deliberately leaves out fma: with no fused multiply-add
+ * instruction available no compiler can contract a*b+c (clang would under its
+ * default -ffp-contract=on), and every accumulator keeps its order, so both
+ * variants produce the same bits. (On AMD Zen, separate mul and add run on
+ * separate pipes: fma would not be faster here.) */
+#define FC_ISA(name) name##_generic
+#include "tiled_item.h"
+#undef FC_ISA
 
-    /* Scores over the union of the rows' ranges, whole register tiles; what a
-     * row does not see is computed but never read. */
-    const int c0 = ua & ~(VEC_W - 1), c1 = (ue + VEC_W - 1) & ~(VEC_W - 1);
-    if (job->f64) scores_rows_f64(t->qd + rg * dp, dp, t->ktd, t->sd, c0, c1, job->qscale);
-    else scores_rows(t->q + rg * dp, dp, t->kt, t->s, c0, c1, (float)job->qscale);
-
-    int same = rg + ROWS <= nr;
-    for (int x = 0; x < ROWS; x++) {
-        if (a[x] != a[0] || e[x] != e[0]) same = 0;
-        if (a[x] >= e[x]) continue;
-        const int rr = rg + x;
-        float *w = t->s + x * TILE_N;
-        const float alpha = job->f64 ? shift_row_f64(t->sd + x * TILE_N, w, a[x], e[x], job->cap, &t->m[rr])
-                                     : shift_row(w, a[x], e[x], (float)job->cap, &t->m[rr]);
-        finish_row(w, a[x], e[x], alpha, &t->l[rr], t->o + rr * dp, dp, t->pt + x);
-    }
-    if (same) {
-        pv_rows(t->pt, t->v, dp, t->o + rg * dp, a[0], e[0]);
-    } else {
-        for (int x = 0; x < ROWS; x++)
-            if (a[x] < e[x]) pv_row(t->pt, x, t->v, dp, t->o + (rg + x) * dp, a[x], e[x]);
-    }
-}
-
-/* Key rows [j0, j0+nb) of kv head g into the K^T and V blocks. */
-static void load_kv_block(const tiled_job *job, tile_scratch *t, const seq_view *sv, int g, int64_t j0,
-                          int nb)
-{
-    const fc_fwd_params *p = job->p;
-    const int64_t D = p->head_dim, dp = job->dp;
-    const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
-    for (int jj = 0; jj < nb; jj++) {
-        const int64_t key = j0 + jj;
-        /* convert contiguously (vectorizes), then scatter into the transpose */
-        load_f32(p->k, p->dtype, sv->k + key * p->k_row_stride + (int64_t)g * p->k_head_stride, D,
-                 t->krow, 1);
-        if (job->f64)
-            for (int64_t d = 0; d < D; d++) t->ktd[d * TILE_N + jj] = t->krow[d];
-        else
-            for (int64_t d = 0; d < D; d++) t->kt[d * TILE_N + jj] = t->krow[d];
-        load_f32(p->v, p->dtype, sv->v + key * p->v_row_stride + (int64_t)g * p->v_head_stride, D,
-                 t->v + jj * dp, 1);
-    }
-    /* Columns past the block that the last register tile reads: zero. */
-    for (int64_t d = 0; d < D && nb_pad > nb; d++)
-        for (int jj = nb; jj < nb_pad; jj++) {
-            if (job->f64) t->ktd[d * TILE_N + jj] = 0.0;
-            else t->kt[d * TILE_N + jj] = 0.0f;
-        }
-}
-
-static void run_item(const tiled_job *job, tile_scratch *t, int b, int g, int64_t tile)
-{
-    const fc_fwd_params *p = job->p;
-    seq_view sv;
-    seq_view_of(p, b, &sv);
-    const int G = job->group;
-    const int64_t D = p->head_dim, dp = job->dp;
-    const int64_t rows = sv.sq * G, r0 = tile * TILE_M;
-    const int nr = (int)(rows - r0 < TILE_M ? rows - r0 : TILE_M);
-    const int nr_pad = (nr + ROWS - 1) / ROWS * ROWS;
-
-    /* Q rows; visible ranges; fresh softmax state. */
-    int64_t jlo = INT64_MAX, jhi = 0;
-    for (int rr = 0; rr < nr; rr++) {
-        const int64_t r = r0 + rr, i = r / G;
-        const int h = g * G + (int)(r % G);
-        const int64_t qoff = sv.q + i * p->q_row_stride + h * p->q_head_stride;
-        if (job->f64) {
-            load_f32(p->q, p->dtype, qoff, D, t->krow, 1);
-            for (int64_t d = 0; d < D; d++) t->qd[rr * dp + d] = t->krow[d];
-        } else {
-            load_f32(p->q, p->dtype, qoff, D, t->q + rr * dp, 1);
-        }
-        visible_range(i, sv.sq, sv.sk, p->window_left, p->window_right, &t->lo[rr], &t->hi[rr]);
-        if (t->lo[rr] < t->hi[rr]) {
-            if (t->lo[rr] < jlo) jlo = t->lo[rr];
-            if (t->hi[rr] > jhi) jhi = t->hi[rr];
-        }
-        t->m[rr] = -INFINITY;
-        t->l[rr] = 0.0f;
-        memset(t->o + rr * dp, 0, (size_t)dp * sizeof(float));
-    }
-    /* Rows past the end of the sequence fill out the last register tile:
-     * zero, so the scores computed for them are finite and never read. */
-    if (nr_pad > nr) {
-        if (job->f64) memset(t->qd + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(double));
-        else memset(t->q + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(float));
-    }
-
-    /* Only the key blocks some row of the tile can see. */
-    for (int64_t j0 = jlo; j0 < jhi; j0 += TILE_N) {
-        const int nb = (int)(jhi - j0 < TILE_N ? jhi - j0 : TILE_N);
-        load_kv_block(job, t, &sv, g, j0, nb);
-        for (int rg = 0; rg < nr; rg += ROWS) run_row_group(job, t, rg, nr, j0, nb);
-    }
-
-    /* Normalise and write; rows that see no key get 0 and lse = -inf. */
-    for (int rr = 0; rr < nr; rr++) {
-        const int64_t r = r0 + rr, i = r / G;
-        const int h = g * G + (int)(r % G);
-        const int empty = t->lo[rr] >= t->hi[rr];
-        const int64_t off = sv.o + i * p->o_row_stride + h * p->o_head_stride;
-        store_row(p->o, p->dtype, off, D, empty ? NULL : t->o + rr * dp, t->l[rr]);
-        if (p->lse) {
-            /* natural log: (m + log2 l) * ln 2 */
-            float lse = empty ? -INFINITY : (float)((t->m[rr] + log2((double)t->l[rr])) * k_ln2);
-            p->lse[sv.lse + h * p->lse_head_stride + i * p->lse_row_stride] = lse;
-        }
-    }
-}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FC_HAVE_AVX2_VARIANT 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#endif
+#define FC_ISA(name) name##_avx2
+#define FC_ISA_AVX2 1 /* the explicit kernels of tiled_avx2.h */
+#include "tiled_item.h"
+#undef FC_ISA_AVX2
+#undef FC_ISA
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
 
 /* ---- threads ------------------------------------------------------------------ */
 
@@ -368,7 +246,7 @@ static void *worker_main(void *arg)
         /* Last query tiles first: under a causal mask they see the most keys,
          * and starting them early evens out the threads' finishing times. */
         const int64_t tile = tiles - 1 - local % tiles;
-        run_item(job, &w->scratch, b, g, tile);
+        job->run_item(job, &w->scratch, b, g, tile);
     }
     return NULL;
 }
@@ -428,6 +306,11 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
     job.first = first;
     job.nitems = nitems;
     atomic_init(&job.next, 0);
+    job.run_item = run_item_generic;
+#ifdef FC_HAVE_AVX2_VARIANT
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) job.run_item = run_item_avx2;
+#endif
 
     /* Workers 1..nt-1 on new threads, worker 0 on this one. A thread that
      * cannot be created is no error: the others claim its share. */

@@ -1,7 +1,9 @@
 /*
  * tiled_kernels.h -- the inner loops of the tiled CPU path (src/cpu/tiled.c):
  * register-tiled score and P.V products, the online-softmax row update and a
- * vectorizable 2^x. Included by tiled.c only.
+ * vectorizable 2^x. Included by tiled.c only: first for the tile table, then
+ * once per instruction-set variant (see tiled_item.h); the AVX2 variant takes
+ * its two matrix products from tiled_avx2.h instead of the C below.
  *
  * Everything is plain C written as fixed-size loops over small arrays, so gcc
  * (-O3, no -ffast-math) keeps the accumulators in vector registers: each
@@ -18,16 +20,27 @@
 
 /* Tile sizes: the one table. */
 enum {
-    TILE_M = 64,       /* packed query rows per work item: the Q and O scratch (TILE_M x head_dim)
-                          stay in L2 for head_dim <= 256; multiple of ROWS                       */
+    TILE_M = 128,      /* packed query rows per work item: the Q and O scratch (TILE_M x head_dim)
+                          stay in L2 (64 KiB each at d=128 fp32); 128 rather than 64 halves the
+                          K/V conversions per query row; multiple of ROWS                      */
     TILE_N = 64,       /* keys per K/V block: K^T and V blocks are head_dim x TILE_N; multiple of
                           VEC_W                                                                  */
     ROWS = 4,          /* query rows per register tile: ROWS x VEC_W fp32 accumulators = 8 SSE
-                          registers of 16, leaving room for the K/V vectors and the broadcasts  */
+                          registers of 16 (the AVX2 kernels: ROWS x 16 floats = 8 ymm of 16),
+                          leaving room for the K/V vectors and the broadcasts                  */
     VEC_W = 8,         /* columns per fp32 register tile; head_dim is padded to a multiple     */
     VEC_W64 = 4,       /* columns per fp64 register tile: ROWS x 4 doubles = 8 SSE registers   */
-    MAX_THREADS = 256, /* worker cap: each worker owns a scratch block (~150 KiB at d=128)      */
+    MAX_THREADS = 256, /* worker cap: each worker owns a scratch block (~200 KiB at d=128,
+                          ~300 KiB for f32)                                                    */
 };
+
+#endif /* FC_CPU_TILED_KERNELS_H */
+
+/* The kernels below are compiled once per instruction set: tiled_item.h
+ * includes this header with FC_ISA(name) naming that variant, so there is
+ * deliberately no include guard past this point (tiled.c includes this
+ * header first without FC_ISA, for the tile table only). */
+#ifdef FC_ISA
 
 /* 2^x for x <= 0 (every call site passes a score minus a running max, or
  * NaN), to 2 ulp. Written without branches or float selects so the softmax
@@ -36,7 +49,7 @@ enum {
  * the default -ftrapping-math, so the underflow test is done on the bits.
  * x < -126 (incl. -inf) gives 0, which also keeps subnormals out; NaN stays
  * NaN. Not for x > 0. */
-static inline float exp2_le0(float x)
+static inline float FC_ISA(exp2_le0)(float x)
 {
     const float shift = 0x1.8p23f; /* x + shift holds round(x) in its low mantissa bits */
     const float t = x + shift;
@@ -58,13 +71,16 @@ static inline float exp2_le0(float x)
     return fc_bits_to_f32(fc_f32_to_bits(r) & (under - 1u));
 }
 
+#if defined(FC_ISA_AVX2)
+#include "tiled_avx2.h" /* scores_rows_avx2, scores_rows_f64_avx2 */
+#else
 /* ---- S = Q K^T ----------------------------------------------------------------
  * s[r][c] = scale * sum_d q[r][d] * kt[d][c] for ROWS rows and columns
  * c0 <= c < c1 (multiples of VEC_W). q rows have stride dp; kt and s rows
  * TILE_N. K is stored transposed so the inner loop runs over adjacent keys:
  * independent accumulators, no horizontal sums. The scale is applied after
  * the sum so that products of f16/bf16 inputs are exact in fp32. */
-static inline void scores_rows(const float *restrict q, int64_t dp, const float *restrict kt,
+static inline void FC_ISA(scores_rows)(const float *restrict q, int64_t dp, const float *restrict kt,
                                float *restrict s, int c0, int c1, float scale)
 {
     for (int c = c0; c < c1; c += VEC_W) {
@@ -85,7 +101,7 @@ static inline void scores_rows(const float *restrict q, int64_t dp, const float 
  * L carries an error near L * 2^-24 (1e-3 at L = 1e4), which moves the
  * softmax weights of near-tied keys by as much and breaks the fp32 gate;
  * double scores keep f32 outputs at fp32 accuracy for any logit size. */
-static inline void scores_rows_f64(const double *restrict q, int64_t dp, const double *restrict kt,
+static inline void FC_ISA(scores_rows_f64)(const double *restrict q, int64_t dp, const double *restrict kt,
                                    double *restrict s, int c0, int c1, double scale)
 {
     for (int c = c0; c < c1; c += VEC_W64) {
@@ -101,6 +117,7 @@ static inline void scores_rows_f64(const double *restrict q, int64_t dp, const d
             for (int x = 0; x < VEC_W64; x++) s[r * TILE_N + c + x] = acc[r][x] * scale;
     }
 }
+#endif /* FC_ISA_AVX2 */
 
 /* ---- online softmax, one row over its visible part [a, e) of a block ----------
  * Step 1 (two variants by score precision): cap the scores, take the block
@@ -111,7 +128,7 @@ static inline void scores_rows_f64(const double *restrict q, int64_t dp, const d
  * of a set does not depend on the order, and a NaN score is skipped there but
  * surfaces through its own exponential. */
 
-static inline float shift_row(float *restrict s, int a, int e, float cap, double *m)
+static inline float FC_ISA(shift_row)(float *restrict s, int a, int e, float cap, double *m)
 {
     if (cap > 0.0f) /* softcap: cap*tanh(scale*qk/softcap), cap in log2 units */
         for (int j = a; j < e; j++) s[j] = cap * tanhf(s[j]);
@@ -126,10 +143,10 @@ static inline float shift_row(float *restrict s, int a, int e, float cap, double
     for (int x = 0; x < VEC_W; x++) mx = lane[x] > mx ? lane[x] : mx;
     for (j = a; j < e; j++) s[j] = s[j] - mx;
     *m = mx;
-    return exp2_le0(m_old - mx);
+    return FC_ISA(exp2_le0)(m_old - mx);
 }
 
-static inline float shift_row_f64(double *restrict sd, float *restrict w, int a, int e, double cap,
+static inline float FC_ISA(shift_row_f64)(double *restrict sd, float *restrict w, int a, int e, double cap,
                                   double *m)
 {
     if (cap > 0.0)
@@ -145,26 +162,29 @@ static inline float shift_row_f64(double *restrict sd, float *restrict w, int a,
     for (int x = 0; x < VEC_W64; x++) mx = lane[x] > mx ? lane[x] : mx;
     for (j = a; j < e; j++) w[j] = (float)(sd[j] - mx); /* the difference is exact-ish, then rounded */
     *m = mx;
-    return exp2_le0((float)(m_old - mx));
+    return FC_ISA(exp2_le0)((float)(m_old - mx));
 }
 
-/* Step 2: weights p[j] = 2^w[j], written transposed to pt[j*ROWS] (this
- * row's column of the register tile), their sum folded into l in key order,
- * and the accumulator o rescaled by alpha. */
-static inline void finish_row(float *restrict w, int a, int e, float alpha, float *l,
-                              float *restrict o, int64_t dp, float *restrict pt)
+/* Step 2: weights p[j] = 2^w[j] in place, their sum folded into l, and the
+ * accumulator o rescaled by alpha. The sum runs in 8 lanes (lane (j-a) mod 8)
+ * combined in a fixed tree: one order for any vector width, so both variants
+ * give the same bits, and it is not one long dependent chain. */
+static inline void FC_ISA(finish_row)(float *restrict w, int a, int e, float alpha, float *l,
+                                      float *restrict o, int64_t dp)
 {
-    for (int j = a; j < e; j++) w[j] = exp2_le0(w[j]);
-    float sum = 0.0f;
-    for (int j = a; j < e; j++) {
-        pt[j * ROWS] = w[j];
-        sum += w[j];
-    }
+    for (int j = a; j < e; j++) w[j] = FC_ISA(exp2_le0)(w[j]);
+    float lane[8] = {0};
+    int j = a;
+    for (; j + 8 <= e; j += 8)
+        for (int x = 0; x < 8; x++) lane[x] += w[j + x];
+    for (int x = 0; j < e; j++, x++) lane[x] += w[j];
+    const float sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     *l = *l * alpha + sum;
     if (alpha != 1.0f)
         for (int64_t d = 0; d < dp; d++) o[d] *= alpha;
 }
 
+#if !defined(FC_ISA_AVX2) /* else pv_rows_avx2 from tiled_avx2.h */
 /* ---- O += P V ------------------------------------------------------------------
  * o[r][:] += sum_{a <= j < e} pt[j][r] * v[j][:] for ROWS rows sharing [a, e).
  * pt is the probability block transposed ([TILE_N][ROWS]) so the ROWS weights
@@ -172,7 +192,7 @@ static inline void finish_row(float *restrict w, int a, int e, float alpha, floa
  * (with row-major P it vectorized the j loop instead, with gathers). v and o
  * rows have stride dp. Per element this is the same sequence of operations
  * as pv_row, so either may serve a row. */
-static inline void pv_rows(const float *restrict pt, const float *restrict v, int64_t dp,
+static inline void FC_ISA(pv_rows)(const float *restrict pt, const float *restrict v, int64_t dp,
                            float *restrict o, int a, int e)
 {
     for (int64_t c = 0; c < dp; c += VEC_W) {
@@ -190,21 +210,24 @@ static inline void pv_rows(const float *restrict pt, const float *restrict v, in
             for (int x = 0; x < VEC_W; x++) o[r * dp + c + x] = acc[r][x];
     }
 }
+#endif
 
-/* Row r of pv_rows alone (rows of a register tile whose ranges differ). */
-static inline void pv_row(const float *restrict pt, int r, const float *restrict v, int64_t dp,
-                          float *restrict o, int a, int e)
+/* One row of pv_rows alone (rows of a register tile whose ranges differ):
+ * its weight of key j is p[j * ps] (the transposed tile: pt + r, ps = ROWS;
+ * or the row itself, ps = 1). Per element the same operations as pv_rows. */
+static inline void FC_ISA(pv_row)(const float *restrict p, int ps, const float *restrict v, int64_t dp,
+                                  float *restrict o, int a, int e)
 {
     for (int64_t c = 0; c < dp; c += VEC_W) {
         float acc[VEC_W];
         for (int x = 0; x < VEC_W; x++) acc[x] = o[c + x];
         for (int j = a; j < e; j++) {
             const float *vj = v + j * dp + c;
-            const float p = pt[j * ROWS + r];
-            for (int x = 0; x < VEC_W; x++) acc[x] += p * vj[x];
+            const float pj = p[j * ps];
+            for (int x = 0; x < VEC_W; x++) acc[x] += pj * vj[x];
         }
         for (int x = 0; x < VEC_W; x++) o[c + x] = acc[x];
     }
 }
 
-#endif /* FC_CPU_TILED_KERNELS_H */
+#endif /* FC_ISA */

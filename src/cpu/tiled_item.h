@@ -1,0 +1,193 @@
+/*
+ * tiled_item.h -- one work item of the tiled CPU path (src/cpu/tiled.c):
+ * conversion in and out, the row-group step and run_item, with the kernels of
+ * tiled_kernels.h. Included by tiled.c once per instruction set, with
+ * FC_ISA(name) naming that variant (run_item_generic, run_item_avx2), so the
+ * same C is compiled for SSE2 (any x86-64, any other architecture) and for
+ * AVX2, which the compiler vectorizes 8 floats wide. No include guard: that
+ * is the point. Needs the types and helpers defined above it in tiled.c.
+ */
+#ifndef FC_ISA
+#error "tiled_item.h: define FC_ISA(name) before including"
+#endif
+
+#include "tiled_kernels.h"
+
+/* ---- conversion in and out --------------------------------------------------- */
+
+/* dst[x * dst_stride] = element off + x of src, for x < n, as float. */
+static void FC_ISA(load_f32)(const void *src, int32_t dtype, int64_t off, int64_t n, float *dst,
+                     int64_t dst_stride)
+{
+    if (dtype == FC_DTYPE_F16) {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_f16_to_f32(s[x]);
+    } else if (dtype == FC_DTYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_bf16_to_f32(s[x]);
+    } else {
+        const float *s = (const float *)src + off;
+        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = s[x];
+    }
+}
+
+/* Elements off .. off+n-1 of dst = src[x] / l, rounded once to the dtype;
+ * src NULL: zeros (a row that sees no key). */
+static void FC_ISA(store_row)(void *dst, int32_t dtype, int64_t off, int64_t n, const float *src, float l)
+{
+    if (dtype == FC_DTYPE_F16) {
+        uint16_t *d = (uint16_t *)dst + off;
+        for (int64_t x = 0; x < n; x++) d[x] = fc_f32_to_f16(src ? src[x] / l : 0.0f);
+    } else if (dtype == FC_DTYPE_BF16) {
+        uint16_t *d = (uint16_t *)dst + off;
+        for (int64_t x = 0; x < n; x++) d[x] = fc_f32_to_bf16(src ? src[x] / l : 0.0f);
+    } else {
+        float *d = (float *)dst + off;
+        for (int64_t x = 0; x < n; x++) d[x] = src ? src[x] / l : 0.0f;
+    }
+}
+
+
+/* The rows [rg, rg+ROWS) of the item against the key block [j0, j0+nb). */
+static void FC_ISA(run_row_group)(const tiled_job *job, tile_scratch *t, int rg, int nr, int64_t j0, int nb)
+{
+    const int64_t dp = job->dp;
+    int a[ROWS], e[ROWS];
+    int ua = TILE_N, ue = 0;
+    for (int x = 0; x < ROWS; x++) {
+        a[x] = e[x] = 0;
+        const int rr = rg + x;
+        if (rr >= nr) continue;
+        int64_t lo = t->lo[rr] > j0 ? t->lo[rr] : j0;
+        int64_t hi = t->hi[rr] < j0 + nb ? t->hi[rr] : j0 + nb;
+        if (lo >= hi) continue;
+        a[x] = (int)(lo - j0);
+        e[x] = (int)(hi - j0);
+        if (a[x] < ua) ua = a[x];
+        if (e[x] > ue) ue = e[x];
+    }
+    if (ua >= ue) return; /* no row of the group sees this block */
+
+    /* Scores over the union of the rows' ranges, whole register tiles; what a
+     * row does not see is computed but never read. */
+    const int c0 = ua & ~(VEC_W - 1), c1 = (ue + VEC_W - 1) & ~(VEC_W - 1);
+    if (job->f64) FC_ISA(scores_rows_f64)(t->qd + rg * dp, dp, t->ktd, t->sd, c0, c1, job->qscale);
+    else FC_ISA(scores_rows)(t->q + rg * dp, dp, t->kt, t->s, c0, c1, (float)job->qscale);
+
+    int same = rg + ROWS <= nr;
+    for (int x = 0; x < ROWS; x++) {
+        if (a[x] != a[0] || e[x] != e[0]) same = 0;
+        if (a[x] >= e[x]) continue;
+        const int rr = rg + x;
+        float *w = t->s + x * TILE_N;
+        const float alpha = job->f64 ? FC_ISA(shift_row_f64)(t->sd + x * TILE_N, w, a[x], e[x], job->cap, &t->m[rr])
+                                     : FC_ISA(shift_row)(w, a[x], e[x], (float)job->cap, &t->m[rr]);
+        FC_ISA(finish_row)(w, a[x], e[x], alpha, &t->l[rr], t->o + rr * dp, dp);
+    }
+#if defined(FC_ISA_AVX2) /* P.V broadcasts straight from the weight rows */
+    if (same) {
+        pv_rows_avx2(t->s, t->v, dp, t->o + rg * dp, a[0], e[0]);
+    } else {
+        for (int x = 0; x < ROWS; x++)
+            if (a[x] < e[x]) pv_row_avx2(t->s + x * TILE_N, 1, t->v, dp, t->o + (rg + x) * dp, a[x], e[x]);
+    }
+#else /* transpose the weights so the ROWS weights of a key are adjacent (see pv_rows) */
+    for (int x = 0; x < ROWS; x++)
+        for (int j = a[x]; j < e[x]; j++) t->pt[j * ROWS + x] = t->s[x * TILE_N + j];
+    if (same) {
+        FC_ISA(pv_rows)(t->pt, t->v, dp, t->o + rg * dp, a[0], e[0]);
+    } else {
+        for (int x = 0; x < ROWS; x++)
+            if (a[x] < e[x]) FC_ISA(pv_row)(t->pt + x, ROWS, t->v, dp, t->o + (rg + x) * dp, a[x], e[x]);
+    }
+#endif
+}
+
+/* Key rows [j0, j0+nb) of kv head g into the K^T and V blocks. */
+static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const seq_view *sv, int g, int64_t j0,
+                          int nb)
+{
+    const fc_fwd_params *p = job->p;
+    const int64_t D = p->head_dim, dp = job->dp;
+    const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
+    for (int jj = 0; jj < nb; jj++) {
+        const int64_t key = j0 + jj;
+        /* convert contiguously (vectorizes), then scatter into the transpose */
+        FC_ISA(load_f32)(p->k, p->dtype, sv->k + key * p->k_row_stride + (int64_t)g * p->k_head_stride, D,
+                 t->krow, 1);
+        if (job->f64)
+            for (int64_t d = 0; d < D; d++) t->ktd[d * TILE_N + jj] = t->krow[d];
+        else
+            for (int64_t d = 0; d < D; d++) t->kt[d * TILE_N + jj] = t->krow[d];
+        FC_ISA(load_f32)(p->v, p->dtype, sv->v + key * p->v_row_stride + (int64_t)g * p->v_head_stride, D,
+                 t->v + jj * dp, 1);
+    }
+    /* Columns past the block that the last register tile reads: zero. */
+    for (int64_t d = 0; d < D && nb_pad > nb; d++)
+        for (int jj = nb; jj < nb_pad; jj++) {
+            if (job->f64) t->ktd[d * TILE_N + jj] = 0.0;
+            else t->kt[d * TILE_N + jj] = 0.0f;
+        }
+}
+
+static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g, int64_t tile)
+{
+    const fc_fwd_params *p = job->p;
+    seq_view sv;
+    seq_view_of(p, b, &sv);
+    const int G = job->group;
+    const int64_t D = p->head_dim, dp = job->dp;
+    const int64_t rows = sv.sq * G, r0 = tile * TILE_M;
+    const int nr = (int)(rows - r0 < TILE_M ? rows - r0 : TILE_M);
+    const int nr_pad = (nr + ROWS - 1) / ROWS * ROWS;
+
+    /* Q rows; visible ranges; fresh softmax state. */
+    int64_t jlo = INT64_MAX, jhi = 0;
+    for (int rr = 0; rr < nr; rr++) {
+        const int64_t r = r0 + rr, i = r / G;
+        const int h = g * G + (int)(r % G);
+        const int64_t qoff = sv.q + i * p->q_row_stride + h * p->q_head_stride;
+        if (job->f64) {
+            FC_ISA(load_f32)(p->q, p->dtype, qoff, D, t->krow, 1);
+            for (int64_t d = 0; d < D; d++) t->qd[rr * dp + d] = t->krow[d];
+        } else {
+            FC_ISA(load_f32)(p->q, p->dtype, qoff, D, t->q + rr * dp, 1);
+        }
+        visible_range(i, sv.sq, sv.sk, p->window_left, p->window_right, &t->lo[rr], &t->hi[rr]);
+        if (t->lo[rr] < t->hi[rr]) {
+            if (t->lo[rr] < jlo) jlo = t->lo[rr];
+            if (t->hi[rr] > jhi) jhi = t->hi[rr];
+        }
+        t->m[rr] = -INFINITY;
+        t->l[rr] = 0.0f;
+        memset(t->o + rr * dp, 0, (size_t)dp * sizeof(float));
+    }
+    /* Rows past the end of the sequence fill out the last register tile:
+     * zero, so the scores computed for them are finite and never read. */
+    if (nr_pad > nr) {
+        if (job->f64) memset(t->qd + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(double));
+        else memset(t->q + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(float));
+    }
+
+    /* Only the key blocks some row of the tile can see. */
+    for (int64_t j0 = jlo; j0 < jhi; j0 += TILE_N) {
+        const int nb = (int)(jhi - j0 < TILE_N ? jhi - j0 : TILE_N);
+        FC_ISA(load_kv_block)(job, t, &sv, g, j0, nb);
+        for (int rg = 0; rg < nr; rg += ROWS) FC_ISA(run_row_group)(job, t, rg, nr, j0, nb);
+    }
+
+    /* Normalise and write; rows that see no key get 0 and lse = -inf. */
+    for (int rr = 0; rr < nr; rr++) {
+        const int64_t r = r0 + rr, i = r / G;
+        const int h = g * G + (int)(r % G);
+        const int empty = t->lo[rr] >= t->hi[rr];
+        const int64_t off = sv.o + i * p->o_row_stride + h * p->o_head_stride;
+        FC_ISA(store_row)(p->o, p->dtype, off, D, empty ? NULL : t->o + rr * dp, t->l[rr]);
+        if (p->lse) {
+            /* natural log: (m + log2 l) * ln 2 */
+            float lse = empty ? -INFINITY : (float)((t->m[rr] + log2((double)t->l[rr])) * k_ln2);
+            p->lse[sv.lse + h * p->lse_head_stride + i * p->lse_row_stride] = lse;
+        }
+    }
+}
+
