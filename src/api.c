@@ -460,7 +460,7 @@ static fc_status prepare(fc_context *ctx, const fc_attention_args *args, void *s
     ctx->err[0] = 0;
     fc_status st = fc_build_params(ctx, args, p, nothing_to_do);
     if (st) return st;
-    return fc_select(ctx, p, args->backend, stream, *nothing_to_do, plan);
+    return fc_select(ctx, p, args->backend, stream, plan);
 }
 
 fc_status fc_attention_supported(fc_context *ctx, const fc_attention_args *args, fc_kernel_info *info)

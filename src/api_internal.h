@@ -39,7 +39,7 @@ fc_status fc_check_varlen(fc_context *ctx, const fc_fwd_params *p, const int32_t
 
 /* The one selection function: backend, kernel, splits; or the reason none fits. */
 fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requested, void *stream,
-                    int nothing_to_do, fc_plan *plan);
+                    fc_plan *plan);
 /* Run a plan made by fc_select. */
 fc_status fc_run(fc_context *ctx, const fc_fwd_params *p, const fc_plan *plan, void *stream);
 

@@ -86,8 +86,7 @@ static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, int
     return FC_OK;
 }
 
-static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, fc_backend b, int nothing,
-                            fc_plan *plan)
+static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, fc_backend b, fc_plan *plan)
 {
     if (p->dtype != FC_DTYPE_F32 && p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "dtype %d is not supported by the cpu backend",
@@ -126,8 +125,7 @@ static fc_status check_device_varlen(fc_context *ctx, const fc_fwd_params *p, vo
     return st;
 }
 
-static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stream, int nothing,
-                             fc_plan *plan)
+static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stream, fc_plan *plan)
 {
     fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
     if (st) return st;
@@ -197,7 +195,7 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
 }
 
 fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requested, void *stream,
-                    int nothing_to_do, fc_plan *plan)
+                    fc_plan *plan)
 {
     memset(plan, 0, sizeof *plan);
     fc_backend b = requested;
@@ -205,8 +203,8 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requeste
         b = (fc_cuda_compiled() && fc_cuda_pointer_is_device(p->q)) ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
     switch (b) {
     case FC_BACKEND_CPU:
-    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, b, nothing_to_do, plan);
-    case FC_BACKEND_CUDA: return select_cuda(ctx, p, stream, nothing_to_do, plan);
+    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, b, plan);
+    case FC_BACKEND_CUDA: return select_cuda(ctx, p, stream, plan);
     default: return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %s is invalid", backend_name(b));
     }
 }

@@ -99,8 +99,8 @@ void kit_compare(const kit_case *c, const void *out, const float *lse, const voi
 /* 1 if every gate holds (and nothing unwritten / non-finite). */
 int kit_gate_pass(const kit_metrics *m, const kit_gate *g);
 
-/* Exact FLOPs: 4*d per visible (query, key) pair summed over the problem,
- * and the DESIGN.md convention (4*B*Hq*Sq*Sk*D, halved for causal Sq==Sk). */
+/* FLOPs by the DESIGN.md convention: 4*B*Hq*Sq*Sk*D, halved for causal
+ * with Sq == Sk (masks and varlen lengths are not counted). */
 double kit_flops_nominal(const kit_shape *s);
 
 /* Monotonic clock in seconds. */
