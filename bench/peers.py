@@ -260,6 +260,33 @@ class FlashCore(System):
         return run, lambda i: outs[i]
 
 
+class FlashCoreRow(FlashCore):
+    """The Hopper path with one row of its tile table forced through
+    FLASHCORE_SM90_CONFIG (an A/B of rows the planner would not pick here).
+    Named sm90-row<N>: a column of its own, not counted as FlashCore in FC/peer."""
+    KEY = "FLASHCORE_SM90_CONFIG"
+
+    def __init__(self, row):
+        super().__init__(90)
+        self.row = str(row)
+        self.name = "sm90-row%s" % self.row
+
+    def _forced(self, fn, *a):
+        old = os.environ.get(self.KEY)
+        os.environ[self.KEY] = self.row
+        try:
+            return fn(*a)
+        finally:
+            if old is None:
+                del os.environ[self.KEY]
+            else:
+                os.environ[self.KEY] = old
+
+    def prepare(self, shape, inputs):
+        run, out = self._forced(super().prepare, shape, inputs)
+        return (lambda i: self._forced(run, i)), out
+
+
 class TorchSDPA(System):
     BACKENDS = {"torch-flash(FA2)": "FLASH_ATTENTION", "torch-cudnn": "CUDNN_ATTENTION",
                 "torch-efficient": "EFFICIENT_ATTENTION", "torch-math": "MATH"}
@@ -396,12 +423,14 @@ class FlashInfer(System):
         return run, lambda i: outs[i]
 
 
-def make_systems(selected):
+def make_systems(selected, sm90_rows=None):
     systems = [FlashCore(90), FlashCore(80), TorchSDPA("torch-cudnn"), TorchSDPA("torch-flash(FA2)"),
                TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()]
     if selected:
         keys = [k.strip().lower() for k in selected.split(",") if k.strip()]
         systems = [s for s in systems if any(k in s.name.lower() for k in keys)]
+    if sm90_rows:
+        systems += [FlashCoreRow(int(r)) for r in sm90_rows.split(",") if r.strip()]
     return systems
 
 
@@ -825,6 +854,8 @@ def parse_args(argv):
     ap.add_argument("--shapes", help="comma-separated shape names (default: all of DESIGN.md §4)")
     ap.add_argument("--systems", help="comma-separated substrings of system names to run "
                                       "(e.g. flashcore,cudnn,flex)")
+    ap.add_argument("--sm90-rows", help="comma-separated rows of src/cuda/sm90/tiles.cuh to time as extra "
+                    "systems sm90-row<N>, each forced with FLASHCORE_SM90_CONFIG (A/B of tile rows)")
     ap.add_argument("--out", help="output folder (default $OUT, else ./out)")
     ap.add_argument("--quick", action="store_true", help="2 small shapes, few rounds (smoke run)")
     ap.add_argument("--dry-run", action="store_true",
@@ -916,7 +947,7 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     meta.update(torch_meta(torch, cuda=True))
-    systems = make_systems(args.systems)
+    systems = make_systems(args.systems, args.sm90_rows)
     unavailable = {}
     for s in systems:
         why = s.available()

@@ -6,6 +6,8 @@
 #
 #   bash scripts/gpu-check.sh [all|STAGE[,STAGE...]] [--quick]
 #   stages: build test sanitize sass bench
+#   env: BUILD (build dir, default build-gpu), ARCHS (default 90a),
+#        PEERS_MAX_S (bench time cap), PEERS_EXTRA (more bench/peers.py args)
 #
 # Stages run in order; `all` runs every stage; the build runs whenever there is
 # no build yet. --quick trims tests and bench
@@ -26,6 +28,12 @@ declare -A result
 t0=$(date +%s)
 log() { echo "== [$(($(date +%s) - t0))s] $*"; }
 want() { [ "$stage" = all ] || [[ ",$stage," == *",$1,"* ]]; }
+# "row head_dim tall" for each row of the Hopper tile table (src/cuda/sm90/tiles.cuh)
+sm90_rows() {
+  awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
+       on && match($0,/^[ \t]*\{[0-9 ,]+\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
+       split(s,a,","); print n++, a[1], a[12]}' src/cuda/sm90/tiles.cuh
+}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader | tee "$OUT/gpu.txt"
 
@@ -57,6 +65,20 @@ if want test; then
       result[gpu$path]="FAIL: $(tail -1 "$OUT/gpu-test-$path.log")"; grep -m 15 -i fail "$OUT/gpu-test-$path.log"
     fi
   done
+  # Every row of the Hopper tile table, forced (FLASHCORE_SM90_CONFIG), on
+  # random cases of its head_dim: rows the planner picks only for big shapes
+  # (tall, small) get the same matrix as the defaults.
+  nr=$([ $quick = 1 ] && echo 12 || echo 40)
+  bad_rows=""; rows_run=0
+  while read -r row dim tall; do
+    rows_run=$((rows_run + 1))
+    if ! FLASHCORE_SM90_CONFIG=$row timeout 200 "$BUILD/tests/test_cuda_forward" --path 90 --head-dim "$dim" \
+         --cases "$nr" --seed $((row + 7)) >"$OUT/gpu-row-$row.log" 2>&1; then
+      bad_rows="$bad_rows $row"; grep -m 5 -i fail "$OUT/gpu-row-$row.log"
+    fi
+  done < <(sm90_rows)
+  if [ -z "$bad_rows" ]; then result[gpu90-rows]="ok: $rows_run rows x $nr cases"
+  else result[gpu90-rows]="FAIL: rows$bad_rows"; fi
   log "python binding tests"
   if FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python" \
        python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then result[pytest]="ok: $(tail -1 "$OUT/pytest.log")"
@@ -71,6 +93,15 @@ if want sanitize; then
            >"$OUT/san-$tool-$path.log" 2>&1; then result[san-$tool-$path]=clean
       else result[san-$tool-$path]="FAIL ($(grep -c -i 'error' "$OUT/san-$tool-$path.log") lines)"; tail -12 "$OUT/san-$tool-$path.log"; fi
     done
+    # the tall rows (3 consumer warpgroups) are not in the default quick set
+    while read -r row dim tall; do
+      [ "$tall" != 0 ] || continue
+      log "compute-sanitizer $tool sm90 row $row"
+      if FLASHCORE_SM90_CONFIG=$row timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
+           "$BUILD/tests/test_cuda_forward" --quick --path 90 --head-dim "$dim" >"$OUT/san-$tool-row$row.log" 2>&1
+      then result[san-$tool-row$row]=clean
+      else result[san-$tool-row$row]="FAIL"; tail -12 "$OUT/san-$tool-row$row.log"; fi
+    done < <(sm90_rows)
   done
 fi
 
@@ -101,6 +132,9 @@ if want bench; then
   args=()
   [ $quick = 1 ] && args+=(--quick)
   args+=(--max-total-s "${PEERS_MAX_S:-420}")
+  # PEERS_EXTRA: more peers.py arguments, e.g. "--sm90-rows 0,8 --shapes s16k-d64"
+  read -r -a extra <<< "${PEERS_EXTRA:-}"
+  args+=("${extra[@]}")
   if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
        python3 bench/peers.py --out "$OUT" "${args[@]}" >"$OUT/peers.log" 2>&1; then result[bench]=ok
   else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi

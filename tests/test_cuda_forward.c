@@ -12,12 +12,15 @@
  *   - leave every non-logical element of out (padding) untouched (poison),
  *   - be bitwise identical on a second run.
  *
- * Usage: test_cuda_forward [--quick] [--cases N] [--seed S] [--path 80|90] [--verbose]
+ * Usage: test_cuda_forward [--quick] [--cases N] [--seed S] [--path 80|90] [--head-dim D] [--verbose]
  *   --quick    a few small cases of every kernel variant (dtype x head_dim x
  *              {plain, causal+varlen, window+softcap+padded, decode/GQA-pack/split})
  *              -- the run to put under compute-sanitizer
  *   --cases N  random cases (default 300) besides the named edge cases
  *   --path P   only that kernel family (default: 80 and 90)
+ *   --head-dim D  only cases of that head_dim (random ones drawn with it);
+ *              with FLASHCORE_SM90_CONFIG=<row> this runs the matrix on one
+ *              row of the Hopper tile table whatever the planner would pick
  * Without a CUDA device: "SKIP: no CUDA device (...)" and exit code 77.
  * Output: a line per failure (every case with --verbose), the skip reasons,
  * then exactly "N passed, M failed" (", K skipped" when some were skipped).
@@ -286,6 +289,8 @@ static double work(const kit_shape *s)
     return 2.0 * s->batch * s->heads_q * (double)s->seqlen_q * (double)s->seqlen_k * s->head_dim;
 }
 
+static int g_only_dim; /* --head-dim: 0 = every head_dim */
+
 static kit_shape random_shape(uint64_t *rng)
 {
     static const int dims[] = {32, 64, 64, 96, 128, 128, 192, 256, 256};
@@ -296,11 +301,14 @@ static kit_shape random_shape(uint64_t *rng)
     kit_shape s;
     if (R(8) == 0) { /* decode: few queries, long KV, GQA -> packing and split-KV */
         const int g = R(2) ? 4 : 8, hkv = 1 + R(2);
-        s = test_shape(1 + R(4), hkv * g, hkv, 1 + R(4), (int[]){300, 1000, 2048, 4097}[R(4)], dims[R(9)], dt);
+        const int d = dims[R(9)];
+        s = test_shape(1 + R(4), hkv * g, hkv, 1 + R(4), (int[]){300, 1000, 2048, 4097}[R(4)],
+                       g_only_dim ? g_only_dim : d, dt);
     } else {
         const int hkv = 1 + R(3);
         const int sq = lens[R(16)];
-        s = test_shape(1 + R(3), hkv * ratios[R(6)], hkv, sq, R(3) == 0 ? sq : lens[R(16)], dims[R(9)], dt);
+        const int b = 1 + R(3), hq = hkv * ratios[R(6)], sk = R(3) == 0 ? sq : lens[R(16)], d = dims[R(9)];
+        s = test_shape(b, hq, hkv, sq, sk, g_only_dim ? g_only_dim : d, dt);
     }
     if (R(3) == 0) s.causal = 1;
     if (R(5) == 0) {
@@ -340,6 +348,7 @@ typedef struct runner {
 
 static void run(runner *r, const char *tag, const kit_shape *s, uint64_t seed)
 {
+    if (g_only_dim && s->head_dim != g_only_dim) return;
     /* every third case on a created (non-default) stream */
     cudaStream_t st = (r->n++ % 3 == 2) ? r->streams[1] : r->streams[0];
     run_case(r->ctx, tag, s, seed, r->paths, r->npaths, r->path_ok, r->path_why, st);
@@ -439,7 +448,8 @@ static void quick_cases(runner *r)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: test_cuda_forward [--quick] [--cases N] [--seed S] [--path 80|90] [--verbose]\n");
+    fprintf(stderr, "usage: test_cuda_forward [--quick] [--cases N] [--seed S] [--path 80|90] [--head-dim D] "
+                    "[--verbose]\n");
 }
 
 int main(int argc, char **argv)
@@ -451,6 +461,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--verbose")) g_verbose = 1;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) ncases = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc) g_only_dim = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--path") && i + 1 < argc) {
             only_path = atoi(argv[++i]);
             if (only_path != 80 && only_path != 90) { usage(); return 2; }

@@ -37,8 +37,9 @@ static void help(void)
            "the CPU; stops early after --max-ms, keeping at least 3), reported as p50/p90/\n"
            "mean/std in microseconds. On CUDA also graph-timed: %d calls captured into a CUDA\n"
            "graph, replays timed, divided by %d (graph_us); a kernel that cannot be captured\n"
-           "says why. TFLOP/s = 4*B*Hq*Sq*Sk*D (halved for causal with Sq == Sk) over\n"
-           "graph_us when measured, else over p50.\n\n"
+           "says why. host_us (CUDA) is the median CPU time spent inside the call (argument\n"
+           "checks, planning, enqueue). TFLOP/s = 4*B*Hq*Sq*Sk*D (halved for causal with\n"
+           "Sq == Sk) over graph_us when measured, else over p50.\n\n"
            "  --shape NAME     a DESIGN.md shape (repeatable, or comma-separated); default --all\n"
            "  --all            every DESIGN.md shape\n"
            "  --custom SPEC    B,Hq,Hkv,Sq,Sk,D with optional 'causal' and dtype (default f16)\n"
@@ -191,8 +192,11 @@ static void print_row(const bench_row *r)
     if (isfinite(r->t.graph_us)) snprintf(graph, sizeof(graph), "%.2f", r->t.graph_us);
     else snprintf(graph, sizeof(graph), "-");
     /* small CPU figures need more digits than GPU ones */
-    printf("%-18s %-36s %10.2f %10.2f %10.2f %8.2f %10s %9.*f %6d\n", it->name, kern, r->t.p50_us, r->t.p90_us,
-           r->t.mean_us, r->t.std_us, graph, r->tflops < 10 ? 4 : 1, r->tflops, r->t.iters);
+    char host[32];
+    if (isfinite(r->t.host_us)) snprintf(host, sizeof(host), "%.2f", r->t.host_us);
+    else snprintf(host, sizeof(host), "-");
+    printf("%-18s %-36s %10.2f %10.2f %10.2f %8.2f %10s %8s %9.*f %6d\n", it->name, kern, r->t.p50_us, r->t.p90_us,
+           r->t.mean_us, r->t.std_us, graph, host, r->tflops < 10 ? 4 : 1, r->tflops, r->t.iters);
     if (r->backend == FC_BACKEND_CUDA && !isfinite(r->t.graph_us) && r->t.graph_note[0])
         printf("    graph: %s\n", r->t.graph_note);
 }
@@ -270,6 +274,7 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
         kit_jw_kv_number(&w, "min_us", round_to(r->t.min_us, 1e-3));
         kit_jw_kv_number(&w, "graph_us", round_to(r->t.graph_us, 1e-3)); /* null when not measured */
         if (!isfinite(r->t.graph_us)) kit_jw_kv_string(&w, "graph_note", r->t.graph_note);
+        kit_jw_kv_number(&w, "host_us", round_to(r->t.host_us, 1e-3)); /* null on the CPU */
         kit_jw_kv_number(&w, "tflops", round_to(r->tflops, 1e-6));
         kit_jw_kv_int(&w, "iters", r->t.iters);
         kit_jw_object_end(&w);
@@ -445,8 +450,8 @@ int cli_bench(int argc, char **argv)
 
     printf("flashcore %s bench: %s, %s, git %s\n", fc_version_string(), cli_backend_name(be), m.device, m.git_sha);
     if (m.gpu_before[0]) printf("gpu before: %s\n", m.gpu_before);
-    printf("%-18s %-36s %10s %10s %10s %8s %10s %9s %6s\n", "shape", "backend/kernel", "p50_us", "p90_us", "mean_us",
-           "std_us", "graph_us", "TFLOP/s", "iters");
+    printf("%-18s %-36s %10s %10s %10s %8s %10s %8s %9s %6s\n", "shape", "backend/kernel", "p50_us", "p90_us", "mean_us",
+           "std_us", "graph_us", "host_us", "TFLOP/s", "iters");
     rows = calloc((size_t)n, sizeof(*rows));
     if (!rows) {
         fprintf(stderr, "flashcore bench: out of memory\n");

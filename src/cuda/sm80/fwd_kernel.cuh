@@ -18,6 +18,12 @@
  *
  * K/V go through a `stages`-deep cp.async ring: the load of block j+stages-1
  * is issued before block j is computed, with one __syncthreads per block.
+ * stages == 1 instead means split K/V buffers: one K tile and one V tile,
+ * each refilled by its own cp.async group as soon as the other half of the
+ * block's work no longer reads it (V_j lands during S = Q K_j^T, K_{j+1}
+ * during O += P V_j; two __syncthreads per block). Half the smem of a
+ * 2-stage ring, so a 64x64 d256 CTA takes 96 KB and two fit on an sm_90 SM;
+ * the second CTA hides the load latency that one buffer each cannot.
  *
  * Shared memory layout ("panel32"): a tile of R rows x HD columns (16-bit) is
  * stored as HD/32 panels of R rows x 64 bytes; in a panel the 16-byte chunk
@@ -58,6 +64,16 @@ using dev::lds64;
 using dev::sts64;
 using dev::tanh_acc;
 
+/* Which half of a KV block load_kv issues (K tile, V tile or both): a
+ * compile-time tag, so each call compiles to just its own cp.asyncs. */
+template <int X>
+struct KvSel {
+    static constexpr bool K = (X & 1) != 0, V = (X & 2) != 0;
+};
+using LoadK = KvSel<1>;
+using LoadV = KvSel<2>;
+using LoadKV = KvSel<3>;
+
 /* Compile-time shape of one instantiation. */
 template <int HD_, int BM_, int BN_, int W_, int STAGES_>
 struct Shape {
@@ -73,6 +89,9 @@ struct Shape {
     static constexpr uint32_t KV_BYTES = BN * HD * 2; /* one K (or V) tile          */
     static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
     static constexpr uint32_t SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + 16; /* + K/V bases */
+    /* STAGES == 1: split K/V buffers (the K and V tiles of "stage 0"), each
+     * with its own cp.async groups -- see the main loop's invariant. */
+    static constexpr bool KV_SPLIT = STAGES == 1;
     /* Keep Q's A fragments in registers when the fp32 accumulators leave room
      * (else re-read them from smem with ldmatrix each block). */
     static constexpr bool Q_IN_REGS = MT * (HD / 2 + BN / 2 + HD / 4) <= 160;
@@ -83,7 +102,7 @@ struct Shape {
     static_assert(HD % 32 == 0 && HD >= 32 && HD <= 256, "head_dim: multiple of 32 in 32..256");
     static_assert(BM % (16 * W) == 0 && (MT == 1 || MT == 2), "block_m = 16 * warps * (1 or 2)");
     static_assert(BN % 16 == 0 && BN >= 16, "block_n: multiple of 16 (pairs of n8 MMA tiles)");
-    static_assert(STAGES >= 2, "the ring needs >= 2 stages to overlap load and compute");
+    static_assert(STAGES >= 1 && STAGES <= 4, "1 (split K/V buffers) or a 2..4-deep ring");
     static_assert(BM % 8 == 0 && BN % 8 == 0, "panel32 swizzle period is 8 rows");
     static_assert((WROWS * HD / 8) % 32 == 0, "epilogue: whole 16-byte chunks per lane");
 };
@@ -269,7 +288,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         const uint16_t *__restrict__ kt = kb0 + kv_row0 * p.k_row_stride + kv_chunk0 * 8;
         const uint16_t *__restrict__ vt = vb0 + kv_row0 * p.v_row_stride + kv_chunk0 * 8;
         const uint32_t kv_soff = (uint32_t)(tid ^ ((tid >> 3) & 3)) * 16; /* unit tid's smem offset */
-        auto load_kv = [&](int n, int stage) {
+        auto load_kv = [&](int n, int stage, auto sel) {
             const uint32_t sK = sKV + stage * S_::STAGE_BYTES + kv_soff;
             const uint32_t sV = sK + S_::KV_BYTES;
             constexpr int UNITS = BN * HD / 8;
@@ -277,10 +296,12 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             const int64_t kn = (int64_t)n * BN * p.k_row_stride;
             const int64_t vn = (int64_t)n * BN * p.v_row_stride;
             const uint16_t *__restrict__ kbase = nullptr, *__restrict__ vbase = nullptr;
-            if constexpr (S_::KV_BASE_IN_SMEM) {
-                kbase = (const uint16_t *)lds64(sBase);
-                vbase = (const uint16_t *)lds64(sBase + 8);
+            if constexpr (S_::KV_BASE_IN_SMEM) { /* (volatile loads: only the ones used) */
+                if constexpr (decltype(sel)::K) kbase = (const uint16_t *)lds64(sBase);
+                if constexpr (decltype(sel)::V) vbase = (const uint16_t *)lds64(sBase + 8);
             }
+            /* (each is unreferenced in some instantiation of this generic lambda) */
+            (void)kn, (void)vn, (void)kbase, (void)vbase;
 #pragma unroll
             for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
                 if (UNITS % NT == 0 || tid + k * NT < UNITS) {
@@ -302,8 +323,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                             vs = vt + (vn + DR * p.v_row_stride + DC * 8);
                         }
                     }
-                    ptx::cp_async_16(sK + k * NT * 16, ks, ok);
-                    ptx::cp_async_16(sV + k * NT * 16, vs, ok);
+                    if constexpr (decltype(sel)::K) ptx::cp_async_16(sK + k * NT * 16, ks, ok);
+                    if constexpr (decltype(sel)::V) ptx::cp_async_16(sV + k * NT * 16, vs, ok);
                 }
             }
         };
@@ -341,29 +362,58 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         const float softcap_in = a.softcap_in;
 
         if (n_begin < n_end) {
-            /* prologue: group 0 = Q + block n_begin; groups 1..STAGES-2 = next blocks */
+            /* prologue: group 0 = Q + block n_begin (split: Q + K tile of n_begin
+             * only); ring: groups 1..STAGES-2 = next blocks */
             load_q();
-            load_kv(n_begin, 0);
+            if constexpr (S_::KV_SPLIT)
+                load_kv(n_begin, 0, LoadK{});
+            else
+                load_kv(n_begin, 0, LoadKV{});
             ptx::cp_async_commit();
 #pragma unroll
             for (int s = 1; s < STAGES - 1; ++s) {
-                if (n_begin + s < n_end) load_kv(n_begin + s, s);
+                if (n_begin + s < n_end) load_kv(n_begin + s, s, LoadKV{});
                 ptx::cp_async_commit(); /* always commit: keeps the group count uniform */
             }
         }
 
+        /* Split K/V (STAGES == 1) invariant. Every thread commits the same
+         * sequence of cp.async groups, and at each wait exactly ONE group of
+         * its own is pending -- the one the next phase reads -- so
+         * wait_group 0 is exact (never waits for more than that tile):
+         *   top of block n:  pending {K_n} (for n_begin: {Q + K_n}, prologue)
+         *     wait_group 0 ; __syncthreads
+         *       -> K_n (and Q) visible to all; every thread is past O += P V_{n-1},
+         *          so the V buffer is free: issue V_n, commit.   pending {V_n}
+         *     S = Q K_n^T, softcap, masks (read the K buffer)
+         *     wait_group 0 ; __syncthreads
+         *       -> V_n visible to all; every thread is past S = Q K_n^T, so the
+         *          K buffer is free: issue K_{n+1} (if n+1 < n_end; the group
+         *          is committed, possibly empty, either way).  pending {K_{n+1}}
+         *     softmax, O += P V_n (reads the V buffer)
+         * So a buffer is only written between the barrier after its last
+         * reader and the barrier before its next reader, and that barrier
+         * follows the writer thread's own wait for the group. The epilogue's
+         * O staging in the Q tile needs nothing more than in the ring (each
+         * warp only reads and writes its own rows of it); after the loop
+         * only an empty group can be pending. */
         int stage = 0;
         for (int n = n_begin; n < n_end; ++n) {
-            /* Groups committed so far: STAGES-1 + (n - n_begin), block n being
-             * number n - n_begin: at most STAGES-2 may still be pending. */
-            ptx::cp_async_wait<STAGES - 2>();
-            /* Block n now visible to every thread; every thread is done with
-             * block n-1, whose stage is the one block n+STAGES-1 refills. */
-            __syncthreads();
-            {
+            if constexpr (S_::KV_SPLIT) {
+                ptx::cp_async_wait<0>(); /* K_n (+ Q at n_begin) landed       */
+                __syncthreads();         /* visible; V buffer free (invariant) */
+                load_kv(n, 0, LoadV{});
+                ptx::cp_async_commit();
+            } else {
+                /* Groups committed so far: STAGES-1 + (n - n_begin), block n being
+                 * number n - n_begin: at most STAGES-2 may still be pending. */
+                ptx::cp_async_wait<STAGES - 2>();
+                /* Block n now visible to every thread; every thread is done with
+                 * block n-1, whose stage is the one block n+STAGES-1 refills. */
+                __syncthreads();
                 int ls = stage + STAGES - 1;
                 if (ls >= STAGES) ls -= STAGES;
-                if (n + STAGES - 1 < n_end) load_kv(n + STAGES - 1, ls);
+                if (n + STAGES - 1 < n_end) load_kv(n + STAGES - 1, ls, LoadKV{});
                 ptx::cp_async_commit();
             }
             if constexpr (Q_IN_REGS) {
@@ -435,6 +485,13 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                             const int j = n * BN + nt * 8 + 2 * t + (e & 1);
                             if (j < jmin[mt][hf] || j > jmax[mt][hf]) s[mt][nt][e] = -INFINITY;
                         }
+            }
+
+            if constexpr (S_::KV_SPLIT) {
+                ptx::cp_async_wait<0>(); /* V_n landed                             */
+                __syncthreads();         /* visible; K buffer free (invariant)     */
+                if (n + 1 < n_end) load_kv(n + 1, 0, LoadK{});
+                ptx::cp_async_commit();  /* always: one pending group at each wait */
             }
 
             /* ---- online softmax: a thread holds 2 rows per m-tile; a row's 4

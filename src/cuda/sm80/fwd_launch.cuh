@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/smem_optin.cuh"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/tiles.cuh"
 
@@ -28,17 +29,9 @@ fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, ch
     void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY>;
     const int smem = (int)S_::SMEM_BYTES;
 
-    /* Above 48 KB of dynamic smem a kernel must opt in, once per device
-     * (cached in a bit per device; a race only repeats the idempotent call). */
-    if (smem > 48 * 1024) {
-        static std::atomic<unsigned long long> opted_in{0};
-        const unsigned long long bit = (device >= 0 && device < 64) ? (1ull << device) : 0;
-        if (!bit || !(opted_in.load(std::memory_order_relaxed) & bit)) {
-            FC_CUDA_TRY("cudaFuncSetAttribute",
-                        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            opted_in.fetch_or(bit, std::memory_order_relaxed);
-        }
-    }
+    static std::atomic<unsigned long long> opted_in{0};
+    const fc_status opt = fc_smem_opt_in(kernel, smem, device, opted_in, err, err_len);
+    if (opt != FC_OK) return opt;
 
     const long long grid = (long long)a->m_tiles * a->num_splits * a->grid_heads * a->p.batch;
     if (grid <= 0) return FC_OK; /* nothing to compute (empty batch or seqlen_q 0) */

@@ -8,7 +8,11 @@
  * Kernel shape recap (fwd_kernel.cuh): a CTA of `warps` warps owns block_m
  * query rows, each warp owning 16*MT of them as MT m16 MMA tiles (MT =
  * block_m / (16*warps), 1 or 2). It walks the KV sequence block_n keys at a
- * time through a `stages`-deep cp.async ring.
+ * time through a `stages`-deep cp.async ring -- or, stages 1, through split
+ * K/V buffers: one K and one V tile, each with its own cp.async group, V_j
+ * loading during S = Q K_j^T and K_{j+1} during O += P V_j (FA2's pipeline;
+ * two barriers per block instead of one, and a load is only hidden behind
+ * half a block of one CTA's compute -- pays where it buys a second CTA).
  *
  * Register budget (per thread, 32-bit): O accumulator MT*head_dim/2, S = QK^T
  * MT*block_n/2, Q fragments MT*head_dim/4 when kept in registers (Shape::
@@ -18,8 +22,9 @@
  * (__launch_bounds__ minBlocks): 65536 / (32*warps*ctas) registers.
  *
  * Shared memory per CTA: (block_m + 2*stages*block_n) * head_dim * 2 bytes
- * (the Q tile, then a K and a V tile per stage; the output is staged in the
- * Q tile's space) + 16 bytes (the K/V base pointers, kept out of registers).
+ * (the Q tile, then a K and a V tile per stage -- stages 1: the one K and one
+ * V buffer; the output is staged in the Q tile's space) + 16 bytes (the K/V
+ * base pointers, kept out of registers).
  * Each SM also reserves 1 KB per CTA.
  *
  * Shared-memory bandwidth: a warp reads each K and V tile once per block for
@@ -60,7 +65,7 @@ struct Tile {
     int block_m; /* query rows per CTA = 16 * MT * warps                      */
     int block_n; /* keys per main-loop iteration                              */
     int warps;
-    int stages;  /* K/V cp.async ring depth (>= 2)                            */
+    int stages;  /* K/V cp.async ring depth (2..4); 1 = split K/V buffers      */
     int ctas;    /* CTAs per SM the register use must allow                   */
     int min_sk;  /* 0: the (class, head_dim) default. > 0: an alternate the
                   * planner takes instead when seqlen_k >= min_sk (a wider
@@ -123,10 +128,19 @@ constexpr Tile kTiles[] = {
      * 4 bytes, so the SM80 row keeps 128x32). smem 32+2*2*16 = 96 KB: 2 CTAs.
      * +4-5% over 128x32 on an H100 (s2k / s8k).                                  */
     {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0},
-    /* d256: block_n 64 halves the per-block softmax/rescale overhead vs 32 and
-     * fits here: 64+2*2*32 = 192 KB, 1 CTA of 8 warps (~243 regs). (Measured:
-     * 64x32 x 2 CTAs -3%, 128x32 -10% on an H100.)                              */
-    {kClassSm90, 256, 128,  64, 8, 2, 1, 0, 0},
+    /* d256: FA2's H100 tile -- 64x64, 4 warps (MT 1: O 128 + S 32 regs, Q from
+     * smem, KV bases in registers; 246 regs on sm_90a, no spill), split K/V
+     * buffers (stages 1): 32+2*1*32 = 96 KB + 16 B, so 2 CTAs = 8 warps per SM
+     * (2 x (96 KB + 16 B + 1 KB) = 194 KB <= 228 KB), the two CTAs covering each
+     * other's load waits and barriers. block_n 64 keeps the per-block
+     * softmax/barrier cost of the old 128x64 ring row (1 CTA of 8 warps,
+     * 64+2*2*32 = 192 KB; measured on an H100: 277 TFLOP/s at s4k vs FA2's
+     * 331); the ring at 64x32 x 2 CTAs measured -3%, 128x32 -10%.
+     * Not for SM80: 2 x (96 KB + 1 KB) = 194 KB > 164 KB per SM, so it would
+     * be 1 CTA of 4 warps there (SM80 keeps its 128x32 ring row; FA2's A100
+     * tile would be 128x64 x 8 warps split, 128 KB -- unmeasured, not taken).
+     * Not for SM86: 1 CTA per SM either way (100 KB); unmeasured, not taken. */
+    {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0},
 };
 // clang-format on
 
@@ -154,6 +168,13 @@ constexpr bool tile_sm90_only(const Tile &r, int i = 0)
                                                                               : tile_sm90_only(r, i + 1);
 }
 
+/* Shared memory per SM of a class (the header comment), for the occupancy
+ * check: `ctas` CTAs of a row must fit, each with the 1 KB the SM reserves. */
+constexpr int64_t class_sm_smem(int cls)
+{
+    return cls == kClassSm80 ? 164 * 1024 : cls == kClassSm86 ? 100 * 1024 : 228 * 1024;
+}
+
 /* Compile-time checks of every row: the kernel's static_asserts repeat them
  * for the instantiated ones, these catch a bad row even if no unit uses it. */
 constexpr bool tile_ok(const Tile &t)
@@ -162,11 +183,12 @@ constexpr bool tile_ok(const Tile &t)
             t.head_dim == 256) &&
            t.warps >= 1 && t.warps <= 8 && t.block_m % (16 * t.warps) == 0 &&
            (t.block_m / (16 * t.warps) == 1 || t.block_m / (16 * t.warps) == 2) &&
-           t.block_n % 16 == 0 && t.block_n >= 16 && t.stages >= 2 && t.stages <= 4 &&
+           t.block_n % 16 == 0 && t.block_n >= 16 && t.stages >= 1 && t.stages <= 4 &&
            t.ctas >= 1 && 32 * t.warps * t.ctas * 24 <= 65536 && t.min_sk >= 0 && (t.small_grid == 0 || t.small_grid == 1) && !(t.small_grid && t.min_sk) &&
            tile_smem_bytes(t) <= 227 * 1024 &&
            (t.arch_class != kClassSm86 || tile_smem_bytes(t) <= 99 * 1024) &&
-           (t.arch_class != kClassSm80 || tile_smem_bytes(t) <= 163 * 1024);
+           (t.arch_class != kClassSm80 || tile_smem_bytes(t) <= 163 * 1024) &&
+           t.ctas * (tile_smem_bytes(t) + 1024) <= class_sm_smem(t.arch_class);
 }
 constexpr bool all_tiles_ok(int i = 0)
 {

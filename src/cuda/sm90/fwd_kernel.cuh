@@ -32,6 +32,10 @@
  *   bars Q_full[2], Q_empty[2], K_full[st], K_empty[st], V_full[st], V_empty[st]
  * With 2 Q buffers (cfg.qbufs) the producer loads tile i+1's Q while tile i
  * runs; with 1 it waits until tile i's epilogue has released the buffer.
+ * Epilogue: each consumer warpgroup stages its 64 rows of O (16-bit) in its
+ * rows of the tile's Q buffer and stores them with one TMA store per panel
+ * (p.o_tma), or with 16-byte generic stores where TMA cannot (varlen, odd
+ * layouts); split-KV partials (fp32) and LSE go straight from registers.
  * A "panel" is swz/2 head_dim columns: rows of one swizzle span, which is
  * what one TMA box and one wgmma descriptor row cover.
  */
@@ -40,6 +44,7 @@
 
 #include <stdio.h>
 
+#include "cuda/common/smem_optin.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tiles.cuh"
@@ -84,12 +89,16 @@ template <int kCfg> struct Cfg {
     static constexpr uint32_t OFF_BAR = OFF_V + ST * KV_BYTES;
     static constexpr int SMEM = FC_SM90_SMEM_BYTES(T);
 
-    /* 2 consumer warpgroups: 384 threads enter with 168 registers and move
-     * them with setmaxnreg (40/232, tiles.cuh). 1 consumer warpgroup: 256
-     * threads may use up to 255 registers each from the start (65536/256),
-     * so no setmaxnreg is needed. */
-    static_assert(WG == 1 || WG == 2, "1 or 2 consumer warpgroups");
-    static constexpr bool SETMAXNREG = WG == 2;
+    /* 2 (3) consumer warpgroups: 384 (512) threads enter with 168 (128)
+     * registers and move them with setmaxnreg (40/232, 32/160: tiles.cuh).
+     * 1 consumer warpgroup: 256 threads may use up to 255 registers each
+     * from the start (65536/256), so no setmaxnreg is needed. */
+    static_assert(WG >= 1 && WG <= 3, "1 to 3 consumer warpgroups");
+    static constexpr bool SETMAXNREG = WG >= 2;
+    static constexpr int PRODUCER_REGS = FC_SM90_PRODUCER_REGS(WG);
+    static constexpr int CONSUMER_REGS = FC_SM90_CONSUMER_REGS(WG);
+    static_assert(!SETMAXNREG || 128 * PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= 65536,
+                  "setmaxnreg split must fit the register file");
     static_assert(BM == 64 * WG, "block_m = 64 rows per consumer warpgroup");
     static_assert(D % PW == 0 && D % 16 == 0, "head_dim: whole panels and k16 steps");
     static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "block_n: wgmma N and TMA box");
@@ -456,6 +465,42 @@ template <class C> __host__ __device__ __forceinline__ bool block_masked(const T
     return n * C::BN + C::BN > g.hi_first || n * C::BN < g.lo_last;
 }
 
+/* Epilogue without TMA: the warpgroup's staged 16-bit rows (swizzled, in its
+ * rows of the tile's Q buffer) to global memory in 16-byte row chunks, or
+ * element by element when o's layout does not allow 16-byte stores. */
+template <class C>
+__device__ __forceinline__ void store_o_generic(const fc_sm90_params &p, const Tile &g, uint16_t *o16,
+                                                const uint8_t *smem, uint32_t q_off, int cw, int etid)
+{
+    constexpr int CPR = C::D / 8;  /* 16-byte chunks per row */
+    constexpr int CPP = C::PW / 8; /* 16-byte chunks per panel row */
+#pragma unroll
+    for (int it = 0; it < 64 * CPR / 128; ++it) {
+        const int i = etid + 128 * it;
+        const int lr = i / CPR;
+        const int cc = i - lr * CPR;
+        const int R = g.m0 + 64 * cw + lr;
+        const int pos = row_pos(p, R);
+        if (pos < g.sq) {
+            const uint32_t off = q_off + (uint32_t)(cc / CPP) * (C::BM * C::SW) +
+                                 (uint32_t)(64 * cw + lr) * C::SW + (uint32_t)(cc % CPP) * 16;
+            const uint4 v = *reinterpret_cast<const uint4 *>(smem + swz<C::SW>(off));
+            uint16_t *dst = o16 + (int64_t)(g.q_off + pos) * p.o_row_stride +
+                            row_head(p, g, R) * p.o_head_stride + cc * 8;
+            if (p.o_vec_ok) {
+                *reinterpret_cast<uint4 *>(dst) = v;
+            } else {
+                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    dst[2 * e] = (uint16_t)(w[e] & 0xffffu);
+                    dst[2 * e + 1] = (uint16_t)(w[e] >> 16);
+                }
+            }
+        }
+    }
+}
+
 /* ---- consumer -------------------------------------------------------------------- */
 template <class C, bool kBF16>
 __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t *smem, const Bars<C> &bars)
@@ -694,44 +739,38 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                             pack2<kBF16>(O[4 * j + 2 * r], O[4 * j + 2 * r + 1]);
                     }
                 }
-                bar_sync(kBarEpi + cw, 128);
-                constexpr int CPR = C::D / 8;  /* 16-byte chunks per row */
-                constexpr int CPP = C::PW / 8; /* 16-byte chunks per panel row */
+                if (p.o_tma) {
+                    /* TMA store of the warpgroup's 64 rows (one box per
+                     * panel): the staging writes go to the async proxy first;
+                     * rows past seqlen_q are clipped by the tensor map. */
+                    fence_proxy_async();
+                    bar_sync(kBarEpi + cw, 128);
+                    if (etid == 0) {
+                        const int pos0 = g.q_off + row_pos(p, g.m0 + 64 * cw);
 #pragma unroll
-                for (int it = 0; it < 64 * CPR / 128; ++it) {
-                    const int i = etid + 128 * it;
-                    const int lr = i / CPR;
-                    const int cc = i - lr * CPR;
-                    const int R = g.m0 + 64 * cw + lr;
-                    const int pos = row_pos(p, R);
-                    if (pos < g.sq) {
-                        const uint32_t off = q_off + (uint32_t)(cc / CPP) * (C::BM * C::SW) +
-                                             (uint32_t)(64 * cw + lr) * C::SW + (uint32_t)(cc % CPP) * 16;
-                        const uint4 v = *reinterpret_cast<const uint4 *>(smem + swz<C::SW>(off));
-                        uint16_t *dst = o16 + (int64_t)(g.q_off + pos) * p.o_row_stride +
-                                        row_head(p, g, R) * p.o_head_stride + cc * 8;
-                        if (p.o_vec_ok) {
-                            *reinterpret_cast<uint4 *>(dst) = v;
-                        } else {
-                            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) {
-                                dst[2 * e] = (uint16_t)(w[e] & 0xffffu);
-                                dst[2 * e + 1] = (uint16_t)(w[e] >> 16);
-                            }
-                        }
+                        for (int pn = 0; pn < C::PANELS; ++pn)
+                            tma_store_5d(&p.tm_o, base + q_off + pn * (C::BM * C::SW) + 64 * cw * C::SW, pn * C::PW,
+                                         0, g.hu, pos0, g.b);
+                        tma_store_commit();
                     }
+                } else {
+                    bar_sync(kBarEpi + cw, 128);
+                    store_o_generic<C>(p, g, o16, smem, q_off, cw, etid);
                 }
             }
         }
         if (work) {
-            /* Hand the Q buffer back: our generic reads/writes of it come
-             * before the next TMA (async proxy) write into it. */
+            /* Hand the Q buffer back: our generic reads/writes of it, and the
+             * O store's reads of the staging (issuing thread), come before
+             * the next TMA (async proxy) write into it. */
+            if (p.o_tma && tid == 0) tma_store_wait_read();
             fence_proxy_async();
             mbar_arrive(bars.q_empty(qb));
             ++q_iter;
         }
     }
+    /* The last O stores must land before the CTA's shared memory goes away. */
+    if (p.o_tma && tid == 0) tma_store_wait_all();
 }
 
 /* ---- the kernel --------------------------------------------------------------------- */
@@ -781,10 +820,10 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(cons
     /* Warp-uniform role (shfl makes it provably uniform to the compiler). */
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
     if (wg == 0) {
-        if (C::SETMAXNREG) reg_dealloc<FC_SM90_PRODUCER_REGS>();
+        if (C::SETMAXNREG) reg_dealloc<C::PRODUCER_REGS>();
         if (threadIdx.x == 0) producer<C>(p, base, bars);
     } else {
-        if (C::SETMAXNREG) reg_alloc<FC_SM90_CONSUMER_REGS>();
+        if (C::SETMAXNREG) reg_alloc<C::CONSUMER_REGS>();
         /* With one consumer warpgroup its index is the constant 0, which
          * keeps the named-barrier ids compile-time. */
         consumer<C, kBF16>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
@@ -792,18 +831,21 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(cons
 }
 
 template <int kCfg, bool kBF16>
-static fc_status launch(const fc_sm90_params *prm, int grid, cudaStream_t stream, char *err, size_t err_len)
+static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream, char *err,
+                        size_t err_len)
 {
     using C = Cfg<kCfg>;
     void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    if (e != cudaSuccess) {
-        snprintf(err, err_len, "sm90 forward (config %d): cudaFuncSetAttribute(%d bytes of shared memory): %s",
-                 kCfg, C::SMEM, cudaGetErrorString(e));
-        return FC_ERR_CUDA;
+    static std::atomic<unsigned long long> opted_in{0};
+    const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, err, err_len);
+    if (opt != FC_OK) {
+        char why[FC_ERRMSG_LEN];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, err_len, "sm90 forward (config %d, %d bytes of shared memory): %s", kCfg, C::SMEM, why);
+        return opt;
     }
     kern<<<grid, C::THREADS, C::SMEM, stream>>>(*prm);
-    e = cudaGetLastError();
+    const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         snprintf(err, err_len, "sm90 forward (config %d): kernel launch (%d CTAs x %d threads, %d B smem): %s",
                  kCfg, grid, C::THREADS, C::SMEM, cudaGetErrorString(e));
@@ -818,10 +860,10 @@ static fc_status launch(const fc_sm90_params *prm, int grid, cudaStream_t stream
  * tag is bf16 or f16, is_bf16 the matching 1/0. */
 #define FC_SM90_DEFINE_LAUNCHER(cfg, dim, tag, is_bf16)                                            \
     static_assert(fc90::kTiles[cfg].head_dim == (dim), "config " #cfg " is not head_dim " #dim);   \
-    fc_status fc_sm90_launch_##cfg##_##tag(const fc_sm90_params *prm, int grid, cudaStream_t s,   \
-                                           char *err, size_t len)                                \
+    fc_status fc_sm90_launch_##cfg##_##tag(const fc_sm90_params *prm, int grid, int device,       \
+                                           cudaStream_t s, char *err, size_t len)                \
     {                                                                                              \
-        return fc90::launch<cfg, (is_bf16) != 0>(prm, grid, s, err, len);                         \
+        return fc90::launch<cfg, (is_bf16) != 0>(prm, grid, device, s, err, len);                 \
     }
 
 #endif /* FC_SM90_FWD_KERNEL_CUH */

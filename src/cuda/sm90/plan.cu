@@ -8,6 +8,7 @@
  * that dispatch can fall back to the sm80 path with the reason in hand.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/sm90/sm90.h"
@@ -29,6 +30,7 @@ const Launchers k_launch[FC_SM90_NUM_TILES] = {
     {fc_sm90_launch_2_bf16, fc_sm90_launch_2_f16}, {fc_sm90_launch_3_bf16, fc_sm90_launch_3_f16},
     {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
     {fc_sm90_launch_6_bf16, fc_sm90_launch_6_f16}, {fc_sm90_launch_7_bf16, fc_sm90_launch_7_f16},
+    {fc_sm90_launch_8_bf16, fc_sm90_launch_8_f16}, {fc_sm90_launch_9_bf16, fc_sm90_launch_9_f16},
 };
 static_assert(sizeof k_launch / sizeof k_launch[0] == FC_SM90_NUM_TILES, "one launcher pair per config");
 
@@ -109,19 +111,54 @@ int64_t row_tiles(const fc_fwd_params *p, int block_m, int shift)
     return (int64_t)p->batch * (p->heads_q >> shift) * ((rows + block_m - 1) / block_m);
 }
 
+/* Wave-quantised cost of a row for p (persistent CTAs, one tile per SM at a
+ * time): waves * rows per tile, divided by the row's expected per-row gain. */
+double wave_cost(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm90_tile &t, int shift)
+{
+    const int64_t sms = dev->sm_count > 0 ? dev->sm_count : 1;
+    const int64_t waves = (row_tiles(p, t.block_m, shift) + sms - 1) / sms;
+    return (double)(waves * t.block_m) / (1.0 + t.tall / 100.0);
+}
+
+/* FLASHCORE_SM90_CONFIG=<row of tiles.cuh>: a tuning and benchmarking hook
+ * (docs/API.md) that forces a row when it fits p (head_dim, mask use);
+ * otherwise, or when unset, the planner chooses. The choice shows in the
+ * kernel name (fc_kernel_info), so a forced row is never silent. */
+int forced_config(const fc_fwd_params *p, bool masked)
+{
+    const char *e = getenv("FLASHCORE_SM90_CONFIG");
+    if (e == NULL || *e == '\0') return -1;
+    char *end = NULL;
+    const long v = strtol(e, &end, 10);
+    if (*end != '\0' || v < 0 || v >= FC_SM90_NUM_TILES) return -1;
+    const fc_sm90_tile &t = k_tiles[v];
+    if (t.head_dim != p->head_dim || (t.use == 1 && !masked) || (t.use == 2 && masked)) return -1;
+    return (int)v;
+}
+
 /* The config for p: the mask-specific big entry of its head_dim if there is
- * one, else the generic one; the 64-row entry instead when the big tiles
- * would leave more than half of the SMs idle (split-KV can then still add
- * CTAs along the keys) or hold at most 64 real rows. -1: head_dim not
- * built. *shift: pack-GQA. */
+ * one, else the generic one; a tall entry instead when its wave-quantised
+ * cost is lower; the 64-row entry instead when the big tiles would leave
+ * more than half of the SMs idle (split-KV can then still add CTAs along
+ * the keys) or hold at most 64 real rows. -1: head_dim not built.
+ * *shift: pack-GQA. */
 int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
 {
     const bool masked = p->window_left >= 0 || p->window_right >= 0;
-    int any = -1, specific = -1, small = -1;
+    const int forced = forced_config(p, masked);
+    if (forced >= 0) {
+        *shift = pack_shift_for(p, k_tiles[forced].block_m);
+        return forced;
+    }
+    int any = -1, specific = -1, small = -1, tall = -1;
     for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
         if (k_tiles[i].head_dim != p->head_dim) continue;
         if (k_tiles[i].small) {
             if (small < 0) small = i;
+            continue;
+        }
+        if (k_tiles[i].tall) {
+            if (tall < 0) tall = i;
             continue;
         }
         if (k_tiles[i].use == 0 && any < 0) any = i;
@@ -131,6 +168,13 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
     if (cfg < 0) cfg = small;
     if (cfg < 0) return -1;
     *shift = pack_shift_for(p, k_tiles[cfg].block_m);
+    if (tall >= 0 && cfg != small) {
+        const int tshift = pack_shift_for(p, k_tiles[tall].block_m);
+        if (wave_cost(p, dev, k_tiles[tall], tshift) < wave_cost(p, dev, k_tiles[cfg], *shift)) {
+            cfg = tall;
+            *shift = tshift;
+        }
+    }
     /* Small grid, or rows that fill at most one 64-row tile per head unit
      * (decode, also after pack-GQA): the 128-row tile would be mostly
      * padding, computed at full cost. */
@@ -373,6 +417,28 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         if (group > units) group = units;
         prm.l2_group = (int32_t)group;
     }
+    {
+        /* TMA store of O: dense, unsplit, whole position groups in a
+         * warpgroup's 64 rows, and an O layout TMA can address. */
+        const int64_t os[3] = {p->o_row_stride, p->o_head_stride, p->o_batch_stride};
+        const int64_t on[3] = {rows_q, p->heads_q, nb};
+        char why_not[192];
+        if (!varlen && splits == 1 && (64 >> shift) > 0 &&
+            tma_layout_ok("o", p->o, os, on, why_not, sizeof why_not)) {
+            const int64_t r = (int64_t)1 << shift;
+            const int64_t s4[4] = {p->o_head_stride, p->o_head_stride * r, p->o_row_stride, p->o_batch_stride};
+            const int64_t n4[4] = {r, head_units, rows_q, nb};
+            uint64_t sb[4];
+            map_strides(s4, n4, 4, p->head_dim, sb);
+            const uint64_t dims[5] = {(uint64_t)p->head_dim, (uint64_t)r, (uint64_t)head_units,
+                                      (uint64_t)rows_q, (uint64_t)nb};
+            const uint32_t box[5] = {pw, (uint32_t)r, 1, (uint32_t)(64 >> shift), 1};
+            fc_status st = fc_sm90_encode_map(&prm.tm_o, "sm90 forward: o", p->o, bf16, 5, dims, sb, box, t.swz,
+                                              err, err_len);
+            if (st) return st;
+            prm.o_tma = 1;
+        }
+    }
     prm.o_vec_ok = ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
                    (varlen || p->batch <= 1 || p->o_batch_stride % 8 == 0);
 
@@ -403,7 +469,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     }
     prm.tile_ctr = ctr;
     const Launchers &l = k_launch[choice->config];
-    fc_status st = (bf16 ? l.bf16 : l.f16)(&prm, grid, (cudaStream_t)stream, err, err_len);
+    fc_status st = (bf16 ? l.bf16 : l.f16)(&prm, grid, dev->id, (cudaStream_t)stream, err, err_len);
     if (ctr) {
         /* Freed in stream order after the kernel; also after a failed launch. */
         const cudaError_t e = cudaFreeAsync(ctr, (cudaStream_t)stream);

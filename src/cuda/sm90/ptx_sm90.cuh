@@ -172,6 +172,28 @@ __device__ __forceinline__ void tma_load_5d(uint32_t dst, const void *map, uint3
         : "memory");
 }
 
+/* 5-d tiled store of one box from shared memory at src (written by the
+ * generic proxy: every writer runs fence_proxy_async before the barrier that
+ * precedes this). Elements outside the tensor are not written. Completes in
+ * the issuing thread's bulk async-group (tma_store_commit / _wait_read). */
+__device__ __forceinline__ void tma_store_5d(const void *map, uint32_t src, int c0, int c1, int c2, int c3,
+                                             int c4)
+{
+    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n" ::"l"(
+                     (uint64_t)map),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* The shared-memory sources of this thread's stores have been read (the
+ * buffer may be reused); the global writes may still be in flight. */
+__device__ __forceinline__ void tma_store_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+/* This thread's stores are complete. */
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 /* ---- named barriers ---------------------------------------------------------- */
 /* id 0 is __syncthreads; count is the number of threads (multiple of 32)
  * that arrive or sync on this instance. */

@@ -21,8 +21,9 @@ typedef struct fc_sm90_params {
      * ratio, 1, block_m/ratio, 1} with ratio = 1 << pack_shift (1 without
      * pack-GQA). K, V: dims {head_dim, rows, heads_kv, batch}, box {swz/2,
      * block_n, 1, 1}. Dense rows = seqlen_q/k; varlen rows = total_q/k and
-     * batch = 1. */
-    CUtensorMap tm_q, tm_k, tm_v;
+     * batch = 1. O (o_tma only): like Q with box rows 64/ratio, one
+     * consumer warpgroup's rows. */
+    CUtensorMap tm_q, tm_k, tm_v, tm_o;
 
     void *o;          /* 16-bit output, strides below (elements)            */
     float *lse;       /* NULL: not requested                               */
@@ -51,18 +52,22 @@ typedef struct fc_sm90_params {
     int32_t l2_group;      /* units per L2 section (longest-first order)     */
     int32_t longest_first; /* 1: visit tiles by decreasing work (causal)    */
     int32_t o_vec_ok;      /* 1: o and its strides allow 16-byte stores     */
+    int32_t o_tma;         /* 1: the epilogue stores O with TMA (tm_o): dense
+                            * (TMA clips rows past seqlen_q; varlen rows past a
+                            * sequence belong to the next), no split, whole
+                            * position groups per 64 rows, TMA-able layout   */
 } fc_sm90_params;
 
 /* One launcher per (config, dtype), defined in the kernel TUs. Sets the
- * dynamic shared-memory attribute, launches `grid` persistent CTAs on stream
+ * dynamic shared-memory attribute (once per device), launches `grid` persistent CTAs on stream
  * and checks the launch error. */
-typedef fc_status (*fc_sm90_launch_fn)(const fc_sm90_params *prm, int grid, cudaStream_t stream,
+typedef fc_status (*fc_sm90_launch_fn)(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream,
                                        char *err, size_t err_len);
 
 #define FC_SM90_DECLARE_LAUNCHER(cfg)                                                        \
-    fc_status fc_sm90_launch_##cfg##_bf16(const fc_sm90_params *, int, cudaStream_t, char *, \
-                                          size_t);                                          \
-    fc_status fc_sm90_launch_##cfg##_f16(const fc_sm90_params *, int, cudaStream_t, char *,  \
+    fc_status fc_sm90_launch_##cfg##_bf16(const fc_sm90_params *, int, int, cudaStream_t, char *, \
+                                          size_t);                                               \
+    fc_status fc_sm90_launch_##cfg##_f16(const fc_sm90_params *, int, int, cudaStream_t, char *,  \
                                          size_t);
 FC_SM90_DECLARE_LAUNCHER(0)
 FC_SM90_DECLARE_LAUNCHER(1)
@@ -72,6 +77,8 @@ FC_SM90_DECLARE_LAUNCHER(4)
 FC_SM90_DECLARE_LAUNCHER(5)
 FC_SM90_DECLARE_LAUNCHER(6)
 FC_SM90_DECLARE_LAUNCHER(7)
+FC_SM90_DECLARE_LAUNCHER(8)
+FC_SM90_DECLARE_LAUNCHER(9)
 
 /* tma.cu: encode a rank-4 or rank-5 tiled tensor map of 16-bit elements.
  * dims/box innermost first (rank entries); strides in bytes for dims

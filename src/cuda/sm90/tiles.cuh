@@ -11,6 +11,9 @@
  *     128 * 40 + 256 * 232 = 64512 = 384 * 168     (what the CTA owns)
  * (24/240 spilled in the producer once it also ran the dynamic tile
  * scheduler: atomic fetch + tile hand-off.)
+ * With 3 consumer warpgroups (512 threads, 128 registers at entry):
+ *     128 * 32 + 384 * 160 = 65536 = 512 * 128
+ * so a 3-warpgroup row must fit S + P + O + ~30 in 160 (d64 192x128: 158).
  *
  * Consumer register budget (232 per thread), per 64-row warpgroup, fp32:
  *     S accumulator   block_n / 2        (64 x block_n over 128 threads)
@@ -32,8 +35,10 @@
  * tile is loaded as head_dim / (swz/2) column panels; box rows <= 256.
  *
  * Starting point: FlashAttention-3's published 16-bit choices (HOPPER-NOTES
- * section 2), restricted to 2 consumer warpgroups:
- *   d64   FA3 192x192 / causal 192x128 with 3 WGs. Here 128x128 (2 WGs).
+ * section 2), with 2 consumer warpgroups except row 8:
+ *   d64   FA3 192x192 / causal 192x128 with 3 WGs. Here 128x128 (2 WGs), and
+ *         192x128 (3 WGs; 192x192 would need 176 registers) where the query
+ *         rows pad little.
  *   d96   FA3 192x144. Here 128x128, 64B swizzle.
  *   d128  FA3 128x176 non-causal, 128x128 causal/local: same.
  *   d192  FA3 128x112 (V head_dim 192): same; 128x128 would need 240 KB.
@@ -68,26 +73,39 @@ typedef struct fc_sm90_tile {
                     * the current tile runs (its epilogue stages O in its own
                     * Q buffer), hiding the per-tile Q latency; needs the
                     * shared memory of a second Q tile.                     */
+    int tall;      /* 0, or: an alternate with more rows per tile (3 consumer
+                    * warpgroups: more independent GEMM chains per SM where
+                    * one 64-row chain per warpgroup is latency-bound, d64),
+                    * and the value is its expected throughput gain in
+                    * percent over the 128-row entry. plan.cu takes it when
+                    * its wave-quantised cost, ceil(tiles / SMs) * block_m /
+                    * (1 + tall/100), is below the 128-row entry's.      */
 } fc_sm90_tile;
 
-/*                      d    M    N  wg st swz pp ov use sm qb   S+P+O regs   smem (Q*qb + ring) */
-#define FC_SM90_TILE_TABLE                                                                           \
-    {64, 128, 128, 2, 2, 128, 1, 1, 0, 0, 2},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
-    {96, 128, 128, 2, 2, 64, 1, 1, 0, 0, 2},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
-    {128, 128, 128, 2, 2, 128, 1, 1, 1, 0, 2}, /* 2: 64+32+64=160;  2*32K+2*64K = 192 KB  */  \
-    {128, 128, 176, 2, 2, 128, 1, 1, 2, 0, 1}, /* 3: 88+44+64=196;  32K+2*88K = 208 KB    */  \
-    {192, 128, 112, 2, 2, 128, 0, 1, 0, 0, 1}, /* 4: 56+28+96=180;  48K+2*84K = 216 KB    */  \
-    {256, 128, 80, 2, 2, 128, 0, 1, 0, 0, 1},  /* 5: 40+20+128=188; 64K+2*80K = 224 KB    */  \
-    {64, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2},   /* 6: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
-    {128, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2},  /* 7: small; 2*16K+2*64K = 160 KB          */
+/*                      d    M    N  wg st swz pp ov use sm qb ta   S+P+O regs   smem (Q*qb + ring) */
+#define FC_SM90_TILE_TABLE                                                                              \
+    {64, 128, 128, 2, 2, 128, 1, 1, 0, 0, 2, 0},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
+    {96, 128, 128, 2, 2, 64, 1, 1, 0, 0, 2, 0},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
+    {128, 128, 128, 2, 2, 128, 1, 1, 1, 0, 2, 0}, /* 2: 64+32+64=160;  2*32K+2*64K = 192 KB  */  \
+    {128, 128, 176, 2, 2, 128, 1, 1, 2, 0, 1, 0}, /* 3: 88+44+64=196;  32K+2*88K = 208 KB    */  \
+    {192, 128, 112, 2, 2, 128, 0, 1, 0, 0, 1, 0}, /* 4: 56+28+96=180;  48K+2*84K = 216 KB    */  \
+    {256, 128, 80, 2, 2, 128, 0, 1, 0, 0, 1, 0},  /* 5: 40+20+128=188; 64K+2*80K = 224 KB    */  \
+    {64, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},   /* 6: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
+    {128, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},  /* 7: small; 2*16K+2*64K = 160 KB          */  \
+    /* 8: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 160 regs: \
+     * P (32) and the next S (64) cannot both live (intra-warpgroup overlap spills at 160); \
+     * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.   */ \
+    {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 10},                                             \
+    /* 9: d64 tall with overlap: 56+28+32 = 116 of 160 regs; 2*24K+2*28K = 104 KB.        */ \
+    {64, 192, 112, 3, 2, 128, 0, 1, 0, 0, 2, 10},
 
-#define FC_SM90_NUM_TILES 8
+#define FC_SM90_NUM_TILES 10
 
-/* Registers after setmaxnreg, per thread (see the budget above); only the
- * 2-warpgroup configs use setmaxnreg. A 1-warpgroup CTA (256 threads) may
- * use 255 registers per thread without it. */
-#define FC_SM90_PRODUCER_REGS 40
-#define FC_SM90_CONSUMER_REGS 232
+/* Registers after setmaxnreg, per thread, by consumer warpgroup count (see
+ * the budget above); 1-warpgroup configs do not use setmaxnreg: 256 threads
+ * may use 255 registers each from the start. */
+#define FC_SM90_PRODUCER_REGS(wgs) ((wgs) == 3 ? 32 : 40)
+#define FC_SM90_CONSUMER_REGS(wgs) ((wgs) == 3 ? 160 : 232)
 
 /* Bytes of dynamic shared memory a config needs (the kernel's own layout in
  * fwd_kernel.cuh must match: Q buffers, K stages, V stages, barriers). */
