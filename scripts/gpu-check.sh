@@ -24,6 +24,7 @@ for a in "$@"; do [ "$a" = "--quick" ] && quick=1; done
 BUILD=${BUILD:-build-gpu}
 ARCHS=${ARCHS:-90a}
 JOBS=$(nproc)
+case "$BUILD" in /*) LIB="$BUILD/libflashcore.so" ;; *) LIB="$PWD/$BUILD/libflashcore.so" ;; esac
 declare -A result
 t0=$(date +%s)
 log() { echo "== [$(($(date +%s) - t0))s] $*"; }
@@ -80,7 +81,7 @@ if want test; then
   if [ -z "$bad_rows" ]; then result[gpu90-rows]="ok: $rows_run rows x $nr cases"
   else result[gpu90-rows]="FAIL: rows$bad_rows"; fi
   log "python binding tests"
-  if FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python" \
+  if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
        python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then result[pytest]="ok: $(tail -1 "$OUT/pytest.log")"
   else result[pytest]="FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log"; fi
 fi
@@ -135,7 +136,7 @@ if want bench; then
   # PEERS_EXTRA: more peers.py arguments, e.g. "--sm90-rows 0,8 --shapes s16k-d64"
   read -r -a extra <<< "${PEERS_EXTRA:-}"
   args+=("${extra[@]}")
-  if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$PWD/$BUILD/libflashcore.so" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
+  if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
        python3 bench/peers.py --out "$OUT" "${args[@]}" >"$OUT/peers.log" 2>&1; then result[bench]=ok
   else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi
   "$BUILD/flashcore" demo > "$OUT/demo.txt" 2>&1 && result[demo]="ok" || result[demo]=FAIL
@@ -144,7 +145,7 @@ fi
 
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader | sed 's/^/after: /'
 echo
-echo "== gpu-check summary ($(head -1 "$OUT/gpu.txt" | cut -d, -f1), $(git rev-parse --short HEAD 2>/dev/null || cat .git-sha 2>/dev/null || echo nogit), $(($(date +%s) - t0)) s)"
+echo "== gpu-check summary ($(head -1 "$OUT/gpu.txt" | cut -d, -f1), $(cat .git-sha 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo nogit), $(($(date +%s) - t0)) s)"
 [ -f "$OUT/peers.md" ] && cat "$OUT/peers.md"
 status=0
 for k in $(echo "${!result[@]}" | tr ' ' '\n' | sort); do
