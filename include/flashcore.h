@@ -226,6 +226,24 @@ FC_API fc_status fc_attention_supported(fc_context *ctx, const fc_attention_args
 FC_API fc_status fc_attention_forward(fc_context *ctx, const fc_attention_args *args,
                                       void *stream, fc_kernel_info *info);
 
+/* ---- profiling ---------------------------------------------------------- */
+/* Where the host time of a call goes (CLOCK_MONOTONIC, microseconds), for
+ * the context's last fc_attention_forward that returned FC_OK: on the CUDA
+ * backend this is what the CPU spends before the GPU can start. The CPU
+ * backends compute inside the launch phase. */
+typedef struct fc_host_profile {
+    double check_us;  /* argument checks and translation                     */
+    double select_us; /* backend and kernel selection: device query, memory-
+                       * space checks of the pointers, planning             */
+    double launch_us; /* kernel arguments (TMA descriptors), workspace,
+                       * launches (CPU backends: the whole computation)      */
+    double total_us;  /* the call, entry to return                          */
+} fc_host_profile;
+
+/* Copy ctx's last profile into *out (all zeros before the first successful
+ * forward call). FC_ERR_INVALID_ARGUMENT if ctx or out is NULL. */
+FC_API fc_status fc_last_host_profile(const fc_context *ctx, fc_host_profile *out);
+
 /* ---- devices ------------------------------------------------------------ */
 /* 1 if this build has the CUDA backend and a device of a compiled
  * architecture is present, else 0 (never an error). */

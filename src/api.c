@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api_internal.h"
 
@@ -454,12 +455,21 @@ static void fill_info(fc_kernel_info *info, const fc_plan *plan)
     info->workspace_bytes = plan->workspace_bytes;
 }
 
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Checks, then selection; *t_checked (if not NULL) gets the time in between. */
 static fc_status prepare(fc_context *ctx, const fc_attention_args *args, void *stream,
-                         fc_fwd_params *p, fc_plan *plan, int *nothing_to_do)
+                         fc_fwd_params *p, fc_plan *plan, int *nothing_to_do, double *t_checked)
 {
     ctx->err[0] = 0;
     fc_status st = fc_build_params(ctx, args, p, nothing_to_do);
     if (st) return st;
+    if (t_checked) *t_checked = now_us();
     return fc_select(ctx, p, args->backend, stream, plan);
 }
 
@@ -469,7 +479,7 @@ fc_status fc_attention_supported(fc_context *ctx, const fc_attention_args *args,
     fc_fwd_params p;
     fc_plan plan;
     int nothing;
-    fc_status st = prepare(ctx, args, NULL, &p, &plan, &nothing);
+    fc_status st = prepare(ctx, args, NULL, &p, &plan, &nothing, NULL);
     if (st == FC_OK) fill_info(info, &plan);
     return st;
 }
@@ -478,14 +488,30 @@ fc_status fc_attention_forward(fc_context *ctx, const fc_attention_args *args, v
                                fc_kernel_info *info)
 {
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    const double t0 = now_us();
     fc_fwd_params p;
     fc_plan plan;
     int nothing;
-    fc_status st = prepare(ctx, args, stream, &p, &plan, &nothing);
+    double t1 = t0;
+    fc_status st = prepare(ctx, args, stream, &p, &plan, &nothing, &t1);
     if (st) return st;
     fill_info(info, &plan);
-    if (nothing) return FC_OK;
-    return fc_run(ctx, &p, &plan, stream);
+    const double t2 = now_us();
+    if (!nothing) st = fc_run(ctx, &p, &plan, stream);
+    if (st) return st;
+    const double t3 = now_us();
+    ctx->prof.check_us = t1 - t0;
+    ctx->prof.select_us = t2 - t1;
+    ctx->prof.launch_us = t3 - t2;
+    ctx->prof.total_us = t3 - t0;
+    return FC_OK;
+}
+
+fc_status fc_last_host_profile(const fc_context *ctx, fc_host_profile *out)
+{
+    if (!ctx || !out) return FC_ERR_INVALID_ARGUMENT;
+    *out = ctx->prof;
+    return FC_OK;
 }
 
 int fc_cuda_available(void)

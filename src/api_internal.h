@@ -12,6 +12,7 @@ struct fc_context {
     int num_threads;         /* CPU backend workers, 0 = one per core            */
     int device;              /* CUDA device, -1 = current                        */
     int cuda_path;           /* 0 auto, 80 or 90 forced                          */
+    fc_host_profile prof;    /* the last successful forward call's host time     */
 };
 
 /* The selection function's answer: which backend and kernel, and the work

@@ -354,12 +354,56 @@ static void test_cuda_available(fc_context *ctx)
     group_done("fc_cuda_available", p0, f0);
 }
 
+/* fc_last_host_profile: zeros before any call, the phases of the last
+ * successful forward after one, untouched by a failing call. */
+static void test_host_profile(void)
+{
+    fc_context *ctx = NULL;
+    if (fc_context_create(&ctx) != FC_OK) {
+        CHECK(0, "fc_context_create failed");
+        return;
+    }
+    fc_host_profile hp;
+    memset(&hp, 0x7f, sizeof hp);
+    CHECK(fc_last_host_profile(NULL, &hp) == FC_ERR_INVALID_ARGUMENT, "profile of a NULL context");
+    CHECK(fc_last_host_profile(ctx, NULL) == FC_ERR_INVALID_ARGUMENT, "profile into NULL");
+    CHECK(fc_last_host_profile(ctx, &hp) == FC_OK, "profile of a fresh context");
+    CHECK(hp.check_us == 0 && hp.select_us == 0 && hp.launch_us == 0 && hp.total_us == 0,
+          "fresh context profile not zero: %g %g %g %g", hp.check_us, hp.select_us, hp.launch_us, hp.total_us);
+
+    kit_shape s = small_shape(FC_DTYPE_F32, 0);
+    kit_case c;
+    if (kit_case_init(&c, &s, 77)) {
+        CHECK(0, "kit_case_init failed");
+        fc_context_free(ctx);
+        return;
+    }
+    c.args.backend = FC_BACKEND_CPU;
+    CHECK(fc_attention_forward(ctx, &c.args, NULL, NULL) == FC_OK, "forward: %s", fc_last_error(ctx));
+    CHECK(fc_last_host_profile(ctx, &hp) == FC_OK, "profile after a forward");
+    const double parts = hp.check_us + hp.select_us + hp.launch_us;
+    CHECK(hp.check_us >= 0 && hp.select_us >= 0 && hp.launch_us > 0, "phases %g %g %g", hp.check_us,
+          hp.select_us, hp.launch_us);
+    CHECK(hp.total_us > 0 && fabs(hp.total_us - parts) <= 1e-6 * hp.total_us + 1e-3,
+          "total %g != sum of phases %g", hp.total_us, parts);
+
+    fc_attention_args bad = c.args;
+    bad.causal = 5;
+    fc_host_profile after;
+    CHECK(fc_attention_forward(ctx, &bad, NULL, NULL) == FC_ERR_INVALID_ARGUMENT, "causal 5 accepted");
+    CHECK(fc_last_host_profile(ctx, &after) == FC_OK && memcmp(&after, &hp, sizeof hp) == 0,
+          "a failing call changed the profile");
+    kit_case_free(&c);
+    fc_context_free(ctx);
+}
+
 int main(void)
 {
     test_version();
     test_status_strings();
     test_context_lifetime();
     test_args_init();
+    test_host_profile();
     fc_context *ctx = NULL;
     if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL: fc_context_create");
     test_supported_matches_forward(ctx);

@@ -142,8 +142,8 @@ typedef struct cli_timing {
     int iters;
     double p50_us, p90_us, mean_us, std_us, min_us;
     double graph_us;        /* per call; NaN if not measured                 */
-    double host_us;         /* CUDA: median CPU time inside the forward call
-                             * (checks, planning, enqueue), NaN on the CPU   */
+    fc_host_profile host;   /* CUDA: medians of fc_last_host_profile over the
+                             * event-timed calls; NaN on the CPU             */
     char graph_note[320];   /* why graph_us is missing                       */
 } cli_timing;
 

@@ -37,8 +37,8 @@ static void help(void)
            "the CPU; stops early after --max-ms, keeping at least 3), reported as p50/p90/\n"
            "mean/std in microseconds. On CUDA also graph-timed: %d calls captured into a CUDA\n"
            "graph, replays timed, divided by %d (graph_us); a kernel that cannot be captured\n"
-           "says why. host_us (CUDA) is the median CPU time spent inside the call (argument\n"
-           "checks, planning, enqueue). TFLOP/s = 4*B*Hq*Sq*Sk*D (halved for causal with\n"
+           "says why. host_us (CUDA) is the median CPU time spent inside the call; the JSON\n"
+           "splits it into checks, selection and launch (fc_last_host_profile). TFLOP/s = 4*B*Hq*Sq*Sk*D (halved for causal with\n"
            "Sq == Sk) over graph_us when measured, else over p50.\n\n"
            "  --shape NAME     a DESIGN.md shape (repeatable, or comma-separated); default --all\n"
            "  --all            every DESIGN.md shape\n"
@@ -193,7 +193,7 @@ static void print_row(const bench_row *r)
     else snprintf(graph, sizeof(graph), "-");
     /* small CPU figures need more digits than GPU ones */
     char host[32];
-    if (isfinite(r->t.host_us)) snprintf(host, sizeof(host), "%.2f", r->t.host_us);
+    if (isfinite(r->t.host.total_us)) snprintf(host, sizeof(host), "%.2f", r->t.host.total_us);
     else snprintf(host, sizeof(host), "-");
     printf("%-18s %-36s %10.2f %10.2f %10.2f %8.2f %10s %8s %9.*f %6d\n", it->name, kern, r->t.p50_us, r->t.p90_us,
            r->t.mean_us, r->t.std_us, graph, host, r->tflops < 10 ? 4 : 1, r->tflops, r->t.iters);
@@ -274,7 +274,11 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
         kit_jw_kv_number(&w, "min_us", round_to(r->t.min_us, 1e-3));
         kit_jw_kv_number(&w, "graph_us", round_to(r->t.graph_us, 1e-3)); /* null when not measured */
         if (!isfinite(r->t.graph_us)) kit_jw_kv_string(&w, "graph_note", r->t.graph_note);
-        kit_jw_kv_number(&w, "host_us", round_to(r->t.host_us, 1e-3)); /* null on the CPU */
+        /* host time inside the call, medians (null on the CPU) */
+        kit_jw_kv_number(&w, "host_us", round_to(r->t.host.total_us, 1e-3));
+        kit_jw_kv_number(&w, "host_check_us", round_to(r->t.host.check_us, 1e-3));
+        kit_jw_kv_number(&w, "host_select_us", round_to(r->t.host.select_us, 1e-3));
+        kit_jw_kv_number(&w, "host_launch_us", round_to(r->t.host.launch_us, 1e-3));
         kit_jw_kv_number(&w, "tflops", round_to(r->tflops, 1e-6));
         kit_jw_kv_int(&w, "iters", r->t.iters);
         kit_jw_object_end(&w);

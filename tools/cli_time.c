@@ -107,8 +107,9 @@ fc_status cli_time_exec(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cl
     t->graph_us = NAN;
     int cuda = e->backend == FC_BACKEND_CUDA;
     int max_iters = o->iters > 0 ? o->iters : 1;
-    double *us = malloc((size_t)max_iters * 2 * sizeof(double));
-    double *host = us + max_iters; /* CUDA: CPU time inside the call (enqueue cost) */
+    /* us, then the 4 host-profile phases of each CUDA call */
+    double *us = malloc((size_t)max_iters * 5 * sizeof(double));
+    double *host = us + max_iters;
     if (!us) {
         snprintf(err, err_len, "out of host memory for %d timings", max_iters);
         return FC_ERR_OUT_OF_MEMORY;
@@ -133,9 +134,13 @@ fc_status cli_time_exec(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cl
                 st = FC_ERR_CUDA;
                 goto done;
             }
-            const double a = kit_now();
             st = fc_attention_forward(ctx, &e->args, e->stream, NULL);
-            host[n] = (kit_now() - a) * 1e6;
+            fc_host_profile hp;
+            fc_last_host_profile(ctx, &hp);
+            host[n] = hp.check_us;
+            host[max_iters + n] = hp.select_us;
+            host[2 * max_iters + n] = hp.launch_us;
+            host[3 * max_iters + n] = hp.total_us;
             if (st != FC_OK) {
                 snprintf(err, err_len, "%s: %s", fc_status_string(st), fc_last_error(ctx));
                 goto done;
@@ -157,8 +162,11 @@ fc_status cli_time_exec(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cl
         }
         if (n >= 3 && (kit_now() - t0) * 1e3 > o->max_ms) break;
     }
-    t->host_us = cuda ? kit_percentile(host, n, 50.0) : NAN;
     summarize(us, n, t);
+    t->host.check_us = cuda ? kit_percentile(host, n, 50.0) : NAN;
+    t->host.select_us = cuda ? kit_percentile(host + max_iters, n, 50.0) : NAN;
+    t->host.launch_us = cuda ? kit_percentile(host + 2 * max_iters, n, 50.0) : NAN;
+    t->host.total_us = cuda ? kit_percentile(host + 3 * max_iters, n, 50.0) : NAN;
     if (cuda && o->graph) time_graph(ctx, e, o, t);
     else if (!cuda) snprintf(t->graph_note, sizeof(t->graph_note), "not a CUDA run");
     st = FC_OK;

@@ -94,12 +94,12 @@ typedef struct fc_sm90_tile {
     {128, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},  /* 7: small; 2*16K+2*64K = 160 KB          */  \
     /* 8: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 160 regs: \
      * P (32) and the next S (64) cannot both live (intra-warpgroup overlap spills at 160); \
-     * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.   */ \
-    {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 10},                                             \
-    /* 9: d64 tall with overlap: 56+28+32 = 116 of 160 regs; 2*24K+2*28K = 104 KB.        */ \
-    {64, 192, 112, 3, 2, 128, 0, 1, 0, 0, 2, 10},
+     * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
+     * 192x112 with overlap fits (116 regs) but ran 3-11% slower (H100, notes-sm90.md).    \
+     * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. */ \
+    {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 20},
 
-#define FC_SM90_NUM_TILES 10
+#define FC_SM90_NUM_TILES 9
 
 /* Registers after setmaxnreg, per thread, by consumer warpgroup count (see
  * the budget above); 1-warpgroup configs do not use setmaxnreg: 256 threads
