@@ -68,14 +68,16 @@ static int list_pointers(const fc_fwd_params *p, const void *ptrs[7], const char
 }
 
 /* All pointers must live where the backend runs. Only answerable when the
- * CUDA runtime is compiled in; without it every pointer is host memory. */
-static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, int want_device)
+ * CUDA runtime is compiled in; without it every pointer is host memory.
+ * q_known: q's memory space was already established (AUTO asked it), so it
+ * is not queried again (each query is a driver call on the hot path). */
+static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, int want_device, int q_known)
 {
     if (!fc_cuda_compiled()) return FC_OK;
     const void *ptrs[7];
     const char *names[7];
     int n = list_pointers(p, ptrs, names);
-    for (int i = 0; i < n; i++) {
+    for (int i = q_known ? 1 : 0; i < n; i++) { /* q is ptrs[0] */
         int dev = fc_cuda_pointer_is_device(ptrs[i]);
         if (dev != want_device)
             return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
@@ -86,7 +88,7 @@ static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, int
     return FC_OK;
 }
 
-static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, fc_backend b, fc_plan *plan)
+static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, fc_backend b, int q_known, fc_plan *plan)
 {
     if (p->dtype != FC_DTYPE_F32 && p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "dtype %d is not supported by the cpu backend",
@@ -95,7 +97,7 @@ static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, fc_backend 
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "head_dim %d is not supported by the cpu backend: supported 1 to %d",
                             (int)p->head_dim, FC_CPU_MAX_HEAD_DIM);
-    fc_status st = check_memory_space(ctx, p, 0);
+    fc_status st = check_memory_space(ctx, p, 0, q_known);
     if (st) return st;
     /* Always validated on the host (cheap), even when nothing is to be done:
      * "nothing" may rest on max_seqlen_q == 0, which only cu_seqlens confirm. */
@@ -125,11 +127,12 @@ static fc_status check_device_varlen(fc_context *ctx, const fc_fwd_params *p, vo
     return st;
 }
 
-static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stream, fc_plan *plan)
+static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stream, int q_known,
+                             fc_plan *plan)
 {
     fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
     if (st) return st;
-    st = check_memory_space(ctx, p, 1);
+    st = check_memory_space(ctx, p, 1, q_known);
     if (st) return st;
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
@@ -199,12 +202,13 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requeste
 {
     memset(plan, 0, sizeof *plan);
     fc_backend b = requested;
+    const int q_known = b == FC_BACKEND_AUTO && fc_cuda_compiled(); /* AUTO goes where q lives */
     if (b == FC_BACKEND_AUTO)
         b = (fc_cuda_compiled() && fc_cuda_pointer_is_device(p->q)) ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
     switch (b) {
     case FC_BACKEND_CPU:
-    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, b, plan);
-    case FC_BACKEND_CUDA: return select_cuda(ctx, p, stream, plan);
+    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, b, q_known, plan);
+    case FC_BACKEND_CUDA: return select_cuda(ctx, p, stream, q_known, plan);
     default: return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %s is invalid", backend_name(b));
     }
 }

@@ -90,12 +90,12 @@ template <int kCfg> struct Cfg {
     static constexpr int SMEM = FC_SM90_SMEM_BYTES(T);
 
     /* 2 (3) consumer warpgroups: 384 (512) threads enter with 168 (128)
-     * registers and move them with setmaxnreg (40/232, 32/160: tiles.cuh).
+     * registers and move them with setmaxnreg (40/232, 40/152: tiles.cuh).
      * 1 consumer warpgroup: 256 threads may use up to 255 registers each
      * from the start (65536/256), so no setmaxnreg is needed. */
     static_assert(WG >= 1 && WG <= 3, "1 to 3 consumer warpgroups");
     static constexpr bool SETMAXNREG = WG >= 2;
-    static constexpr int PRODUCER_REGS = FC_SM90_PRODUCER_REGS(WG);
+    static constexpr int PRODUCER_REGS = FC_SM90_PRODUCER_REGS;
     static constexpr int CONSUMER_REGS = FC_SM90_CONSUMER_REGS(WG);
     static_assert(!SETMAXNREG || 128 * PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= 65536,
                   "setmaxnreg split must fit the register file");

@@ -12,8 +12,9 @@
  * (24/240 spilled in the producer once it also ran the dynamic tile
  * scheduler: atomic fetch + tile hand-off.)
  * With 3 consumer warpgroups (512 threads, 128 registers at entry):
- *     128 * 32 + 384 * 160 = 65536 = 512 * 128
- * so a 3-warpgroup row must fit S + P + O + ~30 in 160 (d64 192x128: 158).
+ *     128 * 40 + 384 * 152 = 63488 <= 65536 = 512 * 128
+ * (32/160, FA3's split, spilled the producer's scheduler at d128), so a
+ * 3-warpgroup row must fit S + O (+ P while converting) + ~30 in 152.
  *
  * Consumer register budget (232 per thread), per 64-row warpgroup, fp32:
  *     S accumulator   block_n / 2        (64 x block_n over 128 threads)
@@ -92,20 +93,24 @@ typedef struct fc_sm90_tile {
     {256, 128, 80, 2, 2, 128, 0, 1, 0, 0, 1, 0},  /* 5: 40+20+128=188; 64K+2*80K = 224 KB    */  \
     {64, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},   /* 6: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
     {128, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},  /* 7: small; 2*16K+2*64K = 160 KB          */  \
-    /* 8: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 160 regs: \
+    /* 8: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 152 regs: \
      * P (32) and the next S (64) cannot both live (intra-warpgroup overlap spills at 160); \
      * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
      * 192x112 with overlap fits (116 regs) but ran 3-11% slower (H100, notes-sm90.md).    \
      * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. */ \
-    {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 20},
+    {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 20},                                             \
+    /* 9: d128 tall, experimental (tall 0: the planner never picks it; forced with    \
+     * FLASHCORE_SM90_CONFIG for A/B): S 48 + O 64 = 112 of 152 regs (block_n 112/128  \
+     * spill); 2*48K+2*48K = 192 KB.                                                    */ \
+    {128, 192, 96, 3, 2, 128, 0, 0, 0, 0, 2, 0},
 
-#define FC_SM90_NUM_TILES 9
+#define FC_SM90_NUM_TILES 10
 
 /* Registers after setmaxnreg, per thread, by consumer warpgroup count (see
  * the budget above); 1-warpgroup configs do not use setmaxnreg: 256 threads
  * may use 255 registers each from the start. */
-#define FC_SM90_PRODUCER_REGS(wgs) ((wgs) == 3 ? 32 : 40)
-#define FC_SM90_CONSUMER_REGS(wgs) ((wgs) == 3 ? 160 : 232)
+#define FC_SM90_PRODUCER_REGS 40
+#define FC_SM90_CONSUMER_REGS(wgs) ((wgs) == 3 ? 152 : 232)
 
 /* Bytes of dynamic shared memory a config needs (the kernel's own layout in
  * fwd_kernel.cuh must match: Q buffers, K stages, V stages, barriers). */

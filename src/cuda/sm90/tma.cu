@@ -4,6 +4,11 @@
  * cuTensorMapEncodeTiled is a driver API function. FlashCore links only the
  * CUDA runtime (no -lcuda), so the function is fetched at run time through
  * cudaGetDriverEntryPointByVersion, pinned to the 12.0 ABI of the call.
+ *
+ * A descriptor is a pure function of the encode arguments, and encoding
+ * costs host time on every forward call (4 maps: ~1 us each on the H100
+ * machine, docs/perf/notes-sm90.md), so each thread keeps its last few
+ * descriptors and reuses one whose arguments are all equal.
  */
 #include <stdio.h>
 #include <string.h>
@@ -49,6 +54,42 @@ const Encoder &encoder()
     return e;
 }
 
+/* Everything cuTensorMapEncodeTiled receives that varies (the rest is
+ * constant below); unused dims are zero so that whole keys compare. */
+struct MapKey {
+    const void *base;
+    uint64_t dims[5], strides[4];
+    uint32_t box[6];                 /* [5] unused: keeps the struct free of */
+    int32_t rank, bf16, swizzle, pad_; /* padding bytes, so memcmp is exact  */
+};
+static_assert(sizeof(MapKey) == 8 + 40 + 32 + 24 + 16, "MapKey must have no padding (memcmp)");
+
+struct MapCache {
+    static constexpr int N = 8; /* a call needs 4 (q, k, v, o); 2 calls' worth */
+    MapKey key[N];
+    CUtensorMap map[N];
+    int used, next;
+};
+
+thread_local MapCache t_maps;
+
+MapKey make_key(const void *base, int bf16, int rank, const uint64_t *dims, const uint64_t *strides,
+                const uint32_t *box, int swizzle)
+{
+    MapKey k;
+    memset(&k, 0, sizeof k);
+    k.base = base;
+    k.rank = rank;
+    k.bf16 = bf16 != 0;
+    k.swizzle = swizzle;
+    for (int i = 0; i < rank; ++i) {
+        k.dims[i] = dims[i];
+        k.box[i] = box[i];
+        if (i < rank - 1) k.strides[i] = strides[i];
+    }
+    return k;
+}
+
 } /* namespace */
 
 fc_status fc_sm90_encode_map(CUtensorMap *map, const char *what, const void *base, int bf16, int rank,
@@ -90,6 +131,14 @@ fc_status fc_sm90_encode_map(CUtensorMap *map, const char *what, const void *bas
                  box[0] * 2, swizzle_bytes);
         return FC_ERR_INTERNAL;
     }
+    const MapKey key = make_key(base, bf16, rank, dims, strides_bytes, box, swizzle_bytes);
+    MapCache &c = t_maps;
+    for (int i = 0; i < c.used; ++i) {
+        if (memcmp(&c.key[i], &key, sizeof key) == 0) {
+            *map = c.map[i];
+            return FC_OK;
+        }
+    }
     const Encoder &e = encoder();
     if (!e.fn) {
         snprintf(err, err_len, "%s: %s", what, e.why);
@@ -121,5 +170,9 @@ fc_status fc_sm90_encode_map(CUtensorMap *map, const char *what, const void *bas
                  what, (int)r, d, s, b);
         return FC_ERR_CUDA;
     }
+    c.key[c.next] = key;
+    c.map[c.next] = *map;
+    c.next = (c.next + 1) % MapCache::N;
+    if (c.used < MapCache::N) ++c.used;
     return FC_OK;
 }
