@@ -30,7 +30,7 @@ const Launchers k_launch[FC_SM90_NUM_TILES] = {
     {fc_sm90_launch_2_bf16, fc_sm90_launch_2_f16}, {fc_sm90_launch_3_bf16, fc_sm90_launch_3_f16},
     {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
     {fc_sm90_launch_6_bf16, fc_sm90_launch_6_f16}, {fc_sm90_launch_7_bf16, fc_sm90_launch_7_f16},
-    {fc_sm90_launch_8_bf16, fc_sm90_launch_8_f16}, {fc_sm90_launch_9_bf16, fc_sm90_launch_9_f16},
+    {fc_sm90_launch_8_bf16, fc_sm90_launch_8_f16},
 };
 static_assert(sizeof k_launch / sizeof k_launch[0] == FC_SM90_NUM_TILES, "one launcher pair per config");
 

@@ -78,7 +78,6 @@ FC_SM90_DECLARE_LAUNCHER(5)
 FC_SM90_DECLARE_LAUNCHER(6)
 FC_SM90_DECLARE_LAUNCHER(7)
 FC_SM90_DECLARE_LAUNCHER(8)
-FC_SM90_DECLARE_LAUNCHER(9)
 
 /* tma.cu: encode a rank-4 or rank-5 tiled tensor map of 16-bit elements.
  * dims/box innermost first (rank entries); strides in bytes for dims

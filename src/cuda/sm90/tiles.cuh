@@ -98,13 +98,9 @@ typedef struct fc_sm90_tile {
      * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
      * 192x112 with overlap fits (116 regs) but ran 3-11% slower (H100, notes-sm90.md).    \
      * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. */ \
-    {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 20},                                             \
-    /* 9: d128 tall, experimental (tall 0: the planner never picks it; forced with    \
-     * FLASHCORE_SM90_CONFIG for A/B): S 48 + O 64 = 112 of 152 regs (block_n 112/128  \
-     * spill); 2*48K+2*48K = 192 KB.                                                    */ \
-    {128, 192, 96, 3, 2, 128, 0, 0, 0, 0, 2, 0},
+    {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 20},
 
-#define FC_SM90_NUM_TILES 10
+#define FC_SM90_NUM_TILES 9
 
 /* Registers after setmaxnreg, per thread, by consumer warpgroup count (see
  * the budget above); 1-warpgroup configs do not use setmaxnreg: 256 threads
