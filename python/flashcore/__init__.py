@@ -9,6 +9,7 @@ CUDA) go straight to the C API as pointers with strides; nothing is copied.
     out, lse = flashcore.attention(q, k, v, layout="bhsd", return_lse=True)
     ok, why = flashcore.supported(q, k, v, cuda_path=90)
     flashcore.kernel_info       # what the last call on this thread ran
+    flashcore.last_host_profile()  # its host time in the library, per phase
 
 The library is loaded on first use (see flashcore._lib for where it is
 looked for; FLASHCORE_LIBRARY overrides). __version__ is the loaded
@@ -19,14 +20,15 @@ from FLASHCORE_VERSION_STRING in include/flashcore.h).
 import ctypes
 
 from . import _lib
-from ._attention import KernelInfo, attention, last_kernel_info, supported
+from ._attention import KernelInfo, attention, last_host_profile, last_kernel_info, supported
 from ._attention import context as _context
 from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentError,
                      LibraryNotFoundError, NoDeviceError, OutOfMemoryError, UnsupportedError)
 
 __all__ = [
     "attention", "supported", "build_info", "cuda_available", "device_info", "version_number",
-    "library_path", "set_num_threads", "last_kernel_info", "KernelInfo", "FlashCoreError",
+    "library_path", "set_num_threads", "last_kernel_info", "last_host_profile", "KernelInfo",
+    "FlashCoreError",
     "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "CudaError", "NoDeviceError",
     "InternalError", "LibraryNotFoundError",
 ]

@@ -72,6 +72,15 @@ def last_kernel_info():
     return getattr(_tls, "info", None)
 
 
+def last_host_profile():
+    """Host time of this thread's last successful attention() call inside the
+    library, as a dict of microseconds: check_us, select_us, launch_us,
+    total_us (fc_last_host_profile; zeros before the first call)."""
+    prof = _lib.fc_host_profile()
+    context().check(_lib.load().fc_last_host_profile(context().handle, ctypes.byref(prof)))
+    return {name: float(getattr(prof, name)) for name, _ in _lib.fc_host_profile._fields_}
+
+
 def _kernel_info(info):
     return KernelInfo(_lib.BACKEND_NAMES.get(info.backend, str(info.backend)),
                       info.name.decode("utf-8", "replace"), int(info.num_splits),

@@ -70,6 +70,15 @@ class fc_kernel_info(ctypes.Structure):
     ]
 
 
+class fc_host_profile(ctypes.Structure):
+    _fields_ = [
+        ("check_us", ctypes.c_double),
+        ("select_us", ctypes.c_double),
+        ("launch_us", ctypes.c_double),
+        ("total_us", ctypes.c_double),
+    ]
+
+
 def new_args(lib):
     """An fc_attention_args filled by fc_attention_args_init, in a buffer with
     slack behind it (see the module doc)."""
@@ -118,6 +127,7 @@ def _declare(lib):
             c.c_int, [P, c.POINTER(fc_attention_args), c.POINTER(fc_kernel_info)]),
         "fc_attention_forward": (
             c.c_int, [P, c.POINTER(fc_attention_args), P, c.POINTER(fc_kernel_info)]),
+        "fc_last_host_profile": (c.c_int, [P, c.POINTER(fc_host_profile)]),
         "fc_cuda_available": (c.c_int, []),
         "fc_cuda_device_info": (c.c_int, [P, c.c_char_p, c.c_size_t]),
     }

@@ -82,6 +82,20 @@ def test_dense_matches_reference(case, dtype, layout):
     assert info.backend == "cpu" and info.name
 
 
+def test_last_host_profile():
+    rng = np.random.default_rng(11)
+    q, k, v = make_qkv(rng, 1, 16, 24, 2, 2, 32, "f32", "bshd")
+    flashcore.attention(q, k, v, causal=True)
+    prof = flashcore.last_host_profile()
+    assert set(prof) == {"check_us", "select_us", "launch_us", "total_us"}
+    assert all(prof[k] >= 0 for k in prof) and prof["launch_us"] > 0
+    parts = prof["check_us"] + prof["select_us"] + prof["launch_us"]
+    assert abs(prof["total_us"] - parts) <= 1e-6 * prof["total_us"] + 1e-3
+    with pytest.raises(flashcore.InvalidArgumentError):
+        flashcore.attention(q, k, v, window=(-2, 0))
+    assert flashcore.last_host_profile() == prof  # a failed call leaves it
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_cpu_reference_backend(dtype):
     rng = np.random.default_rng(7)
@@ -251,7 +265,7 @@ def _c_fields(struct_name):
 
 
 @pytest.mark.skipif(not HEADER.is_file(), reason="not in a source checkout")
-@pytest.mark.parametrize("struct", ["fc_tensor", "fc_attention_args", "fc_kernel_info"])
+@pytest.mark.parametrize("struct", ["fc_tensor", "fc_attention_args", "fc_kernel_info", "fc_host_profile"])
 def test_ctypes_structs_mirror_the_header(struct):
     py = [f[0] for f in getattr(_lib, struct)._fields_]
     assert py == _c_fields(struct), "update flashcore/_lib.py to match include/flashcore.h"
