@@ -5,7 +5,9 @@
 # run. Prints a short summary table last. Logs and JSON go to $OUT (or out/).
 #
 #   bash scripts/gpu-check.sh [all|STAGE[,STAGE...]] [--quick]
-#   stages: build test sanitize sass bench
+#   stages: build test sanitize sass bench, and (not in `all`) trace: a
+#   trace build of the Hopper kernels (-DFC_SM90_TRACE=1, in $BUILD-trace)
+#   timing each tile's phases on TRACE_SHAPES (bench/trace_sm90.py)
 #   env: BUILD (build dir, default build-gpu), ARCHS (default 90a),
 #        PEERS_MAX_S (bench time cap), PEERS_EXTRA (more bench/peers.py args)
 #
@@ -29,6 +31,7 @@ declare -A result
 t0=$(date +%s)
 log() { echo "== [$(($(date +%s) - t0))s] $*"; }
 want() { [ "$stage" = all ] || [[ ",$stage," == *",$1,"* ]]; }
+want_explicit() { [[ ",$stage," == *",$1,"* ]]; }
 # "row head_dim tall" for each row of the Hopper tile table (src/cuda/sm90/tiles.cuh)
 sm90_rows() {
   awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
@@ -141,6 +144,20 @@ if want bench; then
   else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi
   "$BUILD/flashcore" demo > "$OUT/demo.txt" 2>&1 && result[demo]="ok" || result[demo]=FAIL
   tail -6 "$OUT/demo.txt"
+fi
+
+if want_explicit trace; then
+  log "trace build and per-tile phases"
+  if cmake -S . -B "$BUILD-trace" -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA=ON "-DFLASHCORE_CUDA_ARCHS=$ARCHS" \
+       -DCMAKE_CUDA_FLAGS=-DFC_SM90_TRACE=1 >"$OUT/trace-build.log" 2>&1 &&
+     cmake --build "$BUILD-trace" -j "$JOBS" --target flashcore_cli >>"$OUT/trace-build.log" 2>&1; then
+    result[trace]=ok
+    for sh in ${TRACE_SHAPES:-s512-d64 s2k-d128 s8k-d128}; do
+      FLASHCORE_SM90_TRACE_FILE="$OUT/trace-$sh.bin" "$BUILD-trace/flashcore" bench --shape "$sh" --iters 2 \
+        --warmup-ms 200 --no-graph >"$OUT/trace-$sh.log" 2>&1
+      echo "-- $sh"; python3 bench/trace_sm90.py "$OUT/trace-$sh.bin" | tee -a "$OUT/trace.txt"
+    done
+  else result[trace]=FAIL; tail -20 "$OUT/trace-build.log"; fi
 fi
 
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader | sed 's/^/after: /'

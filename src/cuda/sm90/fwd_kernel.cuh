@@ -52,8 +52,23 @@
 #ifndef FC_SM90_SIMPLE
 #define FC_SM90_SIMPLE 0
 #endif
+#ifndef FC_SM90_TRACE
+#define FC_SM90_TRACE 0
+#endif
 
 namespace fc90 {
+
+/* Trace builds only (sm90.h): stamp event ev of this CTA's tile k for role. */
+__device__ __forceinline__ void trace(const fc_sm90_params &p, int role, int k, int ev, bool who)
+{
+#if FC_SM90_TRACE
+    if (who && p.trace && k < FC_SM90_TRACE_TILES)
+        p.trace[(((size_t)blockIdx.x * FC_SM90_TRACE_ROLES + role) * FC_SM90_TRACE_TILES + k) *
+                    FC_SM90_TRACE_EVENTS + ev] = clock64();
+#else
+    (void)p, (void)role, (void)k, (void)ev, (void)who;
+#endif
+}
 
 static constexpr fc_sm90_tile kTiles[FC_SM90_NUM_TILES] = {FC_SM90_TILE_TABLE};
 
@@ -291,6 +306,7 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
         if (t >= p.num_tiles) break;
         Tile g;
         decode_tile<C>(p, t, g);
+        trace(p, 0, k, 0, true);
         if (!g.rows || g.n_hi <= g.n_lo) continue; /* consumers write it without loads */
         const int hk = g.hk;
         const int bq = p.cu_q ? 0 : g.b;
@@ -325,11 +341,13 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
                 load_q<C>(&p.tm_q, base + C::OFF_Q, bars.q_full(0), g.q_off + row_pos(p, g.m0), g.hu, bq);
                 ++q_iter;
             }
+            if (n == g.n_hi - 1) trace(p, 0, k, 1, true); /* first K/V issued */
             if (++stage == C::ST) {
                 stage = 0;
                 phase ^= 1;
             }
         }
+        trace(p, 0, k, 2, true); /* every load of the tile issued */
     }
 }
 
@@ -535,6 +553,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         Tile g;
         decode_tile<C>(p, t, g);
         if (!g.rows) continue;
+        trace(p, cw + 1, k, 0, tid == 0);
 
         float O[C::D / 2];
 #pragma unroll
@@ -556,6 +575,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 mr.hi[r] = key_hi(row, g.sq, g.sk, p.window_right);
             }
             FC90_WAIT(bars.q_full(qb), (q_iter / C::QB) & 1);
+            trace(p, cw + 1, k, 1, tid == 0);
 
             float S[C::BN / 2];
             uint32_t P[C::BN / 4];
@@ -575,6 +595,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 mbar_arrive(bars.k_empty(stage));
                 softmax_block<C, true>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
                 convert_p<C, kBF16>(S, P);
+                trace(p, cw + 1, k, 2, tid == 0);
                 int v_stage = stage;
                 uint32_t v_phase = phase;
                 if (++stage == C::ST) { stage = 0; phase ^= 1; }
@@ -653,6 +674,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             }
         }
 
+        trace(p, cw + 1, k, 3, tid == 0);
         /* ---- finalize: O / l, lse = max*scale + ln(l) (natural log) ---- */
         float lse[2];
 #pragma unroll
@@ -768,6 +790,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             mbar_arrive(bars.q_empty(qb));
             ++q_iter;
         }
+        trace(p, cw + 1, k, 4, tid == 0);
     }
     /* The last O stores must land before the CTA's shared memory goes away. */
     if (p.o_tma && tid == 0) tma_store_wait_all();

@@ -17,8 +17,52 @@
 #ifndef FC_SM90_SIMPLE
 #define FC_SM90_SIMPLE 0
 #endif
+#ifndef FC_SM90_TRACE
+#define FC_SM90_TRACE 0
+#endif
 
 namespace {
+
+#if FC_SM90_TRACE
+/* Trace builds only (sm90.h): one device buffer for the process; after each
+ * launch the call waits for the kernel and writes the buffer to
+ * $FLASHCORE_SM90_TRACE_FILE (header: int32 ctas, roles, tiles, events,
+ * config, then int64 clock64 stamps, -1 = not reached). Tracing serialises
+ * every call: never in a shipped build. */
+const size_t k_trace_ctas = 1024;
+const size_t k_trace_count =
+    k_trace_ctas * FC_SM90_TRACE_ROLES * FC_SM90_TRACE_TILES * FC_SM90_TRACE_EVENTS;
+long long *g_trace;
+
+long long *trace_buffer(cudaStream_t stream)
+{
+    if (!g_trace && cudaMalloc((void **)&g_trace, k_trace_count * sizeof(long long)) != cudaSuccess) {
+        cudaGetLastError();
+        g_trace = NULL;
+    }
+    if (g_trace) cudaMemsetAsync(g_trace, 0xff, k_trace_count * sizeof(long long), stream);
+    return g_trace;
+}
+
+void trace_write(cudaStream_t stream, int grid, int config)
+{
+    const char *path = getenv("FLASHCORE_SM90_TRACE_FILE");
+    if (!g_trace || !path || !*path) return;
+    const size_t n = (size_t)(grid < (int)k_trace_ctas ? grid : (int)k_trace_ctas) * FC_SM90_TRACE_ROLES *
+                     FC_SM90_TRACE_TILES * FC_SM90_TRACE_EVENTS;
+    long long *h = (long long *)malloc(n * sizeof(long long));
+    FILE *f = fopen(path, "wb");
+    if (h && f && cudaStreamSynchronize(stream) == cudaSuccess &&
+        cudaMemcpy(h, g_trace, n * sizeof(long long), cudaMemcpyDeviceToHost) == cudaSuccess) {
+        const int32_t head[5] = {grid < (int)k_trace_ctas ? grid : (int)k_trace_ctas, FC_SM90_TRACE_ROLES,
+                                 FC_SM90_TRACE_TILES, FC_SM90_TRACE_EVENTS, config};
+        fwrite(head, sizeof head, 1, f);
+        fwrite(h, sizeof(long long), n, f);
+    }
+    if (f) fclose(f);
+    free(h);
+}
+#endif
 
 const fc_sm90_tile k_tiles[FC_SM90_NUM_TILES] = {FC_SM90_TILE_TABLE};
 
@@ -468,8 +512,14 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         }
     }
     prm.tile_ctr = ctr;
+#if FC_SM90_TRACE
+    prm.trace = grid <= (int)k_trace_ctas ? trace_buffer((cudaStream_t)stream) : NULL;
+#endif
     const Launchers &l = k_launch[choice->config];
     fc_status st = (bf16 ? l.bf16 : l.f16)(&prm, grid, dev->id, (cudaStream_t)stream, err, err_len);
+#if FC_SM90_TRACE
+    if (st == FC_OK && prm.trace) trace_write((cudaStream_t)stream, grid, choice->config);
+#endif
     if (ctr) {
         /* Freed in stream order after the kernel; also after a failed launch. */
         const cudaError_t e = cudaFreeAsync(ctr, (cudaStream_t)stream);

@@ -31,6 +31,7 @@ typedef struct fc_sm90_params {
     float *lse_accum;
     const int32_t *cu_q, *cu_k; /* varlen offsets (device) or NULL           */
     int *tile_ctr;    /* dynamic tile scheduler: zeroed counter, or NULL (static) */
+    long long *trace; /* phase timestamps, trace builds only (FC_SM90_TRACE), else NULL */
 
     int64_t o_batch_stride, o_row_stride, o_head_stride;
     int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
@@ -78,6 +79,15 @@ FC_SM90_DECLARE_LAUNCHER(5)
 FC_SM90_DECLARE_LAUNCHER(6)
 FC_SM90_DECLARE_LAUNCHER(7)
 FC_SM90_DECLARE_LAUNCHER(8)
+
+/* Trace builds (-DFC_SM90_TRACE=1, never shipped): the kernel stamps the SM
+ * clock (clock64) at phase boundaries into trace[cta][role][tile][event],
+ * role 0 = the producer thread, 1.. = consumer warpgroups (their thread 0),
+ * tile = the CTA's k-th tile; plan.cu writes the last call's buffer to
+ * $FLASHCORE_SM90_TRACE_FILE; bench/trace_sm90.py reads it. */
+#define FC_SM90_TRACE_ROLES 4
+#define FC_SM90_TRACE_TILES 64
+#define FC_SM90_TRACE_EVENTS 8
 
 /* tma.cu: encode a rank-4 or rank-5 tiled tensor map of 16-bit elements.
  * dims/box innermost first (rank entries); strides in bytes for dims

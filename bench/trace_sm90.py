@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Summarise a Hopper kernel trace (a trace build: -DFC_SM90_TRACE=1, see
+src/cuda/sm90/sm90.h) written to $FLASHCORE_SM90_TRACE_FILE.
+
+    FLASHCORE_SM90_TRACE_FILE=/tmp/t.bin build-trace/flashcore bench --shape s2k-d128 \\
+        --iters 1 --warmup-ms 0 --no-graph
+    python3 bench/trace_sm90.py /tmp/t.bin [--ghz 1.98]
+
+Events per tile (SM clock stamps, per CTA):
+  producer  p0 tile decoded, p1 first K/V load issued, p2 every load issued
+  consumer  c0 tile start, c1 Q ready, c2 first block's softmax done,
+            c3 main loop done (last P.V complete), c4 epilogue done
+Prints, over all CTAs and tiles, the median and mean of each phase in
+microseconds, and the share of the kernel's CTA time each phase takes.
+"""
+import argparse
+import statistics
+import struct
+import sys
+
+
+def load(path):
+    with open(path, "rb") as f:
+        head = struct.unpack("<5i", f.read(20))
+        ctas, roles, tiles, events, config = head
+        n = ctas * roles * tiles * events
+        data = struct.unpack("<%dq" % n, f.read(8 * n))
+    def at(c, r, t, e):
+        return data[((c * roles + r) * tiles + t) * events + e]
+    return head, at
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file")
+    ap.add_argument("--ghz", type=float, default=1.98, help="SM clock to convert cycles (H100 boost)")
+    a = ap.parse_args()
+    (ctas, roles, tiles, events, config), at = load(a.file)
+    us = 1e-3 / a.ghz
+    phases = {"Q wait (c1-c0)": [], "first block (c2-c1)": [], "main loop (c3-c2)": [],
+              "epilogue (c4-c3)": [], "gap to next tile (c0'-c4)": [], "producer: ring wait (p1-p0)": []}
+    span_total = 0.0
+    for c in range(ctas):
+        first, last = None, None
+        for w in range(1, roles):
+            for t in range(tiles):
+                ev = [at(c, w, t, e) for e in range(5)]
+                if ev[0] < 0:
+                    continue
+                first = ev[0] if first is None else min(first, ev[0])
+                if ev[4] >= 0:
+                    last = ev[4] if last is None else max(last, ev[4])
+                if min(ev) < 0:
+                    continue
+                phases["Q wait (c1-c0)"].append((ev[1] - ev[0]) * us)
+                phases["first block (c2-c1)"].append((ev[2] - ev[1]) * us)
+                phases["main loop (c3-c2)"].append((ev[3] - ev[2]) * us)
+                phases["epilogue (c4-c3)"].append((ev[4] - ev[3]) * us)
+                if t + 1 < tiles and at(c, w, t + 1, 0) >= 0:
+                    phases["gap to next tile (c0'-c4)"].append((at(c, w, t + 1, 0) - ev[4]) * us)
+        for t in range(tiles):
+            p0, p1 = at(c, 0, t, 0), at(c, 0, t, 1)
+            if p0 >= 0 and p1 >= 0:
+                phases["producer: ring wait (p1-p0)"].append((p1 - p0) * us)
+        if first is not None and last is not None:
+            span_total += (last - first) * us
+    print("trace: %d CTAs, config %d, %.2f GHz" % (ctas, config, a.ghz))
+    cons = sum(sum(v) for k, v in phases.items() if not k.startswith("producer")) or 1.0
+    for k, v in phases.items():
+        if not v:
+            print("  %-30s -" % k)
+            continue
+        share = "" if k.startswith("producer") else "  %5.1f%% of consumer time" % (100 * sum(v) / cons)
+        print("  %-30s median %8.3f us  mean %8.3f us  n %5d%s" % (k, statistics.median(v),
+                                                                 statistics.fmean(v), len(v), share))
+    print("  CTA span (first tile start .. last epilogue), summed over CTAs: %.1f us" % span_total)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
