@@ -538,6 +538,15 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
     int stage = 0;
     uint32_t phase = 0;
     uint32_t q_iter = 0;
+    int q_release = -1; /* 2 Q buffers: the previous tile's, not yet handed back */
+    /* Hand Q buffer b back: our generic reads/writes of it, and the O store's
+     * reads of the staging (issuing thread), come before the next TMA (async
+     * proxy) write into it. */
+    auto release_q = [&](int b) {
+        if (p.o_tma && tid == 0) tma_store_wait_read();
+        fence_proxy_async();
+        mbar_arrive(bars.q_empty(b));
+    };
     for (int k = 0;; ++k) {
         int t;
         if (p.tile_ctr) {
@@ -593,6 +602,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 wg_wait<0>();
                 fence_regs(S);
                 mbar_arrive(bars.k_empty(stage));
+                if (C::QB == 2 && q_release >= 0) release_q(q_release), q_release = -1;
                 softmax_block<C, true>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
                 convert_p<C, kBF16>(S, P);
                 trace(p, cw + 1, k, 2, tid == 0);
@@ -652,6 +662,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                     wg_wait<0>();
                     fence_regs(S);
                     mbar_arrive(bars.k_empty(stage));
+                    if (C::QB == 2 && first && q_release >= 0) release_q(q_release), q_release = -1;
                     if (first)
                         softmax_block<C, true>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
                     else
@@ -782,12 +793,12 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             }
         }
         if (work) {
-            /* Hand the Q buffer back: our generic reads/writes of it, and the
-             * O store's reads of the staging (issuing thread), come before
-             * the next TMA (async proxy) write into it. */
-            if (p.o_tma && tid == 0) tma_store_wait_read();
-            fence_proxy_async();
-            mbar_arrive(bars.q_empty(qb));
+            /* With 2 Q buffers this one is refilled only for the tile after
+             * next: hand it back during the next tile (release_q), by when
+             * the O store has long read it, instead of waiting for that read
+             * here with the whole warpgroup behind thread 0. */
+            if (C::QB == 2) q_release = qb;
+            else release_q(qb);
             ++q_iter;
         }
         trace(p, cw + 1, k, 4, tid == 0);
