@@ -32,6 +32,27 @@ t0=$(date +%s)
 log() { echo "== [$(($(date +%s) - t0))s] $*"; }
 want() { [ "$stage" = all ] || [[ ",$stage," == *",$1,"* ]]; }
 want_explicit() { [[ ",$stage," == *",$1,"* ]]; }
+# "row head_dim" for each sm90-class row of the sm80-class table (src/cuda/sm80/tiles.cuh;
+# rows numbered over the whole table)
+sm80_rows() {
+  awk '/constexpr Tile kTiles\[\] = \{/{on=1;next} on && /^\};/{on=0}
+       on && match($0,/^[ \t]*\{kClass[A-Za-z0-9]+, *[0-9]+/){s=substr($0,RSTART,RLENGTH); gsub(/[{ \t]/,"",s);
+       split(s,a,","); if (a[1] == "kClassSm90") print n, a[2]; n++}' src/cuda/sm80/tiles.cuh
+}
+# run_rows VAR PATH LIST: the GPU matrix on path PATH once per "row head_dim ..." line
+# that LIST prints, with VAR=row forcing the row; result[gpuPATH-rows]
+run_rows() {
+  local var=$1 path=$2 list=$3 bad="" n=0 row dim
+  while read -r row dim _; do
+    n=$((n + 1))
+    if ! env "$var=$row" timeout 200 "$BUILD/tests/test_cuda_forward" --path "$path" --head-dim "$dim" \
+         --cases "$nr" --seed $((row + 7)) >"$OUT/gpu$path-row-$row.log" 2>&1; then
+      bad="$bad $row"; grep -m 5 -i fail "$OUT/gpu$path-row-$row.log"
+    fi
+  done < <($list)
+  if [ -z "$bad" ]; then result[gpu$path-rows]="ok: $n rows x $nr cases"
+  else result[gpu$path-rows]="FAIL: rows$bad"; fi
+}
 # "row head_dim tall" for each row of the Hopper tile table (src/cuda/sm90/tiles.cuh)
 sm90_rows() {
   awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
@@ -69,20 +90,13 @@ if want test; then
       result[gpu$path]="FAIL: $(tail -1 "$OUT/gpu-test-$path.log")"; grep -m 15 -i fail "$OUT/gpu-test-$path.log"
     fi
   done
-  # Every row of the Hopper tile table, forced (FLASHCORE_SM90_CONFIG), on
-  # random cases of its head_dim: rows the planner picks only for big shapes
-  # (tall, small) get the same matrix as the defaults.
+  # Every row of the Hopper tile table (FLASHCORE_SM90_CONFIG) and every
+  # sm90-class row of the sm80 table (FLASHCORE_SM80_CONFIG), forced, on
+  # random cases of its head_dim: rows the planner picks only for some shapes
+  # (tall, small, long-KV) get the same matrix as the defaults.
   nr=$([ $quick = 1 ] && echo 12 || echo 40)
-  bad_rows=""; rows_run=0
-  while read -r row dim tall; do
-    rows_run=$((rows_run + 1))
-    if ! FLASHCORE_SM90_CONFIG=$row timeout 200 "$BUILD/tests/test_cuda_forward" --path 90 --head-dim "$dim" \
-         --cases "$nr" --seed $((row + 7)) >"$OUT/gpu-row-$row.log" 2>&1; then
-      bad_rows="$bad_rows $row"; grep -m 5 -i fail "$OUT/gpu-row-$row.log"
-    fi
-  done < <(sm90_rows)
-  if [ -z "$bad_rows" ]; then result[gpu90-rows]="ok: $rows_run rows x $nr cases"
-  else result[gpu90-rows]="FAIL: rows$bad_rows"; fi
+  run_rows FLASHCORE_SM90_CONFIG 90 sm90_rows
+  run_rows FLASHCORE_SM80_CONFIG 80 sm80_rows
   log "python binding tests"
   if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
        python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then result[pytest]="ok: $(tail -1 "$OUT/pytest.log")"
@@ -136,7 +150,7 @@ if want bench; then
   args=()
   [ $quick = 1 ] && args+=(--quick)
   args+=(--max-total-s "${PEERS_MAX_S:-420}")
-  # PEERS_EXTRA: more peers.py arguments, e.g. "--sm90-rows 0,8 --shapes s16k-d64"
+  # PEERS_EXTRA: more peers.py arguments, e.g. "--sm90-rows 0,7 --shapes s16k-d64"
   read -r -a extra <<< "${PEERS_EXTRA:-}"
   args+=("${extra[@]}")
   if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \

@@ -74,6 +74,16 @@ using LoadK = KvSel<1>;
 using LoadV = KvSel<2>;
 using LoadKV = KvSel<3>;
 
+/* threadIdx.x through volatile asm: each call is a fresh S2R, so values
+ * derived from it are recomputed where used instead of held in registers
+ * across the main loop (Shape::LEAN_REGS). */
+__device__ __forceinline__ int tid_x_volatile()
+{
+    int r;
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(r));
+    return r;
+}
+
 /* Compile-time shape of one instantiation. */
 template <int HD_, int BM_, int BN_, int W_, int STAGES_>
 struct Shape {
@@ -88,7 +98,22 @@ struct Shape {
     static constexpr uint32_t Q_BYTES = BM * HD * 2;
     static constexpr uint32_t KV_BYTES = BN * HD * 2; /* one K (or V) tile          */
     static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
-    static constexpr uint32_t SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + 16; /* + K/V bases */
+    /* Rows whose S accumulator alone takes >= 128 registers (128x128 d64 at
+     * MT 2: O 64 + S 128 leaves ~60 for everything else) cut what else stays
+     * live across the main loop (SASS of 128x128 d64: without this it spills
+     * 64 B on sm_90a -- the 8 per-row mask limits, the load_kv unit offsets,
+     * then l_run and the loop bounds):
+     *  - the per-row visible key interval [jmin, jmax] goes to smem (a BM x 8
+     *    byte table after the K/V bases, written once, read only on masked
+     *    blocks) instead of 2*2*MT registers;
+     *  - load_kv re-derives unit tid's row, chunk and smem offset from a
+     *    fresh %tid.x read instead of keeping 3 registers.
+     * (tiles.cuh: tile_smem_bytes repeats the condition; fwd_launch.cuh
+     * checks the two agree.) */
+    static constexpr bool LEAN_REGS = MT * BN / 2 >= 128;
+    static constexpr uint32_t MASK_BYTES = LEAN_REGS ? BM * 8 : 0;
+    static constexpr uint32_t SMEM_BYTES =
+        Q_BYTES + STAGES * STAGE_BYTES + 16 + MASK_BYTES; /* + K/V bases (+ mask table) */
     /* STAGES == 1: split K/V buffers (the K and V tiles of "stage 0"), each
      * with its own cp.async groups -- see the main loop's invariant. */
     static constexpr bool KV_SPLIT = STAGES == 1;
@@ -185,6 +210,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
     const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panel32; later the O staging */
     const uint32_t sKV = sQ + S_::Q_BYTES;    /* stage s: K tile, then V tile           */
     const uint32_t sBase = sKV + S_::STAGES * S_::STAGE_BYTES; /* K, V base pointers (16 B) */
+    const uint32_t sMask = sBase + 16; /* LEAN_REGS: row r's {jmin, jmax} at sMask + 8r */
 
     const fc_fwd_params &p = a.p;
     const int tid = threadIdx.x;
@@ -254,6 +280,13 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                 const int64_t hi = wr >= 0 ? i + diag + wr : (int64_t)sk - 1;
                 jmin[mt][hf] = (int)max((int64_t)0, min(lo, (int64_t)sk));
                 jmax[mt][hf] = (int)min((int64_t)sk - 1, max(hi, (int64_t)-1));
+                /* LEAN_REGS: park them (the quad's 4 lanes hold the same row;
+                 * lane t == 0 writes). Only this warp reads its rows, and the
+                 * first read is after the main loop's first __syncthreads. */
+                if constexpr (S_::LEAN_REGS)
+                    if (t == 0)
+                        sts64(sMask + (uint32_t)(wrow + mt * 16 + g + 8 * hf) * 8,
+                              (uint64_t)(uint32_t)jmin[mt][hf] | ((uint64_t)(uint32_t)jmax[mt][hf] << 32));
             }
 
         /* ---- cp.async tile loads. Unit u (one 16-byte chunk) walks a panel32
@@ -267,8 +300,11 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         constexpr int QS = NT / 4; /* rows of 4 chunks covered by one pass of NT threads */
         static_assert(BN % QS == 0 || QS % BN == 0, "K/V load: passes must tile the rows");
         static_assert(NT % 32 == 0, "K/V load: unit tid + k*NT keeps tid's chunk and swizzle bits");
-        const int kv_row0 = (tid >> 2) % BN;                 /* row of unit tid   */
-        const int kv_chunk0 = ((tid >> 2) / BN) * 4 + (tid & 3); /* chunk of unit tid */
+        /* Row and chunk of unit tid (load_kv recomputes them with LEAN_REGS). */
+        auto unit_row0 = [](int tid_) { return (tid_ >> 2) % BN; };
+        auto unit_chunk0 = [](int tid_) { return ((tid_ >> 2) / BN) * 4 + (tid_ & 3); };
+        const int kv_row0 = unit_row0(tid);
+        const int kv_chunk0 = unit_chunk0(tid);
         /* CTA-uniform K/V bases. With KV_BASE_IN_SMEM they are parked in
          * shared memory (sBase, 16 bytes) and re-read at each load: there the
          * two 64-bit per-thread pointers held across the loop are exactly
@@ -287,12 +323,24 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         }
         const uint16_t *__restrict__ kt = kb0 + kv_row0 * p.k_row_stride + kv_chunk0 * 8;
         const uint16_t *__restrict__ vt = vb0 + kv_row0 * p.v_row_stride + kv_chunk0 * 8;
-        const uint32_t kv_soff = (uint32_t)(tid ^ ((tid >> 3) & 3)) * 16; /* unit tid's smem offset */
+        auto unit_soff = [](int tid_) { return (uint32_t)(tid_ ^ ((tid_ >> 3) & 3)) * 16; };
+        const uint32_t kv_soff = unit_soff(tid); /* unit tid's smem offset */
         auto load_kv = [&](int n, int stage, auto sel) {
-            const uint32_t sK = sKV + stage * S_::STAGE_BYTES + kv_soff;
+            /* LEAN_REGS: the same three values, recomputed from a fresh
+             * %tid.x, so none of them is live between loads. */
+            int row0 = kv_row0, chunk0 = kv_chunk0;
+            uint32_t soff = kv_soff;
+            if constexpr (S_::LEAN_REGS) {
+                const int tid_ = tid_x_volatile();
+                row0 = unit_row0(tid_);
+                chunk0 = unit_chunk0(tid_);
+                soff = unit_soff(tid_);
+            }
+            (void)chunk0; /* only the KV_BASE_IN_SMEM path uses it */
+            const uint32_t sK = sKV + stage * S_::STAGE_BYTES + soff;
             const uint32_t sV = sK + S_::KV_BYTES;
             constexpr int UNITS = BN * HD / 8;
-            const int j0 = n * BN + kv_row0;
+            const int j0 = n * BN + row0;
             const int64_t kn = (int64_t)n * BN * p.k_row_stride;
             const int64_t vn = (int64_t)n * BN * p.v_row_stride;
             const uint16_t *__restrict__ kbase = nullptr, *__restrict__ vbase = nullptr;
@@ -316,8 +364,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                     if (ok) {
                         if constexpr (S_::KV_BASE_IN_SMEM) {
                             const int64_t jr = j0 + DR;
-                            ks = kbase + (jr * p.k_row_stride + (kv_chunk0 + DC) * 8);
-                            vs = vbase + (jr * p.v_row_stride + (kv_chunk0 + DC) * 8);
+                            ks = kbase + (jr * p.k_row_stride + (chunk0 + DC) * 8);
+                            vs = vbase + (jr * p.v_row_stride + (chunk0 + DC) * 8);
                         } else {
                             ks = kt + (kn + DR * p.k_row_stride + DC * 8);
                             vs = vt + (vn + DR * p.v_row_stride + DC * 8);
@@ -475,6 +523,20 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 
             /* ---- masks, only on blocks straddling a band edge or sk ---- */
             if (n < n_full_lo || n >= n_full_hi) {
+                int lo[MT][2], hi[MT][2]; /* [jmin, jmax] of the thread's rows */
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        if constexpr (S_::LEAN_REGS) { /* from the smem table (volatile: really re-read) */
+                            const uint64_t v = lds64(sMask + (uint32_t)(wrow + mt * 16 + g + 8 * hf) * 8);
+                            lo[mt][hf] = (int)(uint32_t)v;
+                            hi[mt][hf] = (int)(uint32_t)(v >> 32);
+                        } else {
+                            lo[mt][hf] = jmin[mt][hf];
+                            hi[mt][hf] = jmax[mt][hf];
+                        }
+                    }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -483,7 +545,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                         for (int e = 0; e < 4; ++e) {
                             const int hf = e >> 1; /* c0,c1: row g; c2,c3: row g+8 */
                             const int j = n * BN + nt * 8 + 2 * t + (e & 1);
-                            if (j < jmin[mt][hf] || j > jmax[mt][hf]) s[mt][nt][e] = -INFINITY;
+                            if (j < lo[mt][hf] || j > hi[mt][hf]) s[mt][nt][e] = -INFINITY;
                         }
             }
 

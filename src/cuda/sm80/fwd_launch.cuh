@@ -56,6 +56,9 @@ fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStrea
     } else {
         constexpr Tile T = kTiles[I];
         if constexpr (T.head_dim == HD) {
+            static_assert(Shape<HD, T.block_m, T.block_n, T.warps, T.stages>::SMEM_BYTES ==
+                              tile_smem_bytes(T),
+                          "tiles.cuh tile_smem_bytes and the kernel's smem layout disagree");
             if (config == I)
                 return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
                                    tile_sm90_only(T)>(

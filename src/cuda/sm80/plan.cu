@@ -68,6 +68,12 @@ int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
 {
     using fc::sm80::tile_smem_bytes;
     const int hd = p->head_dim;
+    /* FLASHCORE_SM80_CONFIG=<row>: the tuning hook (docs/API.md), when the
+     * row fits: its head dim, the device's shared memory, code for it. */
+    const int forced = fc_tuning_row("FLASHCORE_SM80_CONFIG", kNumTiles);
+    if (forced >= 0 && kTiles[forced].head_dim == hd && tile_smem_bytes(kTiles[forced]) <= dev->smem_optin &&
+        (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(kTiles[forced])))
+        return forced;
     int pick = -1;
     for (int i = 0; i < kNumTiles; ++i)
         if (kTiles[i].arch_class == cls && kTiles[i].head_dim == hd && !kTiles[i].small_grid &&

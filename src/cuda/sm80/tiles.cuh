@@ -24,7 +24,9 @@
  * Shared memory per CTA: (block_m + 2*stages*block_n) * head_dim * 2 bytes
  * (the Q tile, then a K and a V tile per stage -- stages 1: the one K and one
  * V buffer; the output is staged in the Q tile's space) + 16 bytes (the K/V
- * base pointers, kept out of registers).
+ * base pointers, kept out of registers) + block_m * 8 bytes where S alone
+ * takes >= 128 registers (MT * block_n / 2 >= 128: the per-row mask limits,
+ * kept out of registers -- fwd_kernel.cuh, Shape::LEAN_REGS).
  * Each SM also reserves 1 KB per CTA.
  *
  * Shared-memory bandwidth: a warp reads each K and V tile once per block for
@@ -109,11 +111,28 @@ constexpr Tile kTiles[] = {
 
     /* --------------- SM90 running mma.sync: 228 KB smem per SM, 227 KB per block --------------- */
     {kClassSm90,  32, 128,  64, 4, 2, 2, 0, 0},   /* = SM80                                  */
-    /* d64: = SM80 (128x64, 2 stages). 128x128 (FA2's d64 tile) spills here. */
-    {kClassSm90,  64, 128,  64, 4, 2, 2, 0, 0},
+    /* d64: 128x128 = FA2's d64 tile: MT 2, O 64 + S 128 regs, Q from smem, K/V
+     * bases and the per-row mask limits in smem, load_kv's unit offsets
+     * recomputed from %tid.x (Shape::LEAN_REGS): 255 regs, no spill on sm_90a
+     * (spilled 64 B before). smem 16+2*2*16 = 80 KB + 16 B + 1 KB (mask
+     * limits): 2 CTAs = 8 warps (2 x (81 KB + 16 B + 1 KB reserved) <= 228 KB).
+     * Half the KV blocks of 128x64, so half the per-block barriers, row-max
+     * shuffles, O rescales and Q re-reads: ~12% fewer issued instructions per
+     * key on the unmasked path (SASS: 1139 per 128 keys vs 648 per 64).
+     * Default, not a min_sk alternate: tail padding is at most 127 keys
+     * (vs 63), and a causal diagonal wastes the same
+     * 128*128/2 scores either way. Prediction in docs/perf/notes-sm80.md
+     * (session 2, d64 128x128); the row it replaces, if it loses:
+     * {kClassSm90, 64, 128, 64, 4, 2, 2, 0, 0} (= SM80's).
+     * SM90-only: it also compiles without spills for sm_80/86/89, but on SM80
+     * 2 x (81 KB + 16 B + 1 KB reserved) = 164 KB + 32 B > 164 KB, i.e. 1 CTA
+     * of 4 warps, and SM86 has 100 KB (FA2 takes it on both; not taken here). */
+    {kClassSm90,  64, 128, 128, 4, 2, 2, 0, 0},
     /* d64, long KV: 128x96, 3 stages (255 regs, no spill; 88 KB: 2 CTAs). Fewer
-     * per-block softmax/barrier rounds: +5% at 16k keys on an H100, but -8% at
-     * 512 keys (512 = 5.3 blocks of 96: a padded tail block) -- hence min_sk.  */
+     * per-block softmax/barrier rounds: +5% at 16k keys on an H100 over 128x64,
+     * but -8% at 512 keys (512 = 5.3 blocks of 96: a padded tail block) --
+     * hence min_sk. Against 128x128 only the spilling probe was measured
+     * (313 vs 308 TFLOP/s at 16k): kept until 128x128 is measured spill-free. */
     {kClassSm90,  64, 128,  96, 4, 3, 2, 4096, 0},
     /* d64, small grid (fewer 128-row tiles than SMs, e.g. 1 x 8 heads x 512):
      * 64 rows, MT 1, 40 KB. Twice the CTAs, each half the serial MMA chain per
@@ -146,9 +165,16 @@ constexpr Tile kTiles[] = {
 
 constexpr int kNumTiles = (int)(sizeof(kTiles) / sizeof(kTiles[0]));
 
+/* = Shape::LEAN_REGS (fwd_kernel.cuh): S = QK^T alone takes >= 128 registers. */
+constexpr bool tile_lean_regs(const Tile &t)
+{
+    return (t.block_m / (16 * t.warps)) * t.block_n / 2 >= 128;
+}
+/* = Shape::SMEM_BYTES (fwd_launch.cuh checks they agree). */
 constexpr int64_t tile_smem_bytes(const Tile &t)
 {
-    return (int64_t)(t.block_m + 2 * t.stages * t.block_n) * t.head_dim * 2 + 16; /* + K/V bases */
+    return (int64_t)(t.block_m + 2 * t.stages * t.block_n) * t.head_dim * 2 + 16 /* + K/V bases */ +
+           (tile_lean_regs(t) ? t.block_m * 8 : 0); /* + mask limits */
 }
 
 /* True when row r is of the SM90 class and no row of an older class has the

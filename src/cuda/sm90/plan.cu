@@ -8,7 +8,6 @@
  * that dispatch can fall back to the sm80 path with the reason in hand.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/sm90/sm90.h"
@@ -74,7 +73,6 @@ const Launchers k_launch[FC_SM90_NUM_TILES] = {
     {fc_sm90_launch_2_bf16, fc_sm90_launch_2_f16}, {fc_sm90_launch_3_bf16, fc_sm90_launch_3_f16},
     {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
     {fc_sm90_launch_6_bf16, fc_sm90_launch_6_f16}, {fc_sm90_launch_7_bf16, fc_sm90_launch_7_f16},
-    {fc_sm90_launch_8_bf16, fc_sm90_launch_8_f16},
 };
 static_assert(sizeof k_launch / sizeof k_launch[0] == FC_SM90_NUM_TILES, "one launcher pair per config");
 
@@ -170,14 +168,11 @@ double wave_cost(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm9
  * kernel name (fc_kernel_info), so a forced row is never silent. */
 int forced_config(const fc_fwd_params *p, bool masked)
 {
-    const char *e = getenv("FLASHCORE_SM90_CONFIG");
-    if (e == NULL || *e == '\0') return -1;
-    char *end = NULL;
-    const long v = strtol(e, &end, 10);
-    if (*end != '\0' || v < 0 || v >= FC_SM90_NUM_TILES) return -1;
+    const int v = fc_tuning_row("FLASHCORE_SM90_CONFIG", FC_SM90_NUM_TILES);
+    if (v < 0) return -1;
     const fc_sm90_tile &t = k_tiles[v];
     if (t.head_dim != p->head_dim || (t.use == 1 && !masked) || (t.use == 2 && masked)) return -1;
-    return (int)v;
+    return v;
 }
 
 /* The config for p: the mask-specific big entry of its head_dim if there is

@@ -36,12 +36,13 @@
  * tile is loaded as head_dim / (swz/2) column panels; box rows <= 256.
  *
  * Starting point: FlashAttention-3's published 16-bit choices (HOPPER-NOTES
- * section 2), with 2 consumer warpgroups except row 8:
+ * section 2), with 2 consumer warpgroups except row 7:
  *   d64   FA3 192x192 / causal 192x128 with 3 WGs. Here 128x128 (2 WGs), and
  *         192x128 (3 WGs; 192x192 would need 176 registers) where the query
  *         rows pad little.
  *   d96   FA3 192x144. Here 128x128, 64B swizzle.
- *   d128  FA3 128x176 non-causal, 128x128 causal/local: same.
+ *   d128  FA3 128x176 non-causal, 128x128 causal/local. Here 128x128 for both
+ *         (2 Q buffers; see row 2).
  *   d192  FA3 128x112 (V head_dim 192): same; 128x128 would need 240 KB.
  *   d256  FA3 128x80: same; Q 64 KB + 2 stages * 80 KB = 224 KB.
  * Pingpong (named-barrier alternation of the two consumer warpgroups) for
@@ -87,20 +88,22 @@ typedef struct fc_sm90_tile {
 #define FC_SM90_TILE_TABLE                                                                              \
     {64, 128, 128, 2, 2, 128, 1, 1, 0, 0, 2, 0},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
     {96, 128, 128, 2, 2, 64, 1, 1, 0, 0, 2, 0},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
-    {128, 128, 128, 2, 2, 128, 1, 1, 0, 0, 2, 0}, /* 2: 64+32+64=160;  2*32K+2*64K = 192 KB  */  \
-    {128, 128, 176, 2, 2, 128, 1, 1, 2, 0, 1, 0}, /* 3: 88+44+64=196;  32K+2*88K = 208 KB    */  \
-    {192, 128, 112, 2, 2, 128, 0, 1, 0, 0, 1, 0}, /* 4: 56+28+96=180;  48K+2*84K = 216 KB    */  \
-    {256, 128, 80, 2, 2, 128, 0, 1, 0, 0, 1, 0},  /* 5: 40+20+128=188; 64K+2*80K = 224 KB    */  \
-    {64, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},   /* 6: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
-    {128, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},  /* 7: small; 2*16K+2*64K = 160 KB          */  \
-    /* 8: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 152 regs: \
+    /* 2: d128, causal and not: 64+32+64=160; 2*32K+2*64K = 192 KB. FA3's non-causal  \
+     * 128x176 (1 Q buffer, 208 KB) ran 8% slower at s2k-d128 and 1% at s8k once   \
+     * 2 Q buffers hid the epilogue's store read (H100, notes-sm90.md run 9).       */ \
+    {128, 128, 128, 2, 2, 128, 1, 1, 0, 0, 2, 0},                                            \
+    {192, 128, 112, 2, 2, 128, 0, 1, 0, 0, 1, 0}, /* 3: 56+28+96=180;  48K+2*84K = 216 KB    */  \
+    {256, 128, 80, 2, 2, 128, 0, 1, 0, 0, 1, 0},  /* 4: 40+20+128=188; 64K+2*80K = 224 KB    */  \
+    {64, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},   /* 5: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
+    {128, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},  /* 6: small; 2*16K+2*64K = 160 KB          */  \
+    /* 7: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 152 regs: \
      * P (32) and the next S (64) cannot both live (intra-warpgroup overlap spills at 160); \
      * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
      * 192x112 with overlap fits (116 regs) but ran 3-11% slower (H100, notes-sm90.md).    \
      * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. */ \
     {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 20},
 
-#define FC_SM90_NUM_TILES 9
+#define FC_SM90_NUM_TILES 8
 
 /* Registers after setmaxnreg, per thread, by consumer warpgroup count (see
  * the budget above); 1-warpgroup configs do not use setmaxnreg: 256 threads
