@@ -109,11 +109,11 @@ fc_status cli_time_exec(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cl
     int max_iters = o->iters > 0 ? o->iters : 1;
     /* us, then the 4 host-profile phases of each CUDA call */
     double *us = malloc((size_t)max_iters * 5 * sizeof(double));
-    double *host = us + max_iters;
     if (!us) {
         snprintf(err, err_len, "out of host memory for %d timings", max_iters);
         return FC_ERR_OUT_OF_MEMORY;
     }
+    double *host = us + max_iters;
     cli_cuda_timer tm = {0};
     fc_status st = warm_up(ctx, e, o->warmup_ms, err, err_len);
     if (st != FC_OK) goto done;

@@ -76,8 +76,9 @@ def last_host_profile():
     """Host time of this thread's last successful attention() call inside the
     library, as a dict of microseconds: check_us, select_us, launch_us,
     total_us (fc_last_host_profile; zeros before the first call)."""
+    ctx = context()
     prof = _lib.fc_host_profile()
-    context().check(_lib.load().fc_last_host_profile(context().handle, ctypes.byref(prof)))
+    ctx.check(ctx._lib.fc_last_host_profile(ctx.handle, ctypes.byref(prof)))
     return {name: float(getattr(prof, name)) for name, _ in _lib.fc_host_profile._fields_}
 
 
