@@ -57,7 +57,7 @@ run_rows() {
 sm90_rows() {
   awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
        on && match($0,/^[ \t]*\{[0-9 ,]+\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
-       split(s,a,","); print n++, a[1], a[12]}' src/cuda/sm90/tiles.cuh
+       split(s,a,","); print n++, a[1], a[11]}' src/cuda/sm90/tiles.cuh
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader | tee "$OUT/gpu.txt"
