@@ -109,11 +109,14 @@ template <int kCfg> struct Cfg {
      * 1 consumer warpgroup: 256 threads may use up to 255 registers each
      * from the start (65536/256), so no setmaxnreg is needed. */
     static_assert(WG >= 1 && WG <= 3, "1 to 3 consumer warpgroups");
-    static constexpr bool SETMAXNREG = WG >= 2;
+    static constexpr int CTAS = T.ctas;             /* CTAs per SM (launch bounds) */
+    static constexpr bool SETMAXNREG = WG >= 2 || CTAS > 1;
     static constexpr int PRODUCER_REGS = FC_SM90_PRODUCER_REGS;
-    static constexpr int CONSUMER_REGS = FC_SM90_CONSUMER_REGS(WG);
-    static_assert(!SETMAXNREG || 128 * PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= 65536,
-                  "setmaxnreg split must fit the register file");
+    static constexpr int CONSUMER_REGS = FC_SM90_CONSUMER_REGS(WG, CTAS);
+    static_assert(CTAS == 1 || CTAS == 2, "1 or 2 CTAs per SM");
+    static_assert(!SETMAXNREG || 128 * PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= 65536 / CTAS,
+                  "setmaxnreg split must fit the CTA's share of the register file");
+    static_assert(CTAS * (SMEM + 1024) <= 233472, "CTAS CTAs (+1 KB reserved each) in 228 KB of smem");
     static_assert(BM == 64 * WG, "block_m = 64 rows per consumer warpgroup");
     static_assert(D % PW == 0 && D % 16 == 0, "head_dim: whole panels and k16 steps");
     static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "block_n: wgmma N and TMA box");
@@ -809,7 +812,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
 
 /* ---- the kernel --------------------------------------------------------------------- */
 template <int kCfg, bool kBF16>
-__global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
+__global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
 {
     using C = Cfg<kCfg>;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -854,10 +857,10 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(cons
     /* Warp-uniform role (shfl makes it provably uniform to the compiler). */
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
     if (wg == 0) {
-        if (C::SETMAXNREG) reg_dealloc<C::PRODUCER_REGS>();
+        if constexpr (C::SETMAXNREG) reg_dealloc<C::PRODUCER_REGS>();
         if (threadIdx.x == 0) producer<C>(p, base, bars);
     } else {
-        if (C::SETMAXNREG) reg_alloc<C::CONSUMER_REGS>();
+        if constexpr (C::SETMAXNREG) reg_alloc<C::CONSUMER_REGS>();
         /* With one consumer warpgroup its index is the constant 0, which
          * keeps the named-barrier ids compile-time. */
         consumer<C, kBF16>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
@@ -871,7 +874,7 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     using C = Cfg<kCfg>;
     void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16>;
     static std::atomic<unsigned long long> opted_in{0};
-    const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, err, err_len);
+    const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, err, err_len, C::CTAS > 1);
     if (opt != FC_OK) {
         char why[FC_ERRMSG_LEN];
         snprintf(why, sizeof why, "%s", err);

@@ -73,6 +73,7 @@ const Launchers k_launch[FC_SM90_NUM_TILES] = {
     {fc_sm90_launch_2_bf16, fc_sm90_launch_2_f16}, {fc_sm90_launch_3_bf16, fc_sm90_launch_3_f16},
     {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
     {fc_sm90_launch_6_bf16, fc_sm90_launch_6_f16}, {fc_sm90_launch_7_bf16, fc_sm90_launch_7_f16},
+    {fc_sm90_launch_8_bf16, fc_sm90_launch_8_f16},
 };
 static_assert(sizeof k_launch / sizeof k_launch[0] == FC_SM90_NUM_TILES, "one launcher pair per config");
 
@@ -189,6 +190,7 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
     int cfg = -1, small = -1, tall = -1;
     for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
         if (k_tiles[i].head_dim != p->head_dim) continue;
+        if (k_tiles[i].ctas > 1) continue; /* forced only until measured (tiles.cuh) */
         if (k_tiles[i].small) {
             if (small < 0) small = i;
             continue;
@@ -476,7 +478,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     prm.o_vec_ok = ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
                    (varlen || p->batch <= 1 || p->o_batch_stride % 8 == 0);
 
-    int grid = dev->sm_count > 0 ? dev->sm_count : 1;
+    int grid = (dev->sm_count > 0 ? dev->sm_count : 1) * t.ctas; /* persistent: every CTA slot of the chip */
     if ((int64_t)grid > tiles) grid = (int)tiles;
 
     /* Causal (longest-first) tiles have unequal lengths: handing them out

@@ -80,34 +80,47 @@ typedef struct fc_sm90_tile {
                     * percent over the 128-row entry. plan.cu takes it when
                     * its wave-quantised cost, ceil(tiles / SMs) * block_m /
                     * (1 + tall/100), is below the 128-row entry's.      */
+    int ctas;      /* CTAs per SM the registers and shared memory are sized
+                    * for (1 or 2). 2: a second CTA's GEMMs fill the tensor
+                    * cores while one CTA is between tiles (Q wait, first
+                    * block, epilogue), which matters where tiles are short
+                    * (s512: 4 KV blocks). Forced only (FLASHCORE_SM90_CONFIG)
+                    * until measured: plan.cu does not pick it.            */
 } fc_sm90_tile;
 
-/*                      d    M    N  wg st swz pp ov sm qb ta   S+P+O regs   smem (Q*qb + ring) */
+/*                      d    M    N  wg st swz pp ov sm qb ta ct  S+P+O regs   smem (Q*qb + ring) */
 #define FC_SM90_TILE_TABLE                                                                              \
-    {64, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
-    {96, 128, 128, 2, 2, 64, 1, 1, 0, 2, 0},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
+    {64, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0, 1},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
+    {96, 128, 128, 2, 2, 64, 1, 1, 0, 2, 0, 1},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
     /* 2: d128, causal and not: 64+32+64=160; 2*32K+2*64K = 192 KB. FA3's non-causal  \
      * 128x176 (1 Q buffer, 208 KB) ran 8% slower at s2k-d128 and 1% at s8k once   \
      * 2 Q buffers hid the epilogue's store read (H100, notes-sm90.md run 9).       */ \
-    {128, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0},                                            \
-    {192, 128, 112, 2, 2, 128, 0, 1, 0, 1, 0}, /* 3: 56+28+96=180;  48K+2*84K = 216 KB    */  \
-    {256, 128, 80, 2, 2, 128, 0, 1, 0, 1, 0},  /* 4: 40+20+128=188; 64K+2*80K = 224 KB    */  \
-    {64, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0},   /* 5: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
-    {128, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0},  /* 6: small; 2*16K+2*64K = 160 KB          */  \
+    {128, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0, 1},                                            \
+    {192, 128, 112, 2, 2, 128, 0, 1, 0, 1, 0, 1}, /* 3: 56+28+96=180;  48K+2*84K = 216 KB    */  \
+    {256, 128, 80, 2, 2, 128, 0, 1, 0, 1, 0, 1},  /* 4: 40+20+128=188; 64K+2*80K = 224 KB    */  \
+    {64, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1},   /* 5: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
+    {128, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1},  /* 6: small; 2*16K+2*64K = 160 KB          */  \
     /* 7: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 152 regs: \
      * P (32) and the next S (64) cannot both live (intra-warpgroup overlap spills at 160); \
      * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
      * 192x112 with overlap fits (116 regs) but ran 3-11% slower (H100, notes-sm90.md).    \
      * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. */ \
-    {64, 192, 128, 3, 2, 128, 0, 0, 0, 2, 20},
+    {64, 192, 128, 3, 2, 128, 0, 0, 0, 2, 20, 1},                                              \
+    /* 8: d64, 64 rows, 2 CTAs per SM (forced only, unmeasured): row 5's tile with   \
+     * 256 threads x 128 registers at entry, setmaxnreg 40/216 (128*40 + 128*216 = \
+     * 32768 = 65536 / 2); smem 2 x (2*8K+2*32K + 1.25K) = 162 KB <= 228 KB.       */ \
+    {64, 64, 128, 1, 2, 128, 0, 1, 0, 2, 0, 2},
 
-#define FC_SM90_NUM_TILES 8
+#define FC_SM90_NUM_TILES 9
 
-/* Registers after setmaxnreg, per thread, by consumer warpgroup count (see
- * the budget above); 1-warpgroup configs do not use setmaxnreg: 256 threads
+/* Registers after setmaxnreg, per thread, by consumer warpgroup count and
+ * CTAs per SM (see the budget above): the CTA's share of the 64 K registers
+ * less the producer's, over the consumer threads, in steps of 8.
+ * 1-warpgroup configs at 1 CTA per SM do not use setmaxnreg: 256 threads
  * may use 255 registers each from the start. */
 #define FC_SM90_PRODUCER_REGS 40
-#define FC_SM90_CONSUMER_REGS(wgs) ((wgs) == 3 ? 152 : 232)
+#define FC_SM90_CONSUMER_REGS(wgs, ctas) \
+    ((65536 / (ctas) - 128 * FC_SM90_PRODUCER_REGS) / (128 * (wgs)) / 8 * 8) /* 232, 152; 216 at 1 wg x 2 CTAs */
 
 /* Bytes of dynamic shared memory a config needs (the kernel's own layout in
  * fwd_kernel.cuh must match: Q buffers, K stages, V stages, barriers). */
