@@ -261,15 +261,17 @@ class FlashCore(System):
 
 
 class FlashCoreRow(FlashCore):
-    """The Hopper path with one row of its tile table forced through
-    FLASHCORE_SM90_CONFIG (an A/B of rows the planner would not pick here).
-    Named sm90-row<N>: a column of its own, not counted as FlashCore in FC/peer."""
-    KEY = "FLASHCORE_SM90_CONFIG"
+    """One path with one row of its tile table forced through
+    FLASHCORE_SM90_CONFIG (path 90) or FLASHCORE_SM80_CONFIG (path 80): an A/B
+    of rows (or code variants) the planner would not pick here. Named
+    sm90-row<N> / sm80-row<N>: a column of its own, not counted as FlashCore in
+    FC/peer."""
 
-    def __init__(self, row):
-        super().__init__(90)
+    def __init__(self, row, path=90):
+        super().__init__(path)
+        self.KEY = "FLASHCORE_SM%d_CONFIG" % path
         self.row = str(row)
-        self.name = "sm90-row%s" % self.row
+        self.name = "sm%d-row%s" % (path, self.row)
 
     def _forced(self, fn, *a):
         old = os.environ.get(self.KEY)
@@ -423,7 +425,7 @@ class FlashInfer(System):
         return run, lambda i: outs[i]
 
 
-def make_systems(selected, sm90_rows=None):
+def make_systems(selected, sm90_rows=None, sm80_rows=None):
     systems = [FlashCore(90), FlashCore(80), TorchSDPA("torch-cudnn"), TorchSDPA("torch-flash(FA2)"),
                TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()]
     if selected:
@@ -431,6 +433,8 @@ def make_systems(selected, sm90_rows=None):
         systems = [s for s in systems if any(k in s.name.lower() for k in keys)]
     if sm90_rows:
         systems += [FlashCoreRow(int(r)) for r in sm90_rows.split(",") if r.strip()]
+    if sm80_rows:
+        systems += [FlashCoreRow(int(r), 80) for r in sm80_rows.split(",") if r.strip()]
     return systems
 
 
@@ -856,6 +860,9 @@ def parse_args(argv):
                                       "(e.g. flashcore,cudnn,flex)")
     ap.add_argument("--sm90-rows", help="comma-separated rows of src/cuda/sm90/tiles.cuh to time as extra "
                     "systems sm90-row<N>, each forced with FLASHCORE_SM90_CONFIG (A/B of tile rows)")
+    ap.add_argument("--sm80-rows", help="comma-separated rows of src/cuda/sm80/tiles.cuh to time as extra "
+                    "systems sm80-row<N>, each forced with FLASHCORE_SM80_CONFIG (A/B of tile rows and "
+                    "code variants; a row that does not fit a shape falls back to the planned one)")
     ap.add_argument("--out", help="output folder (default $OUT, else ./out)")
     ap.add_argument("--quick", action="store_true", help="2 small shapes, few rounds (smoke run)")
     ap.add_argument("--dry-run", action="store_true",
@@ -947,7 +954,7 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     meta.update(torch_meta(torch, cuda=True))
-    systems = make_systems(args.systems, args.sm90_rows)
+    systems = make_systems(args.systems, args.sm90_rows, args.sm80_rows)
     unavailable = {}
     for s in systems:
         why = s.available()
