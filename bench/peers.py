@@ -261,12 +261,12 @@ class FlashCore(System):
 
 
 class FlashCoreEnv(FlashCore):
-    """The Hopper path with an environment variable set around every call
+    """One CUDA path with an environment variable set around every call
     (prepare, run, graph capture): an A/B of a tuning hook. A column of its
     own, not counted as FlashCore in FC/peer."""
 
-    def __init__(self, name, key, value):
-        super().__init__(90)
+    def __init__(self, name, key, value, path=90):
+        super().__init__(path)
         self.name, self.KEY, self.value = name, key, str(value)
 
     def _forced(self, fn, *a):
@@ -286,12 +286,13 @@ class FlashCoreEnv(FlashCore):
 
 
 class FlashCoreRow(FlashCoreEnv):
-    """The Hopper path with one row of its tile table forced through
-    FLASHCORE_SM90_CONFIG (an A/B of rows the planner would not pick here).
-    Named sm90-row<N>."""
+    """One path with one row of its tile table forced through
+    FLASHCORE_SM90_CONFIG (path 90) or FLASHCORE_SM80_CONFIG (path 80): an A/B
+    of rows (or code variants) the planner would not pick here. Named
+    sm90-row<N> / sm80-row<N>."""
 
-    def __init__(self, row):
-        super().__init__("sm90-row%s" % row, "FLASHCORE_SM90_CONFIG", row)
+    def __init__(self, row, path=90):
+        super().__init__("sm%d-row%s" % (path, row), "FLASHCORE_SM%d_CONFIG" % path, row, path)
         self.row = str(row)
 
 
@@ -431,7 +432,7 @@ class FlashInfer(System):
         return run, lambda i: outs[i]
 
 
-def make_systems(selected, sm90_rows=None, sm90_env=None):
+def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None):
     systems = [FlashCore(90), FlashCore(80), TorchSDPA("torch-cudnn"), TorchSDPA("torch-flash(FA2)"),
                TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()]
     if selected:
@@ -444,6 +445,8 @@ def make_systems(selected, sm90_rows=None, sm90_env=None):
             name, kv = spec.split(":", 1)
             key, value = kv.split("=", 1)
             systems.append(FlashCoreEnv("sm90-" + name.strip(), key.strip(), value.strip()))
+    if sm80_rows:
+        systems += [FlashCoreRow(int(r), 80) for r in sm80_rows.split(",") if r.strip()]
     return systems
 
 
@@ -872,6 +875,9 @@ def parse_args(argv):
     ap.add_argument("--sm90-env", help="comma-separated NAME:KEY=VALUE: the Hopper path with env KEY=VALUE "
                     "around its calls, timed as an extra system sm90-NAME (A/B of a hook, e.g. "
                     "pdl:FLASHCORE_SM90_PDL=1)")
+    ap.add_argument("--sm80-rows", help="comma-separated rows of src/cuda/sm80/tiles.cuh to time as extra "
+                    "systems sm80-row<N>, each forced with FLASHCORE_SM80_CONFIG (A/B of tile rows and "
+                    "code variants; a row that does not fit a shape falls back to the planned one)")
     ap.add_argument("--out", help="output folder (default $OUT, else ./out)")
     ap.add_argument("--quick", action="store_true", help="2 small shapes, few rounds (smoke run)")
     ap.add_argument("--dry-run", action="store_true",
@@ -963,7 +969,7 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     meta.update(torch_meta(torch, cuda=True))
-    systems = make_systems(args.systems, args.sm90_rows, args.sm90_env)
+    systems = make_systems(args.systems, args.sm90_rows, args.sm90_env, args.sm80_rows)
     unavailable = {}
     for s in systems:
         why = s.available()

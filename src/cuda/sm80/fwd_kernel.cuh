@@ -84,6 +84,21 @@ __device__ __forceinline__ int tid_x_volatile()
     return r;
 }
 
+/* 16-byte global store (the O epilogue of the kVarLeanAddr variant): one
+ * STG.128 whatever the front end can prove about the pointer's alignment
+ * (the plain uint4 store came out as 4 x STG.32 for half the chunks). */
+__device__ __forceinline__ void stg128(void *dst, uint4 v)
+{
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w));
+}
+
+/* Compile-time flag argument for the generic load lambdas. */
+template <bool B>
+struct Flag {
+    static constexpr bool value = B;
+};
+
 /* Compile-time shape of one instantiation. */
 template <int HD_, int BM_, int BN_, int W_, int STAGES_>
 struct Shape {
@@ -198,13 +213,23 @@ __device__ __forceinline__ int64_t floor_div(int64_t x, int64_t d)
     return x >= 0 ? x / d : -((-x + d - 1) / d);
 }
 
-template <bool kBF16, int HD, int BM, int BN, int W, int STAGES>
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int VAR>
 __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 {
     using S_ = Shape<HD, BM, BN, W, STAGES>;
     constexpr int NT = S_::NT, MT = S_::MT, WROWS = S_::WROWS;
     constexpr int KSTEPS = S_::KSTEPS, NTL = S_::NTL, DTL = S_::DTL, PSTEPS = S_::PSTEPS;
     constexpr bool Q_IN_REGS = S_::Q_IN_REGS;
+    /* Code variants (tiles.cuh, Tile::variant; 0 = the planned kernel). */
+    constexpr bool LEAN_ADDR = (VAR & 1) != 0;                 /* kVarLeanAddr   */
+    constexpr bool EARLY = (VAR & 2) != 0 && !S_::KV_SPLIT;   /* kVarEarlyFirst */
+    /* The lean Q load / O store (their G == 1 fast path is a second code path
+     * beside the general one) only where the registers leave room: rows whose
+     * accumulators already push the K/V bases to smem (128x128 d64, 128x64
+     * d128) spill 4-12 bytes with them, so those keep the general Q/O code. */
+    constexpr bool LEAN_QO = LEAN_ADDR && !S_::KV_BASE_IN_SMEM;
+    static_assert(VAR >= 0 && VAR <= 3 && ((VAR & 2) == 0 || !S_::KV_SPLIT),
+                  "variant bits: 1 lean addressing, 2 early first block (ring rows only)");
 
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panel32; later the O staging */
@@ -319,7 +344,9 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                 sts64(sBase, (uint64_t)kb0);
                 sts64(sBase + 8, (uint64_t)vb0);
             }
-            __syncthreads();
+            /* LEAN_ADDR: the prologue's loads take kb0/vb0 from registers and
+             * the first smem read is after the main loop's first barrier. */
+            if constexpr (!LEAN_ADDR) __syncthreads();
         }
         const uint16_t *__restrict__ kt = kb0 + kv_row0 * p.k_row_stride + kv_chunk0 * 8;
         const uint16_t *__restrict__ vt = vb0 + kv_row0 * p.v_row_stride + kv_chunk0 * 8;
@@ -398,6 +425,112 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             }
         };
 
+        /* ---- kVarLeanAddr loads. The chunks a thread copies in one tile lie
+         * on NR distinct rows (pass k: row + (k*QS) % R, chunk + 4 * ((k*QS) / R)
+         * -- see load_kv), so one 64-bit pointer per distinct row, built by
+         * 64-bit adds of QS rows, covers them all; the panel hop is a constant
+         * byte offset (an immediate of the LDGSTS). Rows past the end get the
+         * tensor base (+ that in-row offset, still inside row 0) as load_kv's
+         * do. No 64-bit multiply per chunk, no per-chunk stride reloads. */
+        static_assert(BM % QS == 0 || QS % BM == 0, "Q load: passes must tile the rows");
+        auto load_kv_lean = [&](int n, int stage, auto sel, auto from_regs) {
+            /* unit tid's row, chunk, smem offset: from a fresh %tid.x (S2R + a
+             * few ALU ops), so that none of them is held across the loop */
+            const int tid_ = decltype(from_regs)::value ? tid : tid_x_volatile();
+            const int row0 = unit_row0(tid_);
+            const int chunk0 = unit_chunk0(tid_);
+            const uint32_t sK = sKV + stage * S_::STAGE_BYTES + unit_soff(tid_);
+            const uint32_t sV = sK + S_::KV_BYTES;
+            constexpr int UNITS = BN * HD / 8;
+            constexpr int NR = BN > QS ? BN / QS : 1; /* distinct row offsets of the passes */
+            const int j0 = n * BN + row0;
+            (void)chunk0; /* only the KV_BASE_IN_SMEM path uses it */
+            constexpr bool DO_K = decltype(sel)::K, DO_V = decltype(sel)::V;
+            const uint16_t *kp = nullptr, *vp = nullptr; /* unit tid, block n */
+            if constexpr (S_::KV_BASE_IN_SMEM) {
+                const uint16_t *kbase, *vbase;
+                if constexpr (decltype(from_regs)::value) {
+                    kbase = kb0;
+                    vbase = vb0;
+                } else { /* (volatile loads: only the ones used) */
+                    if constexpr (DO_K) kbase = (const uint16_t *)lds64(sBase);
+                    if constexpr (DO_V) vbase = (const uint16_t *)lds64(sBase + 8);
+                }
+                if constexpr (DO_K) kp = kbase + ((int64_t)j0 * p.k_row_stride + chunk0 * 8);
+                if constexpr (DO_V) vp = vbase + ((int64_t)j0 * p.v_row_stride + chunk0 * 8);
+            } else {
+                if constexpr (DO_K) kp = kt + (int64_t)n * BN * p.k_row_stride;
+                if constexpr (DO_V) vp = vt + (int64_t)n * BN * p.v_row_stride;
+            }
+            const uint16_t *kr[NR], *vr[NR];
+            bool okr[NR];
+#pragma unroll
+            for (int r = 0; r < NR; ++r) {
+                okr[r] = j0 + r * QS < sk;
+                if constexpr (DO_K) kr[r] = r == 0 ? kp : kr[r - 1] + (int64_t)QS * p.k_row_stride;
+                if constexpr (DO_V) vr[r] = r == 0 ? vp : vr[r - 1] + (int64_t)QS * p.v_row_stride;
+            }
+#pragma unroll
+            for (int r = 0; r < NR; ++r) {
+                if constexpr (DO_K) kr[r] = okr[r] ? kr[r] : (const uint16_t *)p.k;
+                if constexpr (DO_V) vr[r] = okr[r] ? vr[r] : (const uint16_t *)p.v;
+            }
+#pragma unroll
+            for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
+                if (UNITS % NT == 0 || tid_ + k * NT < UNITS) {
+                    const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * 4;
+                    const int r = DR / QS;
+                    if constexpr (DO_K) ptx::cp_async_16(sK + k * NT * 16, kr[r] + DC * 8, okr[r]);
+                    if constexpr (DO_V) ptx::cp_async_16(sV + k * NT * 16, vr[r] + DC * 8, okr[r]);
+                }
+            }
+        };
+        /* Q with G == 1 (else the general load_q: packed rows map to (i, h)
+         * by a division). Row rr = r0 + r is query position r0 + r of head h_base. */
+        auto load_q_lean = [&]() {
+            if (G != 1) {
+                load_q();
+                return;
+            }
+            constexpr int UNITS = BM * HD / 8;
+            constexpr int NRQ = BM > QS ? BM / QS : 1;
+            const int qr0 = (tid >> 2) % BM;
+            const int qc0 = ((tid >> 2) / BM) * 4 + (tid & 3);
+            const uint16_t *qg = (const uint16_t *)p.q;
+            const uint16_t *q0 = qg + c.bq * p.q_batch_stride + (c.q_start + c.r0 + qr0) * p.q_row_stride +
+                                 (int64_t)c.h_base * p.q_head_stride + qc0 * 8;
+            const uint16_t *qr[NRQ];
+            bool okq[NRQ];
+#pragma unroll
+            for (int r = 0; r < NRQ; ++r) {
+                okq[r] = c.r0 + qr0 + r * QS < c.rows; /* rows past the sequence: zeros */
+                qr[r] = r == 0 ? q0 : qr[r - 1] + (int64_t)QS * p.q_row_stride;
+            }
+#pragma unroll
+            for (int r = 0; r < NRQ; ++r) qr[r] = okq[r] ? qr[r] : qg;
+            const uint32_t sq0 = sQ + (uint32_t)(tid ^ ((tid >> 3) & 3)) * 16;
+#pragma unroll
+            for (int k = 0; k < UNITS / NT; ++k) {
+                const int DR = (k * QS) % BM, DC = ((k * QS) / BM) * 4;
+                const int r = DR / QS;
+                ptx::cp_async_16(sq0 + k * NT * 16, qr[r] + DC * 8, okq[r]);
+            }
+        };
+        /* The loads the kernel issues: lean or the general ones. from_regs:
+         * the prologue (K/V bases still in registers). */
+        auto kv_load = [&](int n, int stage, auto sel, auto from_regs) {
+            if constexpr (LEAN_ADDR)
+                load_kv_lean(n, stage, sel, from_regs);
+            else
+                load_kv(n, stage, sel);
+        };
+        auto q_load = [&]() {
+            if constexpr (LEAN_QO)
+                load_q_lean();
+            else
+                load_q();
+        };
+
         /* ldmatrix lane offsets inside a 16-row band of a panel (file comment):
          *  offA: A operand (Q) and V^T: lane -> row lane%16, chunk lane/16
          *  offB: B operand (K): lane -> row 8*(lane/16) + lane%8, chunk (lane/8)%2
@@ -411,17 +544,31 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 
         if (n_begin < n_end) {
             /* prologue: group 0 = Q + block n_begin (split: Q + K tile of n_begin
-             * only); ring: groups 1..STAGES-2 = next blocks */
-            load_q();
-            if constexpr (S_::KV_SPLIT)
-                load_kv(n_begin, 0, LoadK{});
-            else
-                load_kv(n_begin, 0, LoadKV{});
-            ptx::cp_async_commit();
+             * only); ring: groups 1..STAGES-2 = next blocks.
+             * EARLY: group 0 = Q + K of n_begin, group 1 = V of n_begin, groups
+             * 2..STAGES = blocks n_begin+1..n_begin+STAGES-1 (all slots free). */
+            q_load();
+            if constexpr (S_::KV_SPLIT) {
+                kv_load(n_begin, 0, LoadK{}, Flag<true>{});
+                ptx::cp_async_commit();
+            } else if constexpr (EARLY) {
+                kv_load(n_begin, 0, LoadK{}, Flag<true>{});
+                ptx::cp_async_commit();
+                kv_load(n_begin, 0, LoadV{}, Flag<true>{});
+                ptx::cp_async_commit();
 #pragma unroll
-            for (int s = 1; s < STAGES - 1; ++s) {
-                if (n_begin + s < n_end) load_kv(n_begin + s, s, LoadKV{});
-                ptx::cp_async_commit(); /* always commit: keeps the group count uniform */
+                for (int s = 1; s < STAGES; ++s) {
+                    if (n_begin + s < n_end) kv_load(n_begin + s, s, LoadKV{}, Flag<true>{});
+                    ptx::cp_async_commit(); /* always commit: keeps the group count uniform */
+                }
+            } else {
+                kv_load(n_begin, 0, LoadKV{}, Flag<true>{});
+                ptx::cp_async_commit();
+#pragma unroll
+                for (int s = 1; s < STAGES - 1; ++s) {
+                    if (n_begin + s < n_end) kv_load(n_begin + s, s, LoadKV{}, Flag<true>{});
+                    ptx::cp_async_commit(); /* always commit: keeps the group count uniform */
+                }
             }
         }
 
@@ -446,13 +593,14 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
          * warp only reads and writes its own rows of it); after the loop
          * only an empty group can be pending. */
         int stage = 0;
+        bool first = true; /* EARLY: block n_begin (a predicate, not n_begin kept live) */
         for (int n = n_begin; n < n_end; ++n) {
             if constexpr (S_::KV_SPLIT) {
                 ptx::cp_async_wait<0>(); /* K_n (+ Q at n_begin) landed       */
                 __syncthreads();         /* visible; V buffer free (invariant) */
-                load_kv(n, 0, LoadV{});
+                kv_load(n, 0, LoadV{}, Flag<false>{});
                 ptx::cp_async_commit();
-            } else {
+            } else if constexpr (VAR == 0) {
                 /* Groups committed so far: STAGES-1 + (n - n_begin), block n being
                  * number n - n_begin: at most STAGES-2 may still be pending. */
                 ptx::cp_async_wait<STAGES - 2>();
@@ -463,6 +611,36 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                 if (ls >= STAGES) ls -= STAGES;
                 if (n + STAGES - 1 < n_end) load_kv(n + STAGES - 1, ls, LoadKV{});
                 ptx::cp_async_commit();
+            } else {
+                /* The same for the variants, as a lambda: written inline (the
+                 * VAR == 0 branch above, kept so that the planned kernels compile
+                 * exactly as before), ptxas spills 8 bytes in 128x128 d64 v1/v3. */
+                auto ring_top = [&]() {
+                    /* (EARLY, n > n_begin: STAGES+1 + (n - n_begin - 1) groups
+                     * committed, block n is number n - n_begin + 1: the same
+                     * STAGES-2 may be pending.) */
+                    ptx::cp_async_wait<STAGES - 2>();
+                    /* Block n now visible to every thread; every thread is done with
+                     * block n-1, whose stage is the one block n+STAGES-1 refills. */
+                    __syncthreads();
+                    int ls = stage + STAGES - 1;
+                    if (ls >= STAGES) ls -= STAGES;
+                    if (n + STAGES - 1 < n_end) kv_load(n + STAGES - 1, ls, LoadKV{}, Flag<false>{});
+                    ptx::cp_async_commit();
+                };
+                if constexpr (EARLY) {
+                    if (first) {
+                        /* Block n_begin: STAGES+1 groups committed and group 0
+                         * (Q + K_n) is needed: STAGES may remain. Block
+                         * n+STAGES-1 was issued by the prologue. */
+                        ptx::cp_async_wait<STAGES>();
+                        __syncthreads();
+                    } else {
+                        ring_top();
+                    }
+                } else {
+                    ring_top();
+                }
             }
             if constexpr (Q_IN_REGS) {
                 if (n == n_begin) {
@@ -552,7 +730,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             if constexpr (S_::KV_SPLIT) {
                 ptx::cp_async_wait<0>(); /* V_n landed                             */
                 __syncthreads();         /* visible; K buffer free (invariant)     */
-                if (n + 1 < n_end) load_kv(n + 1, 0, LoadK{});
+                if (n + 1 < n_end) kv_load(n + 1, 0, LoadK{}, Flag<false>{});
                 ptx::cp_async_commit();  /* always: one pending group at each wait */
             }
 
@@ -602,6 +780,14 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                         for (int e = 0; e < 4; ++e) o[mt][dt][e] *= corr[mt][e >> 1];
             }
 
+            if constexpr (EARLY) {
+                if (first) {
+                    /* V of the first block: group 1 of the STAGES+1 committed. */
+                    ptx::cp_async_wait<STAGES - 1>();
+                    __syncthreads();
+                }
+            }
+
             /* ---- O += P V. The C fragments of n-tiles 2kk, 2kk+1 are exactly
              * the A fragment of k16 step kk (keys 16kk..16kk+15). */
 #pragma unroll
@@ -628,6 +814,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                 }
             }
             stage = (stage + 1 == STAGES) ? 0 : stage + 1;
+            if constexpr (EARLY) first = false;
         }
         ptx::cp_async_wait<0>(); /* only empty groups can remain; drain anyway */
     }
@@ -687,21 +874,52 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
     __syncwarp();
     uint16_t *__restrict__ og = (uint16_t *)p.o;
     constexpr int WUNITS = WROWS * HD / 8;
+    auto store_o = [&]() {
 #pragma unroll
-    for (int k = 0; k < WUNITS / 32; ++k) {
-        const int u = lane + 32 * k; /* storage order inside the warp's rows */
-        const int panel = u / (WROWS * 4);
-        const int r = wrow + ((u >> 2) % WROWS);
-        const int ch = panel * 4 + (u & 3);
-        const int64_t rr = c.r0 + r;
-        if (rr < c.rows) {
-            const uint4 v = ptx::lds128(sQ + panel_offset<BM>(r, ch));
-            const int64_t i = row_pos(rr, c.G);
-            const int h = c.h_base + (int)(rr - i * c.G);
-            uint16_t *dst = og + c.bq * p.o_batch_stride + (c.q_start + i) * p.o_row_stride +
-                            (int64_t)h * p.o_head_stride + ch * 8;
-            *reinterpret_cast<uint4 *>(dst) = v;
+        for (int k = 0; k < WUNITS / 32; ++k) {
+            const int u = lane + 32 * k; /* storage order inside the warp's rows */
+            const int panel = u / (WROWS * 4);
+            const int r = wrow + ((u >> 2) % WROWS);
+            const int ch = panel * 4 + (u & 3);
+            const int64_t rr = c.r0 + r;
+            if (rr < c.rows) {
+                const uint4 v = ptx::lds128(sQ + panel_offset<BM>(r, ch));
+                const int64_t i = row_pos(rr, c.G);
+                const int h = c.h_base + (int)(rr - i * c.G);
+                uint16_t *dst = og + c.bq * p.o_batch_stride + (c.q_start + i) * p.o_row_stride +
+                                (int64_t)h * p.o_head_stride + ch * 8;
+                if constexpr (LEAN_QO)
+                    stg128(dst, v);
+                else
+                    *reinterpret_cast<uint4 *>(dst) = v;
+            }
         }
+    };
+    if constexpr (LEAN_QO) {
+        if (c.G == 1) {
+            /* Unit lane + 32k: row wrow + lane/4 + (8k % WROWS), chunk
+             * 4 * (8k / WROWS) + lane % 4 -- WROWS/8 distinct rows, one pointer
+             * each (query position r0 + row of head h_base), panel hops as
+             * immediates, one STG.128 per chunk. */
+            static_assert(WROWS % 8 == 0, "epilogue: 8 rows per pass of a warp");
+            constexpr int NRO = WROWS / 8;
+            const int orow = wrow + (lane >> 2);
+            uint16_t *o0 = og + c.bq * p.o_batch_stride + (c.q_start + c.r0 + orow) * p.o_row_stride +
+                           (int64_t)c.h_base * p.o_head_stride + (lane & 3) * 8;
+            uint16_t *orp[NRO];
+#pragma unroll
+            for (int j = 0; j < NRO; ++j) orp[j] = j == 0 ? o0 : orp[j - 1] + (int64_t)8 * p.o_row_stride;
+#pragma unroll
+            for (int k = 0; k < WUNITS / 32; ++k) {
+                const int j = (8 * k % WROWS) / 8, DC = (8 * k / WROWS) * 4;
+                if (c.r0 + orow + 8 * j < c.rows)
+                    stg128(orp[j] + DC * 8, ptx::lds128(sQ + panel_offset<BM>(orow + 8 * j, DC + (lane & 3))));
+            }
+        } else {
+            store_o();
+        }
+    } else {
+        store_o();
     }
     if (p.lse && t == 0) {
 #pragma unroll
@@ -722,7 +940,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
  * (tiles.cuh: tile_sm90_only), which the planner never launches below sm_90,
  * so older targets get an empty body -- no code, no compile time, and no
  * ptxas verdict (e.g. spills) on a register budget tuned for sm_90. */
-template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int MIN_CTAS, bool SM90_ONLY>
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int MIN_CTAS, bool SM90_ONLY, int VAR>
 __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -730,7 +948,7 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
         return;
     else
 #endif
-        fwd_body<kBF16, HD, BM, BN, W, STAGES>(a);
+        fwd_body<kBF16, HD, BM, BN, W, STAGES, VAR>(a);
 }
 
 } /* namespace sm80 */

@@ -21,12 +21,12 @@
 namespace fc {
 namespace sm80 {
 
-template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int CTAS, bool SM90_ONLY>
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int CTAS, bool SM90_ONLY, int VAR>
 fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, char *err,
                       size_t err_len)
 {
     using S_ = Shape<HD, BM, BN, W, STAGES>;
-    void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY>;
+    void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY, VAR>;
     const int smem = (int)S_::SMEM_BYTES;
 
     static std::atomic<unsigned long long> opted_in{0};
@@ -61,7 +61,7 @@ fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStrea
                           "tiles.cuh tile_smem_bytes and the kernel's smem layout disagree");
             if (config == I)
                 return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
-                                   tile_sm90_only(T)>(
+                                   tile_sm90_only(T), T.variant>(
                     a, device, stream, err, err_len);
         }
         return launch_config<kBF16, HD, I + 1>(a, config, device, stream, err, err_len);

@@ -59,7 +59,7 @@ int64_t grid_of(const fc_fwd_params *p, const fc::sm80::Tile &t)
 }
 
 /* Tile row for p on dev (class cls) whose shared memory fits the device's
- * opt-in limit. The class's own rows first: the default (min_sk 0) or the
+ * opt-in limit. Rows with a code variant (tiles.cuh) are only ever forced. The class's own rows first: the default (min_sk 0) or the
  * long-KV alternate with the largest min_sk <= seqlen_k; then, if that row's
  * grid is under one CTA per SM, the class's small-grid alternate. Else the
  * smallest-smem row of another class (e.g. a cut-down part reporting less
@@ -77,20 +77,21 @@ int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
     int pick = -1;
     for (int i = 0; i < kNumTiles; ++i)
         if (kTiles[i].arch_class == cls && kTiles[i].head_dim == hd && !kTiles[i].small_grid &&
-            tile_smem_bytes(kTiles[i]) <= dev->smem_optin && kTiles[i].min_sk <= p->seqlen_k &&
+            !kTiles[i].variant && tile_smem_bytes(kTiles[i]) <= dev->smem_optin &&
+            kTiles[i].min_sk <= p->seqlen_k &&
             (pick < 0 || kTiles[i].min_sk > kTiles[pick].min_sk))
             pick = i;
     if (pick >= 0) {
         if (grid_of(p, kTiles[pick]) < dev->sm_count)
             for (int i = 0; i < kNumTiles; ++i)
                 if (kTiles[i].arch_class == cls && kTiles[i].head_dim == hd && kTiles[i].small_grid &&
-                    tile_smem_bytes(kTiles[i]) <= dev->smem_optin)
+                    !kTiles[i].variant && tile_smem_bytes(kTiles[i]) <= dev->smem_optin)
                     return i;
         return pick;
     }
     int best = -1;
     for (int i = 0; i < kNumTiles; ++i)
-        if (kTiles[i].head_dim == hd && tile_smem_bytes(kTiles[i]) <= dev->smem_optin &&
+        if (kTiles[i].head_dim == hd && !kTiles[i].variant && tile_smem_bytes(kTiles[i]) <= dev->smem_optin &&
             (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(kTiles[i])) &&
             (best < 0 || tile_smem_bytes(kTiles[i]) < tile_smem_bytes(kTiles[best])))
             best = i;
@@ -209,8 +210,10 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     choice->pack_gqa = g > 1;
     choice->num_splits = 1;
     choice->workspace_bytes = 0;
-    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s", dtype_name(p->dtype), hd,
-             t.block_m, t.block_n, t.stages, g > 1 ? "_gqapack" : "");
+    char var[16] = "";
+    if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* a forced code variant (tiles.cuh) */
+    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s", dtype_name(p->dtype), hd,
+             t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "");
     return FC_OK;
 }
 

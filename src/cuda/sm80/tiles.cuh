@@ -75,7 +75,29 @@ struct Tile {
     int small_grid; /* 1: an alternate the planner takes instead when the
                      * default row's grid has fewer CTAs than the device has
                      * SMs (smaller tiles: more CTAs, shorter serial chains) */
+    int variant;    /* 0: the kernel as planned. Else a code variant under
+                     * test (bits kVarLeanAddr, kVarEarlyFirst; fwd_kernel.cuh):
+                     * such a row is never picked by the planner, only forced
+                     * with FLASHCORE_SM80_CONFIG=<row> (an A/B beside the row
+                     * with the same tile and variant 0). Omitted = 0.        */
 };
+
+/* Code variants (Tile::variant bits), each a compile-time switch of the kernel:
+ *  kVarLeanAddr   cp.async / store address generation with one 64-bit pointer
+ *                 per distinct row of a pass (64-bit adds, panel hops as
+ *                 immediates) instead of a 64-bit multiply per 16-byte chunk;
+ *                 Q load and O store take that path when G == 1 (no GQA
+ *                 packing); the prologue loads use the K/V bases from
+ *                 registers, so the __syncthreads after parking them in smem
+ *                 goes (the loop's first barrier orders the smem copy).
+ *  kVarEarlyFirst ring rows only: the prologue commits Q + K of the first
+ *                 block, then its V, then blocks 2..STAGES (every ring slot is
+ *                 free at the start, so one block more than the steady state
+ *                 keeps in flight); the first block waits for Q + K only and
+ *                 for its V just before O += P V (one extra barrier, first
+ *                 block only). */
+constexpr int kVarLeanAddr = 1;
+constexpr int kVarEarlyFirst = 2;
 
 // clang-format off
 constexpr Tile kTiles[] = {
@@ -160,6 +182,20 @@ constexpr Tile kTiles[] = {
      * tile would be 128x64 x 8 warps split, 128 KB -- unmeasured, not taken).
      * Not for SM86: 1 CTA per SM either way (100 KB); unmeasured, not taken. */
     {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0},
+
+    /* ---- forced-only code variants (session 3, short-KV A/B; never planned).
+     * Rows 17.. so that the indices of the rows above do not move. Each is the
+     * SM90 row named beside it with the variant bits set (docs/perf/notes-sm80.md,
+     * "Session 3 (prepared, unmeasured)").                                        */
+    {kClassSm90,  64, 128, 128, 4, 2, 2, 0, 0, kVarLeanAddr},                  /* 17 = 11 lean      */
+    {kClassSm90,  64, 128, 128, 4, 2, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst}, /* 18 = 11 lean+early */
+    {kClassSm90,  64,  64,  64, 4, 2, 2, 0, 0, kVarLeanAddr},                  /* 19 = 13 lean      */
+    /* 20: 13 with a 4-deep ring (72 KB: 2 CTAs) + lean + early: a 4-block split
+     * (mission: 1x8x512 -> 64 tiles, split 2) has every block in flight at once. */
+    {kClassSm90,  64,  64,  64, 4, 4, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst},
+    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0, kVarLeanAddr},                  /* 21 = 15 lean      */
+    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst}, /* 22 = 15 lean+early */
+    {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0, kVarLeanAddr},                  /* 23 = 16 lean      */
 };
 // clang-format on
 
@@ -184,7 +220,7 @@ constexpr int64_t tile_smem_bytes(const Tile &t)
 constexpr bool same_kernel(const Tile &a, const Tile &b)
 {
     return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n &&
-           a.warps == b.warps && a.stages == b.stages && a.ctas == b.ctas;
+           a.warps == b.warps && a.stages == b.stages && a.ctas == b.ctas && a.variant == b.variant;
 }
 constexpr bool tile_sm90_only(const Tile &r, int i = 0)
 {
@@ -211,6 +247,8 @@ constexpr bool tile_ok(const Tile &t)
            (t.block_m / (16 * t.warps) == 1 || t.block_m / (16 * t.warps) == 2) &&
            t.block_n % 16 == 0 && t.block_n >= 16 && t.stages >= 1 && t.stages <= 4 &&
            t.ctas >= 1 && 32 * t.warps * t.ctas * 24 <= 65536 && t.min_sk >= 0 && (t.small_grid == 0 || t.small_grid == 1) && !(t.small_grid && t.min_sk) &&
+           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst) &&
+           !((t.variant & kVarEarlyFirst) && t.stages < 2) && !(t.variant && (t.min_sk || t.small_grid)) &&
            tile_smem_bytes(t) <= 227 * 1024 &&
            (t.arch_class != kClassSm86 || tile_smem_bytes(t) <= 99 * 1024) &&
            (t.arch_class != kClassSm80 || tile_smem_bytes(t) <= 163 * 1024) &&
