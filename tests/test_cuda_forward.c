@@ -105,6 +105,10 @@ static int dev_upload(const kit_case *c, dev_case *d, char *err, size_t err_len)
         UP(d->cu_k, c->cu_k, ((size_t)c->s.batch + 1) * sizeof(int32_t));
     }
 #undef UP
+    /* A cudaMemcpy from pageable memory may return before its DMA has
+     * landed, and the kernel runs on a non-blocking stream that does not
+     * wait for it: wait here (see dev_run). */
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         snprintf(err, err_len, "device setup: %s", cudaGetErrorString(e));
         dev_free(d);
@@ -129,6 +133,13 @@ static fc_status dev_run(fc_context *ctx, const kit_case *c, dev_case *d, cudaSt
     kit_poison(out, c->out_bytes, c->s.dtype, lse, c->lse_bytes);
     cudaError_t e = cudaMemcpy(d->out, out, c->out_bytes, cudaMemcpyHostToDevice);
     if (e == cudaSuccess && lse) e = cudaMemcpy(d->lse, lse, c->lse_bytes, cudaMemcpyHostToDevice);
+    /* The poison must have landed before the kernel starts: a cudaMemcpy from
+     * pageable memory returns once the data is staged, not written, and the
+     * kernel's stream is non-blocking. Without this wait the tail of the
+     * poison DMA overwrote the first outputs a kernel wrote (the zeros of
+     * tiles that see no key), now and then: a "rerun DIFFERENT" with
+     * poisoned outputs in a correct kernel. */
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         snprintf(err, err_len, "poisoning: %s", cudaGetErrorString(e));
         return FC_ERR_CUDA;
@@ -146,6 +157,29 @@ static fc_status dev_run(fc_context *ctx, const kit_case *c, dev_case *d, cudaSt
         return FC_ERR_CUDA;
     }
     return FC_OK;
+}
+
+/* Where two runs of one case differ (a race shows here first): how many
+ * output and LSE elements, the largest difference, and the first element
+ * (flat index into the output buffer) that differs. */
+static void rerun_diff(const kit_case *c, const void *a, const void *b, const float *la, const float *lb, char *buf,
+                       size_t len)
+{
+    const size_t esz = kit_dtype_size(c->s.dtype);
+    const int64_t n = (int64_t)(c->out_bytes / esz);
+    int64_t nd = 0, first = -1, nl = 0;
+    double maxd = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (memcmp((const char *)a + i * esz, (const char *)b + i * esz, esz) == 0) continue;
+        if (first < 0) first = i;
+        nd++;
+        const double d = fabs((double)kit_load(a, c->s.dtype, i) - (double)kit_load(b, c->s.dtype, i));
+        if (d > maxd || d != d) maxd = d;
+    }
+    if (la && lb)
+        for (size_t i = 0; i < c->lse_bytes / sizeof(float); i++) nl += memcmp(la + i, lb + i, sizeof(float)) != 0;
+    snprintf(buf, len, " (%lld outputs differ, max %.3g, first at %lld; %lld LSE)", (long long)nd, maxd,
+             (long long)first, (long long)nl);
 }
 
 /* Elements of out that are not logical (padding) must still hold the poison. */
@@ -262,12 +296,14 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         const int same = st2 == FC_OK && memcmp(out1, out2, c.out_bytes) == 0 &&
                          (!lse1 || memcmp(lse1, lse2, c.lse_bytes) == 0);
         const int ok = kit_gate_pass(&m, &g) && stray == 0 && same && info.backend == FC_BACKEND_CUDA;
+        char diff[160] = "";
+        if (st2 == FC_OK && !same) rerun_diff(&c, out1, out2, lse1, lse2, diff, sizeof diff);
         snprintf(line, sizeof line,
                  "%s path%d %s [%s split%d] | max_abs %.2e rel_l2 %.2e bad %.3f%% lse_max %.2e | unwritten %lld "
-                 "nonfinite %lld lse_bad %lld stray %lld | rerun %.300s",
+                 "nonfinite %lld lse_bad %lld stray %lld | rerun %.300s%s",
                  tag, path, desc, info.name, info.num_splits, m.max_abs, m.rel_l2, m.pct_bad, m.lse_max_abs,
                  (long long)m.unwritten, (long long)m.nonfinite, (long long)m.lse_bad, (long long)stray,
-                 st2 != FC_OK ? err : (same ? "identical" : "DIFFERENT"));
+                 st2 != FC_OK ? err : (same ? "identical" : "DIFFERENT"), diff);
         if (ok) g_pass++;
         else g_fail++;
         if (!ok || g_verbose) printf("%s %s\n", ok ? "PASS" : "FAIL", line);
