@@ -7,7 +7,10 @@
 #   bash scripts/gpu-check.sh [all|STAGE[,STAGE...]] [--quick]
 #   stages: build test sanitize sass bench, and (not in `all`) trace: a
 #   trace build of the Hopper kernels (-DFC_SM90_TRACE=1, in $BUILD-trace)
-#   timing each tile's phases on TRACE_SHAPES (bench/trace_sm90.py)
+#   timing each tile's phases on TRACE_SHAPES (bench/trace_sm90.py); profile:
+#   Nsight Compute on one call per system (PROFILE_SYSTEMS, default our two
+#   paths, cuDNN, FA2) on PROFILE_SHAPES (bench/profile_peers.py), summarised
+#   by bench/ncu_summary.py (duration, throughput, tensor pipe, stalls)
 #   env: BUILD (build dir, default build-gpu), ARCHS (default 90a),
 #        PEERS_MAX_S (bench time cap), PEERS_EXTRA (more bench/peers.py args)
 #
@@ -57,7 +60,7 @@ run_rows() {
 sm90_rows() {
   awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
        on && match($0,/^[ \t]*\{[0-9 ,]+\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
-       split(s,a,","); print n++, a[1], a[12]}' src/cuda/sm90/tiles.cuh
+       split(s,a,","); print n++, a[1], a[11]}' src/cuda/sm90/tiles.cuh
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -172,6 +175,25 @@ if want_explicit trace; then
       echo "-- $sh"; python3 bench/trace_sm90.py "$OUT/trace-$sh.bin" | tee -a "$OUT/trace.txt"
     done
   else result[trace]=FAIL; tail -20 "$OUT/trace-build.log"; fi
+fi
+
+if want_explicit profile; then
+  # ncu leaves the clocks alone (--clock-control none: the device's METHOD.md);
+  # the raw page keeps every metric the sections collect, by name.
+  result[profile]=ok
+  for sh in ${PROFILE_SHAPES:-s2k-d128 s512-d64}; do
+    log "ncu: one call per system, $sh"
+    if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" timeout 400 ncu --profile-from-start off \
+         --clock-control none --csv --page raw --section SpeedOfLight --section ComputeWorkloadAnalysis \
+         --section WarpStateStats --section Occupancy \
+         python3 bench/profile_peers.py --shapes "$sh" --systems "${PROFILE_SYSTEMS:-sm90,sm80,cudnn,fa2}" \
+         >"$OUT/ncu-$sh.csv" 2>"$OUT/ncu-$sh.log"; then
+      echo "-- $sh"; grep -E "^(profiled|skip)" "$OUT/ncu-$sh.log"
+      python3 bench/ncu_summary.py "$OUT/ncu-$sh.csv" | tee -a "$OUT/profile.txt"
+    else
+      result[profile]=FAIL; tail -20 "$OUT/ncu-$sh.log"
+    fi
+  done
 fi
 
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader | sed 's/^/after: /'

@@ -163,33 +163,30 @@ double wave_cost(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm9
 }
 
 /* FLASHCORE_SM90_CONFIG=<row of tiles.cuh>: a tuning and benchmarking hook
- * (docs/API.md) that forces a row when it fits p (head_dim, mask use);
- * otherwise, or when unset, the planner chooses. The choice shows in the
- * kernel name (fc_kernel_info), so a forced row is never silent. */
-int forced_config(const fc_fwd_params *p, bool masked)
+ * (docs/API.md) that forces a row when it fits p (its head_dim); otherwise,
+ * or when unset, the planner chooses. The choice shows in the kernel name
+ * (fc_kernel_info), so a forced row is never silent. */
+int forced_config(const fc_fwd_params *p)
 {
     const int v = fc_tuning_row("FLASHCORE_SM90_CONFIG", FC_SM90_NUM_TILES);
-    if (v < 0) return -1;
-    const fc_sm90_tile &t = k_tiles[v];
-    if (t.head_dim != p->head_dim || (t.use == 1 && !masked) || (t.use == 2 && masked)) return -1;
+    if (v < 0 || k_tiles[v].head_dim != p->head_dim) return -1;
     return v;
 }
 
-/* The config for p: the mask-specific big entry of its head_dim if there is
- * one, else the generic one; a tall entry instead when its wave-quantised
- * cost is lower; the 64-row entry instead when the big tiles would leave
+/* The config for p: the big entry of its head_dim; a tall entry instead
+ * when its wave-quantised cost is lower; the 64-row entry instead when the
+ * big tiles would leave
  * more than half of the SMs idle (split-KV can then still add CTAs along
  * the keys) or hold at most 64 real rows. -1: head_dim not built.
  * *shift: pack-GQA. */
 int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
 {
-    const bool masked = p->window_left >= 0 || p->window_right >= 0;
-    const int forced = forced_config(p, masked);
+    const int forced = forced_config(p);
     if (forced >= 0) {
         *shift = pack_shift_for(p, k_tiles[forced].block_m);
         return forced;
     }
-    int any = -1, specific = -1, small = -1, tall = -1;
+    int cfg = -1, small = -1, tall = -1;
     for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
         if (k_tiles[i].head_dim != p->head_dim) continue;
         if (k_tiles[i].small) {
@@ -200,10 +197,8 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
             if (tall < 0) tall = i;
             continue;
         }
-        if (k_tiles[i].use == 0 && any < 0) any = i;
-        if (k_tiles[i].use == (masked ? 1 : 2) && specific < 0) specific = i;
+        if (cfg < 0) cfg = i;
     }
-    int cfg = specific >= 0 ? specific : any;
     if (cfg < 0) cfg = small;
     if (cfg < 0) return -1;
     *shift = pack_shift_for(p, k_tiles[cfg].block_m);

@@ -67,8 +67,6 @@ typedef struct fc_sm90_tile {
     int swz;       /* swizzle bytes: 128 or 64                                 */
     int pingpong;  /* 1: consumer warpgroups alternate GEMMs on named barriers */
     int overlap;   /* 1: issue S(j+1) before the softmax of block j            */
-    int use;       /* 0: any mask, 1: only with a causal/local mask,
-                    * 2: only without (plan.cu prefers the specific entry)  */
     int small;     /* 1: 64-row variant, chosen when the 128-row grid would
                     * occupy less than half of the SMs (few heads/rows)     */
     int qbufs;     /* Q buffers, 1 or 2. With 2 the next tile's Q loads while
@@ -84,24 +82,24 @@ typedef struct fc_sm90_tile {
                     * (1 + tall/100), is below the 128-row entry's.      */
 } fc_sm90_tile;
 
-/*                      d    M    N  wg st swz pp ov use sm qb ta   S+P+O regs   smem (Q*qb + ring) */
+/*                      d    M    N  wg st swz pp ov sm qb ta   S+P+O regs   smem (Q*qb + ring) */
 #define FC_SM90_TILE_TABLE                                                                              \
-    {64, 128, 128, 2, 2, 128, 1, 1, 0, 0, 2, 0},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
-    {96, 128, 128, 2, 2, 64, 1, 1, 0, 0, 2, 0},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
+    {64, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
+    {96, 128, 128, 2, 2, 64, 1, 1, 0, 2, 0},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
     /* 2: d128, causal and not: 64+32+64=160; 2*32K+2*64K = 192 KB. FA3's non-causal  \
      * 128x176 (1 Q buffer, 208 KB) ran 8% slower at s2k-d128 and 1% at s8k once   \
      * 2 Q buffers hid the epilogue's store read (H100, notes-sm90.md run 9).       */ \
-    {128, 128, 128, 2, 2, 128, 1, 1, 0, 0, 2, 0},                                            \
-    {192, 128, 112, 2, 2, 128, 0, 1, 0, 0, 1, 0}, /* 3: 56+28+96=180;  48K+2*84K = 216 KB    */  \
-    {256, 128, 80, 2, 2, 128, 0, 1, 0, 0, 1, 0},  /* 4: 40+20+128=188; 64K+2*80K = 224 KB    */  \
-    {64, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},   /* 5: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
-    {128, 64, 128, 1, 2, 128, 0, 1, 0, 1, 2, 0},  /* 6: small; 2*16K+2*64K = 160 KB          */  \
+    {128, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0},                                            \
+    {192, 128, 112, 2, 2, 128, 0, 1, 0, 1, 0}, /* 3: 56+28+96=180;  48K+2*84K = 216 KB    */  \
+    {256, 128, 80, 2, 2, 128, 0, 1, 0, 1, 0},  /* 4: 40+20+128=188; 64K+2*80K = 224 KB    */  \
+    {64, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0},   /* 5: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
+    {128, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0},  /* 6: small; 2*16K+2*64K = 160 KB          */  \
     /* 7: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 152 regs: \
      * P (32) and the next S (64) cannot both live (intra-warpgroup overlap spills at 160); \
      * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
      * 192x112 with overlap fits (116 regs) but ran 3-11% slower (H100, notes-sm90.md).    \
      * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. */ \
-    {64, 192, 128, 3, 2, 128, 0, 0, 0, 0, 2, 20},
+    {64, 192, 128, 3, 2, 128, 0, 0, 0, 2, 20},
 
 #define FC_SM90_NUM_TILES 8
 
