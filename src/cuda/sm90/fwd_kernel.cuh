@@ -654,9 +654,13 @@ __device__ __forceinline__ bool next_tile(const fc_sm90_params &p, const Bars<C>
  * previous tile's O is normalised, stored and the tile ends. S0 is thus in
  * flight on every edge into the loop head, which keeps ptxas to one register
  * assignment for it and no wgmma serialisation (docs/perf/notes-sm90.md). */
-template <class C, bool kBF16>
+template <class C, bool kBF16, bool kRotate>
 __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t *smem, const Bars<C> &bars)
 {
+    /* Rotated tile loop (above) with 2 Q buffers and kRotate; otherwise a
+     * tile's first S is issued at the loop head (the plain order), which is
+     * what one tile per CTA wants (plan.cu: choose_rotate). */
+    constexpr bool ROT = kRotate && C::QB == 2;
     const int tid = threadIdx.x - 128 * (cw + 1); /* 0..127 within the warpgroup */
     const int warp = tid >> 5;
     const int lane = tid & 31;
@@ -684,16 +688,17 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
     int k = 0;
     float S0[C::BN / 2]; /* the tile's first S block */
     bool more = true;
-    if (C::QB == 2) {
+    if (ROT) {
         more = next_tile<C>(p, bars, slot, g, k, row_wg, col_t);
         issue_first_s<C, kBF16>(S0, bars, base, q_rows(0), 0, 0, stage, phase, cw, more);
     }
     while (more) {
-        if (C::QB == 1) {
-            /* One Q buffer: the tile's Q lands where the previous tile's O
-             * was staged, so nothing is issued early (the plain order). */
+        if (!ROT) {
+            /* The plain order (one Q buffer: the tile's Q lands where the
+             * previous tile's O was staged, so nothing can be issued early). */
             if (!next_tile<C>(p, bars, slot, g, k, row_wg, col_t)) break;
-            issue_first_s<C, kBF16>(S0, bars, base, q_rows(0), 0, q_iter & 1, stage, phase, cw, true);
+            const int qt = (int)(q_iter % C::QB);
+            issue_first_s<C, kBF16>(S0, bars, base, q_rows(qt), qt, (q_iter / C::QB) & 1, stage, phase, cw, true);
         }
         trace(p, cw + 1, k, 0, tid == 0);
         const int qb = (int)(q_iter % C::QB);
@@ -783,17 +788,12 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         const uint32_t q_next_par = ((q_iter + 1) / C::QB) & 1;
         Tile gn;
         int kn = 0;
-#ifndef FC_XT_POS
-#define FC_XT_POS 1
-#endif
-#if FC_XT_POS == 1
-        if (C::QB == 2) {
+        if (ROT) {
             /* The next tile's Q is in the other buffer: its first S runs
              * during this tile's epilogue. */
             more = next_tile<C>(p, bars, slot, gn, kn, row_wg, col_t);
             issue_first_s<C, kBF16>(S0, bars, base, q_rows(q_next), q_next, q_next_par, stage, phase, cw, more);
         }
-#endif
         /* ---- finalize: O / l, lse = max*scale + ln(l) (natural log) ---- */
         float lse[2];
 #pragma unroll
@@ -858,14 +858,6 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 }
             }
         }
-#if FC_XT_POS == 0
-        if (C::QB == 2) {
-            /* The next tile's Q is in the other buffer: its first S runs
-             * during the rest of this epilogue. */
-            more = next_tile<C>(p, bars, slot, gn, kn, row_wg, col_t);
-            issue_first_s<C, kBF16>(S0, bars, base, q_rows(q_next), q_next, q_next_par, stage, phase, cw, more);
-        }
-#endif
         /* Phase B: LSE, and O from the staging to global memory. */
         if (p.num_splits == 1) {
             if (p.lse && (lane & 3) == 0) {
@@ -903,12 +895,12 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         else release_q(qb);
         ++q_iter;
         trace(p, cw + 1, k, 4, tid == 0);
-        if (C::QB == 2) {
+        if (ROT) {
             g = gn;
             k = kn;
         }
     }
-    if (C::QB == 2) {
+    if (ROT) {
         /* The dropped S (issue_first_s). Reading S0 after the wait keeps its
          * registers reserved until then: a wgmma result that is never read
          * would otherwise be dead from its issue on, and its registers free
@@ -921,7 +913,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
 }
 
 /* ---- the kernel --------------------------------------------------------------------- */
-template <int kCfg, bool kBF16>
+template <int kCfg, bool kBF16, bool kRotate>
 __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
 {
     using C = Cfg<kCfg>;
@@ -973,16 +965,16 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(cons
         if (C::SETMAXNREG) reg_alloc<C::CONSUMER_REGS>();
         /* With one consumer warpgroup its index is the constant 0, which
          * keeps the named-barrier ids compile-time. */
-        consumer<C, kBF16>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
+        consumer<C, kBF16, kRotate>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
     }
 }
 
-template <int kCfg, bool kBF16>
+template <int kCfg, bool kBF16, bool kRotate>
 static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream, char *err,
                         size_t err_len)
 {
     using C = Cfg<kCfg>;
-    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16>;
+    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate>;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, err, err_len);
     if (opt != FC_OK) {
@@ -1010,7 +1002,10 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     fc_status fc_sm90_launch_##cfg##_##tag(const fc_sm90_params *prm, int grid, int device,       \
                                            cudaStream_t s, char *err, size_t len)                \
     {                                                                                              \
-        return fc90::launch<cfg, (is_bf16) != 0>(prm, grid, device, s, err, len);                 \
+        if constexpr (fc90::kTiles[cfg].qbufs == 2) {                                              \
+            if (prm->rotate) return fc90::launch<cfg, (is_bf16) != 0, true>(prm, grid, device, s, err, len); \
+        }                                                                                          \
+        return fc90::launch<cfg, (is_bf16) != 0, false>(prm, grid, device, s, err, len);          \
     }
 
 #endif /* FC_SM90_FWD_KERNEL_CUH */
