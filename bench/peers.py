@@ -260,20 +260,18 @@ class FlashCore(System):
         return run, lambda i: outs[i]
 
 
-class FlashCoreRow(FlashCore):
-    """The Hopper path with one row of its tile table forced through
-    FLASHCORE_SM90_CONFIG (an A/B of rows the planner would not pick here).
-    Named sm90-row<N>: a column of its own, not counted as FlashCore in FC/peer."""
-    KEY = "FLASHCORE_SM90_CONFIG"
+class FlashCoreEnv(FlashCore):
+    """The Hopper path with an environment variable set around every call
+    (prepare, run, graph capture): an A/B of a tuning hook. A column of its
+    own, not counted as FlashCore in FC/peer."""
 
-    def __init__(self, row):
+    def __init__(self, name, key, value):
         super().__init__(90)
-        self.row = str(row)
-        self.name = "sm90-row%s" % self.row
+        self.name, self.KEY, self.value = name, key, str(value)
 
     def _forced(self, fn, *a):
         old = os.environ.get(self.KEY)
-        os.environ[self.KEY] = self.row
+        os.environ[self.KEY] = self.value
         try:
             return fn(*a)
         finally:
@@ -285,6 +283,16 @@ class FlashCoreRow(FlashCore):
     def prepare(self, shape, inputs):
         run, out = self._forced(super().prepare, shape, inputs)
         return (lambda i: self._forced(run, i)), out
+
+
+class FlashCoreRow(FlashCoreEnv):
+    """The Hopper path with one row of its tile table forced through
+    FLASHCORE_SM90_CONFIG (an A/B of rows the planner would not pick here).
+    Named sm90-row<N>."""
+
+    def __init__(self, row):
+        super().__init__("sm90-row%s" % row, "FLASHCORE_SM90_CONFIG", row)
+        self.row = str(row)
 
 
 class TorchSDPA(System):
@@ -423,7 +431,7 @@ class FlashInfer(System):
         return run, lambda i: outs[i]
 
 
-def make_systems(selected, sm90_rows=None):
+def make_systems(selected, sm90_rows=None, sm90_env=None):
     systems = [FlashCore(90), FlashCore(80), TorchSDPA("torch-cudnn"), TorchSDPA("torch-flash(FA2)"),
                TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()]
     if selected:
@@ -431,6 +439,11 @@ def make_systems(selected, sm90_rows=None):
         systems = [s for s in systems if any(k in s.name.lower() for k in keys)]
     if sm90_rows:
         systems += [FlashCoreRow(int(r)) for r in sm90_rows.split(",") if r.strip()]
+    for spec in (sm90_env or "").split(","):
+        if spec.strip():  # NAME:KEY=VALUE
+            name, kv = spec.split(":", 1)
+            key, value = kv.split("=", 1)
+            systems.append(FlashCoreEnv("sm90-" + name.strip(), key.strip(), value.strip()))
     return systems
 
 
@@ -856,6 +869,9 @@ def parse_args(argv):
                                       "(e.g. flashcore,cudnn,flex)")
     ap.add_argument("--sm90-rows", help="comma-separated rows of src/cuda/sm90/tiles.cuh to time as extra "
                     "systems sm90-row<N>, each forced with FLASHCORE_SM90_CONFIG (A/B of tile rows)")
+    ap.add_argument("--sm90-env", help="comma-separated NAME:KEY=VALUE: the Hopper path with env KEY=VALUE "
+                    "around its calls, timed as an extra system sm90-NAME (A/B of a hook, e.g. "
+                    "pdl:FLASHCORE_SM90_PDL=1)")
     ap.add_argument("--out", help="output folder (default $OUT, else ./out)")
     ap.add_argument("--quick", action="store_true", help="2 small shapes, few rounds (smoke run)")
     ap.add_argument("--dry-run", action="store_true",
@@ -947,7 +963,7 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     meta.update(torch_meta(torch, cuda=True))
-    systems = make_systems(args.systems, args.sm90_rows)
+    systems = make_systems(args.systems, args.sm90_rows, args.sm90_env)
     unavailable = {}
     for s in systems:
         why = s.available()

@@ -955,6 +955,14 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, 1) fc_sm90_fwd_kernel(cons
         mbar_fence_init();
     }
     __syncthreads();
+    /* Everything above touches only this CTA's shared memory and the
+     * parameters; from here on global memory (cu_seqlens, Q/K/V, O, LSE, the
+     * tile counter) is read and written, so with programmatic dependent
+     * launch (p.pdl) this is where the previous kernel must be complete. The
+     * next kernel may start launching now: it cannot take an SM before one of
+     * our CTAs leaves it (shared memory), and it waits in turn. */
+    grid_dep_launch_dependents();
+    grid_dep_wait();
 
     /* Warp-uniform role (shfl makes it provably uniform to the compiler). */
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
@@ -983,8 +991,26 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
         snprintf(err, err_len, "sm90 forward (config %d, %d bytes of shared memory): %s", kCfg, C::SMEM, why);
         return opt;
     }
-    kern<<<grid, C::THREADS, C::SMEM, stream>>>(*prm);
-    const cudaError_t e = cudaGetLastError();
+    cudaError_t e;
+    if (prm->pdl) {
+        /* Programmatic stream serialisation: this grid may begin launching
+         * while the previous kernel in the stream finishes (the kernel waits
+         * for it in grid_dep_wait before touching global memory). */
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)grid);
+        cfg.blockDim = dim3(C::THREADS);
+        cfg.dynamicSmemBytes = (size_t)C::SMEM;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, kern, *prm);
+    } else {
+        kern<<<grid, C::THREADS, C::SMEM, stream>>>(*prm);
+        e = cudaGetLastError();
+    }
     if (e != cudaSuccess) {
         snprintf(err, err_len, "sm90 forward (config %d): kernel launch (%d CTAs x %d threads, %d B smem): %s",
                  kCfg, grid, C::THREADS, C::SMEM, cudaGetErrorString(e));

@@ -512,6 +512,10 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         }
     }
     prm.tile_ctr = ctr;
+    /* FLASHCORE_SM90_PDL=1 (experimental, off by default): launch as a
+     * programmatic dependent of the previous kernel in the stream. Not with
+     * the tile counter: its memset is the stream's previous operation. */
+    prm.pdl = fc_tuning_row("FLASHCORE_SM90_PDL", 2) == 1 && ctr == NULL;
 #if FC_SM90_TRACE
     prm.trace = grid <= (int)k_trace_ctas ? trace_buffer((cudaStream_t)stream) : NULL;
 #endif
