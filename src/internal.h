@@ -98,6 +98,7 @@ typedef struct fc_cuda_choice {
     int32_t config;         /* index into that path's tile table              */
     int32_t num_splits;     /* 1 = no split-KV                                */
     int32_t pack_gqa;       /* 1 = query heads sharing a KV head in one tile  */
+    int32_t rotate;         /* sm90: the rotated tile loop (plan.cu)          */
     int64_t workspace_bytes;
     char name[96];
 } fc_cuda_choice;

@@ -370,7 +370,10 @@ __device__ __forceinline__ void issue_s(float (&S)[C::BN / 2], uint32_t q_addr, 
         const uint32_t in_row = (k % C::KPP) * 32; /* 16 elements = 32 bytes */
         const uint32_t oq = (k / C::KPP) * (C::BM * C::SW) + in_row;
         const uint32_t ok = (k / C::KPP) * (C::BN * C::SW) + in_row;
-        Wgmma<C::BN, kBF16>::ss(S, dq + (oq >> 4), dk + (ok >> 4), k > 0 ? 1 : 0);
+        /* k-step 0 overwrites S (scale-d 0, write-only operands): the
+         * previous block's S is dead from here, not carried across. */
+        if (k == 0) Wgmma<C::BN, kBF16>::ss0(S, dq + (oq >> 4), dk + (ok >> 4));
+        else Wgmma<C::BN, kBF16>::ss(S, dq + (oq >> 4), dk + (ok >> 4), 1);
     }
 }
 
@@ -523,25 +526,157 @@ __device__ __forceinline__ void store_o_generic(const fc_sm90_params &p, const T
 }
 
 /* ---- consumer -------------------------------------------------------------------- */
+/* A GEMM round of a consumer warpgroup: with pingpong it waits for its turn,
+ * issues, and hands the turn on; every warpgroup runs the same sequence of
+ * rounds (tiles are shared by the CTA's warpgroups), so the turns carry over
+ * from tile to tile. */
+template <class C> __device__ __forceinline__ void round_begin(int cw)
+{
+    if (C::PP) bar_sync(kBarSched + cw, 256);
+    wg_fence();
+}
+template <class C> __device__ __forceinline__ void round_end(int cw)
+{
+    wg_commit();
+    if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
+}
+
+/* A tile's first S = Q K^T, in flight when this returns. With `real` false
+ * (no tile left) it issues one k-step of it instead, without waiting for any
+ * operand and with no pingpong turn (every warpgroup does the same), and the
+ * result is dropped: a wgmma issued on one branch only leaves ptxas unable
+ * to track the in-flight accumulator across the rotated loop, and it then
+ * serialises every wgmma of the kernel (C7518) and spills. */
 template <class C, bool kBF16>
+__device__ __forceinline__ void issue_first_s(float (&S)[C::BN / 2], const Bars<C> &bars, uint32_t base,
+                                              uint32_t q_addr, int qb, uint32_t q_par, int stage,
+                                              uint32_t phase, int cw, bool real)
+{
+    if (!real) {
+        wg_fence();
+        Wgmma<C::BN, kBF16>::ss0(S, desc_kmajor<C::SW>(q_addr), desc_kmajor<C::SW>(base + C::OFF_K));
+        wg_commit();
+        return;
+    }
+    FC90_WAIT(bars.q_full(qb), q_par);
+    FC90_WAIT(bars.k_full(stage), phase);
+    round_begin<C>(cw);
+    issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
+    round_end<C>(cw);
+}
+
+/* O += P V for one block, waited for (the plain loop and the last block). */
+template <class C, bool kBF16>
+__device__ __forceinline__ void pv_round(float (&O)[C::D / 2], uint32_t (&P)[C::BN / 4], const Bars<C> &bars,
+                                         uint32_t base, int v_stage, uint32_t v_phase, int cw)
+{
+    FC90_WAIT(bars.v_full(v_stage), v_phase);
+    round_begin<C>(cw);
+    issue_pv<C, kBF16>(O, P, base + C::OFF_V + v_stage * C::KV_BYTES);
+    round_end<C>(cw);
+    wg_wait<0>();
+    fence_regs(O);
+    fence_regs(P);
+    mbar_arrive(bars.v_empty(v_stage));
+}
+
+/* A tile whose rows see no key (or a split past the end of the band): O = 0
+ * and LSE = -inf, straight from registers (no staging: the Q buffers may
+ * hold other tiles' Q). Branch-free on purpose: a thread whose row lies past
+ * the sequence writes the same zeros to the tile's last row instead (the
+ * tile has one: it has rows), and every lane of a quad writes its rows' LSE.
+ * A thread-dependent branch here, inside next_tile's loop, makes the
+ * compiler treat the tile loop's counters as divergent, and every wgmma
+ * descriptor of the main loop then goes through vector registers (R2UR). */
+template <class C>
+__device__ __forceinline__ void write_empty_tile(const fc_sm90_params &p, const Tile &g, int row_wg, int col_t)
+{
+    const int last = (g.sq << p.pack_shift) - 1; /* the last tile row R in the sequence */
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int R = min(g.m0 + row_wg + 8 * r, last);
+        const int pos = row_pos(p, R);
+        const int head = row_head(p, g, R);
+        if (p.num_splits > 1) {
+            const int64_t plane = (((int64_t)g.split * p.batch + g.b) * p.heads_q + head) * p.seqlen_q + pos;
+            float *dst = p.o_accum + plane * C::D + col_t;
+#pragma unroll
+            for (int j = 0; j < C::D / 8; ++j) *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(0.0f, 0.0f);
+            p.lse_accum[plane] = neg_inf();
+        } else {
+            if (p.lse)
+                p.lse[g.b * p.lse_batch_stride + head * p.lse_head_stride +
+                      (int64_t)(g.q_off + pos) * p.lse_row_stride] = neg_inf();
+            uint16_t *dst = reinterpret_cast<uint16_t *>(p.o) + g.b * p.o_batch_stride +
+                            (int64_t)(g.q_off + pos) * p.o_row_stride + head * p.o_head_stride + col_t;
+#pragma unroll
+            for (int j = 0; j < C::D / 8; ++j) {
+                dst[8 * j] = 0;
+                dst[8 * j + 1] = 0;
+            }
+        }
+    }
+}
+
+/* The CTA's next tile with KV blocks to visit; tiles without query rows are
+ * skipped and tiles without KV blocks finished on the way (write_empty_tile),
+ * as the producer skips both. slot counts the scheduler's hand-outs; k is
+ * the returned tile's (for trace stamps). False when none is left. */
+template <class C>
+__device__ __forceinline__ bool next_tile(const fc_sm90_params &p, const Bars<C> &bars, int &slot, Tile &g, int &k,
+                                          int row_wg, int col_t)
+{
+    for (;;) {
+        const int s = slot++;
+        int t;
+        if (p.tile_ctr) {
+            /* The producer's choice (see producer); the read comes before our
+             * arrive on the slot's empty barrier. */
+            FC90_WAIT(bars.t_full(s & 1), (s >> 1) & 1);
+            t = (int)lds32(bars.t_slot(s & 1));
+            mbar_arrive(bars.t_empty(s & 1));
+        } else {
+            t = (int)blockIdx.x + s * (int)gridDim.x;
+        }
+        if (t >= p.num_tiles) return false;
+        decode_tile<C>(p, t, g);
+        if (!g.rows) continue;
+        if (g.n_hi <= g.n_lo) {
+            write_empty_tile<C>(p, g, row_wg, col_t);
+            continue;
+        }
+        k = s;
+        return true;
+    }
+}
+
+
+/* The tile loop is rotated: a tile's first S = Q K^T is issued before the
+ * loop for the first tile, and for every later one by the previous tile's
+ * epilogue, so that (2 Q buffers) it runs on the tensor cores while the
+ * previous tile's O is normalised, stored and the tile ends. S0 is thus in
+ * flight on every edge into the loop head, which keeps ptxas to one register
+ * assignment for it and no wgmma serialisation (docs/perf/notes-sm90.md). */
+template <class C, bool kBF16, bool kRotate>
 __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t *smem, const Bars<C> &bars)
 {
+    /* Rotated tile loop (above) with 2 Q buffers and kRotate; otherwise a
+     * tile's first S is issued at the loop head (the plain order), which is
+     * what one tile per CTA wants (plan.cu: choose_rotate). */
+    constexpr bool ROT = kRotate && C::QB == 2;
     const int tid = threadIdx.x - 128 * (cw + 1); /* 0..127 within the warpgroup */
     const int warp = tid >> 5;
     const int lane = tid & 31;
     const int row_wg = 64 * cw + 16 * warp + (lane >> 2); /* tile row of acc rows r (and r+8) */
     const int col_t = 2 * (lane & 3);                     /* column of acc[4j] within group j */
 
-    /* Pingpong turns: warpgroup cw waits on kBarSched+cw before issuing GEMMs
-     * and hands the turn to the next one after issuing. The last warpgroup
-     * gives warpgroup 0 its first turn (once per kernel: turns carry across
-     * tiles because every warpgroup issues the same number of GEMM rounds). */
+    /* Pingpong: the last warpgroup gives warpgroup 0 its first turn. */
     if (C::PP && cw == C::WG - 1) bar_arrive(kBarSched + 0, 256);
 
     int stage = 0;
     uint32_t phase = 0;
-    uint32_t q_iter = 0;
-    int q_release = -1; /* 2 Q buffers: the previous tile's, not yet handed back */
+    uint32_t q_iter = 0; /* work tiles so far: Q buffer q_iter % QB, parity (q_iter / QB) & 1 */
+    int q_release = -1;  /* 2 Q buffers: the previous tile's, not yet handed back */
     /* Hand Q buffer b back: our generic reads/writes of it, and the O store's
      * reads of the staging (issuing thread), come before the next TMA (async
      * proxy) write into it. */
@@ -550,145 +685,118 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         fence_proxy_async();
         mbar_arrive(bars.q_empty(b));
     };
-    for (int k = 0;; ++k) {
-        int t;
-        if (p.tile_ctr) {
-            /* The producer's choice (see producer); the read comes before our
-             * arrive on the slot's empty barrier. */
-            FC90_WAIT(bars.t_full(k & 1), (k >> 1) & 1);
-            t = (int)lds32(bars.t_slot(k & 1));
-            mbar_arrive(bars.t_empty(k & 1));
-        } else {
-            t = (int)blockIdx.x + k * (int)gridDim.x;
+    auto q_rows = [&](int b) { return base + C::OFF_Q + b * C::Q_BYTES + 64 * cw * C::SW; };
+    int slot = 0;
+    Tile g;
+    int k = 0;
+    float S0[C::BN / 2]; /* the tile's first S block */
+    bool more = true;
+    if (ROT) {
+        more = next_tile<C>(p, bars, slot, g, k, row_wg, col_t);
+        issue_first_s<C, kBF16>(S0, bars, base, q_rows(0), 0, 0, stage, phase, cw, more);
+    }
+    while (more) {
+        if (!ROT) {
+            /* The plain order (one Q buffer: the tile's Q lands where the
+             * previous tile's O was staged, so nothing can be issued early). */
+            if (!next_tile<C>(p, bars, slot, g, k, row_wg, col_t)) break;
+            const int qt = (int)(q_iter % C::QB);
+            issue_first_s<C, kBF16>(S0, bars, base, q_rows(qt), qt, (q_iter / C::QB) & 1, stage, phase, cw, true);
         }
-        if (t >= p.num_tiles) break;
-        Tile g;
-        decode_tile<C>(p, t, g);
-        if (!g.rows) continue;
         trace(p, cw + 1, k, 0, tid == 0);
-
-        float O[C::D / 2];
-#pragma unroll
-        for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
-        RowState rs;
-        rs.m[0] = rs.m[1] = neg_inf();
-        rs.l[0] = rs.l[1] = 0.0f;
-        const bool work = g.n_hi > g.n_lo;
         const int qb = (int)(q_iter % C::QB);
         const uint32_t q_off = C::OFF_Q + qb * C::Q_BYTES; /* this tile's Q (and O staging) */
         const uint32_t q_addr = base + q_off + 64 * cw * C::SW; /* this warpgroup's Q rows */
-
-        if (work) {
-            MaskRows mr;
+        MaskRows mr;
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = row_pos(p, g.m0 + row_wg + 8 * r);
-                mr.lo[r] = key_lo(row, g.sq, g.sk, p.window_left);
-                mr.hi[r] = key_hi(row, g.sq, g.sk, p.window_right);
-            }
-            FC90_WAIT(bars.q_full(qb), (q_iter / C::QB) & 1);
-            trace(p, cw + 1, k, 1, tid == 0);
+        for (int r = 0; r < 2; ++r) {
+            const int row = row_pos(p, g.m0 + row_wg + 8 * r);
+            mr.lo[r] = key_lo(row, g.sq, g.sk, p.window_left);
+            mr.hi[r] = key_hi(row, g.sq, g.sk, p.window_right);
+        }
+        float S[C::BN / 2];
+        uint32_t P[C::BN / 4];
+        float alpha[2];
+        float O[C::D / 2];
+        RowState rs;
+        int n = g.n_hi - 1;
 
-            float S[C::BN / 2];
-            uint32_t P[C::BN / 4];
-            float alpha[2];
-            int n = g.n_hi - 1;
+        /* first block: S0 (in flight), softmax, P */
+        wg_wait<0>();
+        fence_regs(S0);
+        trace(p, cw + 1, k, 1, tid == 0);
+        mbar_arrive(bars.k_empty(stage));
+#pragma unroll
+        for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
+        softmax_block<C, true>(S0, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+        convert_p<C, kBF16>(S0, P);
+        if (C::QB == 2 && q_release >= 0) release_q(q_release), q_release = -1;
+        trace(p, cw + 1, k, 2, tid == 0);
+        int v_stage = stage;
+        uint32_t v_phase = phase;
+        if (++stage == C::ST) { stage = 0; phase ^= 1; }
 
-            if (C::OV) {
-                /* first block: S, softmax, P */
+        if (C::OV) {
+            /* S_j and O += P_{j-1} V_{j-1} issued together; the softmax of
+             * block j runs while the P.V GEMM is on the tensor cores. */
+            for (--n; n >= g.n_lo; --n) {
                 FC90_WAIT(bars.k_full(stage), phase);
-                if (C::PP) bar_sync(kBarSched + cw, 256);
-                wg_fence();
+                /* V_{j-1} was issued before K_j: waiting here costs nothing
+                 * and keeps the wait loop out of the fence..wgmma window
+                 * (ptxas would otherwise inject a second fence, C7519). */
+                FC90_WAIT(bars.v_full(v_stage), v_phase);
+                round_begin<C>(cw);
                 issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
                 wg_commit();
-                if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
+                issue_pv<C, kBF16>(O, P, base + C::OFF_V + v_stage * C::KV_BYTES);
+                round_end<C>(cw);
+                wg_wait<1>(); /* S_j done, P.V of the previous block may still run */
+                fence_regs(S);
+                mbar_arrive(bars.k_empty(stage));
+                softmax_block<C, false>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                wg_wait<0>();
+                fence_regs(O);
+                fence_regs(S);
+                fence_regs(P);
+                mbar_arrive(bars.v_empty(v_stage));
+                rescale_o<C>(O, alpha);
+                convert_p<C, kBF16>(S, P);
+                v_stage = stage;
+                v_phase = phase;
+                if (++stage == C::ST) { stage = 0; phase ^= 1; }
+            }
+            pv_round<C, kBF16>(O, P, bars, base, v_stage, v_phase, cw); /* the last P.V */
+        } else {
+            /* Plain order: P.V of the first block, then S, softmax, P.V per
+             * block, waiting for each. */
+            pv_round<C, kBF16>(O, P, bars, base, v_stage, v_phase, cw);
+            for (--n; n >= g.n_lo; --n) {
+                FC90_WAIT(bars.k_full(stage), phase);
+                round_begin<C>(cw);
+                issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
+                round_end<C>(cw);
                 wg_wait<0>();
                 fence_regs(S);
                 mbar_arrive(bars.k_empty(stage));
-                if (C::QB == 2 && q_release >= 0) release_q(q_release), q_release = -1;
-                softmax_block<C, true>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                softmax_block<C, false>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                rescale_o<C>(O, alpha);
                 convert_p<C, kBF16>(S, P);
-                trace(p, cw + 1, k, 2, tid == 0);
-                int v_stage = stage;
-                uint32_t v_phase = phase;
+                pv_round<C, kBF16>(O, P, bars, base, stage, phase, cw);
                 if (++stage == C::ST) { stage = 0; phase ^= 1; }
-
-                for (--n; n >= g.n_lo; --n) {
-                    FC90_WAIT(bars.k_full(stage), phase);
-                    /* V_{j-1} was issued before K_j: waiting here costs nothing
-                     * and keeps the wait loop out of the fence..wgmma window
-                     * (ptxas would otherwise inject a second fence, C7519). */
-                    FC90_WAIT(bars.v_full(v_stage), v_phase);
-                    if (C::PP) bar_sync(kBarSched + cw, 256);
-                    wg_fence();
-                    issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
-                    wg_commit();
-                    issue_pv<C, kBF16>(O, P, base + C::OFF_V + v_stage * C::KV_BYTES);
-                    wg_commit();
-                    if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
-                    wg_wait<1>(); /* S_j done, P.V of the previous block may still run */
-                    fence_regs(S);
-                    mbar_arrive(bars.k_empty(stage));
-                    softmax_block<C, false>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
-                    wg_wait<0>();
-                    fence_regs(O);
-                    fence_regs(S);
-                    fence_regs(P);
-                    mbar_arrive(bars.v_empty(v_stage));
-                    rescale_o<C>(O, alpha);
-                    convert_p<C, kBF16>(S, P);
-                    v_stage = stage;
-                    v_phase = phase;
-                    if (++stage == C::ST) { stage = 0; phase ^= 1; }
-                }
-                /* last P.V */
-                FC90_WAIT(bars.v_full(v_stage), v_phase);
-                if (C::PP) bar_sync(kBarSched + cw, 256);
-                wg_fence();
-                issue_pv<C, kBF16>(O, P, base + C::OFF_V + v_stage * C::KV_BYTES);
-                wg_commit();
-                if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
-                wg_wait<0>();
-                fence_regs(O);
-                fence_regs(P);
-                mbar_arrive(bars.v_empty(v_stage));
-            } else {
-                /* Plain order: S, softmax, P.V per block, waiting for each. */
-                bool first = true;
-                for (; n >= g.n_lo; --n) {
-                    FC90_WAIT(bars.k_full(stage), phase);
-                    if (C::PP) bar_sync(kBarSched + cw, 256);
-                    wg_fence();
-                    issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
-                    wg_commit();
-                    if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
-                    wg_wait<0>();
-                    fence_regs(S);
-                    mbar_arrive(bars.k_empty(stage));
-                    if (C::QB == 2 && first && q_release >= 0) release_q(q_release), q_release = -1;
-                    if (first)
-                        softmax_block<C, true>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
-                    else
-                        softmax_block<C, false>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
-                    first = false;
-                    rescale_o<C>(O, alpha);
-                    convert_p<C, kBF16>(S, P);
-                    FC90_WAIT(bars.v_full(stage), phase);
-                    if (C::PP) bar_sync(kBarSched + cw, 256);
-                    wg_fence();
-                    issue_pv<C, kBF16>(O, P, base + C::OFF_V + stage * C::KV_BYTES);
-                    wg_commit();
-                    if (C::PP) bar_arrive(kBarSched + (cw + 1) % C::WG, 256);
-                    wg_wait<0>();
-                    fence_regs(O);
-                    fence_regs(P);
-                    mbar_arrive(bars.v_empty(stage));
-                    if (++stage == C::ST) { stage = 0; phase ^= 1; }
-                }
             }
         }
 
         trace(p, cw + 1, k, 3, tid == 0);
+        const int q_next = (int)((q_iter + 1) % C::QB);
+        const uint32_t q_next_par = ((q_iter + 1) / C::QB) & 1;
+        Tile gn;
+        int kn = 0;
+        if (ROT) {
+            /* The next tile's Q is in the other buffer: its first S runs
+             * during this tile's epilogue. */
+            more = next_tile<C>(p, bars, slot, gn, kn, row_wg, col_t);
+            issue_first_s<C, kBF16>(S0, bars, base, q_rows(q_next), q_next, q_next_par, stage, phase, cw, more);
+        }
         /* ---- finalize: O / l, lse = max*scale + ln(l) (natural log) ---- */
         float lse[2];
 #pragma unroll
@@ -713,6 +821,12 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             pos_r[r] = row_pos(p, g.m0 + row_wg + 8 * r);
             head_r[r] = row_head(p, g, g.m0 + row_wg + 8 * r);
         }
+        /* An opaque copy of the thread index: without it the compiler hoists
+         * the D/4 per-thread staging addresses out of the tile loop and keeps
+         * them live across the main loop (spills at head_dim 192/256). */
+        int etid = tid;
+        asm volatile("" : "+r"(etid));
+        /* Phase A: everything that reads O. */
         if (p.num_splits > 1) {
             /* fp32 partials for the shared combine kernel:
              * o_accum [split][b*Hq+h][seqlen_q][D], lse_accum [split][b*Hq+h][seqlen_q]. */
@@ -728,6 +842,27 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 if ((lane & 3) == 0) p.lse_accum[plane] = lse[r];
             }
         } else {
+            /* Stage the 16-bit tile in this warpgroup's rows of the Q buffer
+             * (its last S GEMM has completed in every warp once all four
+             * reach the barrier). */
+            bar_sync(kBarEpi + cw, 128);
+            const int e_row = 64 * cw + 16 * (etid >> 5) + ((etid & 31) >> 2);
+            const int e_col = 2 * (etid & 3);
+#pragma unroll
+            for (int j = 0; j < C::D / 8; ++j) {
+                const int col = 8 * j + e_col;
+                const uint32_t pan = (uint32_t)(col / C::PW) * (C::BM * C::SW);
+                const uint32_t cb = (uint32_t)(col % C::PW) * 2;
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const uint32_t off = q_off + pan + (uint32_t)(e_row + 8 * r) * C::SW + cb;
+                    *reinterpret_cast<uint32_t *>(smem + swz<C::SW>(off)) =
+                        pack2<kBF16>(O[4 * j + 2 * r], O[4 * j + 2 * r + 1]);
+                }
+            }
+        }
+        /* Phase B: LSE, and O from the staging to global memory. */
+        if (p.num_splits == 1) {
             if (p.lse && (lane & 3) == 0) {
 #pragma unroll
                 for (int r = 0; r < 2; ++r)
@@ -735,83 +870,53 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                         p.lse[g.b * p.lse_batch_stride + head_r[r] * p.lse_head_stride +
                               (int64_t)(g.q_off + pos_r[r]) * p.lse_row_stride] = lse[r];
             }
-            uint16_t *o16 = reinterpret_cast<uint16_t *>(p.o) + g.b * p.o_batch_stride;
-            if (!work) {
-                /* No KV block: zeros straight from registers (the Q buffer may
-                 * already hold the next tile's Q, so no staging here). */
+            if (p.o_tma) {
+                /* TMA store of the warpgroup's 64 rows (one box per panel):
+                 * the staging writes go to the async proxy first; rows past
+                 * seqlen_q are clipped by the tensor map. */
+                fence_proxy_async();
+                bar_sync(kBarEpi + cw, 128);
+                if (etid == 0) {
+                    const int pos0 = g.q_off + row_pos(p, g.m0 + 64 * cw);
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    if (pos_r[r] >= g.sq) continue;
-                    uint16_t *dst = o16 + (int64_t)(g.q_off + pos_r[r]) * p.o_row_stride +
-                                    head_r[r] * p.o_head_stride + col_t;
-#pragma unroll
-                    for (int j = 0; j < C::D / 8; ++j) {
-                        dst[8 * j] = 0;
-                        dst[8 * j + 1] = 0;
-                    }
+                    for (int pn = 0; pn < C::PANELS; ++pn)
+                        tma_store_5d(&p.tm_o, base + q_off + pn * (C::BM * C::SW) + 64 * cw * C::SW, pn * C::PW, 0,
+                                     g.hu, pos0, g.b);
+                    tma_store_commit();
                 }
             } else {
-                /* Stage the 16-bit tile in this warpgroup's rows of the Q buffer
-                 * (its last S GEMM has completed in every warp once all four
-                 * reach the barrier), then write full 16-byte row chunks. */
                 bar_sync(kBarEpi + cw, 128);
-                /* An opaque copy of the thread index: without it the compiler
-                 * hoists the D/4 per-thread staging addresses out of the tile
-                 * loop and keeps them live across the main loop (spills at
-                 * head_dim 192/256). */
-                int etid = tid;
-                asm volatile("" : "+r"(etid));
-                const int e_row = 64 * cw + 16 * (etid >> 5) + ((etid & 31) >> 2);
-                const int e_col = 2 * (etid & 3);
-#pragma unroll
-                for (int j = 0; j < C::D / 8; ++j) {
-                    const int col = 8 * j + e_col;
-                    const uint32_t pan = (uint32_t)(col / C::PW) * (C::BM * C::SW);
-                    const uint32_t cb = (uint32_t)(col % C::PW) * 2;
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const uint32_t off = q_off + pan + (uint32_t)(e_row + 8 * r) * C::SW + cb;
-                        *reinterpret_cast<uint32_t *>(smem + swz<C::SW>(off)) =
-                            pack2<kBF16>(O[4 * j + 2 * r], O[4 * j + 2 * r + 1]);
-                    }
-                }
-                if (p.o_tma) {
-                    /* TMA store of the warpgroup's 64 rows (one box per
-                     * panel): the staging writes go to the async proxy first;
-                     * rows past seqlen_q are clipped by the tensor map. */
-                    fence_proxy_async();
-                    bar_sync(kBarEpi + cw, 128);
-                    if (etid == 0) {
-                        const int pos0 = g.q_off + row_pos(p, g.m0 + 64 * cw);
-#pragma unroll
-                        for (int pn = 0; pn < C::PANELS; ++pn)
-                            tma_store_5d(&p.tm_o, base + q_off + pn * (C::BM * C::SW) + 64 * cw * C::SW, pn * C::PW,
-                                         0, g.hu, pos0, g.b);
-                        tma_store_commit();
-                    }
-                } else {
-                    bar_sync(kBarEpi + cw, 128);
-                    store_o_generic<C>(p, g, o16, smem, q_off, cw, etid);
-                }
+                uint16_t *o16 = reinterpret_cast<uint16_t *>(p.o) + g.b * p.o_batch_stride;
+                store_o_generic<C>(p, g, o16, smem, q_off, cw, etid);
             }
         }
-        if (work) {
-            /* With 2 Q buffers this one is refilled only for the tile after
-             * next: hand it back during the next tile (release_q), by when
-             * the O store has long read it, instead of waiting for that read
-             * here with the whole warpgroup behind thread 0. */
-            if (C::QB == 2) q_release = qb;
-            else release_q(qb);
-            ++q_iter;
-        }
+        /* With 2 Q buffers this one is refilled only for the tile after next:
+         * hand it back during the next tile (release_q), by when the O store
+         * has long read it, instead of waiting for that read here with the
+         * whole warpgroup behind thread 0. */
+        if (C::QB == 2) q_release = qb;
+        else release_q(qb);
+        ++q_iter;
         trace(p, cw + 1, k, 4, tid == 0);
+        if (ROT) {
+            g = gn;
+            k = kn;
+        }
+    }
+    if (ROT) {
+        /* The dropped S (issue_first_s). Reading S0 after the wait keeps its
+         * registers reserved until then: a wgmma result that is never read
+         * would otherwise be dead from its issue on, and its registers free
+         * for other values while the tensor core still writes them. */
+        wg_wait<0>();
+        fence_regs(S0);
     }
     /* The last O stores must land before the CTA's shared memory goes away. */
     if (p.o_tma && tid == 0) tma_store_wait_all();
 }
 
 /* ---- the kernel --------------------------------------------------------------------- */
-template <int kCfg, bool kBF16>
+template <int kCfg, bool kBF16, bool kRotate>
 __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
 {
     using C = Cfg<kCfg>;
@@ -871,16 +976,16 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
         if constexpr (C::SETMAXNREG) reg_alloc<C::CONSUMER_REGS>();
         /* With one consumer warpgroup its index is the constant 0, which
          * keeps the named-barrier ids compile-time. */
-        consumer<C, kBF16>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
+        consumer<C, kBF16, kRotate>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
     }
 }
 
-template <int kCfg, bool kBF16>
+template <int kCfg, bool kBF16, bool kRotate>
 static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream, char *err,
                         size_t err_len)
 {
     using C = Cfg<kCfg>;
-    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16>;
+    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate>;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, err, err_len, C::CTAS > 1);
     if (opt != FC_OK) {
@@ -926,7 +1031,10 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     fc_status fc_sm90_launch_##cfg##_##tag(const fc_sm90_params *prm, int grid, int device,       \
                                            cudaStream_t s, char *err, size_t len)                \
     {                                                                                              \
-        return fc90::launch<cfg, (is_bf16) != 0>(prm, grid, device, s, err, len);                 \
+        if constexpr (fc90::kTiles[cfg].qbufs == 2) {                                              \
+            if (prm->rotate) return fc90::launch<cfg, (is_bf16) != 0, true>(prm, grid, device, s, err, len); \
+        }                                                                                          \
+        return fc90::launch<cfg, (is_bf16) != 0, false>(prm, grid, device, s, err, len);          \
     }
 
 #endif /* FC_SM90_FWD_KERNEL_CUH */

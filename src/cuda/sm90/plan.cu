@@ -319,9 +319,19 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
 
     choice->config = cfg;
     choice->pack_gqa = shift > 0;
-    snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s",
+    /* The rotated tile loop issues a tile's first S GEMM during the previous
+     * tile's epilogue: it pays where CTAs run several tiles (+1..3% on
+     * H100) and cost 8% where each runs one (the mission shape,
+     * notes-sm90.md runs 10-13). Rows with one Q buffer cannot rotate.
+     * FLASHCORE_SM90_ROTATE=0/1 overrides (A/B). */
+    const int forced_rot = fc_tuning_row("FLASHCORE_SM90_ROTATE", 2);
+    choice->rotate = t.qbufs == 2 && !FC_SM90_SIMPLE &&
+                     (forced_rot >= 0 ? forced_rot == 1
+                                      : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas);
+    snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s",
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
-             pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", shift > 0 ? "_packgqa" : "");
+             pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", choice->rotate ? "_rot" : "",
+             shift > 0 ? "_packgqa" : "");
     return FC_OK;
 }
 
@@ -475,6 +485,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
             prm.o_tma = 1;
         }
     }
+    prm.rotate = choice->rotate;
     prm.o_vec_ok = ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
                    (varlen || p->batch <= 1 || p->o_batch_stride % 8 == 0);
 

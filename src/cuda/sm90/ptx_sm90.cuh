@@ -323,25 +323,27 @@ template <int kSwz> __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t ad
 #define FC90_S15 FC90_S14 ", " FC90_R8_14
 #define FC90_S16 FC90_S15 ", " FC90_R8_15
 
-#define FC90_O8(d, i)                                                                       \
-    "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
-        "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
-#define FC90_O1(d) FC90_O8(d, 0)
-#define FC90_O2(d) FC90_O1(d), FC90_O8(d, 8)
-#define FC90_O3(d) FC90_O2(d), FC90_O8(d, 16)
-#define FC90_O4(d) FC90_O3(d), FC90_O8(d, 24)
-#define FC90_O5(d) FC90_O4(d), FC90_O8(d, 32)
-#define FC90_O6(d) FC90_O5(d), FC90_O8(d, 40)
-#define FC90_O7(d) FC90_O6(d), FC90_O8(d, 48)
-#define FC90_O8_(d) FC90_O7(d), FC90_O8(d, 56)
-#define FC90_O9(d) FC90_O8_(d), FC90_O8(d, 64)
-#define FC90_O10(d) FC90_O9(d), FC90_O8(d, 72)
-#define FC90_O11(d) FC90_O10(d), FC90_O8(d, 80)
-#define FC90_O12(d) FC90_O11(d), FC90_O8(d, 88)
-#define FC90_O13(d) FC90_O12(d), FC90_O8(d, 96)
-#define FC90_O14(d) FC90_O13(d), FC90_O8(d, 104)
-#define FC90_O15(d) FC90_O14(d), FC90_O8(d, 112)
-#define FC90_O16(d) FC90_O15(d), FC90_O8(d, 120)
+/* c is the constraint: "+f" (accumulate: the old value is read) or "=f" (the
+ * first k-step with scale-d 0: the old value is dead). */
+#define FC90_O8(c, d, i)                                                                    \
+    c(d[(i) + 0]), c(d[(i) + 1]), c(d[(i) + 2]), c(d[(i) + 3]), c(d[(i) + 4]), c(d[(i) + 5]),  \
+        c(d[(i) + 6]), c(d[(i) + 7])
+#define FC90_O1(c, d) FC90_O8(c, d, 0)
+#define FC90_O2(c, d) FC90_O1(c, d), FC90_O8(c, d, 8)
+#define FC90_O3(c, d) FC90_O2(c, d), FC90_O8(c, d, 16)
+#define FC90_O4(c, d) FC90_O3(c, d), FC90_O8(c, d, 24)
+#define FC90_O5(c, d) FC90_O4(c, d), FC90_O8(c, d, 32)
+#define FC90_O6(c, d) FC90_O5(c, d), FC90_O8(c, d, 40)
+#define FC90_O7(c, d) FC90_O6(c, d), FC90_O8(c, d, 48)
+#define FC90_O8_(c, d) FC90_O7(c, d), FC90_O8(c, d, 56)
+#define FC90_O9(c, d) FC90_O8_(c, d), FC90_O8(c, d, 64)
+#define FC90_O10(c, d) FC90_O9(c, d), FC90_O8(c, d, 72)
+#define FC90_O11(c, d) FC90_O10(c, d), FC90_O8(c, d, 80)
+#define FC90_O12(c, d) FC90_O11(c, d), FC90_O8(c, d, 88)
+#define FC90_O13(c, d) FC90_O12(c, d), FC90_O8(c, d, 96)
+#define FC90_O14(c, d) FC90_O13(c, d), FC90_O8(c, d, 104)
+#define FC90_O15(c, d) FC90_O14(c, d), FC90_O8(c, d, 112)
+#define FC90_O16(c, d) FC90_O15(c, d), FC90_O8(c, d, 120)
 
 #define FC90_STR_(x) #x
 #define FC90_STR(x) FC90_STR_(x)
@@ -353,8 +355,17 @@ template <int kSwz> __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t ad
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" FC90_STR(T2) ", 0;\n"                \
                  "wgmma.mma_async.sync.aligned.m64n" FC90_STR(N) "k16.f32." TY "." TY " {"  \
                  FC90_S##G "}, %" FC90_STR(T0) ", %" FC90_STR(T1) ", p, 1, 1, 0, 0;\n}\n" \
-                 : OPS(d)                                                                   \
+                 : OPS("+f", d)                                                                   \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+/* SS with D = A*B (scale-d 0) and write-only accumulator constraints: the
+ * first k-step of S, so the compiler knows the old S is dead. */
+#define FC90_WGMMA_SS0(N, G, OPS, TY, T0, T1)                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n" FC90_STR(N) "k16.f32." TY "." TY " {"  \
+                 FC90_S##G "}, %" FC90_STR(T0) ", %" FC90_STR(T1) ", p, 1, 1, 0, 0;\n}\n" \
+                 : OPS("=f", d)                                                             \
+                 : "l"(desc_a), "l"(desc_b))
 
 /* RS: D(64xN, f32) += A(64x16 from 4 b32 registers per thread) * B(16xN from
  * smem desc, MN-major: imm-trans-b = 1). Operands: a0..a3 = %T0..%T3,
@@ -364,7 +375,7 @@ template <int kSwz> __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t ad
                  "wgmma.mma_async.sync.aligned.m64n" FC90_STR(N) "k16.f32." TY "." TY " {"  \
                  FC90_S##G "}, {%" FC90_STR(T0) ", %" FC90_STR(T1) ", %" FC90_STR(T2)        \
                  ", %" FC90_STR(T3) "}, %" FC90_STR(T4) ", p, 1, 1, 1;\n}\n"                 \
-                 : OPS(d)                                                                   \
+                 : OPS("+f", d)                                                                   \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d))
 
 template <int N, bool kBF16> struct Wgmma;
@@ -376,6 +387,10 @@ template <int N, bool kBF16> struct Wgmma;
                                                   int scale_d)                             \
         {                                                                                   \
             FC90_WGMMA_SS(N, G, OPS, "bf16", T0, T1, T2);                                   \
+        }                                                                                   \
+        static __device__ __forceinline__ void ss0(float *d, uint64_t desc_a, uint64_t desc_b) \
+        {                                                                                   \
+            FC90_WGMMA_SS0(N, G, OPS, "bf16", T0, T1);                                      \
         }                                                                                   \
         static __device__ __forceinline__ void rs(float *d, uint32_t a0, uint32_t a1,        \
                                                   uint32_t a2, uint32_t a3, uint64_t desc_b, \
@@ -389,6 +404,10 @@ template <int N, bool kBF16> struct Wgmma;
                                                   int scale_d)                             \
         {                                                                                   \
             FC90_WGMMA_SS(N, G, OPS, "f16", T0, T1, T2);                                    \
+        }                                                                                   \
+        static __device__ __forceinline__ void ss0(float *d, uint64_t desc_a, uint64_t desc_b) \
+        {                                                                                   \
+            FC90_WGMMA_SS0(N, G, OPS, "f16", T0, T1);                                       \
         }                                                                                   \
         static __device__ __forceinline__ void rs(float *d, uint32_t a0, uint32_t a1,        \
                                                   uint32_t a2, uint32_t a3, uint64_t desc_b, \

@@ -53,6 +53,8 @@ typedef struct fc_sm90_params {
     int32_t l2_group;      /* units per L2 section (longest-first order)     */
     int32_t longest_first; /* 1: visit tiles by decreasing work (causal)    */
     int32_t o_vec_ok;      /* 1: o and its strides allow 16-byte stores     */
+    int32_t rotate;        /* 1: the rotated tile loop (2-Q-buffer rows only):
+                            * chosen where a CTA gets more than one tile      */
     int32_t pdl;           /* 1: launched as a programmatic dependent of the
                             * previous kernel (FLASHCORE_SM90_PDL=1; host side
                             * only: the kernel always waits, a no-op without) */
