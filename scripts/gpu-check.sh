@@ -42,6 +42,12 @@ sm80_rows() {
        on && match($0,/^[ \t]*\{kClass[A-Za-z0-9]+, *[0-9]+/){s=substr($0,RSTART,RLENGTH); gsub(/[{ \t]/,"",s);
        split(s,a,","); if (a[1] == "kClassSm90") print n, a[2]; n++}' src/cuda/sm80/tiles.cuh
 }
+# "row head_dim" for each code-variant row of the sm80 table (forced only)
+sm80_variant_rows() {
+  awk '/constexpr Tile kTiles\[\] = \{/{on=1;next} on && /^\};/{on=0}
+       on && match($0,/^[ \t]*\{kClass[A-Za-z0-9]+, *[0-9]+/){s=substr($0,RSTART,RLENGTH); gsub(/[{ \t]/,"",s);
+       split(s,a,","); if ($0 ~ /kVar/) print n, a[2]; n++}' src/cuda/sm80/tiles.cuh
+}
 # run_rows VAR PATH LIST: the GPU matrix on path PATH once per "row head_dim ..." line
 # that LIST prints, with VAR=row forcing the row; result[gpuPATH-rows]
 run_rows() {
@@ -135,6 +141,14 @@ if want sanitize; then
       then result[san-$tool-row$row]=clean
       else result[san-$tool-row$row]="FAIL"; tail -12 "$OUT/san-$tool-row$row.log"; fi
     done < <(sm90_rows)
+    # the sm80 code variants move barriers and loads: racecheck each
+    [ "$tool" = racecheck ] && while read -r row dim; do
+      log "compute-sanitizer $tool sm80 row $row"
+      if FLASHCORE_SM80_CONFIG=$row timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
+           "$BUILD/tests/test_cuda_forward" --quick --path 80 --head-dim "$dim" >"$OUT/san-$tool-80row$row.log" 2>&1
+      then result[san-$tool-80row$row]=clean
+      else result[san-$tool-80row$row]="FAIL"; tail -12 "$OUT/san-$tool-80row$row.log"; fi
+    done < <(sm80_variant_rows)
   done
 fi
 
