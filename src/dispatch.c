@@ -202,9 +202,9 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requeste
 {
     memset(plan, 0, sizeof *plan);
     fc_backend b = requested;
-    const int q_known = b == FC_BACKEND_AUTO && fc_cuda_compiled(); /* AUTO goes where q lives */
-    if (b == FC_BACKEND_AUTO)
-        b = (fc_cuda_compiled() && fc_cuda_pointer_is_device(p->q)) ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
+    /* AUTO goes where q lives; that answer then also stands for q's check. */
+    const int q_known = b == FC_BACKEND_AUTO && fc_cuda_compiled();
+    if (b == FC_BACKEND_AUTO) b = (q_known && fc_cuda_pointer_is_device(p->q)) ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
     switch (b) {
     case FC_BACKEND_CPU:
     case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, b, q_known, plan);

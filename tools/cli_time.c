@@ -135,12 +135,6 @@ fc_status cli_time_exec(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cl
                 goto done;
             }
             st = fc_attention_forward(ctx, &e->args, e->stream, NULL);
-            fc_host_profile hp;
-            fc_last_host_profile(ctx, &hp);
-            host[n] = hp.check_us;
-            host[max_iters + n] = hp.select_us;
-            host[2 * max_iters + n] = hp.launch_us;
-            host[3 * max_iters + n] = hp.total_us;
             if (st != FC_OK) {
                 snprintf(err, err_len, "%s: %s", fc_status_string(st), fc_last_error(ctx));
                 goto done;
@@ -149,6 +143,12 @@ fc_status cli_time_exec(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cl
                 st = FC_ERR_CUDA;
                 goto done;
             }
+            fc_host_profile hp; /* read outside the event-timed region */
+            fc_last_host_profile(ctx, &hp);
+            host[n] = hp.check_us;
+            host[max_iters + n] = hp.select_us;
+            host[2 * max_iters + n] = hp.launch_us;
+            host[3 * max_iters + n] = hp.total_us;
             us[n++] = ms * 1e3;
         } else {
             double a = kit_now();

@@ -142,10 +142,10 @@ constexpr Tile kTiles[] = {
      * shuffles, O rescales and Q re-reads: ~12% fewer issued instructions per
      * key on the unmasked path (SASS: 1139 per 128 keys vs 648 per 64).
      * Default, not a min_sk alternate: tail padding is at most 127 keys
-     * (vs 63), and a causal diagonal wastes the same
-     * 128*128/2 scores either way. Prediction in docs/perf/notes-sm80.md
-     * (session 2, d64 128x128); the row it replaces, if it loses:
-     * {kClassSm90, 64, 128, 64, 4, 2, 2, 0, 0} (= SM80's).
+     * (vs 63), and a causal diagonal wastes the same 128*128/2 scores either
+     * way. Measured (H100, notes-sm80.md, session 2): the same speed as the
+     * 128x64 row it replaced (s512-d64 0.85x FA2 with either), not the
+     * predicted +3..7%; kept as FA2's tile, tested like every row.
      * SM90-only: it also compiles without spills for sm_80/86/89, but on SM80
      * 2 x (81 KB + 16 B + 1 KB reserved) = 164 KB + 32 B > 164 KB, i.e. 1 CTA
      * of 4 warps, and SM86 has 100 KB (FA2 takes it on both; not taken here). */

@@ -47,14 +47,13 @@ void trace_write(cudaStream_t stream, int grid, int config)
 {
     const char *path = getenv("FLASHCORE_SM90_TRACE_FILE");
     if (!g_trace || !path || !*path) return;
-    const size_t n = (size_t)(grid < (int)k_trace_ctas ? grid : (int)k_trace_ctas) * FC_SM90_TRACE_ROLES *
-                     FC_SM90_TRACE_TILES * FC_SM90_TRACE_EVENTS;
+    const int ctas = grid < (int)k_trace_ctas ? grid : (int)k_trace_ctas;
+    const size_t n = (size_t)ctas * FC_SM90_TRACE_ROLES * FC_SM90_TRACE_TILES * FC_SM90_TRACE_EVENTS;
     long long *h = (long long *)malloc(n * sizeof(long long));
     FILE *f = fopen(path, "wb");
     if (h && f && cudaStreamSynchronize(stream) == cudaSuccess &&
         cudaMemcpy(h, g_trace, n * sizeof(long long), cudaMemcpyDeviceToHost) == cudaSuccess) {
-        const int32_t head[5] = {grid < (int)k_trace_ctas ? grid : (int)k_trace_ctas, FC_SM90_TRACE_ROLES,
-                                 FC_SM90_TRACE_TILES, FC_SM90_TRACE_EVENTS, config};
+        const int32_t head[5] = {ctas, FC_SM90_TRACE_ROLES, FC_SM90_TRACE_TILES, FC_SM90_TRACE_EVENTS, config};
         fwrite(head, sizeof head, 1, f);
         fwrite(h, sizeof(long long), n, f);
     }
@@ -176,10 +175,9 @@ int forced_config(const fc_fwd_params *p)
 
 /* The config for p: the big entry of its head_dim; a tall entry instead
  * when its wave-quantised cost is lower; the 64-row entry instead when the
- * big tiles would leave
- * more than half of the SMs idle (split-KV can then still add CTAs along
- * the keys) or hold at most 64 real rows. -1: head_dim not built.
- * *shift: pack-GQA. */
+ * big tiles would leave more than half of the SMs idle (split-KV can then
+ * still add CTAs along the keys) or hold at most 64 real rows. -1: head_dim
+ * not built. *shift: pack-GQA. */
 int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
 {
     const int forced = forced_config(p);
