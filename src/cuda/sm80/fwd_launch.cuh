@@ -30,7 +30,7 @@ fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, ch
     const int smem = (int)S_::SMEM_BYTES;
 
     static std::atomic<unsigned long long> opted_in{0};
-    const fc_status opt = fc_smem_opt_in(kernel, smem, device, opted_in, err, err_len);
+    const fc_status opt = fc_smem_opt_in(kernel, smem, device, opted_in, "sm80 forward", -1, err, err_len);
     if (opt != FC_OK) return opt;
 
     const long long grid = (long long)a->m_tiles * a->num_splits * a->grid_heads * a->p.batch;

@@ -18,6 +18,8 @@ namespace {
 
 using fc::sm80::kTiles;
 using fc::sm80::kNumTiles;
+using fc::sm80::Tile;
+using fc::sm80::tile_smem_bytes;
 
 const char *dtype_name(int dt)
 {
@@ -58,42 +60,42 @@ int64_t grid_of(const fc_fwd_params *p, const fc::sm80::Tile &t)
     return ((int64_t)p->seqlen_q * g + t.block_m - 1) / t.block_m * (p->heads_q / g) * (int64_t)p->batch;
 }
 
-/* Tile row for p on dev (class cls) whose shared memory fits the device's
- * opt-in limit. Rows with a code variant (tiles.cuh) are only ever forced. The class's own rows first: the default (min_sk 0) or the
+/* Row t can run p on dev (class cls): p's head dim, shared memory within
+ * the device's opt-in limit, and code built for the device (tile_sm90_only
+ * rows only on the SM90 class). */
+bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
+{
+    return t.head_dim == p->head_dim && tile_smem_bytes(t) <= dev->smem_optin &&
+           (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(t));
+}
+
+/* Tile row for p on dev (class cls), among the rows that run it
+ * (tile_runs). FLASHCORE_SM80_CONFIG=<row> (the tuning hook, docs/API.md)
+ * first, when it runs p; rows with a code variant (tiles.cuh) are only
+ * ever forced. Else the class's own rows: the default (min_sk 0) or the
  * long-KV alternate with the largest min_sk <= seqlen_k; then, if that row's
  * grid is under one CTA per SM, the class's small-grid alternate. Else the
  * smallest-smem row of another class (e.g. a cut-down part reporting less
- * smem than its class) that has code for this device (tile_sm90_only). */
+ * smem than its class). */
 int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
 {
-    using fc::sm80::tile_smem_bytes;
-    const int hd = p->head_dim;
-    /* FLASHCORE_SM80_CONFIG=<row>: the tuning hook (docs/API.md), when the
-     * row fits: its head dim, the device's shared memory, code for it. */
     const int forced = fc_tuning_row("FLASHCORE_SM80_CONFIG", kNumTiles);
-    if (forced >= 0 && kTiles[forced].head_dim == hd && tile_smem_bytes(kTiles[forced]) <= dev->smem_optin &&
-        (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(kTiles[forced])))
-        return forced;
+    if (forced >= 0 && tile_runs(kTiles[forced], cls, p, dev)) return forced;
+    auto planned = [&](int i) { return !kTiles[i].variant && tile_runs(kTiles[i], cls, p, dev); };
     int pick = -1;
     for (int i = 0; i < kNumTiles; ++i)
-        if (kTiles[i].arch_class == cls && kTiles[i].head_dim == hd && !kTiles[i].small_grid &&
-            !kTiles[i].variant && tile_smem_bytes(kTiles[i]) <= dev->smem_optin &&
-            kTiles[i].min_sk <= p->seqlen_k &&
+        if (kTiles[i].arch_class == cls && !kTiles[i].small_grid && planned(i) && kTiles[i].min_sk <= p->seqlen_k &&
             (pick < 0 || kTiles[i].min_sk > kTiles[pick].min_sk))
             pick = i;
     if (pick >= 0) {
         if (grid_of(p, kTiles[pick]) < dev->sm_count)
             for (int i = 0; i < kNumTiles; ++i)
-                if (kTiles[i].arch_class == cls && kTiles[i].head_dim == hd && kTiles[i].small_grid &&
-                    !kTiles[i].variant && tile_smem_bytes(kTiles[i]) <= dev->smem_optin)
-                    return i;
+                if (kTiles[i].arch_class == cls && kTiles[i].small_grid && planned(i)) return i;
         return pick;
     }
     int best = -1;
     for (int i = 0; i < kNumTiles; ++i)
-        if (kTiles[i].head_dim == hd && !kTiles[i].variant && tile_smem_bytes(kTiles[i]) <= dev->smem_optin &&
-            (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(kTiles[i])) &&
-            (best < 0 || tile_smem_bytes(kTiles[i]) < tile_smem_bytes(kTiles[best])))
+        if (planned(i) && (best < 0 || tile_smem_bytes(kTiles[i]) < tile_smem_bytes(kTiles[best])))
             best = i;
     return best;
 }

@@ -987,13 +987,9 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     using C = Cfg<kCfg>;
     void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate>;
     static std::atomic<unsigned long long> opted_in{0};
-    const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, err, err_len, C::CTAS > 1);
-    if (opt != FC_OK) {
-        char why[FC_ERRMSG_LEN];
-        snprintf(why, sizeof why, "%s", err);
-        snprintf(err, err_len, "sm90 forward (config %d, %d bytes of shared memory): %s", kCfg, C::SMEM, why);
-        return opt;
-    }
+    const fc_status opt =
+        fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 forward", kCfg, err, err_len, C::CTAS > 1);
+    if (opt != FC_OK) return opt;
     cudaError_t e;
     if (prm->pdl) {
         /* Programmatic stream serialisation: this grid may begin launching
