@@ -33,17 +33,14 @@ def main(argv=None):
     import torch
     if not torch.cuda.is_available():
         sys.exit("profile_peers.py: no CUDA device")
-    known = {s.name: s for s in peers.SHAPES}
-    names = a.shapes.split(",")
-    bad = [n for n in names if n not in known]
-    if bad:
-        sys.exit("unknown shape(s) %s; known: %s" % (", ".join(bad), ", ".join(known)))
+    a.quick = False  # peers.select_shapes reads both
+    shapes = peers.select_shapes(a)
     systems = peers.make_systems(a.systems, a.sm90_rows)
     cudart = torch.cuda.cudart()
     order = 0
     with torch.no_grad():
-        for name in names:
-            shape = known[name]
+        for shape in shapes:
+            name = shape.name
             inputs = peers.Inputs(torch, shape, 1, "cuda", a.seed)
             for s in systems:
                 why = s.available()
