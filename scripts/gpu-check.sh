@@ -42,7 +42,7 @@ sm80_rows() {
        on && match($0,/^[ \t]*\{kClass[A-Za-z0-9]+, *[0-9]+/){s=substr($0,RSTART,RLENGTH); gsub(/[{ \t]/,"",s);
        split(s,a,","); if (a[1] == "kClassSm90") print n, a[2]; n++}' src/cuda/sm80/tiles.cuh
 }
-# "row head_dim" for each code-variant row of the sm80 table (forced only)
+# "row head_dim" for each row of the sm80 table with code-variant bits
 sm80_variant_rows() {
   awk '/constexpr Tile kTiles\[\] = \{/{on=1;next} on && /^\};/{on=0}
        on && match($0,/^[ \t]*\{kClass[A-Za-z0-9]+, *[0-9]+/){s=substr($0,RSTART,RLENGTH); gsub(/[{ \t]/,"",s);

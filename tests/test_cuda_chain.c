@@ -6,8 +6,9 @@
  * calls with a stream synchronisation between them (each call alone is
  * deterministic), after poisoning both outputs, three times per shape, on
  * each CUDA kernel family, with programmatic dependent launch off and on
- * (FLASHCORE_SM90_PDL=1 lets the Hopper kernel start launching while the
- * previous one finishes; it must wait before it reads).
+ * (FLASHCORE_SM90_PDL=0 / unset: the Hopper kernel's default is on, which
+ * lets it start launching while the previous one finishes; it must wait
+ * before it reads).
  * Without a CUDA device: "SKIP: ..." and exit code 77.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
@@ -122,8 +123,8 @@ int main(void)
     shapes[3].causal = 1;
     const int paths[2] = {90, 80};
     for (int pdl = 0; pdl < 2; pdl++) {
-        if (pdl) setenv("FLASHCORE_SM90_PDL", "1", 1);
-        else unsetenv("FLASHCORE_SM90_PDL");
+        if (pdl) unsetenv("FLASHCORE_SM90_PDL"); /* the default: on */
+        else setenv("FLASHCORE_SM90_PDL", "0", 1);
         for (int pi = 0; pi < 2; pi++) {
             for (int si = 0; si < 4; si++) {
                 kit_shape sh = shapes[si];

@@ -220,7 +220,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
     constexpr int NT = S_::NT, MT = S_::MT, WROWS = S_::WROWS;
     constexpr int KSTEPS = S_::KSTEPS, NTL = S_::NTL, DTL = S_::DTL, PSTEPS = S_::PSTEPS;
     constexpr bool Q_IN_REGS = S_::Q_IN_REGS;
-    /* Code variants (tiles.cuh, Tile::variant; 0 = the planned kernel). */
+    /* Code variants (tiles.cuh, Tile::variant; 0 = the plain kernel). */
     constexpr bool LEAN_ADDR = (VAR & 1) != 0;                 /* kVarLeanAddr   */
     constexpr bool EARLY = (VAR & 2) != 0 && !S_::KV_SPLIT;   /* kVarEarlyFirst */
     /* The lean Q load / O store (their G == 1 fast path is a second code path

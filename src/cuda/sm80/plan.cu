@@ -71,8 +71,7 @@ bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_dev
 
 /* Tile row for p on dev (class cls), among the rows that run it
  * (tile_runs). FLASHCORE_SM80_CONFIG=<row> (the tuning hook, docs/API.md)
- * first, when it runs p; rows with a code variant (tiles.cuh) are only
- * ever forced. Else the class's own rows: the default (min_sk 0) or the
+ * first, when it runs p. Else the class's own rows: the default (min_sk 0) or the
  * long-KV alternate with the largest min_sk <= seqlen_k; then, if that row's
  * grid is under one CTA per SM, the class's small-grid alternate. Else the
  * smallest-smem row of another class (e.g. a cut-down part reporting less
@@ -81,7 +80,7 @@ int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
 {
     const int forced = fc_tuning_row("FLASHCORE_SM80_CONFIG", kNumTiles);
     if (forced >= 0 && tile_runs(kTiles[forced], cls, p, dev)) return forced;
-    auto planned = [&](int i) { return !kTiles[i].variant && tile_runs(kTiles[i], cls, p, dev); };
+    auto planned = [&](int i) { return tile_runs(kTiles[i], cls, p, dev); };
     int pick = -1;
     for (int i = 0; i < kNumTiles; ++i)
         if (kTiles[i].arch_class == cls && !kTiles[i].small_grid && planned(i) && kTiles[i].min_sk <= p->seqlen_k &&
@@ -213,7 +212,7 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     choice->num_splits = 1;
     choice->workspace_bytes = 0;
     char var[16] = "";
-    if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* a forced code variant (tiles.cuh) */
+    if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
     snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s", dtype_name(p->dtype), hd,
              t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "");
     return FC_OK;

@@ -75,11 +75,9 @@ struct Tile {
     int small_grid; /* 1: an alternate the planner takes instead when the
                      * default row's grid has fewer CTAs than the device has
                      * SMs (smaller tiles: more CTAs, shorter serial chains) */
-    int variant;    /* 0: the kernel as planned. Else a code variant under
-                     * test (bits kVarLeanAddr, kVarEarlyFirst; fwd_kernel.cuh):
-                     * such a row is never picked by the planner, only forced
-                     * with FLASHCORE_SM80_CONFIG=<row> (an A/B beside the row
-                     * with the same tile and variant 0). Omitted = 0.        */
+    int variant;    /* code variant bits (kVarLeanAddr, kVarEarlyFirst;
+                     * fwd_kernel.cuh), each a compile-time switch measured
+                     * per row. Omitted = 0: the plain kernel.                */
 };
 
 /* Code variants (Tile::variant bits), each a compile-time switch of the kernel:
@@ -148,8 +146,9 @@ constexpr Tile kTiles[] = {
      * predicted +3..7%; kept as FA2's tile, tested like every row.
      * SM90-only: it also compiles without spills for sm_80/86/89, but on SM80
      * 2 x (81 KB + 16 B + 1 KB reserved) = 164 KB + 32 B > 164 KB, i.e. 1 CTA
-     * of 4 warps, and SM86 has 100 KB (FA2 takes it on both; not taken here). */
-    {kClassSm90,  64, 128, 128, 4, 2, 2, 0, 0},
+     * of 4 warps, and SM86 has 100 KB (FA2 takes it on both; not taken here).
+     * Lean addressing: +3% at s512-d64 (H100, session 4, same run).          */
+    {kClassSm90,  64, 128, 128, 4, 2, 2, 0, 0, kVarLeanAddr},
     /* d64, long KV: 128x96, 3 stages (255 regs, no spill; 88 KB: 2 CTAs). Fewer
      * per-block softmax/barrier rounds: +5% at 16k keys on an H100 over 128x64,
      * but -8% at 512 keys (512 = 5.3 blocks of 96: a padded tail block) --
@@ -161,8 +160,11 @@ constexpr Tile kTiles[] = {
      * KV block; at 1x8x512 on an H100 10.9 us (split 1 or 4; 11.3 us at split
      * 2, which fc_choose_num_splits picks for 64 CTAs) vs 13.3 us for 128x64 +
      * split4 (FA2: 10.7 us). At 32x32x512 it loses (207 vs 221 TFLOP/s): only
-     * for grids under one wave.                                                 */
-    {kClassSm90,  64,  64,  64, 4, 2, 2, 0, 1},
+     * for grids under one wave. A 4-deep ring (8+2*4*8 = 72 KB: 2 CTAs) with
+     * lean addressing and the early first block: the mission's 4-block
+     * split has every block in flight at once; +5.5% at 1x8x512 over the
+     * 2-stage plain row (H100, session 4, same run; lean alone +2.6%).         */
+    {kClassSm90,  64,  64,  64, 4, 4, 2, 0, 1, kVarLeanAddr | kVarEarlyFirst},
     {kClassSm90,  96, 128,  32, 4, 2, 2, 0, 0},   /* = SM80                                  */
     /* d128: 128x64 = FA2's tile (MT 2, O 128 + S 64 regs, Q from smem): 255 regs
      * on sm_90a, no spill now that the K/V bases sit in smem (sm_80 still spills
@@ -182,20 +184,6 @@ constexpr Tile kTiles[] = {
      * tile would be 128x64 x 8 warps split, 128 KB -- unmeasured, not taken).
      * Not for SM86: 1 CTA per SM either way (100 KB); unmeasured, not taken. */
     {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0},
-
-    /* ---- forced-only code variants (session 3, short-KV A/B; never planned).
-     * Rows 17.. so that the indices of the rows above do not move. Each is the
-     * SM90 row named beside it with the variant bits set (docs/perf/notes-sm80.md,
-     * "Session 3 (prepared, unmeasured)").                                        */
-    {kClassSm90,  64, 128, 128, 4, 2, 2, 0, 0, kVarLeanAddr},                  /* 17 = 11 lean      */
-    {kClassSm90,  64, 128, 128, 4, 2, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst}, /* 18 = 11 lean+early */
-    {kClassSm90,  64,  64,  64, 4, 2, 2, 0, 0, kVarLeanAddr},                  /* 19 = 13 lean      */
-    /* 20: 13 with a 4-deep ring (72 KB: 2 CTAs) + lean + early: a 4-block split
-     * (mission: 1x8x512 -> 64 tiles, split 2) has every block in flight at once. */
-    {kClassSm90,  64,  64,  64, 4, 4, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst},
-    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0, kVarLeanAddr},                  /* 21 = 15 lean      */
-    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst}, /* 22 = 15 lean+early */
-    {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0, kVarLeanAddr},                  /* 23 = 16 lean      */
 };
 // clang-format on
 
@@ -248,7 +236,7 @@ constexpr bool tile_ok(const Tile &t)
            t.block_n % 16 == 0 && t.block_n >= 16 && t.stages >= 1 && t.stages <= 4 &&
            t.ctas >= 1 && 32 * t.warps * t.ctas * 24 <= 65536 && t.min_sk >= 0 && (t.small_grid == 0 || t.small_grid == 1) && !(t.small_grid && t.min_sk) &&
            t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst) &&
-           !((t.variant & kVarEarlyFirst) && t.stages < 2) && !(t.variant && (t.min_sk || t.small_grid)) &&
+           !((t.variant & kVarEarlyFirst) && t.stages < 2) &&
            tile_smem_bytes(t) <= 227 * 1024 &&
            (t.arch_class != kClassSm86 || tile_smem_bytes(t) <= 99 * 1024) &&
            (t.arch_class != kClassSm80 || tile_smem_bytes(t) <= 163 * 1024) &&

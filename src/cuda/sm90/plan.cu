@@ -72,7 +72,6 @@ const Launchers k_launch[FC_SM90_NUM_TILES] = {
     {fc_sm90_launch_2_bf16, fc_sm90_launch_2_f16}, {fc_sm90_launch_3_bf16, fc_sm90_launch_3_f16},
     {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
     {fc_sm90_launch_6_bf16, fc_sm90_launch_6_f16}, {fc_sm90_launch_7_bf16, fc_sm90_launch_7_f16},
-    {fc_sm90_launch_8_bf16, fc_sm90_launch_8_f16},
 };
 static_assert(sizeof k_launch / sizeof k_launch[0] == FC_SM90_NUM_TILES, "one launcher pair per config");
 
@@ -188,7 +187,7 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
     int cfg = -1, small = -1, tall = -1;
     for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
         if (k_tiles[i].head_dim != p->head_dim) continue;
-        if (k_tiles[i].ctas > 1) continue; /* forced only until measured (tiles.cuh) */
+        if (k_tiles[i].ctas > 1) continue; /* no cost model for 2-CTA rows: forced only (tiles.cuh) */
         if (k_tiles[i].small) {
             if (small < 0) small = i;
             continue;
@@ -318,14 +317,19 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
     choice->config = cfg;
     choice->pack_gqa = shift > 0;
     /* The rotated tile loop issues a tile's first S GEMM during the previous
-     * tile's epilogue: it pays where CTAs run several tiles (+1..3% on
-     * H100) and cost 8% where each runs one (the mission shape,
-     * notes-sm90.md runs 10-13). Rows with one Q buffer cannot rotate.
-     * FLASHCORE_SM90_ROTATE=0/1 overrides (A/B). */
+     * tile's epilogue, so it pays only where CTAs run several tiles, and
+     * where the epilogue is a large share of a tile: short KV. Same-run
+     * A/B on an H100 (session 4, notes-sm90.md): +1.7% at s512-d64 (4 KV
+     * blocks per tile), +-0.5% at 2k keys (16), -1.6% at s8k-d128 (64),
+     * -8% where each CTA runs one tile (the mission shape). Hence: more
+     * tiles than CTAs and at most 8 KV blocks. Rows with one Q buffer
+     * cannot rotate. FLASHCORE_SM90_ROTATE=0/1 overrides (A/B). */
     const int forced_rot = fc_tuning_row("FLASHCORE_SM90_ROTATE", 2);
+    const int64_t kv_blocks = ((int64_t)p->seqlen_k + t.block_n - 1) / t.block_n;
     choice->rotate = t.qbufs == 2 && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
-                                      : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas);
+                                      : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
+                                            kv_blocks <= 8);
     snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s",
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
              pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", choice->rotate ? "_rot" : "",
@@ -513,10 +517,14 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         }
     }
     prm.tile_ctr = ctr;
-    /* FLASHCORE_SM90_PDL=1 (experimental, off by default): launch as a
-     * programmatic dependent of the previous kernel in the stream. Not with
-     * the tile counter: its memset is the stream's previous operation. */
-    prm.pdl = fc_tuning_row("FLASHCORE_SM90_PDL", 2) == 1 && ctr == NULL;
+    /* Launch as a programmatic dependent of the previous kernel in the
+     * stream: this grid's launch and barrier set-up overlap that kernel's
+     * tail, and griddepcontrol.wait (before any global access) keeps the
+     * order. -0.7 us per call at the mission shape graph-timed (7.4 -> 6.7,
+     * H100, session 4), the same or better elsewhere. Not with the tile
+     * counter: its memset is the stream's previous operation.
+     * FLASHCORE_SM90_PDL=0 turns it off (A/B). */
+    prm.pdl = fc_tuning_row("FLASHCORE_SM90_PDL", 2) != 0 && ctr == NULL;
 #if FC_SM90_TRACE
     prm.trace = grid <= (int)k_trace_ctas ? trace_buffer((cudaStream_t)stream) : NULL;
 #endif

@@ -54,9 +54,10 @@ typedef struct fc_sm90_params {
     int32_t longest_first; /* 1: visit tiles by decreasing work (causal)    */
     int32_t o_vec_ok;      /* 1: o and its strides allow 16-byte stores     */
     int32_t rotate;        /* 1: the rotated tile loop (2-Q-buffer rows only):
-                            * chosen where a CTA gets more than one tile      */
+                            * chosen where a CTA gets several short tiles     */
     int32_t pdl;           /* 1: launched as a programmatic dependent of the
-                            * previous kernel (FLASHCORE_SM90_PDL=1; host side
+                            * previous kernel (default; FLASHCORE_SM90_PDL=0
+                            * turns it off, and the tile counter does; host side
                             * only: the kernel always waits, a no-op without) */
     int32_t o_tma;         /* 1: the epilogue stores O with TMA (tm_o): dense
                             * (TMA clips rows past seqlen_q; varlen rows past a
@@ -83,7 +84,6 @@ FC_SM90_DECLARE_LAUNCHER(4)
 FC_SM90_DECLARE_LAUNCHER(5)
 FC_SM90_DECLARE_LAUNCHER(6)
 FC_SM90_DECLARE_LAUNCHER(7)
-FC_SM90_DECLARE_LAUNCHER(8)
 
 /* Trace builds (-DFC_SM90_TRACE=1, never shipped): the kernel stamps the SM
  * clock (clock64) at phase boundaries into trace[cta][role][tile][event],

@@ -84,8 +84,12 @@ typedef struct fc_sm90_tile {
                     * for (1 or 2). 2: a second CTA's GEMMs fill the tensor
                     * cores while one CTA is between tiles (Q wait, first
                     * block, epilogue), which matters where tiles are short
-                    * (s512: 4 KV blocks). Forced only (FLASHCORE_SM90_CONFIG)
-                    * until measured: plan.cu does not pick it.            */
+                    * (s512: 4 KV blocks). Every row is 1: a 2-CTA d64 row
+                    * (row 5's 64x128 tile, setmaxnreg 40/216) measured 1-4%
+                    * slower than the 1-CTA rows at the mission shape and
+                    * s512-d64 (H100, session 4, notes-sm90.md) and was
+                    * dropped; launch bounds, setmaxnreg, grid and carveout
+                    * still follow this column.                            */
 } fc_sm90_tile;
 
 /*                      d    M    N  wg st swz pp ov sm qb ta ct  S+P+O regs   smem (Q*qb + ring) */
@@ -105,13 +109,8 @@ typedef struct fc_sm90_tile {
      * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
      * 192x112 with overlap fits (116 regs) but ran 3-11% slower (H100, notes-sm90.md).    \
      * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. */ \
-    {64, 192, 128, 3, 2, 128, 0, 0, 0, 2, 20, 1},                                              \
-    /* 8: d64, 64 rows, 2 CTAs per SM (forced only, unmeasured): row 5's tile with   \
-     * 256 threads x 128 registers at entry, setmaxnreg 40/216 (128*40 + 128*216 = \
-     * 32768 = 65536 / 2); smem 2 x (2*8K+2*32K + 1.25K) = 162 KB <= 228 KB.       */ \
-    {64, 64, 128, 1, 2, 128, 0, 1, 0, 2, 0, 2},
-
-#define FC_SM90_NUM_TILES 9
+    {64, 192, 128, 3, 2, 128, 0, 0, 0, 2, 20, 1},
+#define FC_SM90_NUM_TILES 8
 
 /* Registers after setmaxnreg, per thread, by consumer warpgroup count and
  * CTAs per SM (see the budget above): the CTA's share of the 64 K registers
