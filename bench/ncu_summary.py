@@ -78,8 +78,11 @@ def main(argv=None):
             v, u = get(r, metric)
             if v not in (None, ""):
                 print("   %-28s %s %s" % (label, v, u))
+        # one line per tensor pipe that ran: the per-SM average over active
+        # cycles (ncu also gives min/max/sum and per-elapsed forms)
         for h, i in col.items():
-            if tensor_re.search(h) and ("pct" in h or "ratio" in h) and i < len(r) and r[i] not in ("", None):
+            if (tensor_re.search(h) and h.endswith(".avg.pct_of_peak_sustained_active") and i < len(r)
+                    and num(r[i])):
                 print("   %-28s %s %s" % (h[:60], r[i], units[i] if i < len(units) else ""))
         stalls = []
         for h, i in col.items():
