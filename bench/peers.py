@@ -433,7 +433,7 @@ class FlashInfer(System):
         return run, lambda i: outs[i]
 
 
-def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None):
+def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None, sm80_env=None):
     systems = [FlashCore(90), FlashCore(80), TorchSDPA("torch-cudnn"), TorchSDPA("torch-flash(FA2)"),
                TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()]
     if selected:
@@ -441,11 +441,12 @@ def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None):
         systems = [s for s in systems if any(k in s.name.lower() for k in keys)]
     if sm90_rows:
         systems += [FlashCoreRow(int(r)) for r in sm90_rows.split(",") if r.strip()]
-    for spec in (sm90_env or "").split(","):
-        if spec.strip():  # NAME:KEY=VALUE
-            name, kv = spec.split(":", 1)
-            key, value = kv.split("=", 1)
-            systems.append(FlashCoreEnv("sm90-" + name.strip(), key.strip(), value.strip()))
+    for path, specs in ((90, sm90_env), (80, sm80_env)):
+        for spec in (specs or "").split(","):
+            if spec.strip():  # NAME:KEY=VALUE
+                name, kv = spec.split(":", 1)
+                key, value = kv.split("=", 1)
+                systems.append(FlashCoreEnv("sm%d-%s" % (path, name.strip()), key.strip(), value.strip(), path))
     if sm80_rows:
         systems += [FlashCoreRow(int(r), 80) for r in sm80_rows.split(",") if r.strip()]
     return systems
@@ -884,7 +885,8 @@ def parse_args(argv):
                     "systems sm90-row<N>, each forced with FLASHCORE_SM90_CONFIG (A/B of tile rows)")
     ap.add_argument("--sm90-env", help="comma-separated NAME:KEY=VALUE: the Hopper path with env KEY=VALUE "
                     "around its calls, timed as an extra system sm90-NAME (A/B of a hook, e.g. "
-                    "nopdl:FLASHCORE_SM90_PDL=0)")
+                    "nopdl:FLASHCORE_PDL=0)")
+    ap.add_argument("--sm80-env", help="the same for the sm80-class path: extra systems sm80-NAME")
     ap.add_argument("--sm80-rows", help="comma-separated rows of src/cuda/sm80/tiles.cuh to time as extra "
                     "systems sm80-row<N>, each forced with FLASHCORE_SM80_CONFIG (A/B of tile rows and "
                     "code variants; a row that does not fit a shape falls back to the planned one)")
@@ -979,7 +981,7 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     meta.update(torch_meta(torch, cuda=True))
-    systems = make_systems(args.systems, args.sm90_rows, args.sm90_env, args.sm80_rows)
+    systems = make_systems(args.systems, args.sm90_rows, args.sm90_env, args.sm80_rows, args.sm80_env)
     unavailable = {}
     for s in systems:
         why = s.available()

@@ -18,6 +18,15 @@
  * blocks, and the combine pass reads num_splits partial rows. */
 #define FC_MAX_SPLITS 64
 
+int fc_tuning_row(const char *env, int rows)
+{
+    const char *e = getenv(env);
+    if (e == NULL || *e == '\0') return -1;
+    char *end = NULL;
+    const long v = strtol(e, &end, 10);
+    return (*end == '\0' && v >= 0 && v < rows) ? (int)v : -1;
+}
+
 int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits)
 {
     /* A grid that already fills most of the SMs gains nothing from splitting;
@@ -185,6 +194,11 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
     int64_t tiles = (int64_t)p->batch * heads * ((rows + bm - 1) / bm);
     int n_blocks = (int)((p->seqlen_k + bn - 1) / bn);
     int splits = p->cu_seqlens_q ? 1 : fc_choose_num_splits(tiles, n_blocks, dev->sm_count, FC_MAX_SPLITS);
+    /* FLASHCORE_SPLITS=<n> (A/B hook, docs/API.md): n splits instead, at most
+     * one per KV block; the plan name shows it. */
+    const int forced_splits = fc_tuning_row("FLASHCORE_SPLITS", FC_MAX_SPLITS + 1);
+    if (!p->cu_seqlens_q && forced_splits >= 1)
+        splits = forced_splits < n_blocks ? forced_splits : (n_blocks > 0 ? n_blocks : 1);
     ch->num_splits = splits;
     ch->workspace_bytes = splits > 1 ? fc_cuda_split_workspace_bytes(p, splits) : 0;
     plan->backend = FC_BACKEND_CUDA;

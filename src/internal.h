@@ -116,10 +116,11 @@ fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *s
                                char *err, size_t err_len);
 /* 1 if stream is being captured into a graph. */
 int fc_cuda_stream_is_capturing(void *stream);
-/* Tuning hook (docs/API.md): the row of a planner's tile table that the
- * environment variable `env` forces (FLASHCORE_SM90_CONFIG,
- * FLASHCORE_SM80_CONFIG), or -1 when it is unset or not a row in 0..rows-1.
- * The planner still checks that the row fits the call. */
+/* Tuning hook (docs/API.md): the value in 0..rows-1 that the environment
+ * variable `env` sets (a tile-table row: FLASHCORE_SM90_CONFIG,
+ * FLASHCORE_SM80_CONFIG; a switch or count: FLASHCORE_PDL, FLASHCORE_SPLITS,
+ * ...), or -1 when it is unset or out of range. The planner still checks
+ * that a forced row fits the call. Defined in dispatch.c. */
 int fc_tuning_row(const char *env, int rows);
 
 /* Per-path planners: does this path have a kernel for p on dev? If yes fill

@@ -6,9 +6,10 @@
  * calls with a stream synchronisation between them (each call alone is
  * deterministic), after poisoning both outputs, three times per shape, on
  * each CUDA kernel family, with programmatic dependent launch off and on
- * (FLASHCORE_SM90_PDL=0 / unset: the Hopper kernel's default is on, which
- * lets it start launching while the previous one finishes; it must wait
- * before it reads).
+ * (FLASHCORE_PDL=0 / unset: the default is on for sm_90+ devices, which
+ * lets a kernel start launching while the previous one finishes; it must
+ * wait before it reads). The decode shape runs split-KV on both paths, so
+ * the combine kernel is chained behind the forward kernel too.
  * Without a CUDA device: "SKIP: ..." and exit code 77.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
@@ -114,19 +115,20 @@ int main(void)
         return 1;
     }
     /* The first call long enough that the second is queued well before it
-     * ends; Hq == Hkv and Sq == Sk so that O1 has Q's shape. */
-    kit_shape shapes[4];
+     * ends; Hq == Hkv so that O1 has Q's shape and layout. */
+    kit_shape shapes[5];
     shapes[0] = test_shape(2, 16, 16, 2048, 2048, 128, FC_DTYPE_BF16);
     shapes[1] = test_shape(4, 16, 16, 1024, 1024, 64, FC_DTYPE_F16);
     shapes[2] = test_shape(1, 8, 8, 512, 512, 64, FC_DTYPE_F16); /* the mission shape */
     shapes[3] = shapes[0];
     shapes[3].causal = 1;
+    shapes[4] = test_shape(4, 8, 8, 4, 8192, 128, FC_DTYPE_BF16); /* decode-like: split-KV + combine */
     const int paths[2] = {90, 80};
     for (int pdl = 0; pdl < 2; pdl++) {
-        if (pdl) unsetenv("FLASHCORE_SM90_PDL"); /* the default: on */
-        else setenv("FLASHCORE_SM90_PDL", "0", 1);
+        if (pdl) unsetenv("FLASHCORE_PDL"); /* the default: on */
+        else setenv("FLASHCORE_PDL", "0", 1);
         for (int pi = 0; pi < 2; pi++) {
-            for (int si = 0; si < 4; si++) {
+            for (int si = 0; si < 5; si++) {
                 kit_shape sh = shapes[si];
                 sh.layout = KIT_LAYOUT_BSHD;
                 sh.want_lse = 0; /* outputs compared: O1 and O2 */
@@ -163,7 +165,7 @@ int main(void)
             }
         }
     }
-    unsetenv("FLASHCORE_SM90_PDL");
+    unsetenv("FLASHCORE_PDL");
     fc_context_set_cuda_path(ctx, 0);
     cudaStreamDestroy(s);
     fc_context_free(ctx);

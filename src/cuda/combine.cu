@@ -21,6 +21,7 @@
 
 #include "cuda/combine.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
 
 namespace {
 
@@ -30,6 +31,7 @@ constexpr int kThreads = 256;
  * columns (a float4 of every O_i, 8 bytes of output). */
 __global__ void __launch_bounds__(kThreads) combine_kernel(const fc_fwd_params p, int rows_per_block)
 {
+    fc_grid_dep_sync(); /* o_accum / lse_accum come from the forward kernel just before */
     const int tpr = p.head_dim / 4; /* threads per row */
     const int64_t rows = (int64_t)p.batch * p.heads_q * p.seqlen_q;
     const int64_t row = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / tpr;
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const fc_fwd_params p
 
 } /* namespace */
 
-extern "C" fc_status fc_cuda_combine_splits(const fc_fwd_params *p, void *stream, char *err, size_t err_len)
+extern "C" fc_status fc_cuda_combine_splits(const fc_fwd_params *p, int pdl, void *stream, char *err, size_t err_len)
 {
     if (p->num_splits <= 1 || !p->o_accum || !p->lse_accum || p->head_dim % 4 != 0 || p->head_dim > 4 * kThreads ||
         (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)) {
@@ -102,6 +104,7 @@ extern "C" fc_status fc_cuda_combine_splits(const fc_fwd_params *p, void *stream
         snprintf(err, err_len, "split-KV combine: %lld rows exceed the grid limit", (long long)rows);
         return FC_ERR_UNSUPPORTED;
     }
-    combine_kernel<<<(unsigned)blocks, kThreads, 0, (cudaStream_t)stream>>>(*p, rows_per_block);
-    return fc_cuda_check(cudaGetLastError(), "split-KV combine kernel launch", err, err_len);
+    return fc_cuda_check(fc_launch(combine_kernel, (unsigned)blocks, kThreads, 0, (cudaStream_t)stream, pdl != 0, *p,
+                                   rows_per_block),
+                         "split-KV combine kernel launch", err, err_len);
 }

@@ -13,8 +13,9 @@ extern "C" {
 #endif
 
 /* p->num_splits > 1 and p->o_accum / p->lse_accum filled by a forward kernel
- * launched earlier on the same stream. Checks the launch error. */
-fc_status fc_cuda_combine_splits(const fc_fwd_params *p, void *stream, char *err, size_t err_len);
+ * launched earlier on the same stream. pdl: launch as a programmatic
+ * dependent of that kernel (common/pdl.cuh). Checks the launch error. */
+fc_status fc_cuda_combine_splits(const fc_fwd_params *p, int pdl, void *stream, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

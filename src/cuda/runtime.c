@@ -132,15 +132,6 @@ fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t 
     return FC_OK;
 }
 
-int fc_tuning_row(const char *env, int rows)
-{
-    const char *e = getenv(env);
-    if (e == NULL || *e == '\0') return -1;
-    char *end = NULL;
-    const long v = strtol(e, &end, 10);
-    return (*end == '\0' && v >= 0 && v < rows) ? (int)v : -1;
-}
-
 int fc_cuda_pointer_is_device(const void *ptr)
 {
     struct cudaPointerAttributes attr;

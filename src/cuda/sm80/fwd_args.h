@@ -29,6 +29,8 @@ typedef struct fc_sm80_args {
     int32_t grid_heads; /* heads on the grid: heads_kv when packed, else heads_q */
     int32_t m_tiles;    /* M tiles per (batch, grid head): ceil(seqlen_q*pack_g / block_m) */
     int32_t num_splits; /* >= 1                                                  */
+    int32_t pdl;        /* host only: launch as a programmatic dependent of the
+                         * previous kernel (common/pdl.cuh)                     */
 } fc_sm80_args;
 
 /* One launcher per (dtype, head_dim) translation unit: launches tile-table

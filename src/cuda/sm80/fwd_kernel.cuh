@@ -42,6 +42,7 @@
 
 #include <stdint.h>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/sm80_ptx.cuh"
 #include "cuda/sm80/fwd_args.h"
 
@@ -948,7 +949,12 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
         return;
     else
 #endif
+    {
+        /* With PDL (a.pdl, sm_90+) this grid launches while the previous
+         * kernel in the stream finishes: nothing global before this. */
+        fc_grid_dep_sync();
         fwd_body<kBF16, HD, BM, BN, W, STAGES, VAR>(a);
+    }
 }
 
 } /* namespace sm80 */

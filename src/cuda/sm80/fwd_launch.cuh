@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/smem_optin.cuh"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/tiles.cuh"
@@ -40,8 +41,8 @@ fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, ch
                  grid);
         return FC_ERR_INTERNAL;
     }
-    kernel<<<(unsigned)grid, S_::NT, smem, stream>>>(*a);
-    return fc_cuda_check(cudaGetLastError(), "sm80 forward kernel launch", err, err_len);
+    return fc_cuda_check(fc_launch(kernel, (unsigned)grid, S_::NT, (size_t)smem, stream, a->pdl != 0, *a),
+                         "sm80 forward kernel launch", err, err_len);
 }
 
 /* Walk the table at compile time: instantiate rows with this head_dim, launch

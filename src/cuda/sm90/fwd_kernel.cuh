@@ -44,6 +44,7 @@
 
 #include <stdio.h>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/smem_optin.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/sm90.h"
@@ -964,8 +965,7 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
      * launch (p.pdl) this is where the previous kernel must be complete. The
      * next kernel may start launching now: it cannot take an SM before one of
      * our CTAs leaves it (shared memory), and it waits in turn. */
-    grid_dep_launch_dependents();
-    grid_dep_wait();
+    fc_grid_dep_sync();
 
     /* Warp-uniform role (shfl makes it provably uniform to the compiler). */
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
@@ -990,26 +990,7 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     const fc_status opt =
         fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 forward", kCfg, err, err_len, C::CTAS > 1);
     if (opt != FC_OK) return opt;
-    cudaError_t e;
-    if (prm->pdl) {
-        /* Programmatic stream serialisation: this grid may begin launching
-         * while the previous kernel in the stream finishes (the kernel waits
-         * for it in grid_dep_wait before touching global memory). */
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)grid);
-        cfg.blockDim = dim3(C::THREADS);
-        cfg.dynamicSmemBytes = (size_t)C::SMEM;
-        cfg.stream = stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, kern, *prm);
-    } else {
-        kern<<<grid, C::THREADS, C::SMEM, stream>>>(*prm);
-        e = cudaGetLastError();
-    }
+    const cudaError_t e = fc_launch(kern, (unsigned)grid, C::THREADS, (size_t)C::SMEM, stream, prm->pdl != 0, *prm);
     if (e != cudaSuccess) {
         snprintf(err, err_len, "sm90 forward (config %d): kernel launch (%d CTAs x %d threads, %d B smem): %s",
                  kCfg, grid, C::THREADS, C::SMEM, cudaGetErrorString(e));

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tiles.cuh"
 
@@ -518,13 +519,11 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     }
     prm.tile_ctr = ctr;
     /* Launch as a programmatic dependent of the previous kernel in the
-     * stream: this grid's launch and barrier set-up overlap that kernel's
-     * tail, and griddepcontrol.wait (before any global access) keeps the
-     * order. -0.7 us per call at the mission shape graph-timed (7.4 -> 6.7,
-     * H100, session 4), the same or better elsewhere. Not with the tile
-     * counter: its memset is the stream's previous operation.
-     * FLASHCORE_SM90_PDL=0 turns it off (A/B). */
-    prm.pdl = fc_tuning_row("FLASHCORE_SM90_PDL", 2) != 0 && ctr == NULL;
+     * stream (common/pdl.cuh): this grid's launch and barrier set-up overlap
+     * that kernel's tail. -0.7 us per call at the mission shape graph-timed
+     * (7.4 -> 6.7, H100, session 4), the same or better elsewhere. Not with
+     * the tile counter: its memset is the stream's previous operation. */
+    prm.pdl = fc_pdl_wanted(dev) && ctr == NULL;
 #if FC_SM90_TRACE
     prm.trace = grid <= (int)k_trace_ctas ? trace_buffer((cudaStream_t)stream) : NULL;
 #endif

@@ -194,17 +194,6 @@ __device__ __forceinline__ void tma_store_wait_read()
 /* This thread's stores are complete. */
 __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-/* ---- programmatic dependent launch ---------------------------------------------- */
-/* Wait until the grids this one depends on programmatically (the previous
- * kernel in the stream, when this one was launched with programmatic stream
- * serialisation) have completed and their memory is visible; returns at once
- * when there are none. No global memory may be touched before it. */
-__device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-/* Let the next kernel in the stream (if launched as a programmatic dependent)
- * start launching: its CTAs take SMs as ours leave and run their set-up while
- * our last CTAs finish; it still waits (grid_dep_wait) for all of ours. */
-__device__ __forceinline__ void grid_dep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-
 /* ---- named barriers ---------------------------------------------------------- */
 /* id 0 is __syncthreads; count is the number of threads (multiple of 32)
  * that arrive or sync on this instance. */

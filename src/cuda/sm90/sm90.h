@@ -56,8 +56,8 @@ typedef struct fc_sm90_params {
     int32_t rotate;        /* 1: the rotated tile loop (2-Q-buffer rows only):
                             * chosen where a CTA gets several short tiles     */
     int32_t pdl;           /* 1: launched as a programmatic dependent of the
-                            * previous kernel (default; FLASHCORE_SM90_PDL=0
-                            * turns it off, and the tile counter does; host side
+                            * previous kernel (default; FLASHCORE_PDL=0 turns
+                            * it off, and the tile counter does; host side
                             * only: the kernel always waits, a no-op without) */
     int32_t o_tma;         /* 1: the epilogue stores O with TMA (tm_o): dense
                             * (TMA clips rows past seqlen_q; varlen rows past a

@@ -102,13 +102,17 @@ typedef struct fc_sm90_tile {
     {128, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0, 1},                                            \
     {192, 128, 112, 2, 2, 128, 0, 1, 0, 1, 0, 1}, /* 3: 56+28+96=180;  48K+2*84K = 216 KB    */  \
     {256, 128, 80, 2, 2, 128, 0, 1, 0, 1, 0, 1},  /* 4: 40+20+128=188; 64K+2*80K = 224 KB    */  \
-    {64, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1},   /* 5: small; 2*8K+2*32K = 80 KB, <=255 regs */ \
+    /* 5: small; 2*8K+2*32K = 80 KB, <=255 regs. A 4-stage ring (all 4 KV blocks of   \
+     * the mission shape in flight from the start) ran 1.6% slower (H100, session 5). */ \
+    {64, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1},                                              \
     {128, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1},  /* 6: small; 2*16K+2*64K = 160 KB          */  \
     /* 7: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 152 regs: \
      * P (32) and the next S (64) cannot both live (intra-warpgroup overlap spills at 160); \
      * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
      * 192x112 with overlap fits (116 regs) but ran 3-11% slower (H100, notes-sm90.md).    \
-     * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. */ \
+     * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. \
+     * 4 stages (176 KB) gained nothing at s512-d64 or s16k-d64 (session 5), nor did row \
+     * 0 with 4 stages: the producer is not what holds these tiles back.                 */ \
     {64, 192, 128, 3, 2, 128, 0, 0, 0, 2, 20, 1},
 #define FC_SM90_NUM_TILES 8
 

@@ -1,0 +1,70 @@
+/*
+ * pdl.cuh -- programmatic dependent launch (PDL, sm_90+), shared by every
+ * kernel of the library: the forward kernels of both paths and the split-KV
+ * combine.
+ *
+ * A kernel launched with programmatic stream serialisation may begin
+ * launching while the previous kernel in the stream is still running; it
+ * must then wait (griddepcontrol.wait) before it touches global memory. Over
+ * back-to-back calls in a stream or graph this hides one launch latency per
+ * kernel boundary (-0.7 us per call at the mission shape on the Hopper path,
+ * H100, session 4). Where the previous operation is not a kernel (a memset,
+ * a stream-ordered allocation), the launch is ordered as usual.
+ *
+ * Whether a launch may use it (fc_pdl_wanted): the device is sm_90 or newer
+ * -- a 9.x device runs only the sm_90/90a images of this library (no PTX is
+ * embedded, runtime.c refuses other majors), so the kernel executing there
+ * was compiled with the wait below -- and FLASHCORE_PDL is not 0 (A/B hook,
+ * docs/API.md).
+ */
+#ifndef FC_PDL_CUH
+#define FC_PDL_CUH
+
+#include <cuda_runtime.h>
+
+#include "internal.h"
+
+/* Device side. Let the next kernel in the stream start launching (its CTAs
+ * take SMs as ours leave; none of ours is then still waiting for an SM, so
+ * it cannot starve us), then wait until the kernel this one depends on has
+ * completed and its memory is visible. Both are no-ops for a normal launch.
+ * Call before the first global-memory access; below sm_90 it compiles to
+ * nothing (such devices never get a PDL launch). */
+__device__ __forceinline__ void fc_grid_dep_sync()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/* Host side: may a launch on `dev` be a programmatic dependent? */
+static inline bool fc_pdl_wanted(const fc_cuda_device *dev)
+{
+    return dev->cc_major >= 9 && fc_tuning_row("FLASHCORE_PDL", 2) != 0;
+}
+
+/* Launch kern<<<grid, threads, smem, stream>>>(args...), as a programmatic
+ * dependent of the previous kernel when pdl. Returns the launch error. */
+template <typename... Params, typename... Args>
+static cudaError_t fc_launch(void (*kern)(Params...), unsigned grid, unsigned threads, size_t smem,
+                             cudaStream_t stream, bool pdl, Args &&...args)
+{
+    if (!pdl) {
+        kern<<<grid, threads, smem, stream>>>(static_cast<Args &&>(args)...);
+        return cudaGetLastError();
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<Args &&>(args)...);
+}
+
+#endif /* FC_PDL_CUH */
