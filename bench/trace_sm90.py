@@ -8,7 +8,8 @@ src/cuda/sm90/sm90.h) written to $FLASHCORE_SM90_TRACE_FILE.
 
 Events per tile (SM clock stamps, per CTA):
   producer  p0 tile decoded, p1 first K/V load issued, p2 every load issued
-  consumer  c0 tile start, c1 Q ready, c2 first block's softmax done,
+  consumer  c0 tile start (its first S issued: Q and K0 have landed),
+            c1 first S done, c2 first block's softmax done,
             c3 main loop done (last P.V complete), c4 epilogue done
 Prints, over all CTAs and tiles, the median and mean of each phase in
 microseconds, and the share of the kernel's CTA time each phase takes.
@@ -37,8 +38,9 @@ def main():
     a = ap.parse_args()
     (ctas, roles, tiles, events, config), at = load(a.file)
     us = 1e-3 / a.ghz
-    phases = {"Q wait (c1-c0)": [], "first block (c2-c1)": [], "main loop (c3-c2)": [],
-              "epilogue (c4-c3)": [], "gap to next tile (c0'-c4)": [], "producer: ring wait (p1-p0)": []}
+    phases = {"first S (c1-c0)": [], "first block (c2-c1)": [], "main loop (c3-c2)": [],
+              "epilogue (c4-c3)": [], "gap to next tile (c0'-c4)": [], "producer: ring wait (p1-p0)": [],
+              "producer: decode -> first tile start (c0-p0)": []}
     span_total = 0.0
     for c in range(ctas):
         first, last = None, None
@@ -52,12 +54,16 @@ def main():
                     last = ev[4] if last is None else max(last, ev[4])
                 if min(ev) < 0:
                     continue
-                phases["Q wait (c1-c0)"].append((ev[1] - ev[0]) * us)
+                phases["first S (c1-c0)"].append((ev[1] - ev[0]) * us)
                 phases["first block (c2-c1)"].append((ev[2] - ev[1]) * us)
                 phases["main loop (c3-c2)"].append((ev[3] - ev[2]) * us)
                 phases["epilogue (c4-c3)"].append((ev[4] - ev[3]) * us)
                 if t + 1 < tiles and at(c, w, t + 1, 0) >= 0:
                     phases["gap to next tile (c0'-c4)"].append((at(c, w, t + 1, 0) - ev[4]) * us)
+        # the first tile's Q and K0 loads (same SM clock): what c0 does not see
+        p00, c00 = at(c, 0, 0, 0), at(c, 1, 0, 0)
+        if p00 >= 0 and c00 >= 0:
+            phases["producer: decode -> first tile start (c0-p0)"].append((c00 - p00) * us)
         for t in range(tiles):
             p0, p1 = at(c, 0, t, 0), at(c, 0, t, 1)
             if p0 >= 0 and p1 >= 0:
@@ -68,10 +74,10 @@ def main():
     cons = sum(sum(v) for k, v in phases.items() if not k.startswith("producer")) or 1.0
     for k, v in phases.items():
         if not v:
-            print("  %-30s -" % k)
+            print("  %-44s -" % k)
             continue
         share = "" if k.startswith("producer") else "  %5.1f%% of consumer time" % (100 * sum(v) / cons)
-        print("  %-30s median %8.3f us  mean %8.3f us  n %5d%s" % (k, statistics.median(v),
+        print("  %-44s median %8.3f us  mean %8.3f us  n %5d%s" % (k, statistics.median(v),
                                                                  statistics.fmean(v), len(v), share))
     print("  CTA span (first tile start .. last epilogue), summed over CTAs: %.1f us" % span_total)
     return 0

@@ -62,11 +62,11 @@ run_rows() {
   if [ -z "$bad" ]; then result[gpu$path-rows]="ok: $n rows x $nr cases"
   else result[gpu$path-rows]="FAIL: rows$bad"; fi
 }
-# "row head_dim tall ctas" for each row of the Hopper tile table (src/cuda/sm90/tiles.cuh)
+# "row head_dim tall ctas kvsplit" for each row of the Hopper tile table (src/cuda/sm90/tiles.cuh)
 sm90_rows() {
   awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
        on && match($0,/^[ \t]*\{[0-9 ,]+\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
-       split(s,a,","); print n++, a[1], a[11], a[12]}' src/cuda/sm90/tiles.cuh
+       split(s,a,","); print n++, a[1], a[11], a[12], a[13]}' src/cuda/sm90/tiles.cuh
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -131,10 +131,10 @@ if want sanitize; then
          "$BUILD/tests/test_cuda_forward" --quick --path 90 >"$OUT/san-$tool-90rot.log" 2>&1
     then result[san-$tool-90rot]=clean
     else result[san-$tool-90rot]=FAIL; tail -12 "$OUT/san-$tool-90rot.log"; fi
-    # the tall rows (3 consumer warpgroups) and the 2-CTA/SM rows are not in
-    # the default quick set
-    while read -r row dim tall ctas; do
-      [ "$tall" != 0 ] || [ "$ctas" != 1 ] || continue
+    # the tall rows (3 consumer warpgroups), the 2-CTA/SM rows and the
+    # kvsplit rows are not in the default quick set
+    while read -r row dim tall ctas kvs; do
+      [ "$tall" != 0 ] || [ "$ctas" != 1 ] || [ "$kvs" != 1 ] || continue
       log "compute-sanitizer $tool sm90 row $row"
       if FLASHCORE_SM90_CONFIG=$row timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
            "$BUILD/tests/test_cuda_forward" --quick --path 90 --head-dim "$dim" >"$OUT/san-$tool-row$row.log" 2>&1

@@ -97,12 +97,15 @@ template <int kCfg> struct Cfg {
     static constexpr bool OV = T.overlap && !FC_SM90_SIMPLE;
     static constexpr int THREADS = 128 * (WG + 1);
     static constexpr int CONSUMERS = 128 * WG;
+    static constexpr int KVS = T.kvsplit;            /* warpgroups sharing one tile's KV blocks */
+    static constexpr int KV_CONSUMERS = CONSUMERS / KVS; /* threads that read one K/V block */
     static constexpr uint32_t Q_BYTES = BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;
     static constexpr uint32_t OFF_Q = 0;
     static constexpr uint32_t OFF_K = OFF_Q + QB * Q_BYTES;
     static constexpr uint32_t OFF_V = OFF_K + ST * KV_BYTES;
-    static constexpr uint32_t OFF_BAR = OFF_V + ST * KV_BYTES;
+    static constexpr uint32_t OFF_MERGE = OFF_V + ST * KV_BYTES;
+    static constexpr uint32_t OFF_BAR = OFF_MERGE + FC_SM90_MERGE_BYTES(T);
     static constexpr int SMEM = FC_SM90_SMEM_BYTES(T);
 
     /* 2 (3) consumer warpgroups: 384 (512) threads enter with 168 (128)
@@ -118,14 +121,16 @@ template <int kCfg> struct Cfg {
     static_assert(!SETMAXNREG || 128 * PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= 65536 / CTAS,
                   "setmaxnreg split must fit the CTA's share of the register file");
     static_assert(CTAS * (SMEM + 1024) <= 233472, "CTAS CTAs (+1 KB reserved each) in 228 KB of smem");
-    static_assert(BM == 64 * WG, "block_m = 64 rows per consumer warpgroup");
+    static_assert(BM * KVS == 64 * WG, "block_m = 64 rows per consumer warpgroup (per kvsplit pair)");
+    static_assert(KVS == 1 || (KVS == 2 && WG == 2 && !PP),
+                  "kvsplit: two warpgroups on one 64-row tile, no pingpong");
     static_assert(D % PW == 0 && D % 16 == 0, "head_dim: whole panels and k16 steps");
     static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "block_n: wgmma N and TMA box");
     static_assert(BM <= 256, "TMA box rows <= 256");
     static_assert((BM * SW) % 1024 == 0 && (BN * SW) % 1024 == 0,
                   "every panel must start on a 1024-byte swizzle repeat");
     static_assert(QB == 1 || QB == 2, "1 or 2 Q buffers");
-    static_assert((8 + 4 * ST) * 8 + 8 <= FC_SM90_BARRIER_BYTES, "barrier area (Bars below)");
+    static_assert(88 + 32 * ST <= FC_SM90_BARRIER_BYTES, "barrier area (Bars below)");
     static_assert(OFF_BAR + FC_SM90_BARRIER_BYTES + 1024 == (uint32_t)SMEM, "layout = table");
     static_assert(SMEM <= 232448, "227 KB: the sm_90 dynamic shared memory limit");
 };
@@ -258,6 +263,10 @@ template <class C> struct Bars {
     __device__ __forceinline__ uint32_t t_full(int i) const { return base + 32 + 32 * C::ST + 8 * i; }
     __device__ __forceinline__ uint32_t t_empty(int i) const { return base + 48 + 32 * C::ST + 8 * i; }
     __device__ __forceinline__ uint32_t t_slot(int i) const { return base + 64 + 32 * C::ST + 4 * i; }
+    /* kvsplit: the second warpgroup's partials in the merge area (full), and
+     * read by the first (empty). */
+    __device__ __forceinline__ uint32_t m_full() const { return base + 72 + 32 * C::ST; }
+    __device__ __forceinline__ uint32_t m_empty() const { return base + 80 + 32 * C::ST; }
 };
 
 /* ---- producer ------------------------------------------------------------------ */
@@ -495,7 +504,7 @@ template <class C> __host__ __device__ __forceinline__ bool block_masked(const T
  * element by element when o's layout does not allow 16-byte stores. */
 template <class C>
 __device__ __forceinline__ void store_o_generic(const fc_sm90_params &p, const Tile &g, uint16_t *o16,
-                                                const uint8_t *smem, uint32_t q_off, int cw, int etid)
+                                                const uint8_t *smem, uint32_t q_off, int rg, int etid)
 {
     constexpr int CPR = C::D / 8;  /* 16-byte chunks per row */
     constexpr int CPP = C::PW / 8; /* 16-byte chunks per panel row */
@@ -504,11 +513,11 @@ __device__ __forceinline__ void store_o_generic(const fc_sm90_params &p, const T
         const int i = etid + 128 * it;
         const int lr = i / CPR;
         const int cc = i - lr * CPR;
-        const int R = g.m0 + 64 * cw + lr;
+        const int R = g.m0 + 64 * rg + lr;
         const int pos = row_pos(p, R);
         if (pos < g.sq) {
             const uint32_t off = q_off + (uint32_t)(cc / CPP) * (C::BM * C::SW) +
-                                 (uint32_t)(64 * cw + lr) * C::SW + (uint32_t)(cc % CPP) * 16;
+                                 (uint32_t)(64 * rg + lr) * C::SW + (uint32_t)(cc % CPP) * 16;
             const uint4 v = *reinterpret_cast<const uint4 *>(smem + swz<C::SW>(off));
             uint16_t *dst = o16 + (int64_t)(g.q_off + pos) * p.o_row_stride +
                             row_head(p, g, R) * p.o_head_stride + cc * 8;
@@ -664,11 +673,15 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
     /* Rotated tile loop (above) with 2 Q buffers and kRotate; otherwise a
      * tile's first S is issued at the loop head (the plain order), which is
      * what one tile per CTA wants (plan.cu: choose_rotate). */
-    constexpr bool ROT = kRotate && C::QB == 2;
+    constexpr bool ROT = kRotate && C::QB == 2 && C::KVS == 1;
     const int tid = threadIdx.x - 128 * (cw + 1); /* 0..127 within the warpgroup */
     const int warp = tid >> 5;
     const int lane = tid & 31;
-    const int row_wg = 64 * cw + 16 * warp + (lane >> 2); /* tile row of acc rows r (and r+8) */
+    /* kvsplit: warpgroup cw computes the tile's rows 64*rg.. over every
+     * KVS-th KV block from the kv-th; otherwise rg = cw and kv = 0. */
+    const int rg = cw / C::KVS;
+    const int kv = cw % C::KVS;
+    const int row_wg = 64 * rg + 16 * warp + (lane >> 2); /* tile row of acc rows r (and r+8) */
     const int col_t = 2 * (lane & 3);                     /* column of acc[4j] within group j */
 
     /* Pingpong: the last warpgroup gives warpgroup 0 its first turn. */
@@ -686,7 +699,15 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         fence_proxy_async();
         mbar_arrive(bars.q_empty(b));
     };
-    auto q_rows = [&](int b) { return base + C::OFF_Q + b * C::Q_BYTES + 64 * cw * C::SW; };
+    auto q_rows = [&](int b) { return base + C::OFF_Q + b * C::Q_BYTES + 64 * rg * C::SW; };
+    /* One step of this warpgroup through the K/V ring: KVS blocks. */
+    auto advance = [&](int &st, uint32_t &ph) {
+        for (int i = 0; i < C::KVS; ++i)
+            if (++st == C::ST) { st = 0; ph ^= 1; }
+    };
+    uint32_t ring = 0;   /* kvsplit: KV blocks of this CTA's earlier tiles (ring position) */
+    uint32_t merges = 0; /* kvsplit: tiles merged so far (m_full/m_empty parity) */
+    bool mine = true;  /* kvsplit: this warpgroup has a block of the tile */
     int slot = 0;
     Tile g;
     int k = 0;
@@ -702,12 +723,24 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
              * previous tile's O was staged, so nothing can be issued early). */
             if (!next_tile<C>(p, bars, slot, g, k, row_wg, col_t)) break;
             const int qt = (int)(q_iter % C::QB);
-            issue_first_s<C, kBF16>(S0, bars, base, q_rows(qt), qt, (q_iter / C::QB) & 1, stage, phase, cw, true);
+            if (C::KVS > 1) {
+                /* The tile's blocks take ring positions ring.. in producer
+                 * order; this warpgroup's first is ring + kv. */
+                const uint32_t pos = ring + (uint32_t)kv;
+                stage = (int)(pos % C::ST);
+                phase = (pos / C::ST) & 1;
+                mine = kv < g.n_hi - g.n_lo;
+            }
+            /* kvsplit: issued below, on the branch that waits for it (a
+             * wgmma result live across a branch join makes ptxas wait). */
+            if (C::KVS == 1)
+                issue_first_s<C, kBF16>(S0, bars, base, q_rows(qt), qt, (q_iter / C::QB) & 1, stage, phase, cw,
+                                        true);
         }
         trace(p, cw + 1, k, 0, tid == 0);
         const int qb = (int)(q_iter % C::QB);
         const uint32_t q_off = C::OFF_Q + qb * C::Q_BYTES; /* this tile's Q (and O staging) */
-        const uint32_t q_addr = base + q_off + 64 * cw * C::SW; /* this warpgroup's Q rows */
+        const uint32_t q_addr = base + q_off + 64 * rg * C::SW; /* this warpgroup's Q rows */
         MaskRows mr;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -720,8 +753,19 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         float alpha[2];
         float O[C::D / 2];
         RowState rs;
-        int n = g.n_hi - 1;
+        int n = g.n_hi - 1 - kv;
 
+        if (!mine) {
+            /* kvsplit, a tile of one block: the other warpgroup has it. An
+             * empty partial (max -inf, sum 0, O 0) for the merge. */
+            if (C::QB == 2 && q_release >= 0) release_q(q_release), q_release = -1;
+#pragma unroll
+            for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) rs.m[r] = neg_inf(), rs.l[r] = 0.0f;
+        } else {
+        if (C::KVS > 1)
+            issue_first_s<C, kBF16>(S0, bars, base, q_addr, qb, (q_iter / C::QB) & 1, stage, phase, cw, true);
         /* first block: S0 (in flight), softmax, P */
         wg_wait<0>();
         fence_regs(S0);
@@ -735,12 +779,12 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         trace(p, cw + 1, k, 2, tid == 0);
         int v_stage = stage;
         uint32_t v_phase = phase;
-        if (++stage == C::ST) { stage = 0; phase ^= 1; }
+        advance(stage, phase);
 
         if (C::OV) {
             /* S_j and O += P_{j-1} V_{j-1} issued together; the softmax of
              * block j runs while the P.V GEMM is on the tensor cores. */
-            for (--n; n >= g.n_lo; --n) {
+            for (n -= C::KVS; n >= g.n_lo; n -= C::KVS) {
                 FC90_WAIT(bars.k_full(stage), phase);
                 /* V_{j-1} was issued before K_j: waiting here costs nothing
                  * and keeps the wait loop out of the fence..wgmma window
@@ -764,14 +808,14 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 convert_p<C, kBF16>(S, P);
                 v_stage = stage;
                 v_phase = phase;
-                if (++stage == C::ST) { stage = 0; phase ^= 1; }
+                advance(stage, phase);
             }
             pv_round<C, kBF16>(O, P, bars, base, v_stage, v_phase, cw); /* the last P.V */
         } else {
             /* Plain order: P.V of the first block, then S, softmax, P.V per
              * block, waiting for each. */
             pv_round<C, kBF16>(O, P, bars, base, v_stage, v_phase, cw);
-            for (--n; n >= g.n_lo; --n) {
+            for (n -= C::KVS; n >= g.n_lo; n -= C::KVS) {
                 FC90_WAIT(bars.k_full(stage), phase);
                 round_begin<C>(cw);
                 issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
@@ -783,11 +827,53 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 rescale_o<C>(O, alpha);
                 convert_p<C, kBF16>(S, P);
                 pv_round<C, kBF16>(O, P, bars, base, stage, phase, cw);
-                if (++stage == C::ST) { stage = 0; phase ^= 1; }
+                advance(stage, phase);
             }
         }
+        } /* mine */
 
         trace(p, cw + 1, k, 3, tid == 0);
+        if (C::KVS > 1) {
+            /* Merge the pair's partials, thread t with thread t (the same
+             * rows and columns): the second warpgroup hands its m, l, O over
+             * shared memory (m_full) and goes on to its next tile; the first
+             * rescales both to the common max and hands the area back
+             * (m_empty). Merge number `merges` gives the parity. */
+            float *mg = reinterpret_cast<float *>(smem + C::OFF_MERGE) + tid;
+            const uint32_t m_par = merges & 1;
+            ++merges;
+            if (kv == 1) {
+                FC90_WAIT(bars.m_empty(), m_par ^ 1);
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    mg[128 * r] = rs.m[r];
+                    mg[128 * (2 + r)] = rs.l[r];
+                }
+#pragma unroll
+                for (int i = 0; i < C::D / 2; ++i) mg[128 * (4 + i)] = O[i];
+                mbar_arrive(bars.m_full());
+            } else {
+                FC90_WAIT(bars.m_full(), m_par);
+                float f0[2], f1[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float m1 = mg[128 * r];
+                    const float mn = fmaxf(rs.m[r], m1);
+                    const float ms = mn == neg_inf() ? 0.0f : mn * p.scale_log2;
+                    f0[r] = ex2(rs.m[r] * p.scale_log2 - ms);
+                    f1[r] = ex2(m1 * p.scale_log2 - ms);
+                    rs.l[r] = rs.l[r] * f0[r] + mg[128 * (2 + r)] * f1[r];
+                    rs.m[r] = mn;
+                }
+#pragma unroll
+                for (int i = 0; i < C::D / 2; ++i) {
+                    const int r = (i >> 1) & 1; /* acc[4j+0..1]: row r, acc[4j+2..3]: row r+8 */
+                    O[i] = O[i] * f0[r] + mg[128 * (4 + i)] * f1[r];
+                }
+                mbar_arrive(bars.m_empty());
+            }
+            ring += (uint32_t)(g.n_hi - g.n_lo);
+        }
         const int q_next = (int)((q_iter + 1) % C::QB);
         const uint32_t q_next_par = ((q_iter + 1) / C::QB) & 1;
         Tile gn;
@@ -798,6 +884,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             more = next_tile<C>(p, bars, slot, gn, kn, row_wg, col_t);
             issue_first_s<C, kBF16>(S0, bars, base, q_rows(q_next), q_next, q_next_par, stage, phase, cw, more);
         }
+        if (kv == 0) { /* kvsplit: the first warpgroup of the pair stores */
         /* ---- finalize: O / l, lse = max*scale + ln(l) (natural log) ---- */
         float lse[2];
 #pragma unroll
@@ -847,7 +934,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
              * (its last S GEMM has completed in every warp once all four
              * reach the barrier). */
             bar_sync(kBarEpi + cw, 128);
-            const int e_row = 64 * cw + 16 * (etid >> 5) + ((etid & 31) >> 2);
+            const int e_row = 64 * rg + 16 * (etid >> 5) + ((etid & 31) >> 2);
             const int e_col = 2 * (etid & 3);
 #pragma unroll
             for (int j = 0; j < C::D / 8; ++j) {
@@ -878,19 +965,20 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 fence_proxy_async();
                 bar_sync(kBarEpi + cw, 128);
                 if (etid == 0) {
-                    const int pos0 = g.q_off + row_pos(p, g.m0 + 64 * cw);
+                    const int pos0 = g.q_off + row_pos(p, g.m0 + 64 * rg);
 #pragma unroll
                     for (int pn = 0; pn < C::PANELS; ++pn)
-                        tma_store_5d(&p.tm_o, base + q_off + pn * (C::BM * C::SW) + 64 * cw * C::SW, pn * C::PW, 0,
+                        tma_store_5d(&p.tm_o, base + q_off + pn * (C::BM * C::SW) + 64 * rg * C::SW, pn * C::PW, 0,
                                      g.hu, pos0, g.b);
                     tma_store_commit();
                 }
             } else {
                 bar_sync(kBarEpi + cw, 128);
                 uint16_t *o16 = reinterpret_cast<uint16_t *>(p.o) + g.b * p.o_batch_stride;
-                store_o_generic<C>(p, g, o16, smem, q_off, cw, etid);
+                store_o_generic<C>(p, g, o16, smem, q_off, rg, etid);
             }
         }
+        } /* kv == 0 */
         /* With 2 Q buffers this one is refilled only for the tile after next:
          * hand it back during the next tile (release_q), by when the O store
          * has long read it, instead of waiting for that read here with the
@@ -949,12 +1037,16 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
             mbar_init(bars.t_full(b), 1);
             mbar_init(bars.t_empty(b), C::CONSUMERS);
         }
+        if (C::KVS > 1) {
+            mbar_init(bars.m_full(), 128);
+            mbar_init(bars.m_empty(), 128);
+        }
 #pragma unroll
         for (int s = 0; s < C::ST; ++s) {
             mbar_init(bars.k_full(s), 1);
-            mbar_init(bars.k_empty(s), C::CONSUMERS);
+            mbar_init(bars.k_empty(s), C::KV_CONSUMERS);
             mbar_init(bars.v_full(s), 1);
-            mbar_init(bars.v_empty(s), C::CONSUMERS);
+            mbar_init(bars.v_empty(s), C::KV_CONSUMERS);
         }
         mbar_fence_init();
     }
@@ -1008,7 +1100,7 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     fc_status fc_sm90_launch_##cfg##_##tag(const fc_sm90_params *prm, int grid, int device,       \
                                            cudaStream_t s, char *err, size_t len)                \
     {                                                                                              \
-        if constexpr (fc90::kTiles[cfg].qbufs == 2) {                                              \
+        if constexpr (fc90::kTiles[cfg].qbufs == 2 && fc90::kTiles[cfg].kvsplit == 1) {           \
             if (prm->rotate) return fc90::launch<cfg, (is_bf16) != 0, true>(prm, grid, device, s, err, len); \
         }                                                                                          \
         return fc90::launch<cfg, (is_bf16) != 0, false>(prm, grid, device, s, err, len);          \

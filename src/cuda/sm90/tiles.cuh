@@ -52,6 +52,8 @@
  * plan.cu switches to a 64-row entry (1 consumer warpgroup, 256 threads,
  * up to 255 registers without setmaxnreg, 1 CTA/SM) when the 128-row grid
  * would occupy at most half of the SMs; dispatch may add split-KV on top.
+ * With a causal or local mask it takes the kvsplit entry instead (2
+ * consumer warpgroups taking the 64-row tile's KV blocks in turn).
  * Decode-like GQA shapes fold the query heads of a KV head into the rows
  * (pack-GQA, plan.cu), which needs ratio | block_m.
  */
@@ -60,7 +62,7 @@
 
 typedef struct fc_sm90_tile {
     int head_dim;
-    int block_m;   /* 64 * wgs                                                 */
+    int block_m;   /* 64 * wgs / kvsplit                                       */
     int block_n;   /* multiple of 16 (P.V k-steps), <= 256 (wgmma N, TMA box)  */
     int wgs;       /* consumer warpgroups                                      */
     int stages;    /* K/V ring depth                                           */
@@ -90,22 +92,29 @@ typedef struct fc_sm90_tile {
                     * s512-d64 (H100, session 4, notes-sm90.md) and was
                     * dropped; launch bounds, setmaxnreg, grid and carveout
                     * still follow this column.                            */
+    int kvsplit;   /* 1, or 2: the consumer warpgroups share one 64-row tile and
+                    * take its KV blocks in turn (block_m = 64 * wgs / kvsplit),
+                    * then merge their (max, sum, O) through shared memory
+                    * before one of them stores. For grids with fewer tiles
+                    * than SMs (the mission shape: 64 tiles of 4 KV blocks),
+                    * where one warpgroup per SM leaves every latency exposed.
+                    * Without pingpong or the rotated loop. */
 } fc_sm90_tile;
 
-/*                      d    M    N  wg st swz pp ov sm qb ta ct  S+P+O regs   smem (Q*qb + ring) */
+/*                      d    M    N  wg st swz pp ov sm qb ta ct kv  S+P+O regs  smem (Q*qb + ring) */
 #define FC_SM90_TILE_TABLE                                                                              \
-    {64, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0, 1},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
-    {96, 128, 128, 2, 2, 64, 1, 1, 0, 2, 0, 1},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
+    {64, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0, 1, 1},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
+    {96, 128, 128, 2, 2, 64, 1, 1, 0, 2, 0, 1, 1},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
     /* 2: d128, causal and not: 64+32+64=160; 2*32K+2*64K = 192 KB. FA3's non-causal  \
      * 128x176 (1 Q buffer, 208 KB) ran 8% slower at s2k-d128 and 1% at s8k once   \
      * 2 Q buffers hid the epilogue's store read (H100, notes-sm90.md run 9).       */ \
-    {128, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0, 1},                                            \
-    {192, 128, 112, 2, 2, 128, 0, 1, 0, 1, 0, 1}, /* 3: 56+28+96=180;  48K+2*84K = 216 KB    */  \
-    {256, 128, 80, 2, 2, 128, 0, 1, 0, 1, 0, 1},  /* 4: 40+20+128=188; 64K+2*80K = 224 KB    */  \
+    {128, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0, 1, 1},                                            \
+    {192, 128, 112, 2, 2, 128, 0, 1, 0, 1, 0, 1, 1}, /* 3: 56+28+96=180;  48K+2*84K = 216 KB    */  \
+    {256, 128, 80, 2, 2, 128, 0, 1, 0, 1, 0, 1, 1},  /* 4: 40+20+128=188; 64K+2*80K = 224 KB    */  \
     /* 5: small; 2*8K+2*32K = 80 KB, <=255 regs. A 4-stage ring (all 4 KV blocks of   \
      * the mission shape in flight from the start) ran 1.6% slower (H100, session 5). */ \
-    {64, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1},                                              \
-    {128, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1},  /* 6: small; 2*16K+2*64K = 160 KB          */  \
+    {64, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1, 1},                                              \
+    {128, 64, 128, 1, 2, 128, 0, 1, 1, 2, 0, 1, 1},  /* 6: small; 2*16K+2*64K = 160 KB          */  \
     /* 7: d64 tall, FA3's 3 consumer warpgroups, 2*24K+2*32K = 112 KB. S+O = 96 of 152 regs: \
      * P (32) and the next S (64) cannot both live (intra-warpgroup overlap spills at 160); \
      * the other two warpgroups' GEMMs fill the tensor core during this one's softmax.     \
@@ -113,8 +122,13 @@ typedef struct fc_sm90_tile {
      * tall = 20: +16% at s16k-d64 over row 0, +7% at s512-d64 despite 12.5% padded rows. \
      * 4 stages (176 KB) gained nothing at s512-d64 or s16k-d64 (session 5), nor did row \
      * 0 with 4 stages: the producer is not what holds these tiles back.                 */ \
-    {64, 192, 128, 3, 2, 128, 0, 0, 0, 2, 20, 1},
-#define FC_SM90_NUM_TILES 8
+    {64, 192, 128, 3, 2, 128, 0, 0, 0, 2, 20, 1, 1},                                          \
+    /* 8: d64 small, 2 warpgroups splitting a 64-row tile's KV blocks (kvsplit 2), the     \
+     * small row of causal/local calls (plan.cu): 2*8K + 4*32K + merge 18K = 162 KB;       \
+     * 4 stages so that each warpgroup has its next block loaded while it works on one.    \
+     * H100, session 5: mission-causal 7.45 -> 6.8 us, mission (unmasked) 2% slower.      */ \
+    {64, 64, 128, 2, 4, 128, 0, 1, 1, 2, 0, 1, 2},
+#define FC_SM90_NUM_TILES 9
 
 /* Registers after setmaxnreg, per thread, by consumer warpgroup count and
  * CTAs per SM (see the budget above): the CTA's share of the 64 K registers
@@ -126,10 +140,13 @@ typedef struct fc_sm90_tile {
     ((65536 / (ctas) - 128 * FC_SM90_PRODUCER_REGS) / (128 * (wgs)) / 8 * 8) /* 232, 152; 216 at 1 wg x 2 CTAs */
 
 /* Bytes of dynamic shared memory a config needs (the kernel's own layout in
- * fwd_kernel.cuh must match: Q buffers, K stages, V stages, barriers). */
+ * fwd_kernel.cuh must match: Q buffers, K stages, V stages, merge, barriers). */
 #define FC_SM90_BARRIER_BYTES 256
+/* kvsplit 2: the second warpgroup's per-thread m[2], l[2] and O (head_dim / 2
+ * floats) for 128 threads. */
+#define FC_SM90_MERGE_BYTES(t) ((t).kvsplit > 1 ? 128 * ((t).head_dim / 2 + 4) * 4 : 0)
 #define FC_SM90_SMEM_BYTES(t)                                                              \
     (1024 + (t).qbufs * (t).block_m * (t).head_dim * 2 +                                   \
-     2 * (t).stages * (t).block_n * (t).head_dim * 2 + FC_SM90_BARRIER_BYTES)
+     2 * (t).stages * (t).block_n * (t).head_dim * 2 + FC_SM90_MERGE_BYTES(t) + FC_SM90_BARRIER_BYTES)
 
 #endif /* FC_SM90_TILES_CUH */
