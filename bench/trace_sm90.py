@@ -11,8 +11,14 @@ Events per tile (SM clock stamps, per CTA):
   consumer  c0 tile start (its first S issued: Q and K0 have landed),
             c1 first S done, c2 first block's softmax done,
             c3 main loop done (last P.V complete), c4 epilogue done
+  globaltimer (ns, common to all SMs): CTA entry, after the PDL wait,
+            consumer exit (events 5-7 of tile slot 0)
 Prints, over all CTAs and tiles, the median and mean of each phase in
 microseconds, and the share of the kernel's CTA time each phase takes.
+Phases convert SM cycles at --ghz; a traced call runs alone (it waits for
+the trace copy), and the SM may clock lower than in a benchmark: the
+globaltimer line is in absolute time (session 5: a mission CTA's phases
+summed to 4.64 us at 1.98 GHz while it lived 6.56 us by globaltimer).
 """
 import argparse
 import statistics
@@ -80,6 +86,20 @@ def main():
         print("  %-44s median %8.3f us  mean %8.3f us  n %5d%s" % (k, statistics.median(v),
                                                                  statistics.fmean(v), len(v), share))
     print("  CTA span (first tile start .. last epilogue), summed over CTAs: %.1f us" % span_total)
+    # %globaltimer stamps (ns, common to all SMs): producer role tile 0 events
+    # 5 (CTA entry) and 6 (after the PDL wait); consumer roles event 5 (exit).
+    entry = [at(c, 0, 0, 5) for c in range(ctas)]
+    waited = [at(c, 0, 0, 6) for c in range(ctas)]
+    exits = [max([at(c, w, 0, 5) for w in range(1, roles)] + [-1]) for c in range(ctas)]
+    ok = [c for c in range(ctas) if entry[c] >= 0 and waited[c] >= 0 and exits[c] >= 0]
+    if ok:
+        t0 = min(entry[c] for c in ok)
+        life = [(exits[c] - entry[c]) / 1e3 for c in ok]
+        print("  globaltimer: CTA entries over %.3f us; CTA life median %.3f us, max %.3f us; "
+              "entry -> after PDL wait median %.3f us; first entry -> last exit %.3f us"
+              % ((max(entry[c] for c in ok) - t0) / 1e3, statistics.median(life), max(life),
+                 statistics.median((waited[c] - entry[c]) / 1e3 for c in ok),
+                 (max(exits[c] for c in ok) - t0) / 1e3))
     return 0
 
 

@@ -71,6 +71,23 @@ __device__ __forceinline__ void trace(const fc_sm90_params &p, int role, int k, 
 #endif
 }
 
+/* Trace builds only: %globaltimer (ns, one clock for every SM) into event ev
+ * (5-7, past the per-tile phases) of tile slot 0 of role: CTA entry, after
+ * the PDL wait, consumer exit; they align CTAs across SMs. */
+__device__ __forceinline__ void trace_gt(const fc_sm90_params &p, int role, int ev, bool who)
+{
+#if FC_SM90_TRACE
+    if (who && p.trace) {
+        long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        p.trace[((size_t)blockIdx.x * FC_SM90_TRACE_ROLES + role) * FC_SM90_TRACE_TILES * FC_SM90_TRACE_EVENTS + ev] =
+            t;
+    }
+#else
+    (void)p, (void)role, (void)ev, (void)who;
+#endif
+}
+
 static constexpr fc_sm90_tile kTiles[FC_SM90_NUM_TILES] = {FC_SM90_TILE_TABLE};
 
 /* Named barrier ids (0 is __syncthreads). */
@@ -1002,6 +1019,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
     }
     /* The last O stores must land before the CTA's shared memory goes away. */
     if (p.o_tma && tid == 0) tma_store_wait_all();
+    trace_gt(p, cw + 1, 5, tid == 0);
 }
 
 /* ---- the kernel --------------------------------------------------------------------- */
@@ -1009,6 +1027,7 @@ template <int kCfg, bool kBF16, bool kRotate>
 __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
 {
     using C = Cfg<kCfg>;
+    trace_gt(p, 0, 5, threadIdx.x == 0);
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
@@ -1058,6 +1077,7 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
      * next kernel may start launching now: it cannot take an SM before one of
      * our CTAs leaves it (shared memory), and it waits in turn. */
     fc_grid_dep_sync();
+    trace_gt(p, 0, 6, threadIdx.x == 0);
 
     /* Warp-uniform role (shfl makes it provably uniform to the compiler). */
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
