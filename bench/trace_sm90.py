@@ -11,8 +11,8 @@ Events per tile (SM clock stamps, per CTA):
   consumer  c0 tile start (its first S issued: Q and K0 have landed),
             c1 first S done, c2 first block's softmax done,
             c3 main loop done (last P.V complete), c4 epilogue done
-  globaltimer (ns, common to all SMs): CTA entry, after the PDL wait,
-            consumer exit (events 5-7 of tile slot 0)
+  globaltimer (ns, common to all SMs), tile slot 0: producer events 5 (CTA
+            entry) and 6 (after the PDL wait), consumer event 5 (exit)
 Prints, over all CTAs and tiles, the median and mean of each phase in
 microseconds, and the share of the kernel's CTA time each phase takes.
 Phases convert SM cycles at --ghz; a traced call runs alone (it waits for

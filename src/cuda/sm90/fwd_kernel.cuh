@@ -59,29 +59,35 @@
 
 namespace fc90 {
 
-/* Trace builds only (sm90.h): stamp event ev of this CTA's tile k for role. */
+/* Trace builds only (sm90.h): the slot of event ev of this CTA's tile k for
+ * role, trace[cta][role][k][ev]. */
+__device__ __forceinline__ long long *trace_slot(const fc_sm90_params &p, int role, int k, int ev)
+{
+    return p.trace + (((size_t)blockIdx.x * FC_SM90_TRACE_ROLES + role) * FC_SM90_TRACE_TILES + k) *
+                         FC_SM90_TRACE_EVENTS + ev;
+}
+
+/* Trace builds only: stamp event ev of this CTA's tile k for role (SM clock). */
 __device__ __forceinline__ void trace(const fc_sm90_params &p, int role, int k, int ev, bool who)
 {
 #if FC_SM90_TRACE
-    if (who && p.trace && k < FC_SM90_TRACE_TILES)
-        p.trace[(((size_t)blockIdx.x * FC_SM90_TRACE_ROLES + role) * FC_SM90_TRACE_TILES + k) *
-                    FC_SM90_TRACE_EVENTS + ev] = clock64();
+    if (who && p.trace && k < FC_SM90_TRACE_TILES) *trace_slot(p, role, k, ev) = clock64();
 #else
     (void)p, (void)role, (void)k, (void)ev, (void)who;
 #endif
 }
 
 /* Trace builds only: %globaltimer (ns, one clock for every SM) into event ev
- * (5-7, past the per-tile phases) of tile slot 0 of role: CTA entry, after
- * the PDL wait, consumer exit; they align CTAs across SMs. */
+ * of tile slot 0 of role, past the per-tile phases: producer role events 5
+ * (CTA entry) and 6 (after the PDL wait), consumer roles event 5 (exit).
+ * They align CTAs across SMs. */
 __device__ __forceinline__ void trace_gt(const fc_sm90_params &p, int role, int ev, bool who)
 {
 #if FC_SM90_TRACE
     if (who && p.trace) {
         long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        p.trace[((size_t)blockIdx.x * FC_SM90_TRACE_ROLES + role) * FC_SM90_TRACE_TILES * FC_SM90_TRACE_EVENTS + ev] =
-            t;
+        *trace_slot(p, role, 0, ev) = t;
     }
 #else
     (void)p, (void)role, (void)ev, (void)who;
@@ -427,6 +433,11 @@ struct MaskRows {
     int lo[2], hi[2]; /* visible key range of the thread's two rows */
 };
 
+/* The exp2 shift of a row whose running max (raw score units) is m: m * c,
+ * or 0 for a row with nothing visible yet (max -inf), so that
+ * exp2(-inf * c - 0) = 0 instead of NaN. */
+__device__ __forceinline__ float max_shift(float m, float c) { return m == neg_inf() ? 0.0f : m * c; }
+
 /* Softcap, mask, online softmax of one S block in place (S becomes P in
  * fp32); returns the factors by which O must be rescaled. */
 template <class C, bool kFirst>
@@ -466,9 +477,7 @@ __device__ __forceinline__ void softmax_block(float (&S)[C::BN / 2], RowState &r
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float mnew = kFirst ? mx[r] : fmaxf(rs.m[r], mx[r]);
-        /* A row with nothing visible yet keeps max -inf: use 0 so that
-         * exp2(-inf - 0) = 0 instead of NaN. */
-        ms[r] = mnew == neg_inf() ? 0.0f : mnew * c;
+        ms[r] = max_shift(mnew, c);
         alpha[r] = kFirst ? 1.0f : ex2(rs.m[r] * c - ms[r]);
         rs.m[r] = mnew;
     }
@@ -876,7 +885,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 for (int r = 0; r < 2; ++r) {
                     const float m1 = mg[128 * r];
                     const float mn = fmaxf(rs.m[r], m1);
-                    const float ms = mn == neg_inf() ? 0.0f : mn * p.scale_log2;
+                    const float ms = max_shift(mn, p.scale_log2);
                     f0[r] = ex2(rs.m[r] * p.scale_log2 - ms);
                     f1[r] = ex2(m1 * p.scale_log2 - ms);
                     rs.l[r] = rs.l[r] * f0[r] + mg[128 * (2 + r)] * f1[r];

@@ -95,10 +95,11 @@ typedef struct fc_sm90_tile {
     int kvsplit;   /* 1, or 2: the consumer warpgroups share one 64-row tile and
                     * take its KV blocks in turn (block_m = 64 * wgs / kvsplit),
                     * then merge their (max, sum, O) through shared memory
-                    * before one of them stores. For grids with fewer tiles
-                    * than SMs (the mission shape: 64 tiles of 4 KV blocks),
-                    * where one warpgroup per SM leaves every latency exposed.
-                    * Without pingpong or the rotated loop. */
+                    * before one of them stores. Without pingpong or the
+                    * rotated loop. Measured for small grids (H100, session
+                    * 5): +9% where a causal mask makes tiles unequal
+                    * (mission-causal), -2% on the unmasked mission shape,
+                    * so plan.cu takes it for masked small grids only. */
 } fc_sm90_tile;
 
 /*                      d    M    N  wg st swz pp ov sm qb ta ct kv  S+P+O regs  smem (Q*qb + ring) */
@@ -126,7 +127,7 @@ typedef struct fc_sm90_tile {
     /* 8: d64 small, 2 warpgroups splitting a 64-row tile's KV blocks (kvsplit 2), the     \
      * small row of causal/local calls (plan.cu): 2*8K + 4*32K + merge 18K = 162 KB;       \
      * 4 stages so that each warpgroup has its next block loaded while it works on one.    \
-     * H100, session 5: mission-causal 7.45 -> 6.8 us, mission (unmasked) 2% slower.      */ \
+     * H100, session 5: mission-causal 7.42 -> 6.80 us, mission (unmasked) 2% slower.    */ \
     {64, 64, 128, 2, 4, 128, 0, 1, 1, 2, 0, 1, 2},
 #define FC_SM90_NUM_TILES 9
 
