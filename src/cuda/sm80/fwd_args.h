@@ -10,6 +10,7 @@
 #ifndef FC_SM80_FWD_ARGS_H
 #define FC_SM80_FWD_ARGS_H
 
+#include "cuda/common/fastdiv.h"
 #include "internal.h"
 
 #ifdef __cplusplus
@@ -25,10 +26,12 @@ typedef struct fc_sm80_args {
     float softcap_in;   /* scale/softcap (0 = softcap off)                      */
     int32_t pack_g;     /* query rows per query position in a tile: heads_q/heads_kv
                          * when GQA packing is on, else 1                       */
-    int32_t heads_per_kv; /* heads_q / heads_kv                                 */
-    int32_t grid_heads; /* heads on the grid: heads_kv when packed, else heads_q */
-    int32_t m_tiles;    /* M tiles per (batch, grid head): ceil(seqlen_q*pack_g / block_m) */
-    int32_t num_splits; /* >= 1                                                  */
+    /* The tile decode's divisors (blockIdx.x -> M tile, split, head, batch),
+     * with their multipliers (common/fastdiv.h); the values are the .d's.  */
+    fc_fastdiv heads_per_kv; /* heads_q / heads_kv                          */
+    fc_fastdiv grid_heads; /* heads on the grid: heads_kv when packed, else heads_q */
+    fc_fastdiv m_tiles;    /* M tiles per (batch, grid head): ceil(seqlen_q*pack_g / block_m) */
+    fc_fastdiv num_splits; /* >= 1                                           */
     int32_t pdl;        /* host only: launch as a programmatic dependent of the
                          * previous kernel (common/pdl.cuh)                     */
 } fc_sm80_args;

@@ -129,7 +129,8 @@ struct Shape {
     static constexpr bool LEAN_REGS = MT * BN / 2 >= 128;
     static constexpr uint32_t MASK_BYTES = LEAN_REGS ? BM * 8 : 0;
     static constexpr uint32_t SMEM_BYTES =
-        Q_BYTES + STAGES * STAGE_BYTES + 16 + MASK_BYTES; /* + K/V bases (+ mask table) */
+        Q_BYTES + STAGES * STAGE_BYTES + 24 + MASK_BYTES; /* + K/V bases, the mask-free
+                                                            * block range (+ mask table) */
     /* STAGES == 1: split K/V buffers (the K and V tiles of "stage 0"), each
      * with its own cp.async groups -- see the main loop's invariant. */
     static constexpr bool KV_SPLIT = STAGES == 1;
@@ -173,12 +174,16 @@ __device__ __forceinline__ TileCoords locate_tile(const fc_sm80_args &a)
     const fc_fwd_params &p = a.p;
     TileCoords c;
     int bid = ptx::ctaid_x(); /* volatile read: the epilogue call recomputes */
-    const int m_tile = a.m_tiles - 1 - bid % a.m_tiles;
-    bid /= a.m_tiles;
-    c.split = bid % a.num_splits;
-    bid /= a.num_splits;
-    const int hg = bid % a.grid_heads;
-    c.b = bid / a.grid_heads;
+    /* Plan-time divisors (common/fastdiv.h): a division by a run-time value
+     * is a ~30-instruction routine, and this runs twice per CTA. */
+    int q = fc_fastdiv_div(bid, a.m_tiles);
+    const int m_tile = a.m_tiles.d - 1 - (bid - q * a.m_tiles.d);
+    bid = q;
+    q = fc_fastdiv_div(bid, a.num_splits);
+    c.split = bid - q * a.num_splits.d;
+    bid = q;
+    c.b = fc_fastdiv_div(bid, a.grid_heads);
+    const int hg = bid - c.b * a.grid_heads.d;
     c.G = a.pack_g;
     c.h_base = hg * c.G;
     c.q_start = 0;
@@ -236,7 +241,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
     const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panel32; later the O staging */
     const uint32_t sKV = sQ + S_::Q_BYTES;    /* stage s: K tile, then V tile           */
     const uint32_t sBase = sKV + S_::STAGES * S_::STAGE_BYTES; /* K, V base pointers (16 B) */
-    const uint32_t sMask = sBase + 16; /* LEAN_REGS: row r's {jmin, jmax} at sMask + 8r */
+    /* sBase + 16: KV_BASE_IN_SMEM, the mask-free block range {n_full_lo, n_full_hi} */
+    const uint32_t sMask = sBase + 24; /* LEAN_REGS: row r's {jmin, jmax} at sMask + 8r */
 
     const fc_fwd_params &p = a.p;
     const int tid = threadIdx.x;
@@ -276,8 +282,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             n_begin = (int)(j_lo / BN);
             n_end = (int)((j_hi + BN - 1) / BN);
         }
-        if (a.num_splits > 1) { /* a contiguous share of the blocks; may be empty */
-            const int per = (n_end - n_begin + a.num_splits - 1) / a.num_splits;
+        if (a.num_splits.d > 1) { /* a contiguous share of the blocks; may be empty */
+            const int per = fc_fastdiv_div(n_end - n_begin + a.num_splits.d - 1, a.num_splits);
             const int nb = n_begin + c.split * per;
             n_end = min(n_end, nb + per);
             n_begin = nb;
@@ -322,7 +328,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
          * contiguous global bytes: whole 32-byte sectors, conflict-free smem.
          * Thread tid handles units tid + k*NT: its row and chunk differ from
          * unit tid's by compile-time amounts, so one base pointer per tensor. */
-        const int h_kv = c.h_base / a.heads_per_kv;
+        const int h_kv = fc_fastdiv_div(c.h_base, a.heads_per_kv);
         constexpr int QS = NT / 4; /* rows of 4 chunks covered by one pass of NT threads */
         static_assert(BN % QS == 0 || QS % BN == 0, "K/V load: passes must tile the rows");
         static_assert(NT % 32 == 0, "K/V load: unit tid + k*NT keeps tid's chunk and swizzle bits");
@@ -335,7 +341,11 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
          * shared memory (sBase, 16 bytes) and re-read at each load: there the
          * two 64-bit per-thread pointers held across the loop are exactly
          * the registers that would otherwise spill. Else each thread keeps
-         * its own pointers (kt, vt: unit tid's row and chunk added). */
+         * its own pointers (kt, vt: unit tid's row and chunk added). The
+         * same rows park the mask-free block range beside them (re-read at
+         * each block's mask test): with the tile decode's divisions now a
+         * few instructions, ptxas keeps one more value of the prologue live
+         * and these two loop bounds were the 4 bytes it spilled. */
         const uint16_t *__restrict__ kb0 = (const uint16_t *)p.k + c.bk * p.k_batch_stride +
                                            c.k_start * p.k_row_stride + (int64_t)h_kv * p.k_head_stride;
         const uint16_t *__restrict__ vb0 = (const uint16_t *)p.v + c.bk * p.v_batch_stride +
@@ -344,6 +354,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             if (tid == 0) {
                 sts64(sBase, (uint64_t)kb0);
                 sts64(sBase + 8, (uint64_t)vb0);
+                sts64(sBase + 16, (uint64_t)(uint32_t)n_full_lo | ((uint64_t)(uint32_t)n_full_hi << 32));
             }
             /* LEAN_ADDR: the prologue's loads take kb0/vb0 from registers and
              * the first smem read is after the main loop's first barrier. */
@@ -701,7 +712,13 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             }
 
             /* ---- masks, only on blocks straddling a band edge or sk ---- */
-            if (n < n_full_lo || n >= n_full_hi) {
+            int nf_lo = n_full_lo, nf_hi = n_full_hi;
+            if constexpr (S_::KV_BASE_IN_SMEM) { /* (volatile: really re-read) */
+                const uint64_t v = lds64(sBase + 16);
+                nf_lo = (int)(uint32_t)v;
+                nf_hi = (int)(uint32_t)(v >> 32);
+            }
+            if (n < nf_lo || n >= nf_hi) {
                 int lo[MT][2], hi[MT][2]; /* [jmin, jmax] of the thread's rows */
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
@@ -836,7 +853,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         }
 
     const TileCoords c = locate_tile<BM>(a);
-    if (a.num_splits > 1) {
+    if (a.num_splits.d > 1) {
         /* Split-KV: fp32 O_i (normalised by this split's own sum) and LSE_i at
          * [split][b][h][i], i < the sequence's length; combine.cu merges. */
 #pragma unroll

@@ -34,7 +34,7 @@ fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, ch
     const fc_status opt = fc_smem_opt_in(kernel, smem, device, opted_in, "sm80 forward", -1, err, err_len);
     if (opt != FC_OK) return opt;
 
-    const long long grid = (long long)a->m_tiles * a->num_splits * a->grid_heads * a->p.batch;
+    const long long grid = (long long)a->m_tiles.d * a->num_splits.d * a->grid_heads.d * a->p.batch;
     if (grid <= 0) return FC_OK; /* nothing to compute (empty batch or seqlen_q 0) */
     if (grid > INT_MAX) {
         snprintf(err, err_len, "internal: sm80 grid of %lld CTAs exceeds 2^31-1 (the planner should have refused)",

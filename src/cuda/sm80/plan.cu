@@ -248,16 +248,16 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
         a.sl2 = p->scale * log2e;
         a.softcap_in = 0.f;
     }
-    a.heads_per_kv = p->heads_q / p->heads_kv;
-    a.pack_g = choice->pack_gqa ? a.heads_per_kv : 1;
-    a.grid_heads = p->heads_q / a.pack_g;
-    a.num_splits = splits;
+    a.heads_per_kv = fc_fastdiv_make(p->heads_q / p->heads_kv);
+    a.pack_g = choice->pack_gqa ? a.heads_per_kv.d : 1;
+    a.grid_heads = fc_fastdiv_make(p->heads_q / a.pack_g);
+    a.num_splits = fc_fastdiv_make(splits);
     const int64_t m_tiles = ((int64_t)p->seqlen_q * a.pack_g + t.block_m - 1) / t.block_m;
     if (m_tiles > INT_MAX) {
         snprintf(err, err_len, "internal: sm80 m_tiles %lld overflows", (long long)m_tiles);
         return FC_ERR_INTERNAL;
     }
-    a.m_tiles = (int32_t)m_tiles;
+    a.m_tiles = fc_fastdiv_make((int32_t)m_tiles);
     a.pdl = fc_pdl_wanted(dev);
 
     const int cfg = choice->config;

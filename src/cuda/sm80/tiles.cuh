@@ -23,8 +23,10 @@
  *
  * Shared memory per CTA: (block_m + 2*stages*block_n) * head_dim * 2 bytes
  * (the Q tile, then a K and a V tile per stage -- stages 1: the one K and one
- * V buffer; the output is staged in the Q tile's space) + 16 bytes (the K/V
- * base pointers, kept out of registers) + block_m * 8 bytes where S alone
+ * V buffer; the output is staged in the Q tile's space) + 24 bytes (the K/V
+ * base pointers and the mask-free block range, kept out of registers; the
+ * per-row budgets below say "+ 16 B", from before the range moved there:
+ * 8 bytes more change no CTA count) + block_m * 8 bytes where S alone
  * takes >= 128 registers (MT * block_n / 2 >= 128: the per-row mask limits,
  * kept out of registers -- fwd_kernel.cuh, Shape::LEAN_REGS).
  * Each SM also reserves 1 KB per CTA.
@@ -197,7 +199,7 @@ constexpr bool tile_lean_regs(const Tile &t)
 /* = Shape::SMEM_BYTES (fwd_launch.cuh checks they agree). */
 constexpr int64_t tile_smem_bytes(const Tile &t)
 {
-    return (int64_t)(t.block_m + 2 * t.stages * t.block_n) * t.head_dim * 2 + 16 /* + K/V bases */ +
+    return (int64_t)(t.block_m + 2 * t.stages * t.block_n) * t.head_dim * 2 + 24 /* + K/V bases, block range */ +
            (tile_lean_regs(t) ? t.block_m * 8 : 0); /* + mask limits */
 }
 

@@ -222,22 +222,27 @@ template <class C> __host__ __device__ __forceinline__ void decode_tile(const fc
     if (p.longest_first) {
         /* Sections of l2_group units; inside one, m_block decreasing (longest
          * first for a causal mask), units fastest. */
-        const int per_sec = p.l2_group * p.num_m_blocks;
-        const int sec = t / per_sec;
-        const int within = t - sec * per_sec;
-        const int left = p.num_units - sec * p.l2_group;
-        const int gsz = left < p.l2_group ? left : p.l2_group;
-        g.m_block = p.num_m_blocks - 1 - within / gsz;
-        u = sec * p.l2_group + within % gsz;
+        const int sec = fc_fastdiv_div(t, p.l2_section);
+        const int within = t - sec * p.l2_section.d;
+        const int left = p.num_units - sec * p.l2_group.d;
+        int q;
+        if (left < p.l2_group.d) { /* the last, short section: a plain division */
+            q = within / left;
+            u = sec * p.l2_group.d + (within - q * left);
+        } else {
+            q = fc_fastdiv_div(within, p.l2_group);
+            u = sec * p.l2_group.d + (within - q * p.l2_group.d);
+        }
+        g.m_block = p.num_m_blocks.d - 1 - q;
     } else {
-        g.m_block = t % p.num_m_blocks;
-        u = t / p.num_m_blocks;
+        u = fc_fastdiv_div(t, p.num_m_blocks);
+        g.m_block = t - u * p.num_m_blocks.d;
     }
-    g.bu = u / p.num_splits;
-    g.split = u - g.bu * p.num_splits;
-    g.b = g.bu / p.head_units;
-    g.hu = g.bu - g.b * p.head_units;
-    g.hk = (g.hu << p.pack_shift) / p.hq_per_kv;
+    g.bu = fc_fastdiv_div(u, p.num_splits);
+    g.split = u - g.bu * p.num_splits.d;
+    g.b = fc_fastdiv_div(g.bu, p.head_units);
+    g.hu = g.bu - g.b * p.head_units.d;
+    g.hk = fc_fastdiv_div(g.hu << p.pack_shift, p.hq_per_kv);
     if (p.cu_q) {
         g.q_off = FC90_LDG(p.cu_q + g.b);
         g.sq = FC90_LDG(p.cu_q + g.b + 1) - g.q_off;
@@ -265,7 +270,7 @@ template <class C> __host__ __device__ __forceinline__ void decode_tile(const fc
     if (hi <= lo) return; /* no row of the tile sees a key */
     const int n_min = lo / C::BN;
     const int n_max = (hi + C::BN - 1) / C::BN;
-    const int per = (n_max - n_min + p.num_splits - 1) / p.num_splits;
+    const int per = fc_fastdiv_div(n_max - n_min + p.num_splits.d - 1, p.num_splits);
     g.n_lo = n_min + g.split * per;
     g.n_hi = g.n_lo + per < n_max ? g.n_lo + per : n_max;
     if (g.n_hi <= g.n_lo) g.n_lo = g.n_hi = 0; /* a split past the end: empty */
@@ -633,7 +638,7 @@ __device__ __forceinline__ void write_empty_tile(const fc_sm90_params &p, const 
         const int R = min(g.m0 + row_wg + 8 * r, last);
         const int pos = row_pos(p, R);
         const int head = row_head(p, g, R);
-        if (p.num_splits > 1) {
+        if (p.num_splits.d > 1) {
             const int64_t plane = (((int64_t)g.split * p.batch + g.b) * p.heads_q + head) * p.seqlen_q + pos;
             float *dst = p.o_accum + plane * C::D + col_t;
 #pragma unroll
@@ -941,7 +946,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         int etid = tid;
         asm volatile("" : "+r"(etid));
         /* Phase A: everything that reads O. */
-        if (p.num_splits > 1) {
+        if (p.num_splits.d > 1) {
             /* fp32 partials for the shared combine kernel:
              * o_accum [split][b*Hq+h][seqlen_q][D], lse_accum [split][b*Hq+h][seqlen_q]. */
 #pragma unroll
@@ -976,7 +981,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             }
         }
         /* Phase B: LSE, and O from the staging to global memory. */
-        if (p.num_splits == 1) {
+        if (p.num_splits.d == 1) {
             if (p.lse && (lane & 3) == 0) {
 #pragma unroll
                 for (int r = 0; r < 2; ++r)

@@ -444,8 +444,8 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     prm.lse_row_stride = p->lse_row_stride;
     prm.batch = p->batch;
     prm.heads_q = p->heads_q;
-    prm.hq_per_kv = ratio;
-    prm.head_units = (int32_t)head_units;
+    prm.hq_per_kv = fc_fastdiv_make(ratio);
+    prm.head_units = fc_fastdiv_make((int32_t)head_units);
     prm.pack_shift = shift;
     prm.seqlen_q = p->seqlen_q;
     prm.seqlen_k = p->seqlen_k;
@@ -459,8 +459,8 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     } else {
         prm.scale_log2 = p->scale * log2e;
     }
-    prm.num_splits = splits;
-    prm.num_m_blocks = (int32_t)m_blocks;
+    prm.num_splits = fc_fastdiv_make(splits);
+    prm.num_m_blocks = fc_fastdiv_make((int32_t)m_blocks);
     prm.num_units = (int32_t)units;
     prm.num_tiles = (int32_t)tiles;
     prm.longest_first = p->window_right >= 0 && p->window_left < 0;
@@ -473,7 +473,8 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         if (kv_heads < 1) kv_heads = 1;
         int64_t group = kv_heads * (ratio >> shift) * splits;
         if (group > units) group = units;
-        prm.l2_group = (int32_t)group;
+        prm.l2_group = fc_fastdiv_make((int32_t)group);
+        prm.l2_section = fc_fastdiv_make((int32_t)(group * m_blocks));
     }
     {
         /* TMA store of O: dense, unsplit, whole position groups in a

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/common/fastdiv.h"
 #include "internal.h"
 
 typedef struct fc_sm90_params {
@@ -36,8 +37,11 @@ typedef struct fc_sm90_params {
     int64_t o_batch_stride, o_row_stride, o_head_stride;
     int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
 
-    int32_t batch, heads_q, hq_per_kv;
-    int32_t head_units; /* heads_q, or heads_kv with pack-GQA              */
+    /* Divisors of the tile decode carry their multipliers (common/fastdiv.h:
+     * no software division per tile); their values are the .d's.        */
+    int32_t batch, heads_q;
+    fc_fastdiv hq_per_kv;
+    fc_fastdiv head_units; /* heads_q, or heads_kv with pack-GQA           */
     int32_t pack_shift; /* log2 of the query heads packed per tile row group (0: off) */
     int32_t seqlen_q, seqlen_k; /* dense sizes; varlen: the maxima          */
     int32_t window_left, window_right; /* -1 = unbounded, causal folded in  */
@@ -46,11 +50,12 @@ typedef struct fc_sm90_params {
     float softcap_in;  /* scale / softcap, 0 = off                          */
     float softcap_out; /* softcap                                           */
 
-    int32_t num_splits;
-    int32_t num_m_blocks;  /* ceil((seqlen_q << pack_shift) / block_m)      */
+    fc_fastdiv num_splits;
+    fc_fastdiv num_m_blocks; /* ceil((seqlen_q << pack_shift) / block_m)    */
     int32_t num_units;     /* batch * head_units * num_splits               */
     int32_t num_tiles;     /* num_units * num_m_blocks                      */
-    int32_t l2_group;      /* units per L2 section (longest-first order)     */
+    fc_fastdiv l2_group;   /* units per L2 section (longest-first order)     */
+    fc_fastdiv l2_section; /* tiles per L2 section: l2_group * num_m_blocks  */
     int32_t longest_first; /* 1: visit tiles by decreasing work (causal)    */
     int32_t o_vec_ok;      /* 1: o and its strides allow 16-byte stores     */
     int32_t rotate;        /* 1: the rotated tile loop (2-Q-buffer rows only):
