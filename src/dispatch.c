@@ -200,6 +200,10 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
     if (!p->cu_seqlens_q && forced_splits >= 1)
         splits = forced_splits < n_blocks ? forced_splits : (n_blocks > 0 ? n_blocks : 1);
     ch->num_splits = splits;
+    /* Programmatic dependent launch (common/pdl.cuh): sm_90 or newer (a 9.x
+     * device runs only this library's sm_90/90a images, each compiled with
+     * the kernel-side wait), unless FLASHCORE_PDL=0 (A/B hook, docs/API.md). */
+    ch->pdl = dev->cc_major >= 9 && fc_tuning_row("FLASHCORE_PDL", 2) != 0;
     ch->workspace_bytes = splits > 1 ? fc_cuda_split_workspace_bytes(p, splits) : 0;
     plan->backend = FC_BACKEND_CUDA;
     plan->num_splits = splits;

@@ -99,6 +99,10 @@ typedef struct fc_cuda_choice {
     int32_t num_splits;     /* 1 = no split-KV                                */
     int32_t pack_gqa;       /* 1 = query heads sharing a KV head in one tile  */
     int32_t rotate;         /* sm90: the rotated tile loop (plan.cu)          */
+    int32_t pdl;            /* launch the kernels as programmatic dependents
+                             * of the previous kernel (common/pdl.cuh): an
+                             * sm_90+ device and FLASHCORE_PDL not 0; decided
+                             * once per call, here, for forward and combine */
     int64_t workspace_bytes;
     char name[96];
 } fc_cuda_choice;

@@ -11,7 +11,6 @@
 
 #include "cuda/combine.h"
 #include "cuda/common/cuda_check.h"
-#include "cuda/common/pdl.cuh"
 #include "cuda/sm80/fwd_args.h"
 #include "internal.h"
 
@@ -76,7 +75,7 @@ fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const f
         snprintf(err, err_len, "internal: unknown CUDA path %d", choice->path);
         st = FC_ERR_INTERNAL;
     }
-    if (st == FC_OK && lp.num_splits > 1) st = fc_cuda_combine_splits(&lp, fc_pdl_wanted(dev), stream, err, err_len);
+    if (st == FC_OK && lp.num_splits > 1) st = fc_cuda_combine_splits(&lp, choice->pdl, stream, err, err_len);
 
     if (ws) {
         /* Freed in stream order after the kernels that use it; on an earlier

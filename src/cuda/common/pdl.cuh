@@ -11,7 +11,8 @@
  * H100, session 4). Where the previous operation is not a kernel (a memset,
  * a stream-ordered allocation), the launch is ordered as usual.
  *
- * Whether a launch may use it (fc_pdl_wanted): the device is sm_90 or newer
+ * Whether a call's launches use it is decided once, by the selection
+ * function (dispatch.c: fc_cuda_choice.pdl): the device is sm_90 or newer
  * -- a 9.x device runs only the sm_90/90a images of this library (no PTX is
  * embedded, runtime.c refuses other majors), so the kernel executing there
  * was compiled with the wait below -- and FLASHCORE_PDL is not 0 (A/B hook,
@@ -21,8 +22,6 @@
 #define FC_PDL_CUH
 
 #include <cuda_runtime.h>
-
-#include "internal.h"
 
 /* Device side. Let the next kernel in the stream start launching (its CTAs
  * take SMs as ours leave; none of ours is then still waiting for an SM, so
@@ -36,12 +35,6 @@ __device__ __forceinline__ void fc_grid_dep_sync()
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
-}
-
-/* Host side: may a launch on `dev` be a programmatic dependent? */
-static inline bool fc_pdl_wanted(const fc_cuda_device *dev)
-{
-    return dev->cc_major >= 9 && fc_tuning_row("FLASHCORE_PDL", 2) != 0;
 }
 
 /* Launch kern<<<grid, threads, smem, stream>>>(args...), as a programmatic

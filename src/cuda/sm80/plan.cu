@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "cuda/common/pdl.cuh"
 #include "cuda/sm80/fwd_args.h"
 #include "cuda/sm80/tiles.cuh"
 
@@ -258,7 +257,7 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
         return FC_ERR_INTERNAL;
     }
     a.m_tiles = fc_fastdiv_make((int32_t)m_tiles);
-    a.pdl = fc_pdl_wanted(dev);
+    a.pdl = choice->pdl;
 
     const int cfg = choice->config;
     const int device = dev->id;

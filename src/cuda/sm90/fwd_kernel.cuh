@@ -925,7 +925,10 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const bool empty = rs.m[r] == neg_inf() || !(l > 0.0f);
             const float inv = empty ? 0.0f : 1.0f / l;
-            lse[r] = empty ? neg_inf() : rs.m[r] * p.scale_log2 * 0.69314718055994531f + logf(l);
+            /* ln(l) as log2(l) * ln 2 with the hardware log2 (MUFU.LG2, as the
+             * sm80 path): logf is a ~30-instruction routine in every tile's
+             * epilogue, and its extra accuracy is far below the LSE bound. */
+            lse[r] = empty ? neg_inf() : (rs.m[r] * p.scale_log2 + __log2f(l)) * 0.69314718055994531f;
 #pragma unroll
             for (int j = 0; j < C::D / 8; ++j) {
                 O[4 * j + 2 * r] *= inv;

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda/common/pdl.cuh"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tiles.cuh"
 
@@ -533,7 +532,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
      * that kernel's tail. -0.7 us per call at the mission shape graph-timed
      * (7.4 -> 6.7, H100, session 4), the same or better elsewhere. Not with
      * the tile counter: its memset is the stream's previous operation. */
-    prm.pdl = fc_pdl_wanted(dev) && ctr == NULL;
+    prm.pdl = choice->pdl && ctr == NULL;
 #if FC_SM90_TRACE
     prm.trace = grid <= (int)k_trace_ctas ? trace_buffer((cudaStream_t)stream) : NULL;
 #endif
