@@ -24,8 +24,8 @@ typedef struct fc_sm80_args {
      * s is tanh(q.k*scale/softcap) and sl2 = softcap*log2(e). */
     float sl2;
     float softcap_in;   /* scale/softcap (0 = softcap off)                      */
-    int32_t pack_g;     /* query rows per query position in a tile: heads_q/heads_kv
-                         * when GQA packing is on, else 1                       */
+    fc_fastdiv pack_g;  /* query rows per query position in a tile: heads_q/heads_kv
+                         * when GQA packing is on, else 1 (tile row -> position) */
     /* The tile decode's divisors (blockIdx.x -> M tile, split, head, batch),
      * with their multipliers (common/fastdiv.h); the values are the .d's.  */
     fc_fastdiv heads_per_kv; /* heads_q / heads_kv                          */

@@ -184,7 +184,7 @@ __device__ __forceinline__ TileCoords locate_tile(const fc_sm80_args &a)
     bid = q;
     c.b = fc_fastdiv_div(bid, a.grid_heads);
     const int hg = bid - c.b * a.grid_heads.d;
-    c.G = a.pack_g;
+    c.G = a.pack_g.d;
     c.h_base = hg * c.G;
     c.q_start = 0;
     c.k_start = 0;
@@ -207,11 +207,12 @@ __device__ __forceinline__ TileCoords locate_tile(const fc_sm80_args &a)
     return c;
 }
 
-/* Query position of tile row rr (rr / G). G is 1 unless GQA packing is on:
- * skip the 64-bit division then -- it is a ~30-instruction software routine
- * and a thread does ~20 of them per CTA (Q load, row bounds, epilogue), which
- * is a visible share of a short-KV CTA's work. */
-__device__ __forceinline__ int64_t row_pos(int64_t rr, int G) { return G == 1 ? rr : rr / G; }
+/* Query position of tile row rr (rr / G; G is 1 unless GQA packing is on),
+ * by the plan-time divider: 3 instructions and no branch. A 64-bit software
+ * division behind a G == 1 test cost ~20 call sites a branch each and ~1000
+ * instructions of (unexecuted) code in a kernel whose prologue and epilogue
+ * already stall on instruction fetch. Tile rows are < 2^31 (plan.cu). */
+__device__ __forceinline__ int64_t row_pos(int64_t rr, fc_fastdiv G) { return fc_fastdiv_div((int32_t)rr, G); }
 
 /* floor(x / d) for d > 0 and any sign of x. */
 __device__ __forceinline__ int64_t floor_div(int64_t x, int64_t d)
@@ -267,8 +268,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         if (c.r0 >= c.rows) return; /* past a short sequence's end (uniform per CTA) */
         const int sk = c.sk;
         const int G = c.G;
-        const int64_t i_first = row_pos(c.r0, G); /* query positions spanned by the tile */
-        const int64_t i_last = row_pos(min(c.r0 + BM, c.rows) - 1, G);
+        const int64_t i_first = row_pos(c.r0, a.pack_g); /* query positions spanned by the tile */
+        const int64_t i_last = row_pos(min(c.r0 + BM, c.rows) - 1, a.pack_g);
 
         /* ---- key range. Key j is visible to query i iff (fc_key_visible)
          *   i + diag - wl <= j <= i + diag + wr  and  0 <= j < sk,  diag = sk - sq. */
@@ -307,7 +308,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                const int64_t i = row_pos(c.r0 + wrow + mt * 16 + g + 8 * hf, G);
+                const int64_t i = row_pos(c.r0 + wrow + mt * 16 + g + 8 * hf, a.pack_g);
                 const int64_t lo = wl >= 0 ? i + diag - wl : 0;
                 const int64_t hi = wr >= 0 ? i + diag + wr : (int64_t)sk - 1;
                 jmin[mt][hf] = (int)max((int64_t)0, min(lo, (int64_t)sk));
@@ -428,7 +429,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                 const bool ok = rr < c.rows; /* rows past the sequence: zeros */
                 const uint16_t *src = qg;
                 if (ok) {
-                    const int64_t i = row_pos(rr, G);
+                    const int64_t i = row_pos(rr, a.pack_g);
                     const int h = c.h_base + (int)(rr - i * G);
                     src = qg + c.bq * p.q_batch_stride + (c.q_start + i) * p.q_row_stride +
                           (int64_t)h * p.q_head_stride + ch * 8;
@@ -862,7 +863,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             for (int hf = 0; hf < 2; ++hf) {
                 const int64_t rr = c.r0 + wrow + mt * 16 + g + 8 * hf;
                 if (rr >= c.rows) continue;
-                const int64_t i = row_pos(rr, c.G);
+                const int64_t i = row_pos(rr, a.pack_g);
                 const int h = c.h_base + (int)(rr - i * c.G);
                 const int64_t row = (((int64_t)c.split * p.batch + c.b) * p.heads_q + h) * p.seqlen_q + i;
                 float *dst = p.o_accum + row * HD + 2 * t;
@@ -902,7 +903,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             const int64_t rr = c.r0 + r;
             if (rr < c.rows) {
                 const uint4 v = ptx::lds128(sQ + panel_offset<BM>(r, ch));
-                const int64_t i = row_pos(rr, c.G);
+                const int64_t i = row_pos(rr, a.pack_g);
                 const int h = c.h_base + (int)(rr - i * c.G);
                 uint16_t *dst = og + c.bq * p.o_batch_stride + (c.q_start + i) * p.o_row_stride +
                                 (int64_t)h * p.o_head_stride + ch * 8;
@@ -946,7 +947,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             for (int hf = 0; hf < 2; ++hf) {
                 const int64_t rr = c.r0 + wrow + mt * 16 + g + 8 * hf;
                 if (rr >= c.rows) continue;
-                const int64_t i = row_pos(rr, c.G);
+                const int64_t i = row_pos(rr, a.pack_g);
                 const int h = c.h_base + (int)(rr - i * c.G);
                 p.lse[c.bq * p.lse_batch_stride + (int64_t)h * p.lse_head_stride +
                       (c.q_start + i) * p.lse_row_stride] = lse[mt][hf];

@@ -205,6 +205,12 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
                  (long long)grid, INT_MAX);
         return FC_ERR_UNSUPPORTED;
     }
+    /* The kernel divides tile rows (< seqlen_q * pack + block_m) in 32 bits. */
+    if ((int64_t)p->seqlen_q * g + t.block_m > INT_MAX) {
+        snprintf(why, why_len, "seqlen_q %lld x %d packed heads is too long for the sm80 kernels (limit %d rows)",
+                 (long long)p->seqlen_q, g, INT_MAX - t.block_m);
+        return FC_ERR_UNSUPPORTED;
+    }
 
     choice->path = FC_CUDA_PATH_SM80;
     choice->config = cfg;
@@ -248,10 +254,10 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
         a.softcap_in = 0.f;
     }
     a.heads_per_kv = fc_fastdiv_make(p->heads_q / p->heads_kv);
-    a.pack_g = choice->pack_gqa ? a.heads_per_kv.d : 1;
-    a.grid_heads = fc_fastdiv_make(p->heads_q / a.pack_g);
+    a.pack_g = fc_fastdiv_make(choice->pack_gqa ? a.heads_per_kv.d : 1);
+    a.grid_heads = fc_fastdiv_make(p->heads_q / a.pack_g.d);
     a.num_splits = fc_fastdiv_make(splits);
-    const int64_t m_tiles = ((int64_t)p->seqlen_q * a.pack_g + t.block_m - 1) / t.block_m;
+    const int64_t m_tiles = ((int64_t)p->seqlen_q * a.pack_g.d + t.block_m - 1) / t.block_m;
     if (m_tiles > INT_MAX) {
         snprintf(err, err_len, "internal: sm80 m_tiles %lld overflows", (long long)m_tiles);
         return FC_ERR_INTERNAL;
