@@ -231,10 +231,12 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
     constexpr bool LEAN_ADDR = (VAR & 1) != 0;                 /* kVarLeanAddr   */
     constexpr bool EARLY = (VAR & 2) != 0 && !S_::KV_SPLIT;   /* kVarEarlyFirst */
     /* The lean Q load / O store (their G == 1 fast path is a second code path
-     * beside the general one) only where the registers leave room: rows whose
-     * accumulators already push the K/V bases to smem (128x128 d64, 128x64
-     * d128) spill 4-12 bytes with them, so those keep the general Q/O code. */
-    constexpr bool LEAN_QO = LEAN_ADDR && !S_::KV_BASE_IN_SMEM;
+     * beside the general one) with the lean K/V addressing. Until session 6
+     * the rows whose accumulators push the K/V bases to smem (128x128 d64,
+     * 128x64 d128) spilled 4-12 bytes with it; with the tile decode and
+     * row_pos on plan-time divisors they no longer do (s512-d64 +7.5%,
+     * H100, session 6, run 33). */
+    constexpr bool LEAN_QO = LEAN_ADDR;
     static_assert(VAR >= 0 && VAR <= 3 && ((VAR & 2) == 0 || !S_::KV_SPLIT),
                   "variant bits: 1 lean addressing, 2 early first block (ring rows only)");
 

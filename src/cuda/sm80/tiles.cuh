@@ -149,7 +149,8 @@ constexpr Tile kTiles[] = {
      * SM90-only: it also compiles without spills for sm_80/86/89, but on SM80
      * 2 x (81 KB + 16 B + 1 KB reserved) = 164 KB + 32 B > 164 KB, i.e. 1 CTA
      * of 4 warps, and SM86 has 100 KB (FA2 takes it on both; not taken here).
-     * Lean addressing: +3% at s512-d64 (H100, session 4, same run).          */
+     * Lean addressing: +3% at s512-d64 (H100, session 4, same run); with the
+     * lean Q load / O store too (spill-free since session 6): +7.5% more.    */
     {kClassSm90,  64, 128, 128, 4, 2, 2, 0, 0, kVarLeanAddr},
     /* d64, long KV: 128x96, 3 stages (255 regs, no spill; 88 KB: 2 CTAs). Fewer
      * per-block softmax/barrier rounds: +5% at 16k keys on an H100 over 128x64,
@@ -171,8 +172,9 @@ constexpr Tile kTiles[] = {
     /* d128: 128x64 = FA2's tile (MT 2, O 128 + S 64 regs, Q from smem): 255 regs
      * on sm_90a, no spill now that the K/V bases sit in smem (sm_80 still spills
      * 4 bytes, so the SM80 row keeps 128x32). smem 32+2*2*16 = 96 KB: 2 CTAs.
-     * +4-5% over 128x32 on an H100 (s2k / s8k).                                  */
-    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0},
+     * +4-5% over 128x32 on an H100 (s2k / s8k). Lean addressing (spill-free
+     * since session 6): s2k-d128 +1.6%, s2k-causal +2.6%, gqa-prefill +0.9%.     */
+    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0, kVarLeanAddr},
     /* d256: FA2's H100 tile -- 64x64, 4 warps (MT 1: O 128 + S 32 regs, Q from
      * smem, KV bases in registers; 246 regs on sm_90a, no spill), split K/V
      * buffers (stages 1): 32+2*1*32 = 96 KB + 16 B, so 2 CTAs = 8 warps per SM
@@ -184,7 +186,9 @@ constexpr Tile kTiles[] = {
      * Not for SM80: 2 x (96 KB + 1 KB) = 194 KB > 164 KB per SM, so it would
      * be 1 CTA of 4 warps there (SM80 keeps its 128x32 ring row; FA2's A100
      * tile would be 128x64 x 8 warps split, 128 KB -- unmeasured, not taken).
-     * Not for SM86: 1 CTA per SM either way (100 KB); unmeasured, not taken. */
+     * Not for SM86: 1 CTA per SM either way (100 KB); unmeasured, not taken.
+     * Lean addressing here measured -4% at s4k-d256 (H100, session 6): not
+     * taken (the split K/V loads sit mid-block, hidden by the other CTA).   */
     {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0},
 };
 // clang-format on
