@@ -304,12 +304,16 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         const int n_full_hi = (int)max(full_hi, (int64_t)n_full_lo);
 
         /* Per-row visible key interval [jmin, jmax] (used on masked blocks)
-         * for this thread's rows (mt, hf) -> tile row wrow + 16 mt + g + 8 hf. */
+         * for this thread's rows (mt, hf) -> tile row wrow + 16 mt + g + 8 hf.
+         * LEAN_REGS keeps them in smem and skips them when no block of the
+         * CTA's range is masked (the table is then never read). */
         int jmin[MT][2], jmax[MT][2];
+        const bool any_masked = n_full_lo > n_begin || n_full_hi < n_end;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
+                if (S_::LEAN_REGS && !any_masked) continue;
                 const int64_t i = row_pos(c.r0 + wrow + mt * 16 + g + 8 * hf, a.pack_g);
                 const int64_t lo = wl >= 0 ? i + diag - wl : 0;
                 const int64_t hi = wr >= 0 ? i + diag + wr : (int64_t)sk - 1;

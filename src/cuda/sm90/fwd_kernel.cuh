@@ -444,18 +444,19 @@ struct MaskRows {
 __device__ __forceinline__ float max_shift(float m, float c) { return m == neg_inf() ? 0.0f : m * c; }
 
 /* Softcap, mask, online softmax of one S block in place (S becomes P in
- * fp32); returns the factors by which O must be rescaled. */
-template <class C, bool kFirst>
+ * fp32); returns the factors by which O must be rescaled. kPlain: the call
+ * has no softcap and no masked block (plan.cu), so neither is compiled in. */
+template <class C, bool kFirst, bool kPlain>
 __device__ __forceinline__ void softmax_block(float (&S)[C::BN / 2], RowState &rs, float (&alpha)[2],
                                               const fc_sm90_params &p, bool masked, int col0,
                                               const MaskRows &mr)
 {
-    if (p.softcap_in != 0.0f) {
+    if (!kPlain && p.softcap_in != 0.0f) {
 #pragma unroll
         for (int i = 0; i < C::BN / 2; ++i)
             S[i] = p.softcap_out * tanh_acc(S[i] * p.softcap_in);
     }
-    if (masked) {
+    if (!kPlain && masked) {
 #pragma unroll
         for (int j = 0; j < C::BN / 8; ++j) {
 #pragma unroll
@@ -698,7 +699,7 @@ __device__ __forceinline__ bool next_tile(const fc_sm90_params &p, const Bars<C>
  * previous tile's O is normalised, stored and the tile ends. S0 is thus in
  * flight on every edge into the loop head, which keeps ptxas to one register
  * assignment for it and no wgmma serialisation (docs/perf/notes-sm90.md). */
-template <class C, bool kBF16, bool kRotate>
+template <class C, bool kBF16, bool kRotate, bool kPlain>
 __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t *smem, const Bars<C> &bars)
 {
     /* Rotated tile loop (above) with 2 Q buffers and kRotate; otherwise a
@@ -804,7 +805,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         mbar_arrive(bars.k_empty(stage));
 #pragma unroll
         for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
-        softmax_block<C, true>(S0, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+        softmax_block<C, true, kPlain>(S0, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
         convert_p<C, kBF16>(S0, P);
         if (C::QB == 2 && q_release >= 0) release_q(q_release), q_release = -1;
         trace(p, cw + 1, k, 2, tid == 0);
@@ -829,7 +830,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 wg_wait<1>(); /* S_j done, P.V of the previous block may still run */
                 fence_regs(S);
                 mbar_arrive(bars.k_empty(stage));
-                softmax_block<C, false>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                softmax_block<C, false, kPlain>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
                 wg_wait<0>();
                 fence_regs(O);
                 fence_regs(S);
@@ -854,7 +855,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 wg_wait<0>();
                 fence_regs(S);
                 mbar_arrive(bars.k_empty(stage));
-                softmax_block<C, false>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                softmax_block<C, false, kPlain>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
                 rescale_o<C>(O, alpha);
                 convert_p<C, kBF16>(S, P);
                 pv_round<C, kBF16>(O, P, bars, base, stage, phase, cw);
@@ -1040,7 +1041,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
 }
 
 /* ---- the kernel --------------------------------------------------------------------- */
-template <int kCfg, bool kBF16, bool kRotate>
+template <int kCfg, bool kBF16, bool kRotate, bool kPlain>
 __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
 {
     using C = Cfg<kCfg>;
@@ -1105,16 +1106,16 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
         if constexpr (C::SETMAXNREG) reg_alloc<C::CONSUMER_REGS>();
         /* With one consumer warpgroup its index is the constant 0, which
          * keeps the named-barrier ids compile-time. */
-        consumer<C, kBF16, kRotate>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
+        consumer<C, kBF16, kRotate, kPlain>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
     }
 }
 
-template <int kCfg, bool kBF16, bool kRotate>
+template <int kCfg, bool kBF16, bool kRotate, bool kPlain>
 static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream, char *err,
                         size_t err_len)
 {
     using C = Cfg<kCfg>;
-    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate>;
+    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate, kPlain>;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt =
         fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 forward", kCfg, err, err_len, C::CTAS > 1);
@@ -1130,6 +1131,19 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
 
 } /* namespace fc90 */
 
+namespace fc90 {
+/* The kernel for prm's rotate and plain flags (plan.cu chose them). */
+template <int kCfg, bool kBF16, bool kPlain>
+static fc_status launch_rot(const fc_sm90_params *prm, int grid, int device, cudaStream_t s, char *err,
+                            size_t len)
+{
+    if constexpr (kTiles[kCfg].qbufs == 2 && kTiles[kCfg].kvsplit == 1) {
+        if (prm->rotate) return launch<kCfg, kBF16, true, kPlain>(prm, grid, device, s, err, len);
+    }
+    return launch<kCfg, kBF16, false, kPlain>(prm, grid, device, s, err, len);
+}
+} /* namespace fc90 */
+
 /* One launcher per (config, dtype): the only symbols a kernel TU exports.
  * tag is bf16 or f16, is_bf16 the matching 1/0. */
 #define FC_SM90_DEFINE_LAUNCHER(cfg, dim, tag, is_bf16)                                            \
@@ -1137,10 +1151,8 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     fc_status fc_sm90_launch_##cfg##_##tag(const fc_sm90_params *prm, int grid, int device,       \
                                            cudaStream_t s, char *err, size_t len)                \
     {                                                                                              \
-        if constexpr (fc90::kTiles[cfg].qbufs == 2 && fc90::kTiles[cfg].kvsplit == 1) {           \
-            if (prm->rotate) return fc90::launch<cfg, (is_bf16) != 0, true>(prm, grid, device, s, err, len); \
-        }                                                                                          \
-        return fc90::launch<cfg, (is_bf16) != 0, false>(prm, grid, device, s, err, len);          \
+        if (prm->plain) return fc90::launch_rot<cfg, (is_bf16) != 0, true>(prm, grid, device, s, err, len); \
+        return fc90::launch_rot<cfg, (is_bf16) != 0, false>(prm, grid, device, s, err, len);      \
     }
 
 #endif /* FC_SM90_FWD_KERNEL_CUH */
