@@ -443,20 +443,27 @@ struct MaskRows {
  * exp2(-inf * c - 0) = 0 instead of NaN. */
 __device__ __forceinline__ float max_shift(float m, float c) { return m == neg_inf() ? 0.0f : m * c; }
 
+/* Which blocks may need the softcap and mask code (plan.cu proves it per
+ * call; fc_sm90_params.masks): none, a tile's first block only (the highest
+ * KV block, where a causal diagonal and a KV tail lie), or any. */
+enum MaskMode { kMaskNone = 0, kMaskFirst = 1, kMaskAny = 2 };
+
 /* Softcap, mask, online softmax of one S block in place (S becomes P in
- * fp32); returns the factors by which O must be rescaled. kPlain: the call
- * has no softcap and no masked block (plan.cu), so neither is compiled in. */
-template <class C, bool kFirst, bool kPlain>
+ * fp32); returns the factors by which O must be rescaled. The softcap and
+ * mask code is compiled in only where kMask says a block can need it. */
+template <class C, bool kFirst, int kMask>
 __device__ __forceinline__ void softmax_block(float (&S)[C::BN / 2], RowState &rs, float (&alpha)[2],
                                               const fc_sm90_params &p, bool masked, int col0,
                                               const MaskRows &mr)
 {
-    if (!kPlain && p.softcap_in != 0.0f) {
+    constexpr bool kMayMask = kMask == kMaskAny || (kMask == kMaskFirst && kFirst);
+    FC90_ASSERT(kMayMask || !masked);
+    if (kMask == kMaskAny && p.softcap_in != 0.0f) {
 #pragma unroll
         for (int i = 0; i < C::BN / 2; ++i)
             S[i] = p.softcap_out * tanh_acc(S[i] * p.softcap_in);
     }
-    if (!kPlain && masked) {
+    if (kMayMask && masked) {
 #pragma unroll
         for (int j = 0; j < C::BN / 8; ++j) {
 #pragma unroll
@@ -699,7 +706,7 @@ __device__ __forceinline__ bool next_tile(const fc_sm90_params &p, const Bars<C>
  * previous tile's O is normalised, stored and the tile ends. S0 is thus in
  * flight on every edge into the loop head, which keeps ptxas to one register
  * assignment for it and no wgmma serialisation (docs/perf/notes-sm90.md). */
-template <class C, bool kBF16, bool kRotate, bool kPlain>
+template <class C, bool kBF16, bool kRotate, int kMask>
 __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t *smem, const Bars<C> &bars)
 {
     /* Rotated tile loop (above) with 2 Q buffers and kRotate; otherwise a
@@ -805,7 +812,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         mbar_arrive(bars.k_empty(stage));
 #pragma unroll
         for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
-        softmax_block<C, true, kPlain>(S0, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+        softmax_block<C, true, kMask>(S0, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
         convert_p<C, kBF16>(S0, P);
         if (C::QB == 2 && q_release >= 0) release_q(q_release), q_release = -1;
         trace(p, cw + 1, k, 2, tid == 0);
@@ -830,7 +837,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 wg_wait<1>(); /* S_j done, P.V of the previous block may still run */
                 fence_regs(S);
                 mbar_arrive(bars.k_empty(stage));
-                softmax_block<C, false, kPlain>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                softmax_block<C, false, kMask>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
                 wg_wait<0>();
                 fence_regs(O);
                 fence_regs(S);
@@ -855,7 +862,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 wg_wait<0>();
                 fence_regs(S);
                 mbar_arrive(bars.k_empty(stage));
-                softmax_block<C, false, kPlain>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
+                softmax_block<C, false, kMask>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
                 rescale_o<C>(O, alpha);
                 convert_p<C, kBF16>(S, P);
                 pv_round<C, kBF16>(O, P, bars, base, stage, phase, cw);
@@ -1041,7 +1048,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
 }
 
 /* ---- the kernel --------------------------------------------------------------------- */
-template <int kCfg, bool kBF16, bool kRotate, bool kPlain>
+template <int kCfg, bool kBF16, bool kRotate, int kMask>
 __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
 {
     using C = Cfg<kCfg>;
@@ -1106,16 +1113,16 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
         if constexpr (C::SETMAXNREG) reg_alloc<C::CONSUMER_REGS>();
         /* With one consumer warpgroup its index is the constant 0, which
          * keeps the named-barrier ids compile-time. */
-        consumer<C, kBF16, kRotate, kPlain>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
+        consumer<C, kBF16, kRotate, kMask>(p, C::WG == 1 ? 0 : wg - 1, base, smem, bars);
     }
 }
 
-template <int kCfg, bool kBF16, bool kRotate, bool kPlain>
+template <int kCfg, bool kBF16, bool kRotate, int kMask>
 static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream, char *err,
                         size_t err_len)
 {
     using C = Cfg<kCfg>;
-    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate, kPlain>;
+    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate, kMask>;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt =
         fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 forward", kCfg, err, err_len, C::CTAS > 1);
@@ -1132,15 +1139,15 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
 } /* namespace fc90 */
 
 namespace fc90 {
-/* The kernel for prm's rotate and plain flags (plan.cu chose them). */
-template <int kCfg, bool kBF16, bool kPlain>
+/* The kernel for prm's rotate and mask-mode choices (plan.cu made them). */
+template <int kCfg, bool kBF16, int kMask>
 static fc_status launch_rot(const fc_sm90_params *prm, int grid, int device, cudaStream_t s, char *err,
                             size_t len)
 {
     if constexpr (kTiles[kCfg].qbufs == 2 && kTiles[kCfg].kvsplit == 1) {
-        if (prm->rotate) return launch<kCfg, kBF16, true, kPlain>(prm, grid, device, s, err, len);
+        if (prm->rotate) return launch<kCfg, kBF16, true, kMask>(prm, grid, device, s, err, len);
     }
-    return launch<kCfg, kBF16, false, kPlain>(prm, grid, device, s, err, len);
+    return launch<kCfg, kBF16, false, kMask>(prm, grid, device, s, err, len);
 }
 } /* namespace fc90 */
 
@@ -1151,8 +1158,11 @@ static fc_status launch_rot(const fc_sm90_params *prm, int grid, int device, cud
     fc_status fc_sm90_launch_##cfg##_##tag(const fc_sm90_params *prm, int grid, int device,       \
                                            cudaStream_t s, char *err, size_t len)                \
     {                                                                                              \
-        if (prm->plain) return fc90::launch_rot<cfg, (is_bf16) != 0, true>(prm, grid, device, s, err, len); \
-        return fc90::launch_rot<cfg, (is_bf16) != 0, false>(prm, grid, device, s, err, len);      \
+        if (prm->masks == fc90::kMaskNone)                                                         \
+            return fc90::launch_rot<cfg, (is_bf16) != 0, fc90::kMaskNone>(prm, grid, device, s, err, len); \
+        if (prm->masks == fc90::kMaskFirst)                                                        \
+            return fc90::launch_rot<cfg, (is_bf16) != 0, fc90::kMaskFirst>(prm, grid, device, s, err, len); \
+        return fc90::launch_rot<cfg, (is_bf16) != 0, fc90::kMaskAny>(prm, grid, device, s, err, len); \
     }
 
 #endif /* FC_SM90_FWD_KERNEL_CUH */

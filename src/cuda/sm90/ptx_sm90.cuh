@@ -98,7 +98,7 @@ __device__ __forceinline__ uint32_t mbar_try_wait(uint32_t bar, uint32_t parity)
 }
 
 #if defined(FC_SM90_DEBUG) && FC_SM90_DEBUG
-__device__ __noinline__ void mbar_hang(uint32_t bar, uint32_t parity, int line)
+static __device__ __noinline__ void mbar_hang(uint32_t bar, uint32_t parity, int line)
 {
     printf("fc_sm90 hang: mbarrier 0x%x parity %u (fwd_kernel.cuh line %d) block %d thread %d\n", bar,
            parity, line, (int)blockIdx.x, (int)threadIdx.x);

@@ -60,9 +60,9 @@ typedef struct fc_sm90_params {
     int32_t o_vec_ok;      /* 1: o and its strides allow 16-byte stores     */
     int32_t rotate;        /* 1: the rotated tile loop (2-Q-buffer rows only):
                             * chosen where a CTA gets several short tiles     */
-    int32_t plain;         /* 1: no softcap and no masked block in the call:
-                            * the kernel instance without that code (host
-                            * side: picks the instance; plan.cu)            */
+    int32_t masks;         /* which blocks may need softcap/mask code: 0 none,
+                            * 1 each tile's first block only, 2 any (host
+                            * side: picks the kernel instance; plan.cu)     */
     int32_t pdl;           /* 1: launched as a programmatic dependent of the
                             * previous kernel (default; FLASHCORE_PDL=0 turns
                             * it off, and the tile counter does; host side
