@@ -99,9 +99,9 @@ typedef struct fc_cuda_choice {
     int32_t num_splits;     /* 1 = no split-KV                                */
     int32_t pack_gqa;       /* 1 = query heads sharing a KV head in one tile  */
     int32_t rotate;         /* sm90: the rotated tile loop (plan.cu)          */
-    int32_t masks;          /* sm90: blocks that may need softcap/mask code:
-                             * 0 none, 1 a tile's first only, 2 any; picks
-                             * the kernel instance (plan.cu: mask_mode)    */
+    int32_t masks;          /* blocks that may need softcap/mask code: 0
+                             * none, 1 a tile's first only (sm90), 2 any;
+                             * picks the kernel instance (each plan.cu)    */
     int32_t pdl;            /* launch the kernels as programmatic dependents
                              * of the previous kernel (common/pdl.cuh): an
                              * sm_90+ device and FLASHCORE_PDL not 0; decided

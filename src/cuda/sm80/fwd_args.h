@@ -32,6 +32,9 @@ typedef struct fc_sm80_args {
     fc_fastdiv grid_heads; /* heads on the grid: heads_kv when packed, else heads_q */
     fc_fastdiv m_tiles;    /* M tiles per (batch, grid head): ceil(seqlen_q*pack_g / block_m) */
     fc_fastdiv num_splits; /* >= 1                                           */
+    int32_t plain;      /* host only: no softcap and no masked block in the call
+                         * (fc_cuda_choice.masks 0): the kernel instance
+                         * without that code                                */
     int32_t pdl;        /* host only: launch as a programmatic dependent of the
                          * previous kernel (common/pdl.cuh)                     */
 } fc_sm80_args;

@@ -220,7 +220,9 @@ __device__ __forceinline__ int64_t floor_div(int64_t x, int64_t d)
     return x >= 0 ? x / d : -((-x + d - 1) / d);
 }
 
-template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int VAR>
+/* PLAIN: the call has no softcap and no masked block (plan.cu: masks 0), so
+ * neither path is compiled in (they sit inline in every block). */
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int VAR, bool PLAIN>
 __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 {
     using S_ = Shape<HD, BM, BN, W, STAGES>;
@@ -237,8 +239,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
      * row_pos on plan-time divisors they no longer do (s512-d64 +7.5%,
      * H100, session 6, run 33). */
     constexpr bool LEAN_QO = LEAN_ADDR;
-    static_assert(VAR >= 0 && VAR <= 3 && ((VAR & 2) == 0 || !S_::KV_SPLIT),
-                  "variant bits: 1 lean addressing, 2 early first block (ring rows only)");
+    static_assert(VAR >= 0 && VAR <= 7 && ((VAR & 2) == 0 || !S_::KV_SPLIT),
+                  "variant bits: 1 lean addressing, 2 early first block (ring rows only), 4 no plain instance");
 
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panel32; later the O staging */
@@ -313,7 +315,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                if (S_::LEAN_REGS && !any_masked) continue;
+                if (PLAIN || (S_::LEAN_REGS && !any_masked)) continue;
                 const int64_t i = row_pos(c.r0 + wrow + mt * 16 + g + 8 * hf, a.pack_g);
                 const int64_t lo = wl >= 0 ? i + diag - wl : 0;
                 const int64_t hi = wr >= 0 ? i + diag + wr : (int64_t)sk - 1;
@@ -709,7 +711,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             }
 
             /* ---- softcap: s <- tanh(s * scale/softcap); sl2 carries softcap*log2e */
-            if (softcap_in != 0.f) {
+            if (!PLAIN && softcap_in != 0.f) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -725,7 +727,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                 nf_lo = (int)(uint32_t)v;
                 nf_hi = (int)(uint32_t)(v >> 32);
             }
-            if (n < nf_lo || n >= nf_hi) {
+            if (!PLAIN && (n < nf_lo || n >= nf_hi)) {
                 int lo[MT][2], hi[MT][2]; /* [jmin, jmax] of the thread's rows */
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
@@ -965,7 +967,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
  * (tiles.cuh: tile_sm90_only), which the planner never launches below sm_90,
  * so older targets get an empty body -- no code, no compile time, and no
  * ptxas verdict (e.g. spills) on a register budget tuned for sm_90. */
-template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int MIN_CTAS, bool SM90_ONLY, int VAR>
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int MIN_CTAS, bool SM90_ONLY, int VAR,
+          bool PLAIN>
 __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -977,7 +980,7 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
         /* With PDL (a.pdl, sm_90+) this grid launches while the previous
          * kernel in the stream finishes: nothing global before this. */
         fc_grid_dep_sync();
-        fwd_body<kBF16, HD, BM, BN, W, STAGES, VAR>(a);
+        fwd_body<kBF16, HD, BM, BN, W, STAGES, VAR, PLAIN>(a);
     }
 }
 

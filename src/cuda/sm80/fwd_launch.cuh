@@ -22,12 +22,12 @@
 namespace fc {
 namespace sm80 {
 
-template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int CTAS, bool SM90_ONLY, int VAR>
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int CTAS, bool SM90_ONLY, int VAR, bool PLAIN>
 fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, char *err,
                       size_t err_len)
 {
     using S_ = Shape<HD, BM, BN, W, STAGES>;
-    void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY, VAR>;
+    void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY, VAR, PLAIN>;
     const int smem = (int)S_::SMEM_BYTES;
 
     static std::atomic<unsigned long long> opted_in{0};
@@ -60,10 +60,13 @@ fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStrea
             static_assert(Shape<HD, T.block_m, T.block_n, T.warps, T.stages>::SMEM_BYTES ==
                               tile_smem_bytes(T),
                           "tiles.cuh tile_smem_bytes and the kernel's smem layout disagree");
-            if (config == I)
+            if (config == I) {
+                if ((T.variant & kVarNoPlain) == 0 && a->plain)
+                    return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
+                                       tile_sm90_only(T), T.variant, true>(a, device, stream, err, err_len);
                 return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
-                                   tile_sm90_only(T), T.variant>(
-                    a, device, stream, err, err_len);
+                                   tile_sm90_only(T), T.variant, false>(a, device, stream, err, err_len);
+            }
         }
         return launch_config<kBF16, HD, I + 1>(a, config, device, stream, err, err_len);
     }

@@ -217,10 +217,17 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     choice->pack_gqa = g > 1;
     choice->num_splits = 1;
     choice->workspace_bytes = 0;
+    /* No softcap, no window (causal included), dense KV of whole blocks: no
+     * block of any CTA is masked, and the kernel instance without the
+     * softcap and mask code runs (both sit inline in every block). */
+    choice->masks = (p->softcap == 0.f && p->window_left < 0 && p->window_right < 0 && !p->cu_seqlens_k &&
+                     p->seqlen_k % t.block_n == 0 && (t.variant & fc::sm80::kVarNoPlain) == 0)
+                        ? 0
+                        : 2;
     char var[16] = "";
     if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
-    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s", dtype_name(p->dtype), hd,
-             t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "");
+    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s%s", dtype_name(p->dtype), hd,
+             t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "", choice->masks == 0 ? "_plain" : "");
     return FC_OK;
 }
 
@@ -264,6 +271,7 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
     }
     a.m_tiles = fc_fastdiv_make((int32_t)m_tiles);
     a.pdl = choice->pdl;
+    a.plain = choice->masks == 0;
 
     const int cfg = choice->config;
     const int device = dev->id;

@@ -79,7 +79,7 @@ struct Tile {
                      * SMs (smaller tiles: more CTAs, shorter serial chains) */
     int variant;    /* code variant bits (kVarLeanAddr, kVarEarlyFirst;
                      * fwd_kernel.cuh), each a compile-time switch measured
-                     * per row. Omitted = 0: the plain kernel.                */
+                     * per row. Omitted = 0: the basic kernel.                */
 };
 
 /* Code variants (Tile::variant bits), each a compile-time switch of the kernel:
@@ -98,6 +98,12 @@ struct Tile {
  *                 block only). */
 constexpr int kVarLeanAddr = 1;
 constexpr int kVarEarlyFirst = 2;
+/*  kVarNoPlain    the row never takes the plain instance (no softcap/mask
+ *                 code; fwd_kernel.cuh PLAIN) even where the call allows
+ *                 it: measured slower there (H100, session 6: the 128x64
+ *                 d128 row, s2k -0.3%, s8k -2.5% against FA2's same-pass
+ *                 figures, where d64 and d256 gained 1.4-2.8%).          */
+constexpr int kVarNoPlain = 4;
 
 // clang-format off
 constexpr Tile kTiles[] = {
@@ -174,7 +180,7 @@ constexpr Tile kTiles[] = {
      * 4 bytes, so the SM80 row keeps 128x32). smem 32+2*2*16 = 96 KB: 2 CTAs.
      * +4-5% over 128x32 on an H100 (s2k / s8k). Lean addressing (spill-free
      * since session 6): s2k-d128 +1.6%, s2k-causal +2.6%, gqa-prefill +0.9%.     */
-    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0, kVarLeanAddr},
+    {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0, kVarLeanAddr | kVarNoPlain},
     /* d256: FA2's H100 tile -- 64x64, 4 warps (MT 1: O 128 + S 32 regs, Q from
      * smem, KV bases in registers; 246 regs on sm_90a, no spill), split K/V
      * buffers (stages 1): 32+2*1*32 = 96 KB + 16 B, so 2 CTAs = 8 warps per SM
@@ -241,7 +247,7 @@ constexpr bool tile_ok(const Tile &t)
            (t.block_m / (16 * t.warps) == 1 || t.block_m / (16 * t.warps) == 2) &&
            t.block_n % 16 == 0 && t.block_n >= 16 && t.stages >= 1 && t.stages <= 4 &&
            t.ctas >= 1 && 32 * t.warps * t.ctas * 24 <= 65536 && t.min_sk >= 0 && (t.small_grid == 0 || t.small_grid == 1) && !(t.small_grid && t.min_sk) &&
-           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst) &&
+           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst | kVarNoPlain) &&
            !((t.variant & kVarEarlyFirst) && t.stages < 2) &&
            tile_smem_bytes(t) <= 227 * 1024 &&
            (t.arch_class != kClassSm86 || tile_smem_bytes(t) <= 99 * 1024) &&
