@@ -46,6 +46,7 @@
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem_optin.cuh"
+#include "cuda/sm90/mask_mode.h"
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tiles.cuh"
@@ -443,10 +444,10 @@ struct MaskRows {
  * exp2(-inf * c - 0) = 0 instead of NaN. */
 __device__ __forceinline__ float max_shift(float m, float c) { return m == neg_inf() ? 0.0f : m * c; }
 
-/* Which blocks may need the softcap and mask code (plan.cu proves it per
+/* Which blocks may need the softcap and mask code (mask_mode.h proves it per
  * call; fc_sm90_params.masks): none, a tile's first block only (the highest
- * KV block, where a causal diagonal and a KV tail lie), or any. */
-enum MaskMode { kMaskNone = 0, kMaskFirst = 1, kMaskAny = 2 };
+ * KV block, where a causal diagonal lies), or any. */
+enum MaskMode { kMaskNone = FC_SM90_MASKS_NONE, kMaskFirst = FC_SM90_MASKS_FIRST, kMaskAny = FC_SM90_MASKS_ANY };
 
 /* Softcap, mask, online softmax of one S block in place (S becomes P in
  * fp32); returns the factors by which O must be rescaled. The softcap and

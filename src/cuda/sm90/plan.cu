@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda/sm90/mask_mode.h"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tiles.cuh"
 
@@ -178,33 +179,6 @@ int forced_config(const fc_fwd_params *p)
  * big tiles would leave more than half of the SMs idle (split-KV can then
  * still add CTAs along the keys) or hold at most 64 real rows. -1: head_dim
  * not built. *shift: pack-GQA. */
-/* Which KV blocks of a call may need the softcap or the mask code: the
- * kernel instance compiles in only those paths (fwd_kernel.cuh, MaskMode).
- * They sit inline between each block's S GEMM and its softmax: ~1.5-2 K of
- * a kernel's 4.3-5.9 K instructions, branched over twice per block
- * (dropping them: +2-5% on unmasked calls, H100, session 6). A tile visits
- * its KV blocks from the highest, so its first block is the highest.
- *  0 none: no softcap, no window (causal included), a dense KV length of
- *    whole blocks: block_masked is false for every block.
- *  1 first block only: no softcap, no left window, dense whole blocks, and
- *    a right edge (causal: d = sk - sq + wr + 1) that falls only in a
- *    tile's highest block. With P = block_m >> shift query positions per
- *    tile the rows' key limits span [m0 + d, m0 + d + P - 1]; a lower block
- *    is masked iff a multiple of block_n lies inside (m0 + d, m0 + d + P - 1),
- *    which no tile sees iff block_n % P == 0 and d mod P <= 1 (and d >= 1:
- *    the first row sees a key). The sk clamp only shortens the span.
- *  2 any: the rest (softcap, left windows, varlen, a KV tail, other edges). */
-static int mask_mode(const fc_fwd_params *p, const fc_sm90_tile &t, int shift)
-{
-    const bool dense_whole = !p->cu_seqlens_k && p->seqlen_k % t.block_n == 0;
-    if (p->softcap != 0.0f || !dense_whole || p->window_left >= 0) return 2;
-    if (p->window_right < 0) return 0;
-    const int64_t d = (int64_t)p->seqlen_k - p->seqlen_q + p->window_right + 1;
-    const int P = t.block_m >> shift;
-    if (d < 1 || P < 1 || t.block_n % P != 0) return 2;
-    return d % P <= 1 ? 1 : 2;
-}
-
 int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
 {
     const int forced = forced_config(p);
@@ -366,7 +340,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
                      (forced_rot >= 0 ? forced_rot == 1
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
                                             kv_blocks <= 8);
-    choice->masks = mask_mode(p, t, shift);
+    choice->masks = fc_sm90_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
     snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
              pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", t.kvsplit > 1 ? "_kvs" : "",
