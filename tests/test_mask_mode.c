@@ -84,12 +84,7 @@ int main(void)
         const int sq = rnd(3) == 0 && sk <= 1024 ? sk : 1 + rnd(400);
         const int wl = rnd(5) ? -1 : rnd(300);
         const int wr = rnd(3) == 0 ? -1 : (rnd(2) ? 0 : rnd(300));
-        fc_fwd_params p;
-        memset(&p, 0, sizeof p);
-        p.seqlen_q = sq;
-        p.seqlen_k = sk;
-        p.window_left = wl;
-        p.window_right = wr;
+        const fc_fwd_params p = {.seqlen_q = sq, .seqlen_k = sk, .window_left = wl, .window_right = wr};
         const int mode = fc_sm90_mask_mode(&p, bm, bn, shift);
         ++checked[mode];
         if (mode != FC_SM90_MASKS_ANY) bad += !check_problem(sq, sk, wl, wr, bm, bn, shift, mode, lo, hi);
