@@ -70,6 +70,9 @@ sm90_rows() {
        split(s,a,","); print n++, a[1], a[11], a[12], a[13]}' src/cuda/sm90/tiles.cuh
 }
 
+# ptxas spill warnings of a build log (nothing when no kernel spills)
+spills_in() { grep -i "spill" "$1" | grep -v " 0 bytes spill"; }
+
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader | tee "$OUT/gpu.txt"
 
 if want build || [ ! -x "$BUILD/flashcore" ]; then
@@ -81,8 +84,8 @@ if want build || [ ! -x "$BUILD/flashcore" ]; then
   else
     result[build]=FAIL; tail -40 "$OUT/build.log"; echo "build failed"; exit 1
   fi
-  if grep -i "spill" "$OUT/build.log" | grep -v " 0 bytes spill" | grep -q .; then
-    result[spills]=FAIL; grep -i spill "$OUT/build.log" | grep -v " 0 bytes spill" | head
+  if spills_in "$OUT/build.log" | grep -q .; then
+    result[spills]=FAIL; spills_in "$OUT/build.log" | head
   else result[spills]=none; fi
 fi
 
@@ -191,15 +194,15 @@ if want bench; then
   if [ -z "${PEERS_MAX_S:-}" ] && [ "$left" -lt 60 ]; then
     result[bench]="skipped: ${used} s used of the 600 s call; run the bench stage in a second call"
   else
-  args+=(--max-total-s "${PEERS_MAX_S:-$left}")
-  # PEERS_EXTRA: more peers.py arguments, e.g. "--sm90-rows 0,7 --shapes s16k-d64"
-  read -r -a extra <<< "${PEERS_EXTRA:-}"
-  args+=("${extra[@]}")
-  if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
-       python3 bench/peers.py --out "$OUT" "${args[@]}" >"$OUT/peers.log" 2>&1; then result[bench]=ok
-  else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi
-  "$BUILD/flashcore" demo > "$OUT/demo.txt" 2>&1 && result[demo]="ok" || result[demo]=FAIL
-  tail -6 "$OUT/demo.txt"
+    args+=(--max-total-s "${PEERS_MAX_S:-$left}")
+    # PEERS_EXTRA: more peers.py arguments, e.g. "--sm90-rows 0,7 --shapes s16k-d64"
+    read -r -a extra <<< "${PEERS_EXTRA:-}"
+    args+=("${extra[@]}")
+    if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
+         python3 bench/peers.py --out "$OUT" "${args[@]}" >"$OUT/peers.log" 2>&1; then result[bench]=ok
+    else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi
+    "$BUILD/flashcore" demo > "$OUT/demo.txt" 2>&1 && result[demo]="ok" || result[demo]=FAIL
+    tail -6 "$OUT/demo.txt"
   fi
 fi
 
@@ -212,7 +215,7 @@ if want_explicit trace; then
     # The stamps cost registers: a spilling trace kernel's phases include
     # local-memory traffic the shipped kernel does not have (since session
     # 6, rows 7 and 8 spill 4-8 B in trace builds only). Say so in the result.
-    tspill=$(grep -i "spill" "$OUT/trace-build.log" | grep -v " 0 bytes spill" | grep -o "kernelILi[0-9]*" | sort -u | tr '\n' ' ')
+    tspill=$(spills_in "$OUT/trace-build.log" | grep -o "kernelILi[0-9]*" | sort -u | tr '\n' ' ')
     [ -n "$tspill" ] && result[trace]="ok (trace build spills in: $tspill)"
     for sh in ${TRACE_SHAPES:-s512-d64 s2k-d128 s8k-d128}; do
       FLASHCORE_SM90_TRACE_FILE="$OUT/trace-$sh.bin" "$BUILD-trace/flashcore" bench --shape "$sh" --iters 2 \

@@ -1,6 +1,6 @@
 /*
- * test_mask_mode.c -- the Hopper planner's proof that a call's loops need no
- * mask code (src/cuda/sm90/mask_mode.h), checked against the visibility rule
+ * test_mask_mode.c -- the planners' proof that a call's loops need no
+ * mask code (src/cuda/common/mask_mode.h), checked against the visibility rule
  * itself (fc_key_visible, the reference's): random problems over the tile
  * shapes the kernels use (block_m 64/128/192, block_n 80/112/128, pack
  * shifts 0-3), every tile of each. For each tile the blocks it visits are
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda/sm90/mask_mode.h"
+#include "cuda/common/mask_mode.h"
 #include "test_util.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
@@ -59,7 +59,7 @@ static int check_problem(int sq, int sk, int wl, int wr, int bm, int bn, int shi
             int masked = 0;
             for (int i = p0; i <= p1 && !masked; ++i)
                 masked = !(lo[i] <= n * bn && n * bn + bn <= hi[i]);
-            if (masked && (mode == FC_SM90_MASKS_NONE || n != n_hi - 1)) {
+            if (masked && (mode == FC_MASKS_NONE || n != n_hi - 1)) {
                 printf("FAIL mask mode %d: sq %d sk %d wl %d wr %d block %dx%d shift %d: tile row %lld, "
                        "block %d of [%d, %d) is masked\n",
                        mode, sq, sk, wl, wr, bm, bn, shift, (long long)m0, n, n_lo, n_hi);
@@ -85,13 +85,13 @@ int main(void)
         const int wl = rnd(5) ? -1 : rnd(300);
         const int wr = rnd(3) == 0 ? -1 : (rnd(2) ? 0 : rnd(300));
         const fc_fwd_params p = {.seqlen_q = sq, .seqlen_k = sk, .window_left = wl, .window_right = wr};
-        const int mode = fc_sm90_mask_mode(&p, bm, bn, shift);
+        const int mode = fc_cuda_mask_mode(&p, bm, bn, shift);
         ++checked[mode];
-        if (mode != FC_SM90_MASKS_ANY) bad += !check_problem(sq, sk, wl, wr, bm, bn, shift, mode, lo, hi);
+        if (mode != FC_MASKS_ANY) bad += !check_problem(sq, sk, wl, wr, bm, bn, shift, mode, lo, hi);
     }
     CHECK(bad == 0, "a tile has a masked block its mask mode rules out");
     /* Enough of each proven mode, and of causal square shapes, to mean something. */
-    CHECK(checked[FC_SM90_MASKS_NONE] > 500 && checked[FC_SM90_MASKS_FIRST] > 200,
+    CHECK(checked[FC_MASKS_NONE] > 500 && checked[FC_MASKS_FIRST] > 200,
           "too few proven cases: none %d, first %d, any %d", checked[0], checked[1], checked[2]);
     /* Named cases: a causal square call with 128-row tiles is FIRST; 192-row
      * tiles over 128-key blocks are not; softcap, a left window, a KV tail,
@@ -101,28 +101,28 @@ int main(void)
     p.seqlen_q = p.seqlen_k = 2048;
     p.window_left = -1;
     p.window_right = 0;
-    CHECK(fc_sm90_mask_mode(&p, 128, 128, 0) == FC_SM90_MASKS_FIRST, "causal 2k, 128x128: FIRST");
-    CHECK(fc_sm90_mask_mode(&p, 64, 128, 0) == FC_SM90_MASKS_FIRST, "causal 2k, 64x128: FIRST");
-    CHECK(fc_sm90_mask_mode(&p, 128, 128, 2) == FC_SM90_MASKS_FIRST, "causal 2k, packed x4: FIRST");
-    CHECK(fc_sm90_mask_mode(&p, 192, 128, 0) == FC_SM90_MASKS_ANY, "causal 2k, 192x128: ANY");
+    CHECK(fc_cuda_mask_mode(&p, 128, 128, 0) == FC_MASKS_FIRST, "causal 2k, 128x128: FIRST");
+    CHECK(fc_cuda_mask_mode(&p, 64, 128, 0) == FC_MASKS_FIRST, "causal 2k, 64x128: FIRST");
+    CHECK(fc_cuda_mask_mode(&p, 128, 128, 2) == FC_MASKS_FIRST, "causal 2k, packed x4: FIRST");
+    CHECK(fc_cuda_mask_mode(&p, 192, 128, 0) == FC_MASKS_ANY, "causal 2k, 192x128: ANY");
     p.window_right = -1;
-    CHECK(fc_sm90_mask_mode(&p, 192, 128, 0) == FC_SM90_MASKS_NONE, "dense 2k: NONE");
+    CHECK(fc_cuda_mask_mode(&p, 192, 128, 0) == FC_MASKS_NONE, "dense 2k: NONE");
     p.softcap = 30.0f;
-    CHECK(fc_sm90_mask_mode(&p, 128, 128, 0) == FC_SM90_MASKS_ANY, "softcap: ANY");
+    CHECK(fc_cuda_mask_mode(&p, 128, 128, 0) == FC_MASKS_ANY, "softcap: ANY");
     p.softcap = 0.0f;
     p.window_left = 256;
-    CHECK(fc_sm90_mask_mode(&p, 128, 128, 0) == FC_SM90_MASKS_ANY, "left window: ANY");
+    CHECK(fc_cuda_mask_mode(&p, 128, 128, 0) == FC_MASKS_ANY, "left window: ANY");
     p.window_left = -1;
     p.seqlen_k = 2000;
-    CHECK(fc_sm90_mask_mode(&p, 128, 128, 0) == FC_SM90_MASKS_ANY, "KV tail: ANY");
+    CHECK(fc_cuda_mask_mode(&p, 128, 128, 0) == FC_MASKS_ANY, "KV tail: ANY");
     p.seqlen_k = 2048;
     static const int32_t cu[2] = {0, 2048};
     p.cu_seqlens_k = cu;
-    CHECK(fc_sm90_mask_mode(&p, 128, 128, 0) == FC_SM90_MASKS_ANY, "varlen: ANY");
+    CHECK(fc_cuda_mask_mode(&p, 128, 128, 0) == FC_MASKS_ANY, "varlen: ANY");
     p.cu_seqlens_k = NULL;
     p.window_right = 0;
     p.seqlen_q = 4096;
-    CHECK(fc_sm90_mask_mode(&p, 128, 128, 0) == FC_SM90_MASKS_ANY, "causal sq > sk: ANY");
+    CHECK(fc_cuda_mask_mode(&p, 128, 128, 0) == FC_MASKS_ANY, "causal sq > sk: ANY");
     printf("cases: none %d, first %d, any %d\n", checked[0], checked[1], checked[2]);
     group_done("mask_mode", p0, f0);
     return test_summary();

@@ -61,9 +61,12 @@ fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStrea
                               tile_smem_bytes(T),
                           "tiles.cuh tile_smem_bytes and the kernel's smem layout disagree");
             if (config == I) {
-                if ((T.variant & kVarNoPlain) == 0 && a->plain)
-                    return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
-                                       tile_sm90_only(T), T.variant, true>(a, device, stream, err, err_len);
+                /* A kVarNoPlain row has no plain instance at all (the planner
+                 * never asks for one: plan.cu folds the bit into masks). */
+                if constexpr ((T.variant & kVarNoPlain) == 0)
+                    if (a->plain)
+                        return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
+                                           tile_sm90_only(T), T.variant, true>(a, device, stream, err, err_len);
                 return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
                                    tile_sm90_only(T), T.variant, false>(a, device, stream, err, err_len);
             }

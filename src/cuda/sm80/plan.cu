@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cuda/common/mask_mode.h"
 #include "cuda/sm80/fwd_args.h"
 #include "cuda/sm80/tiles.cuh"
 
@@ -217,13 +218,14 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     choice->pack_gqa = g > 1;
     choice->num_splits = 1;
     choice->workspace_bytes = 0;
-    /* No softcap, no window (causal included), dense KV of whole blocks: no
-     * block of any CTA is masked, and the kernel instance without the
-     * softcap and mask code runs (both sit inline in every block). */
-    choice->masks = (p->softcap == 0.f && p->window_left < 0 && p->window_right < 0 && !p->cu_seqlens_k &&
-                     p->seqlen_k % t.block_n == 0 && (t.variant & fc::sm80::kVarNoPlain) == 0)
-                        ? 0
-                        : 2;
+    /* No block of any CTA masked: the kernel instance without the softcap and
+     * mask code runs (common/mask_mode.h; this kernel has no first-block-only
+     * instance, and the pack shift only matters for that one), unless the
+     * row opts out (kVarNoPlain). */
+    choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, 0) == FC_MASKS_NONE &&
+                            (t.variant & fc::sm80::kVarNoPlain) == 0
+                        ? FC_MASKS_NONE
+                        : FC_MASKS_ANY;
     char var[16] = "";
     if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
     snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s%s", dtype_name(p->dtype), hd,

@@ -46,7 +46,7 @@
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem_optin.cuh"
-#include "cuda/sm90/mask_mode.h"
+#include "cuda/common/mask_mode.h"
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tiles.cuh"
@@ -447,7 +447,7 @@ __device__ __forceinline__ float max_shift(float m, float c) { return m == neg_i
 /* Which blocks may need the softcap and mask code (mask_mode.h proves it per
  * call; fc_sm90_params.masks): none, a tile's first block only (the highest
  * KV block, where a causal diagonal lies), or any. */
-enum MaskMode { kMaskNone = FC_SM90_MASKS_NONE, kMaskFirst = FC_SM90_MASKS_FIRST, kMaskAny = FC_SM90_MASKS_ANY };
+enum MaskMode { kMaskNone = FC_MASKS_NONE, kMaskFirst = FC_MASKS_FIRST, kMaskAny = FC_MASKS_ANY };
 
 /* Softcap, mask, online softmax of one S block in place (S becomes P in
  * fp32); returns the factors by which O must be rescaled. The softcap and
@@ -713,7 +713,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
     /* Rotated tile loop (above) with 2 Q buffers and kRotate; otherwise a
      * tile's first S is issued at the loop head (the plain order), which is
      * what one tile per CTA wants (plan.cu: choose_rotate). */
-    constexpr bool ROT = kRotate && C::QB == 2 && C::KVS == 1;
+    constexpr bool ROT = kRotate && FC_SM90_CAN_ROTATE(C::T);
     const int tid = threadIdx.x - 128 * (cw + 1); /* 0..127 within the warpgroup */
     const int warp = tid >> 5;
     const int lane = tid & 31;
@@ -1137,15 +1137,12 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     return FC_OK;
 }
 
-} /* namespace fc90 */
-
-namespace fc90 {
 /* The kernel for prm's rotate and mask-mode choices (plan.cu made them). */
 template <int kCfg, bool kBF16, int kMask>
 static fc_status launch_rot(const fc_sm90_params *prm, int grid, int device, cudaStream_t s, char *err,
                             size_t len)
 {
-    if constexpr (kTiles[kCfg].qbufs == 2 && kTiles[kCfg].kvsplit == 1) {
+    if constexpr (FC_SM90_CAN_ROTATE(kTiles[kCfg])) {
         if (prm->rotate) return launch<kCfg, kBF16, true, kMask>(prm, grid, device, s, err, len);
     }
     return launch<kCfg, kBF16, false, kMask>(prm, grid, device, s, err, len);

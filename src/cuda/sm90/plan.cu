@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda/sm90/mask_mode.h"
+#include "cuda/common/mask_mode.h"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tiles.cuh"
 
@@ -336,11 +336,11 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
      * cannot rotate. FLASHCORE_SM90_ROTATE=0/1 overrides (A/B). */
     const int forced_rot = fc_tuning_row("FLASHCORE_SM90_ROTATE", 2);
     const int64_t kv_blocks = ((int64_t)p->seqlen_k + t.block_n - 1) / t.block_n;
-    choice->rotate = t.qbufs == 2 && t.kvsplit == 1 && !FC_SM90_SIMPLE &&
+    choice->rotate = FC_SM90_CAN_ROTATE(t) && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
                                             kv_blocks <= 8);
-    choice->masks = fc_sm90_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
+    choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
     snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
              pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", t.kvsplit > 1 ? "_kvs" : "",

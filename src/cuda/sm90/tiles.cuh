@@ -131,6 +131,12 @@ typedef struct fc_sm90_tile {
     {64, 64, 128, 2, 4, 128, 0, 1, 1, 2, 0, 1, 2},
 #define FC_SM90_NUM_TILES 9
 
+/* Rows whose tiles can take the rotated tile loop (a tile's first S GEMM
+ * issued during the previous tile's epilogue): the next tile's Q needs its
+ * own buffer, and a kvsplit pair merges between tiles. The planner, the
+ * launcher and the kernel all ask this. */
+#define FC_SM90_CAN_ROTATE(t) ((t).qbufs == 2 && (t).kvsplit == 1)
+
 /* Registers after setmaxnreg, per thread, by consumer warpgroup count and
  * CTAs per SM (see the budget above): the CTA's share of the 64 K registers
  * less the producer's, over the consumer threads, in steps of 8.
