@@ -35,8 +35,8 @@
 
 enum { FC_MASKS_NONE = 0, FC_MASKS_FIRST = 1, FC_MASKS_ANY = 2 };
 
-/* shift: log2 of the query heads packed per tile row group (pack-GQA), else 0. */
-
+/* FC_MASKS_* for p on a tile of block_m rows and block_n keys; shift: log2
+ * of the query heads packed per tile row group (pack-GQA), else 0. */
 static inline int fc_cuda_mask_mode(const fc_fwd_params *p, int block_m, int block_n, int shift)
 {
     const int dense_whole = !p->cu_seqlens_k && p->seqlen_k % block_n == 0;

@@ -245,7 +245,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panel32; later the O staging */
     const uint32_t sKV = sQ + S_::Q_BYTES;    /* stage s: K tile, then V tile           */
-    const uint32_t sBase = sKV + S_::STAGES * S_::STAGE_BYTES; /* K, V base pointers (16 B) */
+    const uint32_t sBase = sKV + S_::STAGES * S_::STAGE_BYTES; /* K, V base pointers, block range (24 B) */
     /* sBase + 16: KV_BASE_IN_SMEM, the mask-free block range {n_full_lo, n_full_hi} */
     const uint32_t sMask = sBase + 24; /* LEAN_REGS: row r's {jmin, jmax} at sMask + 8r */
 
@@ -722,7 +722,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 
             /* ---- masks, only on blocks straddling a band edge or sk ---- */
             int nf_lo = n_full_lo, nf_hi = n_full_hi;
-            if constexpr (S_::KV_BASE_IN_SMEM) { /* (volatile: really re-read) */
+            if constexpr (S_::KV_BASE_IN_SMEM && !PLAIN) { /* (volatile: really re-read) */
                 const uint64_t v = lds64(sBase + 16);
                 nf_lo = (int)(uint32_t)v;
                 nf_hi = (int)(uint32_t)(v >> 32);

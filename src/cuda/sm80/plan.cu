@@ -229,7 +229,7 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     char var[16] = "";
     if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
     snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s%s", dtype_name(p->dtype), hd,
-             t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "", choice->masks == 0 ? "_plain" : "");
+             t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "", choice->masks == FC_MASKS_NONE ? "_plain" : "");
     return FC_OK;
 }
 
@@ -273,7 +273,7 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
     }
     a.m_tiles = fc_fastdiv_make((int32_t)m_tiles);
     a.pdl = choice->pdl;
-    a.plain = choice->masks == 0;
+    a.plain = choice->masks == FC_MASKS_NONE;
 
     const int cfg = choice->config;
     const int device = dev->id;

@@ -24,9 +24,8 @@
  * Shared memory per CTA: (block_m + 2*stages*block_n) * head_dim * 2 bytes
  * (the Q tile, then a K and a V tile per stage -- stages 1: the one K and one
  * V buffer; the output is staged in the Q tile's space) + 24 bytes (the K/V
- * base pointers and the mask-free block range, kept out of registers; the
- * per-row budgets below say "+ 16 B", from before the range moved there:
- * 8 bytes more change no CTA count) + block_m * 8 bytes where S alone
+ * base pointers and the mask-free block range, kept out of registers)
+ * + block_m * 8 bytes where S alone
  * takes >= 128 registers (MT * block_n / 2 >= 128: the per-row mask limits,
  * kept out of registers -- fwd_kernel.cuh, Shape::LEAN_REGS).
  * Each SM also reserves 1 KB per CTA.
@@ -142,8 +141,8 @@ constexpr Tile kTiles[] = {
     /* d64: 128x128 = FA2's d64 tile: MT 2, O 64 + S 128 regs, Q from smem, K/V
      * bases and the per-row mask limits in smem, load_kv's unit offsets
      * recomputed from %tid.x (Shape::LEAN_REGS): 255 regs, no spill on sm_90a
-     * (spilled 64 B before). smem 16+2*2*16 = 80 KB + 16 B + 1 KB (mask
-     * limits): 2 CTAs = 8 warps (2 x (81 KB + 16 B + 1 KB reserved) <= 228 KB).
+     * (spilled 64 B before). smem 16+2*2*16 = 80 KB + 24 B + 1 KB (mask
+     * limits): 2 CTAs = 8 warps (2 x (81 KB + 24 B + 1 KB reserved) <= 228 KB).
      * Half the KV blocks of 128x64, so half the per-block barriers, row-max
      * shuffles, O rescales and Q re-reads: ~12% fewer issued instructions per
      * key on the unmasked path (SASS: 1139 per 128 keys vs 648 per 64).
@@ -153,7 +152,7 @@ constexpr Tile kTiles[] = {
      * 128x64 row it replaced (s512-d64 0.85x FA2 with either), not the
      * predicted +3..7%; kept as FA2's tile, tested like every row.
      * SM90-only: it also compiles without spills for sm_80/86/89, but on SM80
-     * 2 x (81 KB + 16 B + 1 KB reserved) = 164 KB + 32 B > 164 KB, i.e. 1 CTA
+     * 2 x (81 KB + 24 B + 1 KB reserved) = 164 KB + 48 B > 164 KB, i.e. 1 CTA
      * of 4 warps, and SM86 has 100 KB (FA2 takes it on both; not taken here).
      * Lean addressing: +3% at s512-d64 (H100, session 4, same run); with the
      * lean Q load / O store too (spill-free since session 6): +7.5% more.    */
@@ -183,8 +182,8 @@ constexpr Tile kTiles[] = {
     {kClassSm90, 128, 128,  64, 4, 2, 2, 0, 0, kVarLeanAddr | kVarNoPlain},
     /* d256: FA2's H100 tile -- 64x64, 4 warps (MT 1: O 128 + S 32 regs, Q from
      * smem, KV bases in registers; 246 regs on sm_90a, no spill), split K/V
-     * buffers (stages 1): 32+2*1*32 = 96 KB + 16 B, so 2 CTAs = 8 warps per SM
-     * (2 x (96 KB + 16 B + 1 KB) = 194 KB <= 228 KB), the two CTAs covering each
+     * buffers (stages 1): 32+2*1*32 = 96 KB + 24 B, so 2 CTAs = 8 warps per SM
+     * (2 x (96 KB + 24 B + 1 KB) = 194 KB <= 228 KB), the two CTAs covering each
      * other's load waits and barriers. block_n 64 keeps the per-block
      * softmax/barrier cost of the old 128x64 ring row (1 CTA of 8 warps,
      * 64+2*2*32 = 192 KB; measured on an H100: 277 TFLOP/s at s4k vs FA2's

@@ -345,7 +345,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
              pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", t.kvsplit > 1 ? "_kvs" : "",
              choice->rotate ? "_rot" : "", shift > 0 ? "_packgqa" : "",
-             choice->masks == 0 ? "_plain" : (choice->masks == 1 ? "_plainloop" : ""));
+             choice->masks == FC_MASKS_NONE ? "_plain" : (choice->masks == FC_MASKS_FIRST ? "_plainloop" : ""));
     return FC_OK;
 }
 
