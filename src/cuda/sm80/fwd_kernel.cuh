@@ -25,14 +25,22 @@
  * 2-stage ring, so a 64x64 d256 CTA takes 96 KB and two fit on an sm_90 SM;
  * the second CTA hides the load latency that one buffer each cannot.
  *
- * Shared memory layout ("panel32"): a tile of R rows x HD columns (16-bit) is
- * stored as HD/32 panels of R rows x 64 bytes; in a panel the 16-byte chunk
- * c (0..3) of row r sits at chunk position c ^ ((r >> 1) & 3). Any 8
- * consecutive rows (r0 % 8 == 0) at the same logical chunk then cover all
- * 8 bank groups (row parity picks the half of a 128-byte line, the XOR the
- * chunk within it), so every ldmatrix phase and every cp.async phase (8
- * threads = 2 rows x 4 chunks of one panel) is bank-conflict free, for every
- * head dim (32..256, including 96 which is not a power of two).
+ * Shared memory layout (panels): a tile of R rows x HD columns (16-bit) is
+ * stored as column panels of R rows x PC 16-byte chunks (Shape::PC).
+ *  - PC 8 (head dims 64 and 128: FA2's layout): 128-byte panel rows, chunk
+ *    c (0..7) of row r at chunk position c ^ (r & 7).
+ *  - PC 4 (head dims 32 and 96, which 128-byte panels do not divide, and 256,
+ *    where 8 measured slower: Shape::PC): 64-byte panel rows, chunk c (0..3)
+ *    of row r at c ^ ((r >> 1) & 3) (a row pair shares a 128-byte line; row
+ *    parity picks its half).
+ * Any 8 consecutive rows (r0 % 8 == 0) at the same logical chunk then cover
+ * all 8 bank groups, so every ldmatrix phase and every cp.async phase (8
+ * threads = one 128-byte line: a panel row at PC 8, two at PC 4) is
+ * bank-conflict free. Why 128-byte rows: a warp's cp.async (32 chunks) then
+ * writes 4 whole shared-memory lines, against 8 half lines at PC 4 -- half
+ * the L1 wavefronts per copy (Nsight Compute, H100: 8 per cp.async at PC 4,
+ * FA2's 4; docs/perf/notes-sm80.md, sessions 7-8). Measured on an H100
+ * (session 8): s512-d64, s2k-d128, s8k-d128 and gqa-prefill +4-6%.
  *
  * Runtime flags (no extra instantiations): causal/window masks, softcap,
  * varlen, lse, split-KV, GQA packing. Compile time: dtype, head dim, tile.
@@ -52,12 +60,27 @@ namespace sm80 {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-/* Byte offset of 16-byte chunk c (0..HD/8-1) of row r in a panel32 tile of
- * ROWS rows (see the file comment). */
-template <int ROWS>
+/* Chunk-position XOR of row r in a panel of PC chunks (see the file comment). */
+template <int PC>
+__device__ __forceinline__ int panel_swz(int r)
+{
+    return PC == 8 ? (r & 7) : ((r >> 1) & 3);
+}
+/* Byte offset of 16-byte chunk c (0..HD/8-1) of row r in a tile of ROWS rows
+ * stored as panels of PC chunks. */
+template <int ROWS, int PC>
 __device__ __forceinline__ uint32_t panel_offset(int r, int c)
 {
-    return (uint32_t)((c >> 2) * ROWS * 64 + r * 64 + ((((c & 3) ^ (r >> 1)) & 3) << 4));
+    constexpr int LPC = PC == 8 ? 3 : 2; /* (shifts: c and r are signed ints) */
+    return (uint32_t)((c >> LPC) * ROWS * PC * 16 + r * PC * 16 + (((c & (PC - 1)) ^ panel_swz<PC>(r)) << 4));
+}
+/* Byte offset of unit u of a tile walked in storage order (panel, row, chunk
+ * -- the cp.async loads): u's own chunk position XOR the swizzle, which is
+ * (u >> 3) & (PC - 1) = panel_swz(row) for either PC (rows % 8 == 0). */
+template <int PC>
+__device__ __forceinline__ uint32_t unit_smem_offset(int u)
+{
+    return (uint32_t)(u ^ ((u >> 3) & (PC - 1))) * 16;
 }
 
 /* tanh for softcap and the K/V base-pointer parking slots (device_math.cuh). */
@@ -111,6 +134,16 @@ struct Shape {
     static constexpr int NTL = BN / 8;        /* n8 tiles of S                      */
     static constexpr int DTL = HD / 8;        /* n8 tiles of O                      */
     static constexpr int PSTEPS = BN / 16;    /* k16 steps of O += P V              */
+    /* smem panels (file comment): PC chunks of 16 bytes per panel row, 8 for
+     * head dims 64 and 128, else 4; KPP k16 steps per panel. d256 keeps 4:
+     * with 8, s4k-d256 measured 1-2% slower (0.97x FA2 against 0.98-0.99x;
+     * with lean addressing 0.98x; H100, session 8, runs 48-49), while d64
+     * and d128 gained 4-6%. */
+    static constexpr int PC = (HD == 64 || HD == 128) ? 8 : 4;
+    static constexpr int LPC = PC == 8 ? 3 : 2; /* log2 PC: index math by shifts and
+                                                 * masks (the indices are signed) */
+    static constexpr int PB = PC * 16;        /* bytes per panel row                */
+    static constexpr int KPP = PC / 2;
     static constexpr uint32_t Q_BYTES = BM * HD * 2;
     static constexpr uint32_t KV_BYTES = BN * HD * 2; /* one K (or V) tile          */
     static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
@@ -145,7 +178,7 @@ struct Shape {
     static_assert(BM % (16 * W) == 0 && (MT == 1 || MT == 2), "block_m = 16 * warps * (1 or 2)");
     static_assert(BN % 16 == 0 && BN >= 16, "block_n: multiple of 16 (pairs of n8 MMA tiles)");
     static_assert(STAGES >= 1 && STAGES <= 4, "1 (split K/V buffers) or a 2..4-deep ring");
-    static_assert(BM % 8 == 0 && BN % 8 == 0, "panel32 swizzle period is 8 rows");
+    static_assert(BM % 8 == 0 && BN % 8 == 0, "the panel swizzle's period is 8 rows");
     static_assert((WROWS * HD / 8) % 32 == 0, "epilogue: whole 16-byte chunks per lane");
 };
 
@@ -227,6 +260,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 {
     using S_ = Shape<HD, BM, BN, W, STAGES>;
     constexpr int NT = S_::NT, MT = S_::MT, WROWS = S_::WROWS;
+    constexpr int PC = S_::PC, LPC = S_::LPC, PB = S_::PB, KPP = S_::KPP;
     constexpr int KSTEPS = S_::KSTEPS, NTL = S_::NTL, DTL = S_::DTL, PSTEPS = S_::PSTEPS;
     constexpr bool Q_IN_REGS = S_::Q_IN_REGS;
     /* Code variants (tiles.cuh, Tile::variant; 0 = the plain kernel). */
@@ -243,7 +277,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                   "variant bits: 1 lean addressing, 2 early first block (ring rows only), 4 no plain instance");
 
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panel32; later the O staging */
+    const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panels; later the O staging */
     const uint32_t sKV = sQ + S_::Q_BYTES;    /* stage s: K tile, then V tile           */
     const uint32_t sBase = sKV + S_::STAGES * S_::STAGE_BYTES; /* K, V base pointers, block range (24 B) */
     /* sBase + 16: KV_BASE_IN_SMEM, the mask-free block range {n_full_lo, n_full_hi} */
@@ -330,20 +364,20 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                               (uint64_t)(uint32_t)jmin[mt][hf] | ((uint64_t)(uint32_t)jmax[mt][hf] << 32));
             }
 
-        /* ---- cp.async tile loads. Unit u (one 16-byte chunk) walks a panel32
-         * tile of R rows in storage order: panel u / (4R), row (u / 4) % R,
-         * chunk u % 4, stored at byte (u ^ ((u >> 3) & 3)) * 16 -- the swizzle,
-         * as (u >> 3) & 3 = (row >> 1) & 3. 8 consecutive threads = 2 rows x 64
-         * contiguous global bytes: whole 32-byte sectors, conflict-free smem.
-         * Thread tid handles units tid + k*NT: its row and chunk differ from
-         * unit tid's by compile-time amounts, so one base pointer per tensor. */
+        /* ---- cp.async tile loads. Unit u (one 16-byte chunk) walks a tile of R
+         * rows in storage order: panel u / (PC*R), row (u / PC) % R, chunk
+         * u % PC, stored at unit_smem_offset(u). 8 consecutive threads = 128
+         * contiguous global bytes (one row at PC 8, two at PC 4) and one
+         * 128-byte smem line, conflict-free. Thread tid handles units
+         * tid + k*NT: its row and chunk differ from unit tid's by compile-time
+         * amounts, so one base pointer per tensor. */
         const int h_kv = fc_fastdiv_div(c.h_base, a.heads_per_kv);
-        constexpr int QS = NT / 4; /* rows of 4 chunks covered by one pass of NT threads */
+        constexpr int QS = NT / PC; /* panel rows covered by one pass of NT threads */
         static_assert(BN % QS == 0 || QS % BN == 0, "K/V load: passes must tile the rows");
-        static_assert(NT % 32 == 0, "K/V load: unit tid + k*NT keeps tid's chunk and swizzle bits");
+        static_assert(NT % (8 * PC) == 0, "K/V load: unit tid + k*NT keeps tid's chunk and swizzle bits");
         /* Row and chunk of unit tid (load_kv recomputes them with LEAN_REGS). */
-        auto unit_row0 = [](int tid_) { return (tid_ >> 2) % BN; };
-        auto unit_chunk0 = [](int tid_) { return ((tid_ >> 2) / BN) * 4 + (tid_ & 3); };
+        auto unit_row0 = [](int tid_) { return (tid_ >> LPC) % BN; };
+        auto unit_chunk0 = [](int tid_) { return ((tid_ >> LPC) / BN) * PC + (tid_ & (PC - 1)); };
         const int kv_row0 = unit_row0(tid);
         const int kv_chunk0 = unit_chunk0(tid);
         /* CTA-uniform K/V bases. With KV_BASE_IN_SMEM they are parked in
@@ -371,7 +405,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         }
         const uint16_t *__restrict__ kt = kb0 + kv_row0 * p.k_row_stride + kv_chunk0 * 8;
         const uint16_t *__restrict__ vt = vb0 + kv_row0 * p.v_row_stride + kv_chunk0 * 8;
-        auto unit_soff = [](int tid_) { return (uint32_t)(tid_ ^ ((tid_ >> 3) & 3)) * 16; };
+        auto unit_soff = [](int tid_) { return unit_smem_offset<PC>(tid_); };
         const uint32_t kv_soff = unit_soff(tid); /* unit tid's smem offset */
         auto load_kv = [&](int n, int stage, auto sel) {
             /* LEAN_REGS: the same three values, recomputed from a fresh
@@ -404,7 +438,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                     /* Unit tid + k*NT sits DR rows and DC chunks from unit tid
                      * (u/4 grows by k*QS; BN and QS divide one another) and k*NT*16
                      * bytes further in smem (the swizzle bits are tid's). */
-                    const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * 4;
+                    const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * PC;
                     /* Keys past the end are zero-filled (src-size 0: nothing is
                      * read); they still get an address inside the tensor. */
                     const bool ok = j0 + DR < sk;
@@ -431,8 +465,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 #pragma unroll
             for (int k = 0; k < UNITS / NT; ++k) {
                 const int u = tid + k * NT;
-                const int r = (u >> 2) % BM;
-                const int ch = (u / (BM * 4)) * 4 + (u & 3);
+                const int r = (u >> LPC) % BM;
+                const int ch = (u / (BM * PC)) * PC + (u & (PC - 1));
                 const int64_t rr = c.r0 + r;
                 const bool ok = rr < c.rows; /* rows past the sequence: zeros */
                 const uint16_t *src = qg;
@@ -442,12 +476,12 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                     src = qg + c.bq * p.q_batch_stride + (c.q_start + i) * p.q_row_stride +
                           (int64_t)h * p.q_head_stride + ch * 8;
                 }
-                ptx::cp_async_16(sQ + (uint32_t)(u ^ ((u >> 3) & 3)) * 16, src, ok);
+                ptx::cp_async_16(sQ + unit_smem_offset<PC>(u), src, ok);
             }
         };
 
         /* ---- kVarLeanAddr loads. The chunks a thread copies in one tile lie
-         * on NR distinct rows (pass k: row + (k*QS) % R, chunk + 4 * ((k*QS) / R)
+         * on NR distinct rows (pass k: row + (k*QS) % R, chunk + PC * ((k*QS) / R)
          * -- see load_kv), so one 64-bit pointer per distinct row, built by
          * 64-bit adds of QS rows, covers them all; the panel hop is a constant
          * byte offset (an immediate of the LDGSTS). Rows past the end get the
@@ -499,7 +533,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 #pragma unroll
             for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
                 if (UNITS % NT == 0 || tid_ + k * NT < UNITS) {
-                    const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * 4;
+                    const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * PC;
                     const int r = DR / QS;
                     if constexpr (DO_K) ptx::cp_async_16(sK + k * NT * 16, kr[r] + DC * 8, okr[r]);
                     if constexpr (DO_V) ptx::cp_async_16(sV + k * NT * 16, vr[r] + DC * 8, okr[r]);
@@ -515,8 +549,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             }
             constexpr int UNITS = BM * HD / 8;
             constexpr int NRQ = BM > QS ? BM / QS : 1;
-            const int qr0 = (tid >> 2) % BM;
-            const int qc0 = ((tid >> 2) / BM) * 4 + (tid & 3);
+            const int qr0 = (tid >> LPC) % BM;
+            const int qc0 = ((tid >> LPC) / BM) * PC + (tid & (PC - 1));
             const uint16_t *qg = (const uint16_t *)p.q;
             const uint16_t *q0 = qg + c.bq * p.q_batch_stride + (c.q_start + c.r0 + qr0) * p.q_row_stride +
                                  (int64_t)c.h_base * p.q_head_stride + qc0 * 8;
@@ -529,10 +563,10 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             }
 #pragma unroll
             for (int r = 0; r < NRQ; ++r) qr[r] = okq[r] ? qr[r] : qg;
-            const uint32_t sq0 = sQ + (uint32_t)(tid ^ ((tid >> 3) & 3)) * 16;
+            const uint32_t sq0 = sQ + unit_smem_offset<PC>(tid);
 #pragma unroll
             for (int k = 0; k < UNITS / NT; ++k) {
-                const int DR = (k * QS) % BM, DC = ((k * QS) / BM) * 4;
+                const int DR = (k * QS) % BM, DC = ((k * QS) / BM) * PC;
                 const int r = DR / QS;
                 ptx::cp_async_16(sq0 + k * NT * 16, qr[r] + DC * 8, okq[r]);
             }
@@ -555,10 +589,26 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         /* ldmatrix lane offsets inside a 16-row band of a panel (file comment):
          *  offA: A operand (Q) and V^T: lane -> row lane%16, chunk lane/16
          *  offB: B operand (K): lane -> row 8*(lane/16) + lane%8, chunk (lane/8)%2
-         * The odd k16 step of a panel has logical chunk +2: XOR 32 bytes. */
-        const uint32_t offA = (uint32_t)((lane & 15) * 64 + ((((lane >> 4) ^ (lane >> 1)) & 3) << 4));
-        const uint32_t offB = (uint32_t)((((lane >> 4) << 3) + (lane & 7)) * 64 +
-                                         (((((lane >> 3) & 1) ^ (lane >> 1)) & 3) << 4));
+         * k16 step kk % KPP of a panel has logical chunk + 2 (kk % KPP): XOR
+         * (kk % KPP) * 32 bytes (the swizzle is an XOR, the two lane bits and
+         * the step's bits are disjoint). */
+        auto off_a = [](int l) {
+            return (uint32_t)((l & 15) * PB + ((((l >> 4) ^ panel_swz<PC>(l & 15)) & (PC - 1)) << 4));
+        };
+        auto off_b = [](int l) {
+            return (uint32_t)((((l >> 4) << 3) + (l & 7)) * PB + (((((l >> 3) & 1) ^ panel_swz<PC>(l & 7)) & (PC - 1)) << 4));
+        };
+        /* The lane the main loop's ldmatrix offsets derive from. PC 8 needs
+         * four XOR variants of each offset; where the accumulators take >= 160
+         * registers they come from a fresh %tid.x at each GEMM, so none is
+         * held across the loop (held, the 128x64 d128 row spilled 8 bytes on
+         * sm_90a and the 128x96 d64 row 12). */
+        auto loop_lane = [&]() {
+            if constexpr (MT * (HD / 2 + BN / 2) >= 160 && PC == 8)
+                return tid_x_volatile() & 31;
+            else
+                return lane;
+        };
         uint32_t qf[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KSTEPS : 1][4];
         const float sl2 = a.sl2;
         const float softcap_in = a.softcap_in;
@@ -669,8 +719,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                         for (int kk = 0; kk < KSTEPS; ++kk)
-                            ptx::ldmatrix_x4(qf[mt][kk], sQ + (kk >> 1) * (BM * 64) + (wrow + mt * 16) * 64 +
-                                                             (offA ^ ((kk & 1) << 5)));
+                            ptx::ldmatrix_x4(qf[mt][kk], sQ + (kk / KPP) * (BM * PB) + (wrow + mt * 16) * PB +
+                                                             (off_a(lane) ^ ((kk % KPP) << 5)));
                 }
             }
             const uint32_t sK = sKV + stage * S_::STAGE_BYTES, sV = sK + S_::KV_BYTES;
@@ -683,6 +733,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                 for (int nt = 0; nt < NTL; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+            const int lane_s = loop_lane();
+            const uint32_t offA = off_a(lane_s), offB = off_b(lane_s);
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk) {
                 uint32_t qa[MT][4];
@@ -692,8 +744,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) qa[mt][e] = qf[mt][kk][e];
                     } else {
-                        ptx::ldmatrix_x4(qa[mt], sQ + (kk >> 1) * (BM * 64) + (wrow + mt * 16) * 64 +
-                                                     (offA ^ ((kk & 1) << 5)));
+                        ptx::ldmatrix_x4(qa[mt], sQ + (kk / KPP) * (BM * PB) + (wrow + mt * 16) * PB +
+                                                     (offA ^ ((kk % KPP) << 5)));
                     }
                 }
 #pragma unroll
@@ -701,7 +753,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                     /* keys 16np..16np+15 x head-dim cols 16kk..16kk+15:
                      * kb[0..1] = B of n-tile 2np, kb[2..3] = B of n-tile 2np+1 */
                     uint32_t kb[4];
-                    ptx::ldmatrix_x4(kb, sK + (kk >> 1) * (BN * 64) + np * (16 * 64) + (offB ^ ((kk & 1) << 5)));
+                    ptx::ldmatrix_x4(kb, sK + (kk / KPP) * (BN * PB) + np * (16 * PB) + (offB ^ ((kk % KPP) << 5)));
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
                         ptx::mma_16816<kBF16>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
@@ -817,6 +869,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 
             /* ---- O += P V. The C fragments of n-tiles 2kk, 2kk+1 are exactly
              * the A fragment of k16 step kk (keys 16kk..16kk+15). */
+            const uint32_t offV = off_a(loop_lane());
 #pragma unroll
             for (int kk = 0; kk < PSTEPS; ++kk) {
                 uint32_t pa[MT][4];
@@ -832,7 +885,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                     /* keys 16kk.. x head-dim cols 16dp..16dp+15 (chunks 2dp, 2dp+1):
                      * vb[0..1] = B of d-tile 2dp, vb[2..3] = B of d-tile 2dp+1 */
                     uint32_t vb[4];
-                    ptx::ldmatrix_x4_trans(vb, sV + (dp >> 1) * (BN * 64) + kk * (16 * 64) + (offA ^ ((dp & 1) << 5)));
+                    ptx::ldmatrix_x4_trans(vb, sV + (dp / KPP) * (BN * PB) + kk * (16 * PB) + (offV ^ ((dp % KPP) << 5)));
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
                         ptx::mma_16816<kBF16>(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
@@ -886,7 +939,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 
     /* Output: stage the warp's rows (normalised, converted) in its own rows of
      * the Q tile's smem -- no other warp reads or writes them, so a warp
-     * barrier suffices -- then 16-byte stores, 64 contiguous bytes per row. */
+     * barrier suffices -- then 16-byte stores, 128 contiguous bytes per 8 lanes. */
     __syncwarp();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -895,7 +948,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int r = wrow + mt * 16 + g + 8 * hf;
-                ptx::sts32(sQ + panel_offset<BM>(r, dt) + 4 * t,
+                ptx::sts32(sQ + panel_offset<BM, PC>(r, dt) + 4 * t,
                            ptx::pack2<kBF16>(o[mt][dt][2 * hf] * inv[mt][hf], o[mt][dt][2 * hf + 1] * inv[mt][hf]));
             }
     __syncwarp();
@@ -905,12 +958,12 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 #pragma unroll
         for (int k = 0; k < WUNITS / 32; ++k) {
             const int u = lane + 32 * k; /* storage order inside the warp's rows */
-            const int panel = u / (WROWS * 4);
-            const int r = wrow + ((u >> 2) % WROWS);
-            const int ch = panel * 4 + (u & 3);
+            const int panel = u / (WROWS * PC);
+            const int r = wrow + ((u >> LPC) % WROWS);
+            const int ch = panel * PC + (u & (PC - 1));
             const int64_t rr = c.r0 + r;
             if (rr < c.rows) {
-                const uint4 v = ptx::lds128(sQ + panel_offset<BM>(r, ch));
+                const uint4 v = ptx::lds128(sQ + panel_offset<BM, PC>(r, ch));
                 const int64_t i = row_pos(rr, a.pack_g);
                 const int h = c.h_base + (int)(rr - i * c.G);
                 uint16_t *dst = og + c.bq * p.o_batch_stride + (c.q_start + i) * p.o_row_stride +
@@ -924,23 +977,24 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
     };
     if constexpr (LEAN_QO) {
         if (c.G == 1) {
-            /* Unit lane + 32k: row wrow + lane/4 + (8k % WROWS), chunk
-             * 4 * (8k / WROWS) + lane % 4 -- WROWS/8 distinct rows, one pointer
-             * each (query position r0 + row of head h_base), panel hops as
-             * immediates, one STG.128 per chunk. */
-            static_assert(WROWS % 8 == 0, "epilogue: 8 rows per pass of a warp");
-            constexpr int NRO = WROWS / 8;
-            const int orow = wrow + (lane >> 2);
+            /* Unit lane + 32k, RP = 32 / PC rows per pass: row wrow + lane/PC
+             * + (RP*k % WROWS), chunk PC * (RP*k / WROWS) + lane % PC -- WROWS/RP
+             * distinct rows, one pointer each (query position r0 + row of head
+             * h_base), panel hops as immediates, one STG.128 per chunk. */
+            constexpr int RP = 32 / PC;
+            static_assert(WROWS % RP == 0, "epilogue: whole passes of a warp's rows");
+            constexpr int NRO = WROWS / RP;
+            const int orow = wrow + (lane >> LPC);
             uint16_t *o0 = og + c.bq * p.o_batch_stride + (c.q_start + c.r0 + orow) * p.o_row_stride +
-                           (int64_t)c.h_base * p.o_head_stride + (lane & 3) * 8;
+                           (int64_t)c.h_base * p.o_head_stride + (lane & (PC - 1)) * 8;
             uint16_t *orp[NRO];
 #pragma unroll
-            for (int j = 0; j < NRO; ++j) orp[j] = j == 0 ? o0 : orp[j - 1] + (int64_t)8 * p.o_row_stride;
+            for (int j = 0; j < NRO; ++j) orp[j] = j == 0 ? o0 : orp[j - 1] + (int64_t)RP * p.o_row_stride;
 #pragma unroll
             for (int k = 0; k < WUNITS / 32; ++k) {
-                const int j = (8 * k % WROWS) / 8, DC = (8 * k / WROWS) * 4;
-                if (c.r0 + orow + 8 * j < c.rows)
-                    stg128(orp[j] + DC * 8, ptx::lds128(sQ + panel_offset<BM>(orow + 8 * j, DC + (lane & 3))));
+                const int j = (RP * k % WROWS) / RP, DC = (RP * k / WROWS) * PC;
+                if (c.r0 + orow + RP * j < c.rows)
+                    stg128(orp[j] + DC * 8, ptx::lds128(sQ + panel_offset<BM, PC>(orow + RP * j, DC + (lane & (PC - 1)))));
             }
         } else {
             store_o();
