@@ -325,9 +325,6 @@ __device__ __forceinline__ void load_q(const CUtensorMap *map, uint32_t dst, uin
  * KV block in exactly the order the consumers consume them. */
 template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t base, const Bars<C> &bars)
 {
-    tma_prefetch_map(&p.tm_q);
-    tma_prefetch_map(&p.tm_k);
-    tma_prefetch_map(&p.tm_v);
     int stage = 0;
     uint32_t phase = 0;
     uint32_t q_iter = 0;
@@ -1071,6 +1068,14 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
 #endif
 
     if (threadIdx.x == 0) {
+        /* The tensor maps are kernel parameters, not anything the previous
+         * kernel writes: fetch them into the TMA unit before the PDL wait, so
+         * that the first loads and the epilogue's first store do not wait
+         * for a descriptor. */
+        tma_prefetch_map(&p.tm_q);
+        tma_prefetch_map(&p.tm_k);
+        tma_prefetch_map(&p.tm_v);
+        if (p.o_tma) tma_prefetch_map(&p.tm_o);
 #pragma unroll
         for (int b = 0; b < C::QB; ++b) {
             mbar_init(bars.q_full(b), 1);
