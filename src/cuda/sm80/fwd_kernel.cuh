@@ -137,7 +137,7 @@ struct Shape {
     /* smem panels (file comment): PC chunks of 16 bytes per panel row, 8 for
      * head dims 64 and 128, else 4; KPP k16 steps per panel. d256 keeps 4:
      * with 8, s4k-d256 measured 1-2% slower (0.97x FA2 against 0.98-0.99x;
-     * with lean addressing 0.98x; H100, session 8, runs 48-49), while d64
+     * with lean addressing 0.98x; H100, session 8, runs 48-50), while d64
      * and d128 gained 4-6%. */
     static constexpr int PC = (HD == 64 || HD == 128) ? 8 : 4;
     static constexpr int LPC = PC == 8 ? 3 : 2; /* log2 PC: index math by shifts and
@@ -436,7 +436,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
                 if (UNITS % NT == 0 || tid + k * NT < UNITS) {
                     /* Unit tid + k*NT sits DR rows and DC chunks from unit tid
-                     * (u/4 grows by k*QS; BN and QS divide one another) and k*NT*16
+                     * (u/PC grows by k*QS; BN and QS divide one another) and k*NT*16
                      * bytes further in smem (the swizzle bits are tid's). */
                     const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * PC;
                     /* Keys past the end are zero-filled (src-size 0: nothing is
