@@ -60,6 +60,9 @@ namespace sm80 {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+/* log2 of a panel's chunk count PC (4 or 8): index math by shifts and masks,
+ * which / and % by PC on signed ints would not compile to. */
+constexpr int panel_log2(int pc) { return pc == 8 ? 3 : 2; }
 /* Chunk-position XOR of row r in a panel of PC chunks (see the file comment). */
 template <int PC>
 __device__ __forceinline__ int panel_swz(int r)
@@ -71,8 +74,7 @@ __device__ __forceinline__ int panel_swz(int r)
 template <int ROWS, int PC>
 __device__ __forceinline__ uint32_t panel_offset(int r, int c)
 {
-    constexpr int LPC = PC == 8 ? 3 : 2; /* (shifts: c and r are signed ints) */
-    return (uint32_t)((c >> LPC) * ROWS * PC * 16 + r * PC * 16 + (((c & (PC - 1)) ^ panel_swz<PC>(r)) << 4));
+    return (uint32_t)((c >> panel_log2(PC)) * ROWS * PC * 16 + r * PC * 16 + (((c & (PC - 1)) ^ panel_swz<PC>(r)) << 4));
 }
 /* Byte offset of unit u of a tile walked in storage order (panel, row, chunk
  * -- the cp.async loads): u's own chunk position XOR the swizzle, which is
@@ -140,8 +142,7 @@ struct Shape {
      * with lean addressing 0.98x; H100, session 8, runs 48-50), while d64
      * and d128 gained 4-6%. */
     static constexpr int PC = (HD == 64 || HD == 128) ? 8 : 4;
-    static constexpr int LPC = PC == 8 ? 3 : 2; /* log2 PC: index math by shifts and
-                                                 * masks (the indices are signed) */
+    static constexpr int LPC = panel_log2(PC);
     static constexpr int PB = PC * 16;        /* bytes per panel row                */
     static constexpr int KPP = PC / 2;
     static constexpr uint32_t Q_BYTES = BM * HD * 2;
@@ -173,6 +174,11 @@ struct Shape {
     /* Park the K/V base pointers in smem instead of 4 registers when the
      * accumulators alone take > 160 (d128 x 64 keys at MT 2: 192). */
     static constexpr bool KV_BASE_IN_SMEM = MT * (HD / 2 + BN / 2) > 160;
+    /* Re-derive the main loop's ldmatrix lane offsets from a fresh %tid.x at
+     * each GEMM instead of holding them: PC 8 needs four XOR variants of
+     * each, and where the accumulators take >= 160 registers holding them
+     * spilled (sm_90a: 128x64 d128 8 bytes, 128x96 d64 12 bytes). */
+    static constexpr bool FRESH_LANE_OFFS = PC == 8 && MT * (HD / 2 + BN / 2) >= 160;
 
     static_assert(HD % 32 == 0 && HD >= 32 && HD <= 256, "head_dim: multiple of 32 in 32..256");
     static_assert(BM % (16 * W) == 0 && (MT == 1 || MT == 2), "block_m = 16 * warps * (1 or 2)");
@@ -598,13 +604,10 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         auto off_b = [](int l) {
             return (uint32_t)((((l >> 4) << 3) + (l & 7)) * PB + (((((l >> 3) & 1) ^ panel_swz<PC>(l & 7)) & (PC - 1)) << 4));
         };
-        /* The lane the main loop's ldmatrix offsets derive from. PC 8 needs
-         * four XOR variants of each offset; where the accumulators take >= 160
-         * registers they come from a fresh %tid.x at each GEMM, so none is
-         * held across the loop (held, the 128x64 d128 row spilled 8 bytes on
-         * sm_90a and the 128x96 d64 row 12). */
+        /* The lane the main loop's ldmatrix offsets derive from
+         * (Shape::FRESH_LANE_OFFS). */
         auto loop_lane = [&]() {
-            if constexpr (MT * (HD / 2 + BN / 2) >= 160 && PC == 8)
+            if constexpr (S_::FRESH_LANE_OFFS)
                 return tid_x_volatile() & 31;
             else
                 return lane;
