@@ -116,6 +116,14 @@ if want test; then
   if FLASHCORE_SM90_ROTATE=1 timeout 300 "$BUILD/tests/test_cuda_forward" --path 90 --cases $((n / 3)) --seed 91 \
        >"$OUT/gpu-test-90-rot.log" 2>&1; then result[gpu90-rot]="ok: $(tail -1 "$OUT/gpu-test-90-rot.log")"
   else result[gpu90-rot]="FAIL: $(tail -1 "$OUT/gpu-test-90-rot.log")"; grep -m 10 FAIL "$OUT/gpu-test-90-rot.log"; fi
+  # Tail balancing (the last tiles' KV blocks dealt out over the CTAs, parts
+  # merged by the last to finish) on every case that allows it: a 5-CTA grid
+  # gives the small test shapes several rounds of tiles and so tails, with
+  # tiles split 2-5 ways; the matrix checks every element and the rerun's bits
+  log "GPU matrix, path 90, tail balancing forced on a 5-CTA grid"
+  if FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 timeout 300 "$BUILD/tests/test_cuda_forward" --path 90 \
+       --cases $((n / 3)) --seed 93 >"$OUT/gpu-test-90-tail.log" 2>&1; then result[gpu90-tail]="ok: $(tail -1 "$OUT/gpu-test-90-tail.log")"
+  else result[gpu90-tail]="FAIL: $(tail -1 "$OUT/gpu-test-90-tail.log")"; grep -m 10 FAIL "$OUT/gpu-test-90-tail.log"; fi
   log "python binding tests"
   if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
        python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then result[pytest]="ok: $(tail -1 "$OUT/pytest.log")"
@@ -135,6 +143,11 @@ if want sanitize; then
          "$BUILD/tests/test_cuda_forward" --quick --path 90 >"$OUT/san-$tool-90rot.log" 2>&1
     then result[san-$tool-90rot]=clean
     else result[san-$tool-90rot]=FAIL; tail -12 "$OUT/san-$tool-90rot.log"; fi
+    log "compute-sanitizer $tool path 90, tail balancing on a 5-CTA grid"
+    if FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
+         "$BUILD/tests/test_cuda_forward" --quick --path 90 >"$OUT/san-$tool-90tail.log" 2>&1
+    then result[san-$tool-90tail]=clean
+    else result[san-$tool-90tail]=FAIL; tail -12 "$OUT/san-$tool-90tail.log"; fi
     # the tall rows (3 consumer warpgroups), the 2-CTA/SM rows and the
     # kvsplit rows are not in the default quick set
     while read -r row dim tall ctas kvs; do

@@ -204,14 +204,17 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
      * device runs only this library's sm_90/90a images, each compiled with
      * the kernel-side wait), unless FLASHCORE_PDL=0 (A/B hook, docs/API.md). */
     ch->pdl = dev->cc_major >= 9 && fc_tuning_row("FLASHCORE_PDL", 2) != 0;
-    ch->workspace_bytes = splits > 1 ? fc_cuda_split_workspace_bytes(p, splits) : 0;
+    /* Tail balancing (sm90 plan) is for unsplit grids of several rounds; a
+     * forced split takes its place. Its workspace came with the plan. */
+    if (splits > 1) ch->tail = 0;
+    ch->workspace_bytes = splits > 1 ? fc_cuda_split_workspace_bytes(p, splits) : (ch->tail ? ch->workspace_bytes : 0);
     plan->backend = FC_BACKEND_CUDA;
     plan->num_splits = splits;
     plan->workspace_bytes = ch->workspace_bytes;
     if (splits > 1)
         snprintf(plan->name, sizeof plan->name, "%.78s+split%d", ch->name, splits);
     else
-        snprintf(plan->name, sizeof plan->name, "%s", ch->name);
+        snprintf(plan->name, sizeof plan->name, "%.88s%s", ch->name, ch->tail ? "+tail" : "");
     return FC_OK;
 }
 

@@ -99,6 +99,9 @@ typedef struct fc_cuda_choice {
     int32_t num_splits;     /* 1 = no split-KV                                */
     int32_t pack_gqa;       /* 1 = query heads sharing a KV head in one tile  */
     int32_t rotate;         /* sm90: the rotated tile loop (plan.cu)          */
+    int32_t tail;           /* sm90: the last tiles' KV blocks dealt out evenly
+                             * over the CTAs (tail balancing, plan.cu); its
+                             * workspace is in workspace_bytes              */
     int32_t masks;          /* blocks that may need softcap/mask code: 0
                              * none, 1 a tile's first only (sm90), 2 any;
                              * picks the kernel instance (each plan.cu)    */

@@ -462,6 +462,10 @@ static void quick_cases(runner *r)
             const int d = dims[di];
             kit_shape s = test_shape(2, 2, 2, 130, 77, d, dt);
             run(r, "quick:plain", &s, 201);
+            /* Several KV blocks and 12+ tiles: what a small grid
+             * (FLASHCORE_SM90_GRID, gpu-check) splits by tail balancing. */
+            s = test_shape(2, 3, 3, 200, 300, d, dt);
+            run(r, "quick:plain-long-kv", &s, 206);
             s = test_shape(4, 4, 2, 70, 150, d, dt);
             s.causal = 1;
             s.varlen = 1;

@@ -103,7 +103,7 @@ enum : uint32_t {
     kBarEpi = 8    /* + consumer index: epilogue of one warpgroup (128 threads)        */
 };
 
-template <int kCfg> struct Cfg {
+template <int kCfg, bool kTail = false> struct Cfg {
     static constexpr fc_sm90_tile T = kTiles[kCfg];
     static constexpr int D = T.head_dim;
     static constexpr int BM = T.block_m;
@@ -122,6 +122,13 @@ template <int kCfg> struct Cfg {
     static constexpr int THREADS = 128 * (WG + 1);
     static constexpr int CONSUMERS = 128 * WG;
     static constexpr int KVS = T.kvsplit;            /* warpgroups sharing one tile's KV blocks */
+    /* The tail-balanced instance (plan.cu tail_plan says when; tiles.cuh
+     * FC_SM90_TAIL_ROW which rows can). Its own instance because the work
+     * split and merge code cost the main loop of every other kernel: in
+     * one shared instance the d128 loop gained 4 R2UR before its GEMMs
+     * (uniform-register pressure) and s512-d64 (row 7) lost 1.5% (H100,
+     * run 63). */
+    static constexpr bool TAIL = kTail && FC_SM90_TAIL_ROW(T);
     static constexpr int KV_CONSUMERS = CONSUMERS / KVS; /* threads that read one K/V block */
     static constexpr uint32_t Q_BYTES = BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;
@@ -278,6 +285,75 @@ template <class C> __host__ __device__ __forceinline__ void decode_tile(const fc
     FC90_ASSERT(g.n_lo >= 0 && g.n_lo <= g.n_hi && g.n_hi * C::BN < g.sk + C::BN);
 }
 
+/* Tail balancing (fc_sm90_params.tail_first): CTA c's share of the tail's
+ * KV blocks, [lo, hi) in tail-block numbers (tile i's blocks are
+ * i*nb .. i*nb + nb-1). */
+__device__ __forceinline__ int tail_lo(const fc_sm90_params &p, int c)
+{
+    /* c * tail_blocks / grid in 32 bits: tail_blocks = q * grid + rem and
+     * c * rem < grid^2 (plan.cu checks that every value fits). */
+    return c * p.tail_q + fc_fastdiv_div(c * p.tail_rem, p.tail_grid);
+}
+__device__ __forceinline__ void tail_range(const fc_sm90_params &p, int c, int &lo, int &hi)
+{
+    lo = tail_lo(p, c);
+    hi = tail_lo(p, c + 1);
+}
+
+/* Work item s of this CTA (t: its static tile index blockIdx.x + s * grid,
+ * or the dynamic scheduler's), false when it has none left. In the tail-
+ * balanced instance (static schedule only), whole tiles below tail_first,
+ * then at most two parts of tail tiles (a share of at most nb blocks spans
+ * at most two). */
+template <class C> __device__ __forceinline__ bool work_item(const fc_sm90_params &p, int t, int s, Tile &g)
+{
+    if (!C::TAIL || t < p.tail_first) {
+        if (t >= p.num_tiles) return false;
+        decode_tile<C>(p, t, g);
+        return true;
+    }
+    const int j = s - p.tail_rounds; /* the CTA's j-th part */
+    int lo, hi;
+    tail_range(p, (int)blockIdx.x, lo, hi);
+    const int nb = p.tail_nb.d;
+    const int i0 = fc_fastdiv_div(lo, p.tail_nb); /* (no divide: uniform registers) */
+    int i, n_lo, n_hi;
+    if (lo >= hi || j > 1) return false;
+    if (j == 0) {
+        i = i0;
+        n_lo = lo - i0 * nb;
+        n_hi = min(hi - i0 * nb, nb);
+    } else {
+        if (hi <= (i0 + 1) * nb) return false;
+        i = i0 + 1;
+        n_lo = 0;
+        n_hi = hi - i * nb;
+    }
+    decode_tile<C>(p, p.tail_first + i, g);
+    /* Every tile has the KV range [0, nb) (tail_plan: no band, no varlen). */
+    FC90_ASSERT(g.n_lo == 0 && g.n_hi == nb);
+    g.n_lo = n_lo;
+    g.n_hi = n_hi;
+    return true;
+}
+
+/* Tail balancing: the tail tile number of g and this CTA's part slot in it,
+ * or -1 when g is not a tile this CTA shares with others. Derived from the
+ * tile's coordinates (held for the epilogue anyway) rather than carried
+ * through the main loop in registers, where d256 has none to spare. */
+template <class C> __device__ __forceinline__ int tail_part(const fc_sm90_params &p, const Tile &g, int &slot)
+{
+    const int m_block = (int)((unsigned)g.m0 / C::BM);
+    const int i = (g.b * p.head_units.d + g.hu) * p.num_m_blocks.d + m_block - p.tail_first;
+    if (i < 0) return -1;
+    int lo, hi;
+    tail_range(p, (int)blockIdx.x, lo, hi);
+    const int t_lo = i * p.tail_nb.d;
+    if (lo <= t_lo && hi >= t_lo + p.tail_nb.d) return -1; /* the whole tile is ours */
+    slot = 2 * (int)blockIdx.x + (lo < t_lo ? 1 : 0);    /* part 1 if the share began before */
+    return i;
+}
+
 /* ---- barriers ---------------------------------------------------------------- */
 template <class C> struct Bars {
     uint32_t base;
@@ -296,6 +372,10 @@ template <class C> struct Bars {
      * read by the first (empty). */
     __device__ __forceinline__ uint32_t m_full() const { return base + 72 + 32 * C::ST; }
     __device__ __forceinline__ uint32_t m_empty() const { return base + 80 + 32 * C::ST; }
+    /* Tail balancing: the arrival count a warpgroup's thread 0 read, for
+     * the other 127 threads. */
+    __device__ __forceinline__ uint32_t t_flag(int cw) const { return base + 88 + 32 * C::ST + 4 * cw; }
+    static_assert(88 + 32 * C::ST + 4 * 3 <= FC_SM90_BARRIER_BYTES, "barrier area");
 };
 
 /* ---- producer ------------------------------------------------------------------ */
@@ -342,9 +422,8 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
         } else {
             t = (int)blockIdx.x + k * (int)gridDim.x;
         }
-        if (t >= p.num_tiles) break;
         Tile g;
-        decode_tile<C>(p, t, g);
+        if (!work_item<C>(p, t, k, g)) break;
         trace(p, 0, k, 0, true);
         if (!g.rows || g.n_hi <= g.n_lo) continue; /* consumers write it without loads */
         const int hk = g.hk;
@@ -572,6 +651,109 @@ __device__ __forceinline__ void store_o_generic(const fc_sm90_params &p, const T
     }
 }
 
+/* Tail balancing (work_item): this warpgroup's rows of a part of a split
+ * tile. Its partials (unnormalised O, row maxima, the thread's row sums) go
+ * to its slot, then it counts itself in the tile's arrivals. The last part
+ * to arrive merges every part, its own included, from the workspace in part
+ * order, so that the result is the same whichever CTA ends last, and
+ * returns true: it stores the tile (rs and O hold the merged state). */
+template <class C>
+__device__ bool tail_merge(const fc_sm90_params &p, int part, int slot, const Bars<C> &bars, int cw, int tid,
+                           RowState &rs, float (&O)[C::D / 2])
+{
+    constexpr int U = C::D / 8 + 1; /* float4 units per thread: O, then {m0, m1, l0, l1} */
+    auto part_at = [&](int slot) {
+        return reinterpret_cast<float4 *>(p.tail_ws) + ((int64_t)slot * C::WG + cw) * U * 128 + tid;
+    };
+    float4 *mine = part_at(slot);
+#pragma unroll
+    for (int u = 0; u < U - 1; ++u) mine[128 * u] = make_float4(O[4 * u], O[4 * u + 1], O[4 * u + 2], O[4 * u + 3]);
+    mine[128 * (U - 1)] = make_float4(rs.m[0], rs.m[1], rs.l[0], rs.l[1]);
+    __threadfence(); /* the partials before the count (every thread's) */
+    bar_sync(kBarEpi + cw, 128);
+    if (tid == 0) sts32(bars.t_flag(cw), (uint32_t)atomicAdd(p.tail_cnt + part * C::WG + cw, 1));
+    bar_sync(kBarEpi + cw, 128);
+    /* (through a shuffle: provably warp-uniform to the compiler, which else
+     * treats the branches below as divergent, and with them the tile loop's
+     * counters, and moves the main loop's wgmma descriptors through vector
+     * registers, R2UR) */
+    const int arrived = __shfl_sync(0xffffffffu, (int)lds32(bars.t_flag(cw)), 0);
+
+    /* The tile's parts: the CTAs whose shares meet its blocks [t_lo, t_hi). */
+    const int t_lo = part * p.tail_nb.d, t_hi = t_lo + p.tail_nb.d;
+    int c0 = (int)((int64_t)t_lo * gridDim.x / (p.tail_q * (int)gridDim.x + p.tail_rem));
+    int lo, hi;
+    for (;;) { /* the first CTA whose share ends past t_lo (c0 is within one) */
+        tail_range(p, c0, lo, hi);
+        if (hi > t_lo) {
+            if (c0 == 0) break;
+            int plo, phi;
+            tail_range(p, c0 - 1, plo, phi);
+            if (phi <= t_lo) break;
+            --c0;
+        } else {
+            ++c0;
+        }
+    }
+    /* Pass 1: count the parts and take the rows' maxima over them. */
+    int parts = 0;
+    float mx[2] = {neg_inf(), neg_inf()};
+    for (int c = c0; c < (int)gridDim.x; ++c) {
+        tail_range(p, c, lo, hi);
+        if (lo >= t_hi) break;
+        if (hi <= lo) continue;
+        ++parts;
+    }
+    if (arrived != parts - 1) return false;
+    __threadfence();
+    /* CTA c's part of the tile (its share [c_lo, ...)): its part 1 if the
+     * share began in an earlier tile. */
+    auto src_of = [&](int c, int c_lo) { return part_at(2 * c + (c_lo < t_lo ? 1 : 0)); };
+    for (int c = c0; c < (int)gridDim.x; ++c) {
+        tail_range(p, c, lo, hi);
+        if (lo >= t_hi) break;
+        if (hi <= lo) continue;
+        const float4 ml = __ldcg(src_of(c, lo) + 128 * (U - 1));
+        mx[0] = fmaxf(mx[0], ml.x);
+        mx[1] = fmaxf(mx[1], ml.y);
+    }
+    /* Pass 2, a few columns at a time (registers: the O being summed, not
+     * every part's): sum_q O_q * 2^(m_q - max) in part order, and the row
+     * sums likewise. */
+    const float sc = p.scale_log2;
+    const float ms[2] = {max_shift(mx[0], sc), max_shift(mx[1], sc)};
+    constexpr int CH = C::D >= 192 ? 2 : 4; /* float4 units per pass over the parts */
+    static_assert((U - 1) % CH == 0, "head_dim / 8 units in chunks");
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rs.m[r] = mx[r], rs.l[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
+#pragma unroll
+    for (int u0 = 0; u0 < U - 1; u0 += CH) {
+        for (int c = c0; c < (int)gridDim.x; ++c) {
+            tail_range(p, c, lo, hi);
+            if (lo >= t_hi) break;
+            if (hi <= lo) continue;
+            const float4 *src = src_of(c, lo);
+            const float4 ml = __ldcg(src + 128 * (U - 1));
+            const float f0 = ex2(ml.x * sc - ms[0]), f1 = ex2(ml.y * sc - ms[1]);
+            if (u0 == 0) {
+                rs.l[0] += ml.z * f0;
+                rs.l[1] += ml.w * f1;
+            }
+#pragma unroll
+            for (int u = u0; u < u0 + CH; ++u) {
+                const float4 v = __ldcg(src + 128 * u);
+                O[4 * u] += v.x * f0;
+                O[4 * u + 1] += v.y * f0;
+                O[4 * u + 2] += v.z * f1;
+                O[4 * u + 3] += v.w * f1;
+            }
+        }
+    }
+    return true;
+}
+
 /* ---- consumer -------------------------------------------------------------------- */
 /* A GEMM round of a consumer warpgroup: with pingpong it waits for its turn,
  * issues, and hands the turn on; every warpgroup runs the same sequence of
@@ -685,8 +867,7 @@ __device__ __forceinline__ bool next_tile(const fc_sm90_params &p, const Bars<C>
         } else {
             t = (int)blockIdx.x + s * (int)gridDim.x;
         }
-        if (t >= p.num_tiles) return false;
-        decode_tile<C>(p, t, g);
+        if (!work_item<C>(p, t, s, g)) return false;
         if (!g.rows) continue;
         if (g.n_hi <= g.n_lo) {
             write_empty_tile<C>(p, g, row_wg, col_t);
@@ -921,7 +1102,14 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
             more = next_tile<C>(p, bars, slot, gn, kn, row_wg, col_t);
             issue_first_s<C, kBF16>(S0, bars, base, q_rows(q_next), q_next, q_next_par, stage, phase, cw, more);
         }
-        if (kv == 0) { /* kvsplit: the first warpgroup of the pair stores */
+        bool store = kv == 0; /* kvsplit: the first warpgroup of the pair stores */
+        if constexpr (C::TAIL) {
+            /* tail balancing: a part of a split tile stores only if it merged */
+            int slot = 0;
+            const int part = tail_part<C>(p, g, slot);
+            if (part >= 0) store = tail_merge<C>(p, part, slot, bars, cw, tid, rs, O);
+        }
+        if (store) {
         /* ---- finalize: O / l, lse = max*scale + ln(l) (natural log) ---- */
         float lse[2];
 #pragma unroll
@@ -1018,7 +1206,7 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
                 store_o_generic<C>(p, g, o16, smem, q_off, rg, etid);
             }
         }
-        } /* kv == 0 */
+        } /* store */
         /* With 2 Q buffers this one is refilled only for the tile after next:
          * hand it back during the next tile (release_q), by when the O store
          * has long read it, instead of waiting for that read here with the
@@ -1046,10 +1234,10 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
 }
 
 /* ---- the kernel --------------------------------------------------------------------- */
-template <int kCfg, bool kBF16, bool kRotate, int kMask>
+template <int kCfg, bool kBF16, bool kRotate, int kMask, bool kTail>
 __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
 {
-    using C = Cfg<kCfg>;
+    using C = Cfg<kCfg, kTail>;
     trace_gt(p, 0, 5, threadIdx.x == 0);
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -1123,12 +1311,12 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
     }
 }
 
-template <int kCfg, bool kBF16, bool kRotate, int kMask>
+template <int kCfg, bool kBF16, bool kRotate, int kMask, bool kTail = false>
 static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream, char *err,
                         size_t err_len)
 {
     using C = Cfg<kCfg>;
-    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate, kMask>;
+    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate, kMask, kTail>;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt =
         fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 forward", kCfg, err, err_len, C::CTAS > 1);
@@ -1142,11 +1330,20 @@ static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStr
     return FC_OK;
 }
 
-/* The kernel for prm's rotate and mask-mode choices (plan.cu made them). */
+/* The kernel for prm's rotate, tail and mask-mode choices (plan.cu made
+ * them; tail balancing comes without rotation and the any-block mask). */
 template <int kCfg, bool kBF16, int kMask>
 static fc_status launch_rot(const fc_sm90_params *prm, int grid, int device, cudaStream_t s, char *err,
                             size_t len)
 {
+    if (prm->tail_first < prm->num_tiles) {
+        if constexpr (FC_SM90_TAIL_ROW(kTiles[kCfg]) && kMask != kMaskAny) {
+            if (!prm->rotate) return launch<kCfg, kBF16, false, kMask, true>(prm, grid, device, s, err, len);
+        }
+        snprintf(err, len, "sm90 forward (config %d): no tail-balanced instance for rotate %d, masks %d (planner bug)",
+                 kCfg, prm->rotate, kMask);
+        return FC_ERR_INTERNAL;
+    }
     if constexpr (FC_SM90_CAN_ROTATE(kTiles[kCfg])) {
         if (prm->rotate) return launch<kCfg, kBF16, true, kMask>(prm, grid, device, s, err, len);
     }

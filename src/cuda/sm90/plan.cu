@@ -233,6 +233,94 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
     return cfg;
 }
 
+/* Persistent grid of a row: every CTA slot of the chip, at most one CTA per
+ * tile; FLASHCORE_SM90_GRID=<n> caps it (a test hook, docs/API.md: with a
+ * few CTAs small problems run several rounds of tiles, and so get tails). */
+int64_t grid_for(const fc_cuda_device *dev, const fc_sm90_tile &t, int64_t tiles)
+{
+    int64_t grid = (int64_t)(dev->sm_count > 0 ? dev->sm_count : 1) * t.ctas;
+    const int cap = fc_tuning_row("FLASHCORE_SM90_GRID", 1 << 20);
+    if (cap >= 1 && cap < grid) grid = cap;
+    return grid < tiles ? grid : tiles;
+}
+
+/* Tail balancing. With T tiles of equal length on G persistent CTAs, the
+ * last of the ceil(T / G) rounds holds T mod G tiles, and the other CTAs
+ * idle through it: at s2k/s8k-d128 (2048 tiles, 132 SMs) 64 of 132 CTAs
+ * idle for 1/16 of the call, 3%. Balanced, the last tiles' KV blocks are
+ * dealt out evenly instead (fc_sm90_params.tail_first), at the cost of a
+ * partial write, an arrival count and a merge by the last part of each
+ * split tile, and of the counters' memset, which also takes the call's
+ * programmatic dependent launch: about kTailCostBlocks KV blocks of one
+ * CTA's time. Measured (H100, run 63, same passes without it): s8k-d128
+ * +2.0% (31 idle blocks per CTA), s2k-d128 -0.4% (7.8): 9-11 blocks.
+ * Taken when every tile has the same KV range (no mask band, no varlen),
+ * the call takes neither the rotated loop nor softcap (kernel instances),
+ * the row can (tiles.cuh FC_SM90_TAIL_ROW: registers for the merge), and
+ * the blocks it saves exceed that cost by 0.5% of the call.
+ * FLASHCORE_SM90_TAIL=0|1 turns it off, or on wherever it is possible
+ * (tests, A/B). */
+const double kTailCostBlocks = 10.0;
+
+struct TailPlan {
+    bool on;
+    int64_t grid, rounds, nb, blocks; /* fc_sm90_params.tail_*                   */
+    int64_t cnt_bytes, bytes;         /* counters (zeroed per call) + partials */
+};
+
+TailPlan tail_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm90_tile &t, int shift,
+                   const fc_cuda_choice *choice)
+{
+    TailPlan tp;
+    memset(&tp, 0, sizeof tp);
+    const int64_t tiles = row_tiles(p, t.block_m, shift);
+    tp.grid = grid_for(dev, t, tiles);
+    tp.nb = ((int64_t)p->seqlen_k + t.block_n - 1) / t.block_n;
+    tp.rounds = tp.grid > 0 ? tiles / tp.grid : 0;
+    const int64_t rest = tiles - tp.rounds * tp.grid;
+    const bool uniform = p->cu_seqlens_q == NULL && p->window_left < 0 && p->window_right < 0;
+    const int forced = fc_tuning_row("FLASHCORE_SM90_TAIL", 2);
+    /* (the kernel's share arithmetic is 32-bit: rest * nb and grid^2 fit) */
+    if (!uniform || !FC_SM90_TAIL_ROW(t) || FC_SM90_SIMPLE || choice->rotate || choice->masks == FC_MASKS_ANY || tp.rounds < 1 || rest == 0 ||
+        tp.nb < 2 || rest * tp.nb >= ((int64_t)1 << 30) || tp.grid > 32768 || forced == 0)
+        return tp;
+    const double idle = (1.0 - (double)rest / (double)tp.grid) * (double)tp.nb; /* blocks per CTA */
+    const double share = (double)(rest * tp.nb) / (double)tp.grid;
+    const bool pays = share >= 2.0 && idle - kTailCostBlocks >= 0.005 * (double)((tp.rounds + 1) * tp.nb);
+    if (forced != 1 && !pays) return tp;
+    tp.on = true;
+    tp.blocks = rest * tp.nb;
+    tp.cnt_bytes = (rest * t.wgs * (int64_t)sizeof(int) + 255) / 256 * 256;
+    tp.bytes = tp.cnt_bytes + 2 * tp.grid * t.wgs * (t.head_dim / 2 + 4) * 128 * (int64_t)sizeof(float);
+    return tp;
+}
+
+/* Stream-ordered device memory whose first `zero` bytes are zeroed (graph-
+ * capture safe); freed by the caller with cudaFreeAsync after the kernel. */
+fc_status alloc_zeroed(void **out, size_t bytes, size_t zero, cudaStream_t stream, const char *what, char *err,
+                       size_t err_len)
+{
+    *out = NULL;
+    cudaError_t e = cudaMallocAsync(out, bytes, stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *out = NULL;
+        snprintf(err, err_len, "sm90 forward: cudaMallocAsync of %zu bytes (%s): %s", bytes, what,
+                 cudaGetErrorString(e));
+        return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
+    }
+    e = cudaMemsetAsync(*out, 0, zero, stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, err_len, "sm90 forward: cudaMemsetAsync (%s): %s", what, cudaGetErrorString(e));
+        cudaFreeAsync(*out, stream);
+        cudaGetLastError();
+        *out = NULL;
+        return FC_ERR_CUDA;
+    }
+    return FC_OK;
+}
+
 bool pingpong_on(const fc_sm90_tile &t) { return t.pingpong && t.wgs > 1 && !FC_SM90_SIMPLE; }
 bool overlap_on(const fc_sm90_tile &t) { return t.overlap && !FC_SM90_SIMPLE; }
 
@@ -341,6 +429,9 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
                                             kv_blocks <= 8);
     choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
+    const TailPlan tp = tail_plan(p, dev, t, shift, choice);
+    choice->tail = tp.on;
+    choice->workspace_bytes = tp.on ? tp.bytes : 0;
     snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
              pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", t.kvsplit > 1 ? "_kvs" : "",
@@ -505,8 +596,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     prm.o_vec_ok = ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
                    (varlen || p->batch <= 1 || p->o_batch_stride % 8 == 0);
 
-    int grid = (dev->sm_count > 0 ? dev->sm_count : 1) * t.ctas; /* persistent: every CTA slot of the chip */
-    if ((int64_t)grid > tiles) grid = (int)tiles;
+    const int grid = (int)grid_for(dev, t, tiles);
 
     /* Causal (longest-first) tiles have unequal lengths: handing them out
      * statically (CTA i: i, i+grid, ...) left 8-25% of the SM time idle in a
@@ -515,20 +605,26 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
      * zeroed before the kernel, freed after it (graph-capture safe). */
     int *ctr = NULL;
     if (prm.longest_first && tiles > grid) {
-        cudaError_t e = cudaMallocAsync((void **)&ctr, sizeof(int), (cudaStream_t)stream);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            snprintf(err, err_len, "sm90 forward: cudaMallocAsync of the tile counter: %s", cudaGetErrorString(e));
-            return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
-        }
-        e = cudaMemsetAsync(ctr, 0, sizeof(int), (cudaStream_t)stream);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            snprintf(err, err_len, "sm90 forward: cudaMemsetAsync of the tile counter: %s", cudaGetErrorString(e));
-            cudaFreeAsync(ctr, (cudaStream_t)stream);
-            cudaGetLastError();
-            return FC_ERR_CUDA;
-        }
+        fc_status st = alloc_zeroed((void **)&ctr, sizeof(int), sizeof(int), (cudaStream_t)stream, "tile counter",
+                                    err, err_len);
+        if (st) return st;
+    }
+    /* Tail balancing (tail_plan): its counters zeroed, its partials not. */
+    void *tail = NULL;
+    prm.tail_first = prm.num_tiles;
+    const TailPlan tp = choice->tail && splits == 1 && !ctr ? tail_plan(p, dev, t, shift, choice) : TailPlan{};
+    if (tp.on) {
+        fc_status st = alloc_zeroed(&tail, (size_t)tp.bytes, (size_t)tp.cnt_bytes, (cudaStream_t)stream,
+                                    "tail-balancing workspace", err, err_len);
+        if (st) return st;
+        prm.tail_cnt = (int *)tail;
+        prm.tail_ws = (float *)((char *)tail + tp.cnt_bytes);
+        prm.tail_first = (int32_t)(tp.rounds * grid);
+        prm.tail_rounds = (int32_t)tp.rounds;
+        prm.tail_nb = fc_fastdiv_make((int32_t)tp.nb);
+        prm.tail_grid = fc_fastdiv_make(grid);
+        prm.tail_q = (int32_t)(tp.blocks / grid);
+        prm.tail_rem = (int32_t)(tp.blocks % grid);
     }
     prm.tile_ctr = ctr;
     /* Launch as a programmatic dependent of the previous kernel in the
@@ -536,7 +632,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
      * that kernel's tail. -0.7 us per call at the mission shape graph-timed
      * (7.4 -> 6.7, H100, session 4), the same or better elsewhere. Not with
      * the tile counter: its memset is the stream's previous operation. */
-    prm.pdl = choice->pdl && ctr == NULL;
+    prm.pdl = choice->pdl && ctr == NULL && tail == NULL;
 #if FC_SM90_TRACE
     prm.trace = grid <= (int)k_trace_ctas ? trace_buffer((cudaStream_t)stream) : NULL;
 #endif
@@ -545,13 +641,16 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
 #if FC_SM90_TRACE
     if (st == FC_OK && prm.trace) trace_write((cudaStream_t)stream, grid, choice->config);
 #endif
-    if (ctr) {
-        /* Freed in stream order after the kernel; also after a failed launch. */
-        const cudaError_t e = cudaFreeAsync(ctr, (cudaStream_t)stream);
+    /* Freed in stream order after the kernel; also after a failed launch. */
+    void *const owned[2] = {ctr, tail};
+    for (int i = 0; i < 2; ++i) {
+        if (!owned[i]) continue;
+        const cudaError_t e = cudaFreeAsync(owned[i], (cudaStream_t)stream);
         if (e != cudaSuccess) {
             cudaGetLastError();
             if (st == FC_OK) {
-                snprintf(err, err_len, "sm90 forward: cudaFreeAsync of the tile counter: %s", cudaGetErrorString(e));
+                snprintf(err, err_len, "sm90 forward: cudaFreeAsync of the %s: %s",
+                         i ? "tail-balancing workspace" : "tile counter", cudaGetErrorString(e));
                 st = FC_ERR_CUDA;
             }
         }

@@ -32,6 +32,10 @@ typedef struct fc_sm90_params {
     float *lse_accum;
     const int32_t *cu_q, *cu_k; /* varlen offsets (device) or NULL           */
     int *tile_ctr;    /* dynamic tile scheduler: zeroed counter, or NULL (static) */
+    float *tail_ws;   /* tail balancing (tail_first < num_tiles): per-piece partials,
+                       * slot 2*cta + j, consumer warpgroup, (head_dim/2 + 4) floats
+                       * per thread, float4-interleaved over the 128 threads      */
+    int *tail_cnt;    /* tail balancing: zeroed arrival counter per (tail tile, warpgroup) */
     long long *trace; /* phase timestamps, trace builds only (FC_SM90_TRACE), else NULL */
 
     int64_t o_batch_stride, o_row_stride, o_head_stride;
@@ -67,6 +71,16 @@ typedef struct fc_sm90_params {
                             * previous kernel (default; FLASHCORE_PDL=0 turns
                             * it off, and the tile counter does; host side
                             * only: the kernel always waits, a no-op without) */
+    /* Tail balancing (plan.cu): whole tiles t < tail_first (= tail_rounds *
+     * grid) go statically, CTA i taking i, i+grid, ...; the KV blocks of the
+     * last tiles (tail_blocks = (num_tiles - tail_first) * tail_nb = tail_q *
+     * grid + tail_rem) are then dealt out evenly, CTA i taking
+     * [i * tail_blocks / grid, (i+1) * tail_blocks / grid),
+     * and each tile split between CTAs is merged by whichever of them
+     * finishes its part last. tail_first = num_tiles: off.              */
+    int32_t tail_first, tail_rounds, tail_q, tail_rem;
+    fc_fastdiv tail_nb;    /* KV blocks per tile (all equal under tail balancing) */
+    fc_fastdiv tail_grid;  /* the grid */
     int32_t o_tma;         /* 1: the epilogue stores O with TMA (tm_o): dense
                             * (TMA clips rows past seqlen_q; varlen rows past a
                             * sequence belong to the next), no split, whole

@@ -137,6 +137,10 @@ typedef struct fc_sm90_tile {
  * launcher and the kernel all ask this. */
 #define FC_SM90_CAN_ROTATE(t) ((t).qbufs == 2 && (t).kvsplit == 1)
 
+/* Rows that can run tail balancing (plan.cu tail_plan, fwd_kernel.cuh
+ * tail_merge): the planner and the kernel both ask this. */
+#define FC_SM90_TAIL_ROW(t) (!(t).small && (t).kvsplit == 1 && (t).wgs <= 2 && (t).head_dim <= 192)
+
 /* Registers after setmaxnreg, per thread, by consumer warpgroup count and
  * CTAs per SM (see the budget above): the CTA's share of the 64 K registers
  * less the producer's, over the consumer threads, in steps of 8.
