@@ -131,42 +131,49 @@ if want test; then
 fi
 
 if want sanitize; then
-  for tool in memcheck racecheck synccheck; do
-    for path in 80 90; do
-      log "compute-sanitizer $tool path $path"
-      if timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/test_cuda_forward" --quick --path $path \
-           >"$OUT/san-$tool-$path.log" 2>&1; then result[san-$tool-$path]=clean
-      else result[san-$tool-$path]="FAIL ($(grep -c -i 'error' "$OUT/san-$tool-$path.log") lines)"; tail -12 "$OUT/san-$tool-$path.log"; fi
-    done
-    log "compute-sanitizer $tool path 90, rotated tile loop"
-    if FLASHCORE_SM90_ROTATE=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
-         "$BUILD/tests/test_cuda_forward" --quick --path 90 >"$OUT/san-$tool-90rot.log" 2>&1
-    then result[san-$tool-90rot]=clean
-    else result[san-$tool-90rot]=FAIL; tail -12 "$OUT/san-$tool-90rot.log"; fi
-    log "compute-sanitizer $tool path 90, tail balancing on a 5-CTA grid"
-    if FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
-         "$BUILD/tests/test_cuda_forward" --quick --path 90 >"$OUT/san-$tool-90tail.log" 2>&1
-    then result[san-$tool-90tail]=clean
-    else result[san-$tool-90tail]=FAIL; tail -12 "$OUT/san-$tool-90tail.log"; fi
+  # The three tools run side by side, each through its variants in order: an
+  # instrumented run is mostly host work, so three at once on the one GPU take
+  # about as long as the slowest tool (racecheck) instead of the sum, which
+  # keeps `all` inside one 600 s device call (it ran out at 600 s with them in
+  # sequence once the tail-balancing variants came, session 9). Each tool's
+  # results come back through $OUT/san-TOOL.res, one "key value" line each.
+  san_run() { # san_run TOOL KEY ENV... -- ARGS...: one variant, its log in $OUT/KEY.log
+    local tool=$1 key=$2
+    shift 2
+    local envs=(FC_GPU_CHECK=1)
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    log "compute-sanitizer $tool ${key#san-"$tool"-}" >&2
+    if env "${envs[@]}" timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+         "$BUILD/tests/test_cuda_forward" --quick "$@" >"$OUT/$key.log" 2>&1
+    then echo "$key clean"
+    else echo "$key FAIL ($(grep -c -i 'error' "$OUT/$key.log") error lines)"; tail -12 "$OUT/$key.log" >&2; fi
+  }
+  san_tool() { # san_tool TOOL: every variant of one tool
+    local tool=$1 path row dim tall ctas kvs
+    for path in 80 90; do san_run "$tool" "san-$tool-$path" -- --path $path; done
+    # the rotated tile loop (the planner takes it only for several tiles per CTA)
+    san_run "$tool" "san-$tool-90rot" FLASHCORE_SM90_ROTATE=1 -- --path 90
+    # tail balancing on a 5-CTA grid: split tiles, partials, the arrival
+    # counters and the merge
+    san_run "$tool" "san-$tool-90tail" FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 -- --path 90
     # the tall rows (3 consumer warpgroups), the 2-CTA/SM rows and the
     # kvsplit rows are not in the default quick set
     while read -r row dim tall ctas kvs; do
       [ "$tall" != 0 ] || [ "$ctas" != 1 ] || [ "$kvs" != 1 ] || continue
-      log "compute-sanitizer $tool sm90 row $row"
-      if FLASHCORE_SM90_CONFIG=$row timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
-           "$BUILD/tests/test_cuda_forward" --quick --path 90 --head-dim "$dim" >"$OUT/san-$tool-row$row.log" 2>&1
-      then result[san-$tool-row$row]=clean
-      else result[san-$tool-row$row]="FAIL"; tail -12 "$OUT/san-$tool-row$row.log"; fi
+      san_run "$tool" "san-$tool-row$row" "FLASHCORE_SM90_CONFIG=$row" -- --path 90 --head-dim "$dim"
     done < <(sm90_rows)
     # the sm80 code variants move barriers and loads: racecheck each
-    [ "$tool" = racecheck ] && while read -r row dim; do
-      log "compute-sanitizer $tool sm80 row $row"
-      if FLASHCORE_SM80_CONFIG=$row timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
-           "$BUILD/tests/test_cuda_forward" --quick --path 80 --head-dim "$dim" >"$OUT/san-$tool-80row$row.log" 2>&1
-      then result[san-$tool-80row$row]=clean
-      else result[san-$tool-80row$row]="FAIL"; tail -12 "$OUT/san-$tool-80row$row.log"; fi
-    done < <(sm80_variant_rows)
-  done
+    if [ "$tool" = racecheck ]; then
+      while read -r row dim; do
+        san_run "$tool" "san-$tool-80row$row" "FLASHCORE_SM80_CONFIG=$row" -- --path 80 --head-dim "$dim"
+      done < <(sm80_variant_rows)
+    fi
+  }
+  for tool in memcheck racecheck synccheck; do san_tool $tool >"$OUT/san-$tool.res" & done
+  wait
+  while read -r key val; do result[$key]=$val; done < <(cat "$OUT"/san-*.res)
+  rm -f "$OUT"/san-*.res
 fi
 
 if want sass; then
