@@ -204,10 +204,12 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
      * device runs only this library's sm_90/90a images, each compiled with
      * the kernel-side wait), unless FLASHCORE_PDL=0 (A/B hook, docs/API.md). */
     ch->pdl = dev->cc_major >= 9 && fc_tuning_row("FLASHCORE_PDL", 2) != 0;
-    /* Tail balancing (sm90 plan) is for unsplit grids of several rounds; a
-     * forced split takes its place. Its workspace came with the plan. */
-    if (splits > 1) ch->tail = 0;
-    ch->workspace_bytes = splits > 1 ? fc_cuda_split_workspace_bytes(p, splits) : (ch->tail ? ch->workspace_bytes : 0);
+    /* A split replaces the planner's tail balancing (for unsplit grids of
+     * several rounds; otherwise its workspace came with the plan). */
+    if (splits > 1) {
+        ch->tail = 0;
+        ch->workspace_bytes = fc_cuda_split_workspace_bytes(p, splits);
+    }
     plan->backend = FC_BACKEND_CUDA;
     plan->num_splits = splits;
     plan->workspace_bytes = ch->workspace_bytes;

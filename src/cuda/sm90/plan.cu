@@ -262,37 +262,41 @@ int64_t grid_for(const fc_cuda_device *dev, const fc_sm90_tile &t, int64_t tiles
  * (tests, A/B). */
 const double kTailCostBlocks = 10.0;
 
-struct TailPlan {
-    bool on;
-    int64_t grid, rounds, nb, blocks; /* fc_sm90_params.tail_*                   */
-    int64_t cnt_bytes, bytes;         /* counters (zeroed per call) + partials */
+/* The shape of a tail-balanced launch of p on row t, whether or not it is
+ * taken: what the planner weighs and the launcher lays out, from one place. */
+struct TailShape {
+    int64_t grid, rounds, rest, nb; /* CTAs, whole rounds, tiles left after them, KV blocks per tile */
+    int64_t cnt_bytes, bytes;       /* workspace: counters (zeroed per call), then partials */
 };
 
-TailPlan tail_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm90_tile &t, int shift,
-                   const fc_cuda_choice *choice)
+TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm90_tile &t, int shift)
 {
-    TailPlan tp;
-    memset(&tp, 0, sizeof tp);
+    TailShape ts;
     const int64_t tiles = row_tiles(p, t.block_m, shift);
-    tp.grid = grid_for(dev, t, tiles);
-    tp.nb = ((int64_t)p->seqlen_k + t.block_n - 1) / t.block_n;
-    tp.rounds = tp.grid > 0 ? tiles / tp.grid : 0;
-    const int64_t rest = tiles - tp.rounds * tp.grid;
+    ts.grid = grid_for(dev, t, tiles);
+    ts.nb = ((int64_t)p->seqlen_k + t.block_n - 1) / t.block_n;
+    ts.rounds = ts.grid > 0 ? tiles / ts.grid : 0;
+    ts.rest = tiles - ts.rounds * ts.grid;
+    ts.cnt_bytes = (ts.rest * t.wgs * (int64_t)sizeof(int) + 255) / 256 * 256;
+    ts.bytes = ts.cnt_bytes + 2 * ts.grid * t.wgs * (t.head_dim / 2 + 4) * 128 * (int64_t)sizeof(float);
+    return ts;
+}
+
+/* Does p take tail balancing on row t? choice carries the rotate and mask
+ * decisions already made (the tail instance has neither). */
+bool tail_on(const fc_fwd_params *p, const fc_sm90_tile &t, const fc_cuda_choice *choice, const TailShape &ts)
+{
     const bool uniform = p->cu_seqlens_q == NULL && p->window_left < 0 && p->window_right < 0;
     const int forced = fc_tuning_row("FLASHCORE_SM90_TAIL", 2);
     /* (the kernel's share arithmetic is 32-bit: rest * nb and grid^2 fit) */
-    if (!uniform || !FC_SM90_TAIL_ROW(t) || FC_SM90_SIMPLE || choice->rotate || choice->masks == FC_MASKS_ANY || tp.rounds < 1 || rest == 0 ||
-        tp.nb < 2 || rest * tp.nb >= ((int64_t)1 << 30) || tp.grid > 32768 || forced == 0)
-        return tp;
-    const double idle = (1.0 - (double)rest / (double)tp.grid) * (double)tp.nb; /* blocks per CTA */
-    const double share = (double)(rest * tp.nb) / (double)tp.grid;
-    const bool pays = share >= 2.0 && idle - kTailCostBlocks >= 0.005 * (double)((tp.rounds + 1) * tp.nb);
-    if (forced != 1 && !pays) return tp;
-    tp.on = true;
-    tp.blocks = rest * tp.nb;
-    tp.cnt_bytes = (rest * t.wgs * (int64_t)sizeof(int) + 255) / 256 * 256;
-    tp.bytes = tp.cnt_bytes + 2 * tp.grid * t.wgs * (t.head_dim / 2 + 4) * 128 * (int64_t)sizeof(float);
-    return tp;
+    if (!uniform || !FC_SM90_TAIL_ROW(t) || FC_SM90_SIMPLE || choice->rotate || choice->masks == FC_MASKS_ANY ||
+        ts.rounds < 1 || ts.rest == 0 || ts.nb < 2 || ts.rest * ts.nb >= ((int64_t)1 << 30) || ts.grid > 32768 ||
+        forced == 0)
+        return false;
+    if (forced == 1) return true;
+    const double idle = (1.0 - (double)ts.rest / (double)ts.grid) * (double)ts.nb; /* blocks per CTA */
+    const double share = (double)(ts.rest * ts.nb) / (double)ts.grid;
+    return share >= 2.0 && idle - kTailCostBlocks >= 0.005 * (double)((ts.rounds + 1) * ts.nb);
 }
 
 /* Stream-ordered device memory whose first `zero` bytes are zeroed (graph-
@@ -423,15 +427,14 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
      * tiles than CTAs and at most 8 KV blocks. Rows with one Q buffer
      * cannot rotate. FLASHCORE_SM90_ROTATE=0/1 overrides (A/B). */
     const int forced_rot = fc_tuning_row("FLASHCORE_SM90_ROTATE", 2);
-    const int64_t kv_blocks = ((int64_t)p->seqlen_k + t.block_n - 1) / t.block_n;
+    const TailShape ts = tail_shape(p, dev, t, shift);
     choice->rotate = FC_SM90_CAN_ROTATE(t) && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
-                                            kv_blocks <= 8);
+                                            ts.nb <= 8);
     choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
-    const TailPlan tp = tail_plan(p, dev, t, shift, choice);
-    choice->tail = tp.on;
-    choice->workspace_bytes = tp.on ? tp.bytes : 0;
+    choice->tail = tail_on(p, t, choice, ts);
+    choice->workspace_bytes = choice->tail ? ts.bytes : 0;
     snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
              pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", t.kvsplit > 1 ? "_kvs" : "",
@@ -454,6 +457,10 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     const bool bf16 = p->dtype == FC_DTYPE_BF16;
     const bool varlen = p->cu_seqlens_q != NULL;
     const int splits = p->num_splits > 1 ? p->num_splits : 1;
+    if (splits > 1 && choice->tail) {
+        snprintf(err, err_len, "sm90 forward: tail balancing with %d splits (dispatch bug)", splits);
+        return FC_ERR_INTERNAL;
+    }
     if (splits > 1 && (!p->o_accum || !p->lse_accum)) {
         snprintf(err, err_len, "sm90 forward: %d splits without a workspace (launcher bug)", splits);
         return FC_ERR_INTERNAL;
@@ -609,22 +616,24 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
                                     err, err_len);
         if (st) return st;
     }
-    /* Tail balancing (tail_plan): its counters zeroed, its partials not. */
+    /* Tail balancing (tail_on, the plan's choice): its counters zeroed, its
+     * partials not. */
     void *tail = NULL;
     prm.tail_first = prm.num_tiles;
-    const TailPlan tp = choice->tail && splits == 1 && !ctr ? tail_plan(p, dev, t, shift, choice) : TailPlan{};
-    if (tp.on) {
-        fc_status st = alloc_zeroed(&tail, (size_t)tp.bytes, (size_t)tp.cnt_bytes, (cudaStream_t)stream,
+    if (choice->tail) {
+        const TailShape ts = tail_shape(p, dev, t, shift);
+        const int64_t blocks = ts.rest * ts.nb;
+        fc_status st = alloc_zeroed(&tail, (size_t)ts.bytes, (size_t)ts.cnt_bytes, (cudaStream_t)stream,
                                     "tail-balancing workspace", err, err_len);
         if (st) return st;
         prm.tail_cnt = (int *)tail;
-        prm.tail_ws = (float *)((char *)tail + tp.cnt_bytes);
-        prm.tail_first = (int32_t)(tp.rounds * grid);
-        prm.tail_rounds = (int32_t)tp.rounds;
-        prm.tail_nb = fc_fastdiv_make((int32_t)tp.nb);
+        prm.tail_ws = (float *)((char *)tail + ts.cnt_bytes);
+        prm.tail_first = (int32_t)(ts.rounds * grid);
+        prm.tail_rounds = (int32_t)ts.rounds;
+        prm.tail_nb = fc_fastdiv_make((int32_t)ts.nb);
         prm.tail_grid = fc_fastdiv_make(grid);
-        prm.tail_q = (int32_t)(tp.blocks / grid);
-        prm.tail_rem = (int32_t)(tp.blocks % grid);
+        prm.tail_q = (int32_t)(blocks / grid);
+        prm.tail_rem = (int32_t)(blocks % grid);
     }
     prm.tile_ctr = ctr;
     /* Launch as a programmatic dependent of the previous kernel in the
