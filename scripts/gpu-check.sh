@@ -95,13 +95,22 @@ if want test; then
   if ctest --test-dir "$BUILD" --output-on-failure -E "test_cuda_forward|python_binding" >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
   tail -15 "$OUT/ctest.log"
   n=$([ $quick = 1 ] && echo 60 || echo 300)
+  # gpu_matrix KEY ENV... -- ARGS...: the GPU matrix with ENV set and ARGS
+  # added, its log in $OUT/gpu-test-KEY.log, result[gpuKEY]
+  gpu_matrix() {
+    local key=$1 envs=(FC_GPU_CHECK=1)
+    shift
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    if env "${envs[@]}" timeout 300 "$BUILD/tests/test_cuda_forward" "$@" >"$OUT/gpu-test-$key.log" 2>&1; then
+      result[gpu$key]="ok: $(tail -1 "$OUT/gpu-test-$key.log")"
+    else
+      result[gpu$key]="FAIL: $(tail -1 "$OUT/gpu-test-$key.log")"; grep -m 15 -i fail "$OUT/gpu-test-$key.log"
+    fi
+  }
   for path in 80 90; do
     log "GPU matrix, path $path ($n cases)"
-    if timeout 300 "$BUILD/tests/test_cuda_forward" --path $path --cases $n >"$OUT/gpu-test-$path.log" 2>&1; then
-      result[gpu$path]="ok: $(tail -1 "$OUT/gpu-test-$path.log")"
-    else
-      result[gpu$path]="FAIL: $(tail -1 "$OUT/gpu-test-$path.log")"; grep -m 15 -i fail "$OUT/gpu-test-$path.log"
-    fi
+    gpu_matrix $path -- --path $path --cases $n
   done
   # Every row of the Hopper tile table (FLASHCORE_SM90_CONFIG) and every
   # sm90-class row of the sm80 table (FLASHCORE_SM80_CONFIG), forced, on
@@ -113,17 +122,13 @@ if want test; then
   # The rotated Hopper tile loop on every case (the planner takes it only
   # where a CTA gets several tiles, which few test shapes reach)
   log "GPU matrix, path 90, rotated tile loop forced"
-  if FLASHCORE_SM90_ROTATE=1 timeout 300 "$BUILD/tests/test_cuda_forward" --path 90 --cases $((n / 3)) --seed 91 \
-       >"$OUT/gpu-test-90-rot.log" 2>&1; then result[gpu90-rot]="ok: $(tail -1 "$OUT/gpu-test-90-rot.log")"
-  else result[gpu90-rot]="FAIL: $(tail -1 "$OUT/gpu-test-90-rot.log")"; grep -m 10 FAIL "$OUT/gpu-test-90-rot.log"; fi
+  gpu_matrix 90-rot FLASHCORE_SM90_ROTATE=1 -- --path 90 --cases $((n / 3)) --seed 91
   # Tail balancing (the last tiles' KV blocks dealt out over the CTAs, parts
   # merged by the last to finish) on every case that allows it: a 5-CTA grid
   # gives the small test shapes several rounds of tiles and so tails, with
   # tiles split 2-5 ways; the matrix checks every element and the rerun's bits
   log "GPU matrix, path 90, tail balancing forced on a 5-CTA grid"
-  if FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 timeout 300 "$BUILD/tests/test_cuda_forward" --path 90 \
-       --cases $((n / 3)) --seed 93 >"$OUT/gpu-test-90-tail.log" 2>&1; then result[gpu90-tail]="ok: $(tail -1 "$OUT/gpu-test-90-tail.log")"
-  else result[gpu90-tail]="FAIL: $(tail -1 "$OUT/gpu-test-90-tail.log")"; grep -m 10 FAIL "$OUT/gpu-test-90-tail.log"; fi
+  gpu_matrix 90-tail FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 -- --path 90 --cases $((n / 3)) --seed 93
   log "python binding tests"
   if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
        python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then result[pytest]="ok: $(tail -1 "$OUT/pytest.log")"
