@@ -76,9 +76,22 @@ __device__ __forceinline__ uint32_t panel_offset(int r, int c)
 {
     return (uint32_t)((c >> panel_log2(PC)) * ROWS * PC * 16 + r * PC * 16 + (((c & (PC - 1)) ^ panel_swz<PC>(r)) << 4));
 }
-/* Byte offset of unit u of a tile walked in storage order (panel, row, chunk
- * -- the cp.async loads): u's own chunk position XOR the swizzle, which is
- * (u >> 3) & (PC - 1) = panel_swz(row) for either PC (rows % 8 == 0). */
+/* Unit u of a tile of ROWS rows walked in storage order (panel, row, chunk:
+ * the cp.async loads and the O store): its row, its chunk, and its byte
+ * offset -- u's own chunk position XOR the swizzle, which is
+ * (u >> 3) & (PC - 1) = panel_swz(row) for either PC (ROWS % 8 == 0).
+ * u >= 0: unsigned, so that the divisions by powers of two are plain
+ * shifts without the sign fix-ups. */
+template <int ROWS, int PC>
+__device__ __forceinline__ int unit_row(int u)
+{
+    return (int)(((unsigned)u >> panel_log2(PC)) % ROWS);
+}
+template <int ROWS, int PC>
+__device__ __forceinline__ int unit_chunk(int u)
+{
+    return (int)(((unsigned)u >> panel_log2(PC)) / ROWS) * PC + (u & (PC - 1));
+}
 template <int PC>
 __device__ __forceinline__ uint32_t unit_smem_offset(int u)
 {
@@ -382,10 +395,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         static_assert(BN % QS == 0 || QS % BN == 0, "K/V load: passes must tile the rows");
         static_assert(NT % (8 * PC) == 0, "K/V load: unit tid + k*NT keeps tid's chunk and swizzle bits");
         /* Row and chunk of unit tid (load_kv recomputes them with LEAN_REGS). */
-        auto unit_row0 = [](int tid_) { return (tid_ >> LPC) % BN; };
-        auto unit_chunk0 = [](int tid_) { return ((tid_ >> LPC) / BN) * PC + (tid_ & (PC - 1)); };
-        const int kv_row0 = unit_row0(tid);
-        const int kv_chunk0 = unit_chunk0(tid);
+        const int kv_row0 = unit_row<BN, PC>(tid);
+        const int kv_chunk0 = unit_chunk<BN, PC>(tid);
         /* CTA-uniform K/V bases. With KV_BASE_IN_SMEM they are parked in
          * shared memory (sBase, 16 bytes) and re-read at each load: there the
          * two 64-bit per-thread pointers held across the loop are exactly
@@ -420,8 +431,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             uint32_t soff = kv_soff;
             if constexpr (S_::LEAN_REGS) {
                 const int tid_ = tid_x_volatile();
-                row0 = unit_row0(tid_);
-                chunk0 = unit_chunk0(tid_);
+                row0 = unit_row<BN, PC>(tid_);
+                chunk0 = unit_chunk<BN, PC>(tid_);
                 soff = unit_soff(tid_);
             }
             (void)chunk0; /* only the KV_BASE_IN_SMEM path uses it */
@@ -471,8 +482,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 #pragma unroll
             for (int k = 0; k < UNITS / NT; ++k) {
                 const int u = tid + k * NT;
-                const int r = (u >> LPC) % BM;
-                const int ch = (u / (BM * PC)) * PC + (u & (PC - 1));
+                const int r = unit_row<BM, PC>(u);
+                const int ch = unit_chunk<BM, PC>(u);
                 const int64_t rr = c.r0 + r;
                 const bool ok = rr < c.rows; /* rows past the sequence: zeros */
                 const uint16_t *src = qg;
@@ -498,8 +509,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             /* unit tid's row, chunk, smem offset: from a fresh %tid.x (S2R + a
              * few ALU ops), so that none of them is held across the loop */
             const int tid_ = decltype(from_regs)::value ? tid : tid_x_volatile();
-            const int row0 = unit_row0(tid_);
-            const int chunk0 = unit_chunk0(tid_);
+            const int row0 = unit_row<BN, PC>(tid_);
+            const int chunk0 = unit_chunk<BN, PC>(tid_);
             const uint32_t sK = sKV + stage * S_::STAGE_BYTES + unit_soff(tid_);
             const uint32_t sV = sK + S_::KV_BYTES;
             constexpr int UNITS = BN * HD / 8;
@@ -555,8 +566,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             }
             constexpr int UNITS = BM * HD / 8;
             constexpr int NRQ = BM > QS ? BM / QS : 1;
-            const int qr0 = (tid >> LPC) % BM;
-            const int qc0 = ((tid >> LPC) / BM) * PC + (tid & (PC - 1));
+            const int qr0 = unit_row<BM, PC>(tid);
+            const int qc0 = unit_chunk<BM, PC>(tid);
             const uint16_t *qg = (const uint16_t *)p.q;
             const uint16_t *q0 = qg + c.bq * p.q_batch_stride + (c.q_start + c.r0 + qr0) * p.q_row_stride +
                                  (int64_t)c.h_base * p.q_head_stride + qc0 * 8;
@@ -961,9 +972,8 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
 #pragma unroll
         for (int k = 0; k < WUNITS / 32; ++k) {
             const int u = lane + 32 * k; /* storage order inside the warp's rows */
-            const int panel = u / (WROWS * PC);
-            const int r = wrow + ((u >> LPC) % WROWS);
-            const int ch = panel * PC + (u & (PC - 1));
+            const int r = wrow + unit_row<WROWS, PC>(u);
+            const int ch = unit_chunk<WROWS, PC>(u);
             const int64_t rr = c.r0 + r;
             if (rr < c.rows) {
                 const uint4 v = ptx::lds128(sQ + panel_offset<BM, PC>(r, ch));

@@ -49,6 +49,7 @@
 #include "cuda/common/mask_mode.h"
 #include "cuda/sm90/ptx_sm90.cuh"
 #include "cuda/sm90/sm90.h"
+#include "cuda/sm90/tail_split.h"
 #include "cuda/sm90/tiles.cuh"
 
 #ifndef FC_SM90_SIMPLE
@@ -122,7 +123,7 @@ template <int kCfg, bool kTail = false> struct Cfg {
     static constexpr int THREADS = 128 * (WG + 1);
     static constexpr int CONSUMERS = 128 * WG;
     static constexpr int KVS = T.kvsplit;            /* warpgroups sharing one tile's KV blocks */
-    /* The tail-balanced instance (plan.cu tail_plan says when; tiles.cuh
+    /* The tail-balanced instance (plan.cu tail_on says when; tiles.cuh
      * FC_SM90_TAIL_ROW which rows can). Its own instance because the work
      * split and merge code cost the main loop of every other kernel: in
      * one shared instance the d128 loop gained 4 R2UR before its GEMMs
@@ -286,18 +287,12 @@ template <class C> __host__ __device__ __forceinline__ void decode_tile(const fc
 }
 
 /* Tail balancing (fc_sm90_params.tail_first): CTA c's share of the tail's
- * KV blocks, [lo, hi) in tail-block numbers (tile i's blocks are
- * i*nb .. i*nb + nb-1). */
-__device__ __forceinline__ int tail_lo(const fc_sm90_params &p, int c)
-{
-    /* c * tail_blocks / grid in 32 bits: tail_blocks = q * grid + rem and
-     * c * rem < grid^2 (plan.cu checks that every value fits). */
-    return c * p.tail_q + fc_fastdiv_div(c * p.tail_rem, p.tail_grid);
-}
+ * KV blocks, [lo, hi) in tail-block numbers (tail_split.h has the
+ * partition; tests/test_tail_split.c checks it on the CPU). */
 __device__ __forceinline__ void tail_range(const fc_sm90_params &p, int c, int &lo, int &hi)
 {
-    lo = tail_lo(p, c);
-    hi = tail_lo(p, c + 1);
+    lo = fc_tail_lo(c, p.tail_q, p.tail_rem, p.tail_grid);
+    hi = fc_tail_lo(c + 1, p.tail_q, p.tail_rem, p.tail_grid);
 }
 
 /* Work item s of this CTA (t: its static tile index blockIdx.x + s * grid,
@@ -312,26 +307,13 @@ template <class C> __device__ __forceinline__ bool work_item(const fc_sm90_param
         decode_tile<C>(p, t, g);
         return true;
     }
-    const int j = s - p.tail_rounds; /* the CTA's j-th part */
-    int lo, hi;
-    tail_range(p, (int)blockIdx.x, lo, hi);
-    const int nb = p.tail_nb.d;
-    const int i0 = fc_fastdiv_div(lo, p.tail_nb); /* (no divide: uniform registers) */
-    int i, n_lo, n_hi;
-    if (lo >= hi || j > 1) return false;
-    if (j == 0) {
-        i = i0;
-        n_lo = lo - i0 * nb;
-        n_hi = min(hi - i0 * nb, nb);
-    } else {
-        if (hi <= (i0 + 1) * nb) return false;
-        i = i0 + 1;
-        n_lo = 0;
-        n_hi = hi - i * nb;
-    }
+    int i, n_lo, n_hi; /* the CTA's part s - tail_rounds (0 or 1): tail tile i, blocks [n_lo, n_hi) */
+    if (!fc_tail_part((int)blockIdx.x, s - p.tail_rounds, p.tail_q, p.tail_rem, p.tail_grid, p.tail_nb, &i, &n_lo,
+                      &n_hi))
+        return false;
     decode_tile<C>(p, p.tail_first + i, g);
-    /* Every tile has the KV range [0, nb) (tail_plan: no band, no varlen). */
-    FC90_ASSERT(g.n_lo == 0 && g.n_hi == nb);
+    /* Every tile has the KV range [0, nb) (plan.cu tail_on: no band, no varlen). */
+    FC90_ASSERT(g.n_lo == 0 && g.n_hi == p.tail_nb.d);
     g.n_lo = n_lo;
     g.n_hi = n_hi;
     return true;
@@ -346,12 +328,8 @@ template <class C> __device__ __forceinline__ int tail_part(const fc_sm90_params
     const int m_block = (int)((unsigned)g.m0 / C::BM);
     const int i = (g.b * p.head_units.d + g.hu) * p.num_m_blocks.d + m_block - p.tail_first;
     if (i < 0) return -1;
-    int lo, hi;
-    tail_range(p, (int)blockIdx.x, lo, hi);
-    const int t_lo = i * p.tail_nb.d;
-    if (lo <= t_lo && hi >= t_lo + p.tail_nb.d) return -1; /* the whole tile is ours */
-    slot = 2 * (int)blockIdx.x + (lo < t_lo ? 1 : 0);    /* part 1 if the share began before */
-    return i;
+    slot = fc_tail_slot((int)blockIdx.x, i, p.tail_q, p.tail_rem, p.tail_grid, p.tail_nb);
+    return slot < 0 ? -1 : i;
 }
 
 /* ---- barriers ---------------------------------------------------------------- */
@@ -681,20 +659,8 @@ __device__ bool tail_merge(const fc_sm90_params &p, int part, int slot, const Ba
 
     /* The tile's parts: the CTAs whose shares meet its blocks [t_lo, t_hi). */
     const int t_lo = part * p.tail_nb.d, t_hi = t_lo + p.tail_nb.d;
-    int c0 = (int)((int64_t)t_lo * gridDim.x / (p.tail_q * (int)gridDim.x + p.tail_rem));
+    const int c0 = fc_tail_first_cta(part, p.tail_q, p.tail_rem, p.tail_grid, p.tail_nb, (int)gridDim.x);
     int lo, hi;
-    for (;;) { /* the first CTA whose share ends past t_lo (c0 is within one) */
-        tail_range(p, c0, lo, hi);
-        if (hi > t_lo) {
-            if (c0 == 0) break;
-            int plo, phi;
-            tail_range(p, c0 - 1, plo, phi);
-            if (phi <= t_lo) break;
-            --c0;
-        } else {
-            ++c0;
-        }
-    }
     /* Pass 1: count the parts and take the rows' maxima over them. */
     int parts = 0;
     float mx[2] = {neg_inf(), neg_inf()};
@@ -706,9 +672,8 @@ __device__ bool tail_merge(const fc_sm90_params &p, int part, int slot, const Ba
     }
     if (arrived != parts - 1) return false;
     __threadfence();
-    /* CTA c's part of the tile (its share [c_lo, ...)): its part 1 if the
-     * share began in an earlier tile. */
-    auto src_of = [&](int c, int c_lo) { return part_at(2 * c + (c_lo < t_lo ? 1 : 0)); };
+    /* CTA c's part of the tile (its share [c_lo, ...)). */
+    auto src_of = [&](int c, int c_lo) { return part_at(fc_tail_part_slot(c, c_lo, t_lo)); };
     for (int c = c0; c < (int)gridDim.x; ++c) {
         tail_range(p, c, lo, hi);
         if (lo >= t_hi) break;

@@ -137,7 +137,7 @@ typedef struct fc_sm90_tile {
  * launcher and the kernel all ask this. */
 #define FC_SM90_CAN_ROTATE(t) ((t).qbufs == 2 && (t).kvsplit == 1)
 
-/* Rows that can run tail balancing (plan.cu tail_plan, fwd_kernel.cuh
+/* Rows that can run tail balancing (plan.cu tail_on, fwd_kernel.cuh
  * tail_merge): the planner and the kernel both ask this. */
 #define FC_SM90_TAIL_ROW(t) (!(t).small && (t).kvsplit == 1 && (t).wgs <= 2 && (t).head_dim <= 192)
 
