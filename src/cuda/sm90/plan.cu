@@ -420,19 +420,25 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
     choice->pack_gqa = shift > 0;
     /* The rotated tile loop issues a tile's first S GEMM during the previous
      * tile's epilogue, so it pays only where CTAs run several tiles, and
-     * where the epilogue is a large share of a tile: short KV. Same-run
-     * A/B on an H100 (session 4, notes-sm90.md): +1.7% at s512-d64 (4 KV
-     * blocks per tile), +-0.5% at 2k keys (16), -1.6% at s8k-d128 (64),
-     * -8% where each CTA runs one tile (the mission shape). Hence: more
-     * tiles than CTAs and at most 8 KV blocks. Rows with one Q buffer
-     * cannot rotate. FLASHCORE_SM90_ROTATE=0/1 overrides (A/B). */
+     * where the tile edges are a large share of a tile: short KV. Same-run
+     * A/B on an H100 (notes-sm90.md; FLASHCORE_SM90_ROTATE=0/1 overrides):
+     *   - 2-warpgroup rows without a band: +1.2% at s2k-d128 (16 KV blocks,
+     *     session 10, run 72), -1.6% at s8k-d128 (64, session 4);
+     *   - causal: -3.3% at s2k-causal and gqa-prefill (16-32 blocks, run
+     *     72); kept at <= 8 blocks, where session 4 measured it;
+     *   - the tall row (3 warpgroups, no intra-warpgroup overlap): -1.3%
+     *     at s512-d64 (4 blocks, run 72; +1.7% on session 4's loop);
+     *   - -8% where each CTA runs one tile (the mission shape).
+     * Rows with one Q buffer cannot rotate. */
     const int forced_rot = fc_tuning_row("FLASHCORE_SM90_ROTATE", 2);
     const TailShape ts = tail_shape(p, dev, t, shift);
+    choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
+    const bool banded = p->window_left >= 0 || p->window_right >= 0; /* causal or local */
+    const int64_t rot_max_blocks = banded ? 8 : 16;
     choice->rotate = FC_SM90_CAN_ROTATE(t) && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
-                                            ts.nb <= 8);
-    choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
+                                            t.tall == 0 && ts.nb <= rot_max_blocks);
     choice->tail = tail_on(p, t, choice, ts);
     choice->workspace_bytes = choice->tail ? ts.bytes : 0;
     snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
