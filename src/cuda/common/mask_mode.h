@@ -12,10 +12,7 @@
  * kernel walks upwards and takes FIRST as ANY).
  *  NONE  no softcap, no window (causal included), a dense KV length of whole
  *        blocks: no block of any tile is masked.
- *  FIRST no softcap, no window, dense, with a KV tail (seqlen_k not a
- *        multiple of block_n): only the highest block, the partial one, is
- *        masked, in every tile (s4k-d256: 4096 keys in blocks of 80);
- *        or no softcap, no left window, dense whole blocks, and a right edge
+ *  FIRST no softcap, no left window, dense whole blocks, and a right edge
  *        (causal: d = sk - sq + wr + 1) that falls only in a tile's highest
  *        block. With P = block_m >> shift query positions per tile the rows'
  *        key limits span [m0 + d, m0 + d + P - 1]; a lower block is masked
@@ -42,10 +39,9 @@ enum { FC_MASKS_NONE = 0, FC_MASKS_FIRST = 1, FC_MASKS_ANY = 2 };
  * of the query heads packed per tile row group (pack-GQA), else 0. */
 static inline int fc_cuda_mask_mode(const fc_fwd_params *p, int block_m, int block_n, int shift)
 {
-    const int whole = p->seqlen_k % block_n == 0;
-    if (p->softcap != 0.0f || p->cu_seqlens_k || p->window_left >= 0) return FC_MASKS_ANY;
-    if (p->window_right < 0) return whole ? FC_MASKS_NONE : FC_MASKS_FIRST;
-    if (!whole) return FC_MASKS_ANY;
+    const int dense_whole = !p->cu_seqlens_k && p->seqlen_k % block_n == 0;
+    if (p->softcap != 0.0f || !dense_whole || p->window_left >= 0) return FC_MASKS_ANY;
+    if (p->window_right < 0) return FC_MASKS_NONE;
     const int64_t d = (int64_t)p->seqlen_k - p->seqlen_q + p->window_right + 1;
     const int P = block_m >> shift;
     if (d < 1 || P < 1 || block_n % P != 0) return FC_MASKS_ANY;
