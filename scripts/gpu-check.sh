@@ -50,18 +50,20 @@ sm80_variant_rows() {
        split(s,a,","); if ($0 ~ /kVar/) print n, a[2]; n++}' src/cuda/sm80/tiles.cuh
 }
 # run_rows VAR PATH LIST: the GPU matrix on path PATH once per "row head_dim ..." line
-# that LIST prints, with VAR=row forcing the row; result[gpuPATH-rows]
+# that LIST prints, with VAR=row forcing the row; prints its result line
+# "gpuPATH-rows VALUE" (the test stage's jobs run in the background), the
+# failures' diagnostics on stderr
 run_rows() {
   local var=$1 path=$2 list=$3 bad="" n=0 row dim
   while read -r row dim _; do
     n=$((n + 1))
     if ! env "$var=$row" timeout 200 "$BUILD/tests/test_cuda_forward" --path "$path" --head-dim "$dim" \
          --cases "$nr" --seed $((row + 7)) >"$OUT/gpu$path-row-$row.log" 2>&1; then
-      bad="$bad $row"; grep -m 5 -i fail "$OUT/gpu$path-row-$row.log"
+      bad="$bad $row"; grep -m 5 -i fail "$OUT/gpu$path-row-$row.log" >&2
     fi
   done < <($list)
-  if [ -z "$bad" ]; then result[gpu$path-rows]="ok: $n rows x $nr cases"
-  else result[gpu$path-rows]="FAIL: rows$bad"; fi
+  if [ -z "$bad" ]; then echo "gpu$path-rows ok: $n rows x $nr cases"
+  else echo "gpu$path-rows FAIL: rows$bad"; fi
 }
 # "row head_dim tall ctas kvsplit" for each row of the Hopper tile table (src/cuda/sm90/tiles.cuh)
 sm90_rows() {
@@ -95,44 +97,55 @@ if want test; then
   if ctest --test-dir "$BUILD" --output-on-failure -E "test_cuda_forward|python_binding" >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
   tail -15 "$OUT/ctest.log"
   n=$([ $quick = 1 ] && echo 60 || echo 300)
+  nr=$([ $quick = 1 ] && echo 12 || echo 40)
   # gpu_matrix KEY ENV... -- ARGS...: the GPU matrix with ENV set and ARGS
-  # added, its log in $OUT/gpu-test-KEY.log, result[gpuKEY]
+  # added, its log in $OUT/gpu-test-KEY.log; prints "gpuKEY VALUE"
   gpu_matrix() {
     local key=$1 envs=(FC_GPU_CHECK=1)
     shift
     while [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
     if env "${envs[@]}" timeout 300 "$BUILD/tests/test_cuda_forward" "$@" >"$OUT/gpu-test-$key.log" 2>&1; then
-      result[gpu$key]="ok: $(tail -1 "$OUT/gpu-test-$key.log")"
+      echo "gpu$key ok: $(tail -1 "$OUT/gpu-test-$key.log")"
     else
-      result[gpu$key]="FAIL: $(tail -1 "$OUT/gpu-test-$key.log")"; grep -m 15 -i fail "$OUT/gpu-test-$key.log"
+      echo "gpu$key FAIL: $(tail -1 "$OUT/gpu-test-$key.log")"; grep -m 15 -i fail "$OUT/gpu-test-$key.log" >&2
     fi
   }
-  for path in 80 90; do
-    log "GPU matrix, path $path ($n cases)"
-    gpu_matrix $path -- --path $path --cases $n
-  done
+  # The matrices run side by side, each a background job that prints its
+  # result lines into $OUT/t-JOB.res: a test process is mostly the fp64
+  # reference on one host core, so on the device's 16 cores seven at once
+  # take about as long as the longest (the path-90 matrix) instead of the
+  # sum (~200 s of run 70's 454 s). The GPU runs their small kernels
+  # interleaved; no result depends on timing.
+  log "GPU matrices side by side: paths 80 and 90 ($n cases), forced rows ($nr cases each), rotated, tail, pytest"
+  for path in 80 90; do gpu_matrix $path -- --path $path --cases $n >"$OUT/t-$path.res" & done
   # Every row of the Hopper tile table (FLASHCORE_SM90_CONFIG) and every
   # sm90-class row of the sm80 table (FLASHCORE_SM80_CONFIG), forced, on
   # random cases of its head_dim: rows the planner picks only for some shapes
   # (tall, small, long-KV) get the same matrix as the defaults.
-  nr=$([ $quick = 1 ] && echo 12 || echo 40)
-  run_rows FLASHCORE_SM90_CONFIG 90 sm90_rows
-  run_rows FLASHCORE_SM80_CONFIG 80 sm80_rows
+  run_rows FLASHCORE_SM90_CONFIG 90 sm90_rows >"$OUT/t-rows90.res" &
+  run_rows FLASHCORE_SM80_CONFIG 80 sm80_rows >"$OUT/t-rows80.res" &
   # The rotated Hopper tile loop on every case (the planner takes it only
   # where a CTA gets several tiles, which few test shapes reach)
-  log "GPU matrix, path 90, rotated tile loop forced"
-  gpu_matrix 90-rot FLASHCORE_SM90_ROTATE=1 -- --path 90 --cases $((n / 3)) --seed 91
+  gpu_matrix 90-rot FLASHCORE_SM90_ROTATE=1 -- --path 90 --cases $((n / 3)) --seed 91 >"$OUT/t-rot.res" &
   # Tail balancing (the last tiles' KV blocks dealt out over the CTAs, parts
   # merged by the last to finish) on every case that allows it: a 5-CTA grid
   # gives the small test shapes several rounds of tiles and so tails, with
   # tiles split 2-5 ways; the matrix checks every element and the rerun's bits
-  log "GPU matrix, path 90, tail balancing forced on a 5-CTA grid"
-  gpu_matrix 90-tail FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 -- --path 90 --cases $((n / 3)) --seed 93
-  log "python binding tests"
-  if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
-       python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then result[pytest]="ok: $(tail -1 "$OUT/pytest.log")"
-  else result[pytest]="FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log"; fi
+  gpu_matrix 90-tail FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 -- --path 90 --cases $((n / 3)) --seed 93 \
+    >"$OUT/t-tail.res" &
+  (
+    if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
+         python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then echo "pytest ok: $(tail -1 "$OUT/pytest.log")"
+    else echo "pytest FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log" >&2; fi
+  ) >"$OUT/t-pytest.res" &
+  wait
+  while read -r key val; do result[$key]=$val; done < <(cat "$OUT"/t-*.res)
+  rm -f "$OUT"/t-*.res
+  for k in gpu80 gpu90 gpu90-rows gpu80-rows gpu90-rot gpu90-tail pytest; do
+    [ -n "${result[$k]:-}" ] || result[$k]="FAIL: its job printed no result"
+  done
+  log "GPU matrices done"
 fi
 
 if want sanitize; then
