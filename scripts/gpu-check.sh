@@ -49,18 +49,28 @@ sm80_variant_rows() {
        on && match($0,/^[ \t]*\{kClass[A-Za-z0-9]+, *[0-9]+/){s=substr($0,RSTART,RLENGTH); gsub(/[{ \t]/,"",s);
        split(s,a,","); if ($0 ~ /kVar/) print n, a[2]; n++}' src/cuda/sm80/tiles.cuh
 }
+# [VAR=value...] gpu_matrix KEY ARGS...: the GPU matrix with ARGS (and the
+# variables the call sets), its log in $OUT/gpu-test-KEY.log; prints its
+# result line "gpuKEY VALUE" (the test stage's jobs run in the background),
+# the failures' diagnostics on stderr
+gpu_matrix() {
+  local key=$1
+  shift
+  if timeout 300 "$BUILD/tests/test_cuda_forward" "$@" >"$OUT/gpu-test-$key.log" 2>&1; then
+    echo "gpu$key ok: $(tail -1 "$OUT/gpu-test-$key.log")"
+  else
+    echo "gpu$key FAIL: $(tail -1 "$OUT/gpu-test-$key.log")"; grep -m 15 -i fail "$OUT/gpu-test-$key.log" >&2
+  fi
+}
 # run_rows VAR PATH LIST: the GPU matrix on path PATH once per "row head_dim ..." line
-# that LIST prints, with VAR=row forcing the row; prints its result line
-# "gpuPATH-rows VALUE" (the test stage's jobs run in the background), the
-# failures' diagnostics on stderr
+# that LIST prints, with VAR=row forcing the row (log gpu-test-PATH-row-ROW.log);
+# prints "gpuPATH-rows VALUE"
 run_rows() {
   local var=$1 path=$2 list=$3 bad="" n=0 row dim
   while read -r row dim _; do
     n=$((n + 1))
-    if ! env "$var=$row" timeout 200 "$BUILD/tests/test_cuda_forward" --path "$path" --head-dim "$dim" \
-         --cases "$nr" --seed $((row + 7)) >"$OUT/gpu$path-row-$row.log" 2>&1; then
-      bad="$bad $row"; grep -m 5 -i fail "$OUT/gpu$path-row-$row.log" >&2
-    fi
+    (export "$var=$row"; gpu_matrix "$path-row-$row" --path "$path" --head-dim "$dim" --cases "$nr" \
+       --seed $((row + 7))) | grep -q "^gpu$path-row-$row ok: " || bad="$bad $row"
   done < <($list)
   if [ -z "$bad" ]; then echo "gpu$path-rows ok: $n rows x $nr cases"
   else echo "gpu$path-rows FAIL: rows$bad"; fi
@@ -70,6 +80,15 @@ sm90_rows() {
   awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
        on && match($0,/^[ \t]*\{[0-9 ,]+\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
        split(s,a,","); print n++, a[1], a[11], a[12], a[13]}' src/cuda/sm90/tiles.cuh
+}
+
+# collect_results PREFIX: wait for the stage's background jobs, then read the
+# "key value" lines they printed into $OUT/PREFIX*.res into result[]
+collect_results() {
+  wait
+  local key val
+  while read -r key val; do result[$key]=$val; done < <(cat "$OUT/$1"*.res)
+  rm -f "$OUT/$1"*.res
 }
 
 # ptxas spill warnings of a build log (nothing when no kernel spills)
@@ -98,19 +117,6 @@ if want test; then
   tail -15 "$OUT/ctest.log"
   n=$([ $quick = 1 ] && echo 60 || echo 300)
   nr=$([ $quick = 1 ] && echo 12 || echo 40)
-  # gpu_matrix KEY ENV... -- ARGS...: the GPU matrix with ENV set and ARGS
-  # added, its log in $OUT/gpu-test-KEY.log; prints "gpuKEY VALUE"
-  gpu_matrix() {
-    local key=$1 envs=(FC_GPU_CHECK=1)
-    shift
-    while [ "$1" != -- ]; do envs+=("$1"); shift; done
-    shift
-    if env "${envs[@]}" timeout 300 "$BUILD/tests/test_cuda_forward" "$@" >"$OUT/gpu-test-$key.log" 2>&1; then
-      echo "gpu$key ok: $(tail -1 "$OUT/gpu-test-$key.log")"
-    else
-      echo "gpu$key FAIL: $(tail -1 "$OUT/gpu-test-$key.log")"; grep -m 15 -i fail "$OUT/gpu-test-$key.log" >&2
-    fi
-  }
   # The matrices run side by side, each a background job that prints its
   # result lines into $OUT/t-JOB.res: a test process is mostly the fp64
   # reference on one host core, so on the device's 16 cores seven at once
@@ -118,7 +124,7 @@ if want test; then
   # sum (~200 s of run 70's 454 s). The GPU runs their small kernels
   # interleaved; no result depends on timing.
   log "GPU matrices side by side: paths 80 and 90 ($n cases), forced rows ($nr cases each), rotated, tail, pytest"
-  for path in 80 90; do gpu_matrix $path -- --path $path --cases $n >"$OUT/t-$path.res" & done
+  for path in 80 90; do gpu_matrix $path --path $path --cases $n >"$OUT/t-$path.res" & done
   # Every row of the Hopper tile table (FLASHCORE_SM90_CONFIG) and every
   # sm90-class row of the sm80 table (FLASHCORE_SM80_CONFIG), forced, on
   # random cases of its head_dim: rows the planner picks only for some shapes
@@ -127,21 +133,19 @@ if want test; then
   run_rows FLASHCORE_SM80_CONFIG 80 sm80_rows >"$OUT/t-rows80.res" &
   # The rotated Hopper tile loop on every case (the planner takes it only
   # where a CTA gets several tiles, which few test shapes reach)
-  gpu_matrix 90-rot FLASHCORE_SM90_ROTATE=1 -- --path 90 --cases $((n / 3)) --seed 91 >"$OUT/t-rot.res" &
+  FLASHCORE_SM90_ROTATE=1 gpu_matrix 90-rot --path 90 --cases $((n / 3)) --seed 91 >"$OUT/t-rot.res" &
   # Tail balancing (the last tiles' KV blocks dealt out over the CTAs, parts
   # merged by the last to finish) on every case that allows it: a 5-CTA grid
   # gives the small test shapes several rounds of tiles and so tails, with
   # tiles split 2-5 ways; the matrix checks every element and the rerun's bits
-  gpu_matrix 90-tail FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 -- --path 90 --cases $((n / 3)) --seed 93 \
+  FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 gpu_matrix 90-tail --path 90 --cases $((n / 3)) --seed 93 \
     >"$OUT/t-tail.res" &
   (
     if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
          python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then echo "pytest ok: $(tail -1 "$OUT/pytest.log")"
     else echo "pytest FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log" >&2; fi
   ) >"$OUT/t-pytest.res" &
-  wait
-  while read -r key val; do result[$key]=$val; done < <(cat "$OUT"/t-*.res)
-  rm -f "$OUT"/t-*.res
+  collect_results t-
   for k in gpu80 gpu90 gpu90-rows gpu80-rows gpu90-rot gpu90-tail pytest; do
     [ -n "${result[$k]:-}" ] || result[$k]="FAIL: its job printed no result"
   done
@@ -155,43 +159,38 @@ if want sanitize; then
   # keeps `all` inside one 600 s device call (it ran out at 600 s with them in
   # sequence once the tail-balancing variants came, session 9). Each tool's
   # results come back through $OUT/san-TOOL.res, one "key value" line each.
-  san_run() { # san_run TOOL KEY ENV... -- ARGS...: one variant, its log in $OUT/KEY.log
+  san_run() { # [VAR=value...] san_run TOOL KEY ARGS...: one variant, its log in $OUT/KEY.log
     local tool=$1 key=$2
     shift 2
-    local envs=(FC_GPU_CHECK=1)
-    while [ "$1" != -- ]; do envs+=("$1"); shift; done
-    shift
     log "compute-sanitizer $tool ${key#san-"$tool"-}" >&2
-    if env "${envs[@]}" timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    if timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 \
          "$BUILD/tests/test_cuda_forward" --quick "$@" >"$OUT/$key.log" 2>&1
     then echo "$key clean"
     else echo "$key FAIL ($(grep -c -i 'error' "$OUT/$key.log") error lines)"; tail -12 "$OUT/$key.log" >&2; fi
   }
   san_tool() { # san_tool TOOL: every variant of one tool
     local tool=$1 path row dim tall ctas kvs
-    for path in 80 90; do san_run "$tool" "san-$tool-$path" -- --path $path; done
+    for path in 80 90; do san_run "$tool" "san-$tool-$path" --path $path; done
     # the rotated tile loop (the planner takes it only for several tiles per CTA)
-    san_run "$tool" "san-$tool-90rot" FLASHCORE_SM90_ROTATE=1 -- --path 90
+    FLASHCORE_SM90_ROTATE=1 san_run "$tool" "san-$tool-90rot" --path 90
     # tail balancing on a 5-CTA grid: split tiles, partials, the arrival
     # counters and the merge
-    san_run "$tool" "san-$tool-90tail" FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 -- --path 90
+    FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 san_run "$tool" "san-$tool-90tail" --path 90
     # the tall rows (3 consumer warpgroups), the 2-CTA/SM rows and the
     # kvsplit rows are not in the default quick set
     while read -r row dim tall ctas kvs; do
       [ "$tall" != 0 ] || [ "$ctas" != 1 ] || [ "$kvs" != 1 ] || continue
-      san_run "$tool" "san-$tool-row$row" "FLASHCORE_SM90_CONFIG=$row" -- --path 90 --head-dim "$dim"
+      FLASHCORE_SM90_CONFIG=$row san_run "$tool" "san-$tool-row$row" --path 90 --head-dim "$dim"
     done < <(sm90_rows)
     # the sm80 code variants move barriers and loads: racecheck each
     if [ "$tool" = racecheck ]; then
       while read -r row dim; do
-        san_run "$tool" "san-$tool-80row$row" "FLASHCORE_SM80_CONFIG=$row" -- --path 80 --head-dim "$dim"
+        FLASHCORE_SM80_CONFIG=$row san_run "$tool" "san-$tool-80row$row" --path 80 --head-dim "$dim"
       done < <(sm80_variant_rows)
     fi
   }
   for tool in memcheck racecheck synccheck; do san_tool $tool >"$OUT/san-$tool.res" & done
-  wait
-  while read -r key val; do result[$key]=$val; done < <(cat "$OUT"/san-*.res)
-  rm -f "$OUT"/san-*.res
+  collect_results san-
 fi
 
 if want sass; then

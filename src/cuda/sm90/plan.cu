@@ -12,6 +12,7 @@
 
 #include "cuda/common/mask_mode.h"
 #include "cuda/sm90/sm90.h"
+#include "cuda/sm90/tail_split.h"
 #include "cuda/sm90/tiles.cuh"
 
 #ifndef FC_SM90_SIMPLE
@@ -148,6 +149,10 @@ int pack_shift_for(const fc_fwd_params *p, int block_m)
     return shift;
 }
 
+/* A causal or local band: tiles then see different KV ranges (the kvsplit
+ * small row, the rotation's limit, no tail balancing). */
+bool banded(const fc_fwd_params *p) { return p->window_left >= 0 || p->window_right >= 0; }
+
 int64_t row_tiles(const fc_fwd_params *p, int block_m, int shift)
 {
     const int64_t rows = (int64_t)p->seqlen_q << shift;
@@ -206,8 +211,7 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
      * blocks. Measured (H100, session 5): mission-causal +8.5%, the
      * unmasked mission shape -2% (its CTAs are equal; what bounds it is
      * not the chain), so only masked calls. */
-    const bool masked = p->window_left >= 0 || p->window_right >= 0;
-    if (masked && small_kvs >= 0) small = small_kvs;
+    if (banded(p) && small_kvs >= 0) small = small_kvs;
     if (cfg < 0) cfg = small;
     if (cfg < 0) return -1;
     *shift = pack_shift_for(p, k_tiles[cfg].block_m);
@@ -266,6 +270,7 @@ const double kTailCostBlocks = 10.0;
  * taken: what the planner weighs and the launcher lays out, from one place. */
 struct TailShape {
     int64_t grid, rounds, rest, nb; /* CTAs, whole rounds, tiles left after them, KV blocks per tile */
+    int64_t blocks;                 /* the tail's KV blocks, rest * nb (tail_split.h's B)       */
     int64_t cnt_bytes, bytes;       /* workspace: counters (zeroed per call), then partials */
 };
 
@@ -277,8 +282,9 @@ TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc
     ts.nb = ((int64_t)p->seqlen_k + t.block_n - 1) / t.block_n;
     ts.rounds = ts.grid > 0 ? tiles / ts.grid : 0;
     ts.rest = tiles - ts.rounds * ts.grid;
+    ts.blocks = ts.rest * ts.nb;
     ts.cnt_bytes = (ts.rest * t.wgs * (int64_t)sizeof(int) + 255) / 256 * 256;
-    ts.bytes = ts.cnt_bytes + 2 * ts.grid * t.wgs * (t.head_dim / 2 + 4) * 128 * (int64_t)sizeof(float);
+    ts.bytes = ts.cnt_bytes + 2 * ts.grid * t.wgs * 128 * fc_tail_thread_floats(t.head_dim) * (int64_t)sizeof(float);
     return ts;
 }
 
@@ -286,16 +292,16 @@ TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc
  * decisions already made (the tail instance has neither). */
 bool tail_on(const fc_fwd_params *p, const fc_sm90_tile &t, const fc_cuda_choice *choice, const TailShape &ts)
 {
-    const bool uniform = p->cu_seqlens_q == NULL && p->window_left < 0 && p->window_right < 0;
+    const bool uniform = p->cu_seqlens_q == NULL && !banded(p);
     const int forced = fc_tuning_row("FLASHCORE_SM90_TAIL", 2);
     /* (the kernel's share arithmetic is 32-bit: rest * nb and grid^2 fit) */
     if (!uniform || !FC_SM90_TAIL_ROW(t) || FC_SM90_SIMPLE || choice->rotate || choice->masks == FC_MASKS_ANY ||
-        ts.rounds < 1 || ts.rest == 0 || ts.nb < 2 || ts.rest * ts.nb >= ((int64_t)1 << 30) || ts.grid > 32768 ||
+        ts.rounds < 1 || ts.rest == 0 || ts.nb < 2 || ts.blocks >= ((int64_t)1 << 30) || ts.grid > 32768 ||
         forced == 0)
         return false;
     if (forced == 1) return true;
     const double idle = (1.0 - (double)ts.rest / (double)ts.grid) * (double)ts.nb; /* blocks per CTA */
-    const double share = (double)(ts.rest * ts.nb) / (double)ts.grid;
+    const double share = (double)ts.blocks / (double)ts.grid;
     return share >= 2.0 && idle - kTailCostBlocks >= 0.005 * (double)((ts.rounds + 1) * ts.nb);
 }
 
@@ -433,8 +439,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
     const int forced_rot = fc_tuning_row("FLASHCORE_SM90_ROTATE", 2);
     const TailShape ts = tail_shape(p, dev, t, shift);
     choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
-    const bool banded = p->window_left >= 0 || p->window_right >= 0; /* causal or local */
-    const int64_t rot_max_blocks = banded ? 8 : 16;
+    const int64_t rot_max_blocks = banded(p) ? 8 : 16;
     choice->rotate = FC_SM90_CAN_ROTATE(t) && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
@@ -628,7 +633,6 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     prm.tail_first = prm.num_tiles;
     if (choice->tail) {
         const TailShape ts = tail_shape(p, dev, t, shift);
-        const int64_t blocks = ts.rest * ts.nb;
         fc_status st = alloc_zeroed(&tail, (size_t)ts.bytes, (size_t)ts.cnt_bytes, (cudaStream_t)stream,
                                     "tail-balancing workspace", err, err_len);
         if (st) return st;
@@ -638,8 +642,8 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         prm.tail_rounds = (int32_t)ts.rounds;
         prm.tail_nb = fc_fastdiv_make((int32_t)ts.nb);
         prm.tail_grid = fc_fastdiv_make(grid);
-        prm.tail_q = (int32_t)(blocks / grid);
-        prm.tail_rem = (int32_t)(blocks % grid);
+        prm.tail_q = (int32_t)(ts.blocks / grid);
+        prm.tail_rem = (int32_t)(ts.blocks % grid);
     }
     prm.tile_ctr = ctr;
     /* Launch as a programmatic dependent of the previous kernel in the
