@@ -422,8 +422,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         }
         const uint16_t *__restrict__ kt = kb0 + kv_row0 * p.k_row_stride + kv_chunk0 * 8;
         const uint16_t *__restrict__ vt = vb0 + kv_row0 * p.v_row_stride + kv_chunk0 * 8;
-        auto unit_soff = [](int tid_) { return unit_smem_offset<PC>(tid_); };
-        const uint32_t kv_soff = unit_soff(tid); /* unit tid's smem offset */
+        const uint32_t kv_soff = unit_smem_offset<PC>(tid); /* unit tid's smem offset */
         auto load_kv = [&](int n, int stage, auto sel) {
             /* LEAN_REGS: the same three values, recomputed from a fresh
              * %tid.x, so none of them is live between loads. */
@@ -433,7 +432,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                 const int tid_ = tid_x_volatile();
                 row0 = unit_row<BN, PC>(tid_);
                 chunk0 = unit_chunk<BN, PC>(tid_);
-                soff = unit_soff(tid_);
+                soff = unit_smem_offset<PC>(tid_);
             }
             (void)chunk0; /* only the KV_BASE_IN_SMEM path uses it */
             const uint32_t sK = sKV + stage * S_::STAGE_BYTES + soff;
@@ -511,7 +510,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
             const int tid_ = decltype(from_regs)::value ? tid : tid_x_volatile();
             const int row0 = unit_row<BN, PC>(tid_);
             const int chunk0 = unit_chunk<BN, PC>(tid_);
-            const uint32_t sK = sKV + stage * S_::STAGE_BYTES + unit_soff(tid_);
+            const uint32_t sK = sKV + stage * S_::STAGE_BYTES + unit_smem_offset<PC>(tid_);
             const uint32_t sV = sK + S_::KV_BYTES;
             constexpr int UNITS = BN * HD / 8;
             constexpr int NR = BN > QS ? BN / QS : 1; /* distinct row offsets of the passes */

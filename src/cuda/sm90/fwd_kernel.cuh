@@ -639,7 +639,8 @@ template <class C>
 __device__ bool tail_merge(const fc_sm90_params &p, int part, int slot, const Bars<C> &bars, int cw, int tid,
                            RowState &rs, float (&O)[C::D / 2])
 {
-    constexpr int U = C::D / 8 + 1; /* float4 units per thread: O, then {m0, m1, l0, l1} */
+    /* float4 units per thread: O, then {m0, m1, l0, l1} (tail_split.h) */
+    constexpr int U = FC_TAIL_THREAD_FLOATS(C::D) / 4;
     auto part_at = [&](int slot) {
         return reinterpret_cast<float4 *>(p.tail_ws) + ((int64_t)slot * C::WG + cw) * U * 128 + tid;
     };
@@ -657,31 +658,34 @@ __device__ bool tail_merge(const fc_sm90_params &p, int part, int slot, const Ba
      * registers, R2UR) */
     const int arrived = __shfl_sync(0xffffffffu, (int)lds32(bars.t_flag(cw)), 0);
 
-    /* The tile's parts: the CTAs whose shares meet its blocks [t_lo, t_hi). */
+    /* The tile's parts: f(c, lo) for each CTA c, in order, whose share
+     * [lo, hi) meets the tile's blocks [t_lo, t_hi) (consecutive CTAs from
+     * the first, fc_tail_first_cta; empty shares skipped). */
     const int t_lo = part * p.tail_nb.d, t_hi = t_lo + p.tail_nb.d;
     const int c0 = fc_tail_first_cta(part, p.tail_q, p.tail_rem, p.tail_grid, p.tail_nb, (int)gridDim.x);
-    int lo, hi;
-    /* Pass 1: count the parts and take the rows' maxima over them. */
-    int parts = 0;
-    float mx[2] = {neg_inf(), neg_inf()};
-    for (int c = c0; c < (int)gridDim.x; ++c) {
-        tail_range(p, c, lo, hi);
-        if (lo >= t_hi) break;
-        if (hi <= lo) continue;
-        ++parts;
-    }
-    if (arrived != parts - 1) return false;
-    __threadfence();
+    auto each_part = [&](auto &&f) {
+        int lo, hi;
+        for (int c = c0; c < (int)gridDim.x; ++c) {
+            tail_range(p, c, lo, hi);
+            if (lo >= t_hi) break;
+            if (hi <= lo) continue;
+            f(c, lo);
+        }
+    };
     /* CTA c's part of the tile (its share [c_lo, ...)). */
     auto src_of = [&](int c, int c_lo) { return part_at(fc_tail_part_slot(c, c_lo, t_lo)); };
-    for (int c = c0; c < (int)gridDim.x; ++c) {
-        tail_range(p, c, lo, hi);
-        if (lo >= t_hi) break;
-        if (hi <= lo) continue;
+    /* Pass 1: count the parts; the last to arrive takes the rows' maxima
+     * over them. */
+    int parts = 0;
+    each_part([&](int, int) { ++parts; });
+    if (arrived != parts - 1) return false;
+    __threadfence();
+    float mx[2] = {neg_inf(), neg_inf()};
+    each_part([&](int c, int lo) {
         const float4 ml = __ldcg(src_of(c, lo) + 128 * (U - 1));
         mx[0] = fmaxf(mx[0], ml.x);
         mx[1] = fmaxf(mx[1], ml.y);
-    }
+    });
     /* Pass 2, a few columns at a time (registers: the O being summed, not
      * every part's): sum_q O_q * 2^(m_q - max) in part order, and the row
      * sums likewise. */
@@ -695,10 +699,7 @@ __device__ bool tail_merge(const fc_sm90_params &p, int part, int slot, const Ba
     for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
 #pragma unroll
     for (int u0 = 0; u0 < U - 1; u0 += CH) {
-        for (int c = c0; c < (int)gridDim.x; ++c) {
-            tail_range(p, c, lo, hi);
-            if (lo >= t_hi) break;
-            if (hi <= lo) continue;
+        each_part([&](int c, int lo) {
             const float4 *src = src_of(c, lo);
             const float4 ml = __ldcg(src + 128 * (U - 1));
             const float f0 = ex2(ml.x * sc - ms[0]), f1 = ex2(ml.y * sc - ms[1]);
@@ -714,7 +715,7 @@ __device__ bool tail_merge(const fc_sm90_params &p, int part, int slot, const Ba
                 O[4 * u + 2] += v.z * f1;
                 O[4 * u + 3] += v.w * f1;
             }
-        }
+        });
     }
     return true;
 }

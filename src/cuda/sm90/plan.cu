@@ -284,7 +284,7 @@ TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc
     ts.rest = tiles - ts.rounds * ts.grid;
     ts.blocks = ts.rest * ts.nb;
     ts.cnt_bytes = (ts.rest * t.wgs * (int64_t)sizeof(int) + 255) / 256 * 256;
-    ts.bytes = ts.cnt_bytes + 2 * ts.grid * t.wgs * 128 * fc_tail_thread_floats(t.head_dim) * (int64_t)sizeof(float);
+    ts.bytes = ts.cnt_bytes + 2 * ts.grid * t.wgs * 128 * FC_TAIL_THREAD_FLOATS(t.head_dim) * (int64_t)sizeof(float);
     return ts;
 }
 

@@ -34,8 +34,9 @@
 /* Floats of one consumer thread's partial in a slot: its O accumulator
  * (head_dim / 2) and its rows' {max, max, sum, sum}; the workspace holds
  * 2 * grid slots of warpgroups x 128 threads of these (plan.cu sizes it,
- * the kernel's tail_merge indexes it as float4 units). */
-FC_TAIL_FN int32_t fc_tail_thread_floats(int32_t head_dim) { return head_dim / 2 + 4; }
+ * the kernel's tail_merge indexes it as float4 units). A macro: the kernel
+ * needs it as a constant expression. */
+#define FC_TAIL_THREAD_FLOATS(head_dim) ((head_dim) / 2 + 4)
 
 /* lo(c): the first tail block of CTA c's share (lo(G) = B). */
 FC_TAIL_FN int32_t fc_tail_lo(int32_t c, int32_t q, int32_t rem, fc_fastdiv grid)
