@@ -1,8 +1,15 @@
 # Generates build_info.c: compiler, flags, CUDA archs and git SHA baked into the
 # library so fc_build_info() and every bench JSON can say what was measured.
+# FLASHCORE_GIT_SHA, when set, is what gets recorded: a copy of the tree sent
+# to another machine may carry a .git that is not its commit (the GPU machine's
+# copy has the sending session's first commit, with the later ones as
+# uncommitted changes), so scripts/gpu-check.sh passes the sender's .git-sha.
+set(FLASHCORE_GIT_SHA "" CACHE STRING "commit to record in the build info (empty: ask git)")
 find_package(Git QUIET)
 set(FC_GIT_SHA "unknown")
-if(GIT_FOUND AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/.git)
+if(FLASHCORE_GIT_SHA)
+  set(FC_GIT_SHA "${FLASHCORE_GIT_SHA}")
+elseif(GIT_FOUND AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/.git)
   execute_process(COMMAND ${GIT_EXECUTABLE} rev-parse --short=12 HEAD
     WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} OUTPUT_VARIABLE FC_GIT_SHA
     OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)

@@ -14,6 +14,9 @@
 #   env: BUILD (build dir, default build-gpu), ARCHS (default 90a),
 #        PEERS_MAX_S (bench time cap; default: what is left of 500 s, so that
 #        `all` fits one 600 s device call), PEERS_EXTRA (more bench/peers.py args)
+#   .git-sha: the commit this tree is, written by the sender before the call
+#        (`git rev-parse --short HEAD > .git-sha`, carried); the build info,
+#        the bench JSON and the summary line record it
 #
 # Stages run in order; `all` runs every stage; the build runs whenever there is
 # no build yet. --quick trims tests and bench
@@ -98,8 +101,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used
 
 if want build || [ ! -x "$BUILD/flashcore" ]; then
   log "build ($ARCHS)"
+  # The build info records the sender's commit (.git-sha): this machine's
+  # copy of .git is the session's first commit, later ones uncommitted.
   if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA=ON \
-       "-DFLASHCORE_CUDA_ARCHS=$ARCHS" >"$OUT/build.log" 2>&1 &&
+       "-DFLASHCORE_CUDA_ARCHS=$ARCHS" "-DFLASHCORE_GIT_SHA=$(cat .git-sha 2>/dev/null)" >"$OUT/build.log" 2>&1 &&
      cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1; then
     result[build]=ok
   else

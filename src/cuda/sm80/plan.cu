@@ -73,8 +73,10 @@ bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_dev
 /* Tile row for p on dev (class cls), among the rows that run it
  * (tile_runs). FLASHCORE_SM80_CONFIG=<row> (the tuning hook, docs/API.md)
  * first, when it runs p. Else the class's own rows: the default (min_sk 0) or the
- * long-KV alternate with the largest min_sk <= seqlen_k; then, if that row's
- * grid is under one CTA per SM, the class's small-grid alternate. Else the
+ * long-KV alternate with the largest min_sk <= seqlen_k; then the class's
+ * few-rows alternate if a tile column's query rows fit its max_rows; else,
+ * if that row's grid is under one CTA per SM, the class's small-grid
+ * alternate. Else the
  * smallest-smem row of another class (e.g. a cut-down part reporting less
  * smem than its class). */
 int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
@@ -84,10 +86,16 @@ int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
     auto planned = [&](int i) { return tile_runs(kTiles[i], cls, p, dev); };
     int pick = -1;
     for (int i = 0; i < kNumTiles; ++i)
-        if (kTiles[i].arch_class == cls && !kTiles[i].small_grid && planned(i) && kTiles[i].min_sk <= p->seqlen_k &&
-            (pick < 0 || kTiles[i].min_sk > kTiles[pick].min_sk))
+        if (kTiles[i].arch_class == cls && !kTiles[i].small_grid && !kTiles[i].max_rows && planned(i) &&
+            kTiles[i].min_sk <= p->seqlen_k && (pick < 0 || kTiles[i].min_sk > kTiles[pick].min_sk))
             pick = i;
     if (pick >= 0) {
+        /* Few query rows per tile column (decode): the class's shorter
+         * alternate, when every column fits in one of its tiles. */
+        for (int i = 0; i < kNumTiles; ++i)
+            if (kTiles[i].arch_class == cls && kTiles[i].max_rows && planned(i) &&
+                (int64_t)p->seqlen_q * pack_factor(p, kTiles[i].block_m) <= kTiles[i].max_rows)
+                return i;
         if (grid_of(p, kTiles[pick]) < dev->sm_count)
             for (int i = 0; i < kNumTiles; ++i)
                 if (kTiles[i].arch_class == cls && kTiles[i].small_grid && planned(i)) return i;

@@ -1,7 +1,8 @@
 /*
  * tiles.cuh -- THE tile table of the sm80-class forward path: one default
  * row per (architecture class, head_dim), plus optional alternates the
- * planner prefers for long KV (min_sk) or grids under one wave (small_grid).
+ * planner prefers for long KV (min_sk), grids under one wave (small_grid)
+ * or few query rows per tile column (max_rows: decode).
  * Everything else (plan, launch, the per-head-dim translation units) reads
  * this table; nothing else hard-codes a tile size.
  *
@@ -79,6 +80,11 @@ struct Tile {
     int variant;    /* code variant bits (kVarLeanAddr, kVarEarlyFirst;
                      * fwd_kernel.cuh), each a compile-time switch measured
                      * per row. Omitted = 0: the basic kernel.                */
+    int max_rows;   /* 0, or: an alternate the planner takes instead when a
+                     * tile column holds at most this many query rows
+                     * (seqlen_q x packed query heads; decode), where the
+                     * default's taller tile would be mostly padding rows
+                     * that cost MMAs. Omitted = 0.                           */
 };
 
 /* Code variants (Tile::variant bits), each a compile-time switch of the kernel:
@@ -195,6 +201,19 @@ constexpr Tile kTiles[] = {
      * Lean addressing here measured -4% at s4k-d256 (H100, session 6): not
      * taken (the split K/V loads sit mid-block, hidden by the other CTA).   */
     {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0},
+
+    /* ------------- few query rows per tile column (max_rows): decode ------------- */
+    /* d128, SM80 and SM90 classes (one kernel): 64x64, 4 warps, MT 1 (O 64 + S 32
+     * regs), 2-stage ring, 64+2*2*64 rows x 256 B = 80 KB: 2 CTAs per SM on both
+     * (2 x (80 KB + 24 B + 1 KB) <= 164 KB). gqa-decode packs 1 row x 4 query
+     * heads per KV head: in the default 128-row tiles 124 of 128 rows are
+     * padding, and the padded MMAs, not the K/V stream, set the time (H200,
+     * session 11: 378 us = 2.84 TB/s, 68% of the copy rate; 137 GFLOP of
+     * mostly padding at the path's ~355 TFLOP/s is 386 us). 64 rows halve
+     * that work; more rows per column than 64 would need two CTAs reading
+     * the same K/V.                                                           */
+    {kClassSm80, 128,  64,  64, 4, 2, 2, 0, 0, 0, 64},
+    {kClassSm90, 128,  64,  64, 4, 2, 2, 0, 0, 0, 64},
 };
 // clang-format on
 
@@ -245,7 +264,10 @@ constexpr bool tile_ok(const Tile &t)
            t.warps >= 1 && t.warps <= 8 && t.block_m % (16 * t.warps) == 0 &&
            (t.block_m / (16 * t.warps) == 1 || t.block_m / (16 * t.warps) == 2) &&
            t.block_n % 16 == 0 && t.block_n >= 16 && t.stages >= 1 && t.stages <= 4 &&
-           t.ctas >= 1 && 32 * t.warps * t.ctas * 24 <= 65536 && t.min_sk >= 0 && (t.small_grid == 0 || t.small_grid == 1) && !(t.small_grid && t.min_sk) &&
+           t.ctas >= 1 && 32 * t.warps * t.ctas * 24 <= 65536 && t.min_sk >= 0 && (t.small_grid == 0 || t.small_grid == 1) &&
+           /* an alternate is one kind of alternate; a few-rows one fits its rows */
+           (t.min_sk > 0) + (t.small_grid != 0) + (t.max_rows != 0) <= 1 &&
+           t.max_rows >= 0 && t.max_rows <= t.block_m &&
            t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst | kVarNoPlain) &&
            !((t.variant & kVarEarlyFirst) && t.stages < 2) &&
            tile_smem_bytes(t) <= 227 * 1024 &&

@@ -1,0 +1,226 @@
+/*
+ * test_cuda_plan.c -- the CUDA planners' choices for the benchmark shapes of
+ * DESIGN.md, run on the CPU against fake devices:
+ *  - sm90_plan: the Hopper planner on an H100-like device (132 SMs, 227 KB
+ *    of shared memory): which tile row, whether the tile loop rotates,
+ *    whether the last round is tail-balanced, which mask instance;
+ *  - sm80_plan: the sm80-class planner on A100- and H100-like devices:
+ *    which tile row and whether query heads are packed.
+ * Each expectation is a rule of src/cuda/sm90/plan.cu or sm80/plan.cu that
+ * a same-run measurement chose (docs/PERF.md, notes-sm90.md,
+ * notes-sm80.md); a change of rule must change this test on purpose. A
+ * group whose path is not compiled in is skipped; 77 when neither is.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "cuda/common/mask_mode.h"
+#include "test_util.h"
+
+/* A dense BSHD problem; the pointers are never dereferenced by the planner,
+ * only checked for the TMA's 16-byte alignment. */
+static fc_fwd_params shape(int b, int hq, int hkv, int s, int d, int causal, int bf16)
+{
+    fc_fwd_params p;
+    memset(&p, 0, sizeof p);
+    p.q = p.k = p.v = (const void *)(uintptr_t)0x10000000u;
+    p.o = (void *)(uintptr_t)0x20000000u;
+    p.batch = b;
+    p.heads_q = hq;
+    p.heads_kv = hkv;
+    p.head_dim = d;
+    p.seqlen_q = p.seqlen_k = s;
+    p.dtype = bf16 ? FC_DTYPE_BF16 : FC_DTYPE_F16;
+    p.scale = 1.0f / sqrtf((float)d);
+    p.causal = causal;
+    p.window_left = -1;
+    p.window_right = causal ? 0 : -1;
+    p.q_head_stride = p.o_head_stride = d;
+    p.q_row_stride = p.o_row_stride = (int64_t)hq * d;
+    p.q_batch_stride = p.o_batch_stride = (int64_t)s * hq * d;
+    p.k_head_stride = p.v_head_stride = d;
+    p.k_row_stride = p.v_row_stride = (int64_t)hkv * d;
+    p.k_batch_stride = p.v_batch_stride = (int64_t)s * hkv * d;
+    return p;
+}
+
+struct expect {
+    const char *name;
+    fc_fwd_params p;
+    int block_m, block_n; /* the row's tile                            */
+    int rotate, tail;     /* plan.cu's rotation and tail-balancing rules */
+    int masks;            /* FC_MASKS_*                                  */
+};
+
+/* A device as the planners see it: compute capability, SMs, the shared
+ * memory a block may opt in to, L2. */
+static fc_cuda_device fake_device(int major, int minor, int sms, int64_t smem_optin, int64_t l2, const char *name)
+{
+    fc_cuda_device dev;
+    memset(&dev, 0, sizeof dev);
+    dev.cc_major = major;
+    dev.cc_minor = minor;
+    dev.sm_count = sms;
+    dev.smem_optin = smem_optin;
+    dev.l2_bytes = l2;
+    snprintf(dev.name, sizeof dev.name, "%s", name);
+    return dev;
+}
+/* H100: 132 SMs, 227 KB of shared memory per block, 50 MB L2. */
+static fc_cuda_device h100_like(void) { return fake_device(9, 0, 132, 232448, 50 << 20, "H100-like test device"); }
+
+/* 1: the Hopper planner's choices checked; 0: skipped (not compiled in). */
+static int sm90_plan_group(void)
+{
+    int p0 = g_pass, f0 = g_fail;
+    const fc_cuda_device dev = h100_like();
+
+    {
+        fc_fwd_params p = shape(1, 8, 8, 512, 64, 0, 0);
+        fc_cuda_choice c;
+        char why[256];
+        memset(&c, 0, sizeof c);
+        /* the stubs' answers: no CUDA at all (cuda_stub.c), or no 90a (launch.cu) */
+        if (fc_sm90_plan(&p, &dev, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
+            (!fc_cuda_compiled() || strstr(why, "not compiled in"))) {
+            printf("sm90_plan skipped: %s\n", why);
+            return 0;
+        }
+    }
+
+    const struct expect cases[] = {
+        /* one tile per CTA: the 64-row row, never rotated (-8%, session 4) */
+        {"mission", shape(1, 8, 8, 512, 64, 0, 0), 64, 128, 0, 0, FC_MASKS_NONE},
+        /* the tall row, not rotated (run 72: -1.3% rotated) */
+        {"s512-d64", shape(32, 32, 32, 512, 64, 0, 1), 192, 128, 0, 0, FC_MASKS_NONE},
+        /* 16 KV blocks, no band: rotated (run 72: +1.2%); its tail costs what
+         * it saves (run 63), so none */
+        {"s2k-d128", shape(8, 16, 16, 2048, 128, 0, 1), 128, 128, 1, 0, FC_MASKS_NONE},
+        /* a band: rotation only up to 8 blocks (run 72: -3.3% at 16) */
+        {"s2k-d128-causal", shape(8, 16, 16, 2048, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
+        /* 64 KV blocks: not rotated (-1.6%, session 4), tail-balanced (run 64) */
+        {"s8k-d128", shape(2, 16, 16, 8192, 128, 0, 1), 128, 128, 0, 1, FC_MASKS_NONE},
+        {"s8k-d128-causal", shape(2, 16, 16, 8192, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
+        /* the tall row where it pays (tall = 20 in tiles.cuh) */
+        {"s16k-d64", shape(1, 32, 32, 16384, 64, 0, 0), 192, 128, 0, 0, FC_MASKS_NONE},
+        /* 4096 keys in 80-key blocks: a KV tail, the mask-everywhere
+         * instance (run 74: the first-block one gained nothing); one Q
+         * buffer, so no rotation; no tail row */
+        {"s4k-d256", shape(4, 8, 8, 4096, 256, 0, 1), 128, 80, 0, 0, FC_MASKS_ANY},
+        {"gqa-prefill", shape(1, 32, 8, 4096, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const struct expect *e = &cases[i];
+        fc_cuda_choice c;
+        char why[256] = "";
+        memset(&c, 0, sizeof c);
+        const fc_status st = fc_sm90_plan(&e->p, &dev, &c, why, sizeof why);
+        CHECK(st == FC_OK, "%s: planned (%s)", e->name, why);
+        if (st != FC_OK) continue;
+        int bm = 0, bn = 0;
+        c.path = FC_CUDA_PATH_SM90;
+        fc_cuda_tile_shape(&c, &bm, &bn);
+        CHECK(bm == e->block_m && bn == e->block_n, "%s: tile %dx%d, expected %dx%d (%s)", e->name, bm, bn,
+              e->block_m, e->block_n, c.name);
+        CHECK(c.rotate == e->rotate, "%s: rotate %d, expected %d (%s)", e->name, c.rotate, e->rotate, c.name);
+        CHECK(c.tail == e->tail, "%s: tail %d, expected %d (%s)", e->name, c.tail, e->tail, c.name);
+        CHECK(c.masks == e->masks, "%s: masks %d, expected %d (%s)", e->name, c.masks, e->masks, c.name);
+        CHECK((c.tail != 0) == (c.workspace_bytes > 0), "%s: workspace %lld with tail %d", e->name,
+              (long long)c.workspace_bytes, c.tail);
+        CHECK((strstr(c.name, "_rot") != NULL) == (c.rotate != 0), "%s: the name says the rotation (%s)", e->name,
+              c.name);
+        printf("%-16s %s%s\n", e->name, c.name, c.tail ? " (+tail)" : "");
+    }
+    group_done("sm90_plan", p0, f0);
+    return 1;
+}
+
+/* 1: the sm80-class planner's choices checked; 0: skipped (no CUDA). */
+static int sm80_plan_group(void)
+{
+    int p0 = g_pass, f0 = g_fail;
+    /* A100: 108 SMs, 163 KB of shared memory per block, 40 MB L2. */
+    const fc_cuda_device a100 = fake_device(8, 0, 108, 166912, 40 << 20, "A100-like test device");
+    const fc_cuda_device h100 = h100_like();
+    {
+        fc_fwd_params p = shape(1, 8, 8, 512, 64, 0, 0);
+        fc_cuda_choice c;
+        char why[256];
+        memset(&c, 0, sizeof c);
+        if (fc_sm80_plan(&p, &a100, &c, why, sizeof why) == FC_ERR_UNSUPPORTED && !fc_cuda_compiled()) {
+            printf("sm80_plan skipped: %s\n", why);
+            return 0;
+        }
+    }
+    fc_fwd_params decode = shape(32, 32, 8, 8192, 128, 0, 1); /* DESIGN.md's gqa-decode */
+    decode.seqlen_q = 1;
+    decode.q_batch_stride = decode.o_batch_stride = 32 * 128;
+    fc_fwd_params mha_decode = decode; /* one query row per (batch, head): no packing */
+    mha_decode.heads_kv = 32;
+    mha_decode.k_row_stride = mha_decode.v_row_stride = 32 * 128;
+    mha_decode.k_batch_stride = mha_decode.v_batch_stride = (int64_t)8192 * 32 * 128;
+    fc_fwd_params chunk = shape(4, 32, 8, 2048, 128, 0, 1); /* 32 rows x 4 heads = 128 per column */
+    chunk.seqlen_q = 32;
+    chunk.q_batch_stride = chunk.o_batch_stride = (int64_t)32 * 32 * 128;
+    fc_fwd_params d64_decode = shape(32, 32, 8, 8192, 64, 0, 1); /* no d64 few-rows row */
+    d64_decode.seqlen_q = 1;
+    d64_decode.q_batch_stride = d64_decode.o_batch_stride = 32 * 64;
+    const struct {
+        const char *name;
+        const fc_cuda_device *dev;
+        fc_fwd_params p;
+        int block_m, block_n, pack;
+    } cases[] = {
+        /* the defaults (tiles.cuh: FA2's tiles per class) */
+        {"s2k-d128 A100", &a100, shape(8, 16, 16, 2048, 128, 0, 1), 128, 32, 0},
+        {"s2k-d128 H100", &h100, shape(8, 16, 16, 2048, 128, 0, 1), 128, 64, 0},
+        {"s4k-d256 H100", &h100, shape(4, 8, 8, 4096, 256, 0, 1), 64, 64, 0},
+        /* under one wave of 128-row tiles: the small-grid d64 row */
+        {"mission H100", &h100, shape(1, 8, 8, 512, 64, 0, 0), 64, 64, 0},
+        /* 4 packed rows per column: the few-rows d128 row (session 11) */
+        {"gqa-decode A100", &a100, decode, 64, 64, 1},
+        {"gqa-decode H100", &h100, decode, 64, 64, 1},
+        {"mha-decode H100", &h100, mha_decode, 64, 64, 0},
+        /* 128 packed rows per column: two 64-row tiles would read K/V twice */
+        {"gqa-chunk32 H100", &h100, chunk, 128, 64, 1},
+        {"d64-decode H100", &h100, d64_decode, 128, 96, 1}, /* its long-KV row */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        fc_cuda_choice c;
+        char why[256] = "";
+        memset(&c, 0, sizeof c);
+        const fc_status st = fc_sm80_plan(&cases[i].p, cases[i].dev, &c, why, sizeof why);
+        CHECK(st == FC_OK, "%s: planned (%s)", cases[i].name, why);
+        if (st != FC_OK) continue;
+        int bm = 0, bn = 0;
+        fc_cuda_tile_shape(&c, &bm, &bn);
+        CHECK(bm == cases[i].block_m && bn == cases[i].block_n, "%s: tile %dx%d, expected %dx%d (%s)",
+              cases[i].name, bm, bn, cases[i].block_m, cases[i].block_n, c.name);
+        CHECK(c.pack_gqa == cases[i].pack, "%s: pack %d, expected %d (%s)", cases[i].name, c.pack_gqa,
+              cases[i].pack, c.name);
+        printf("%-16s %s\n", cases[i].name, c.name);
+    }
+    group_done("sm80_plan", p0, f0);
+    return 1;
+}
+
+int main(void)
+{
+    /* The planners' hooks must not steer this test. */
+    const char *hooks[] = {"FLASHCORE_SM90_CONFIG", "FLASHCORE_SM90_ROTATE", "FLASHCORE_SM90_TAIL",
+                           "FLASHCORE_SM90_GRID",   "FLASHCORE_SM80_CONFIG", "FLASHCORE_PDL",
+                           "FLASHCORE_SPLITS"};
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; ++i) {
+        unsetenv(hooks[i]);
+        /* (also links dispatch.c's hook reader before the planners need it) */
+        CHECK(fc_tuning_row(hooks[i], 64) == -1, "%s unset", hooks[i]);
+    }
+    const int ran = sm90_plan_group() + sm80_plan_group();
+    if (!ran) return 77;
+    return test_summary();
+}
