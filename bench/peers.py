@@ -40,6 +40,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -106,6 +107,12 @@ SYSTEM_ORDER = ["flashcore-sm90", "flashcore-sm80", "torch-cudnn", "torch-flash(
 
 def is_flashcore(name):
     return name.startswith("flashcore")
+
+
+def is_peer(name):
+    """Another library: neither a FlashCore path nor one of its A/B variants
+    (sm90-NAME, sm80-row<N>: --sm90-env, --sm90-rows and the like)."""
+    return not is_flashcore(name) and not re.match(r"sm\d+-", name)
 
 
 # ---- small helpers ----------------------------------------------------------
@@ -674,8 +681,8 @@ def fmt_tflops(row):
 
 
 def best(rows, flashcore_side):
-    ok = [r for r in rows if r.get("tflops") and r.get("check", "ok") == "ok"
-          and is_flashcore(r["system"]) == flashcore_side]
+    side = is_flashcore if flashcore_side else is_peer
+    ok = [r for r in rows if r.get("tflops") and r.get("check", "ok") == "ok" and side(r["system"])]
     return max(ok, key=lambda r: r["tflops"]) if ok else None
 
 
