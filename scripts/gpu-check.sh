@@ -39,19 +39,21 @@ t0=$(date +%s)
 log() { echo "== [$(($(date +%s) - t0))s] $*"; }
 want() { [ "$stage" = all ] || [[ ",$stage," == *",$1,"* ]]; }
 want_explicit() { [[ ",$stage," == *",$1,"* ]]; }
-# "row head_dim" for each sm90-class row of the sm80-class table (src/cuda/sm80/tiles.cuh;
-# rows numbered over the whole table)
-sm80_rows() {
-  awk '/constexpr Tile kTiles\[\] = \{/{on=1;next} on && /^\};/{on=0}
-       on && match($0,/^[ \t]*\{kClass[A-Za-z0-9]+, *[0-9]+/){s=substr($0,RSTART,RLENGTH); gsub(/[{ \t]/,"",s);
-       split(s,a,","); if (a[1] == "kClassSm90") print n, a[2]; n++}' src/cuda/sm80/tiles.cuh
+# sm80_table_rows WHICH: "row head_dim" for rows of the sm80-class table
+# (src/cuda/sm80/tiles.cuh; rows numbered over the whole table), one per
+# kernel (rows of several classes or kinds can share one: the same head dim,
+# block, warps, stages, CTAs and variant): WHICH = sm90 for the sm90-class
+# rows, variant for the rows with code-variant bits
+sm80_table_rows() {
+  awk -v which="$1" '/constexpr Tile kTiles\[\] = \{/{on=1;next} on && /^\};/{on=0}
+       on && match($0,/^[ \t]*\{kClass[^}]*\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
+       split(s,a,","); k=a[2]","a[3]","a[4]","a[5]","a[6]","a[7]","a[10];
+       if (((which == "sm90" && a[1] == "kClassSm90") || (which == "variant" && s ~ /kVar/)) && !(k in seen)) {
+         seen[k]=1; print n, a[2] }
+       n++}' src/cuda/sm80/tiles.cuh
 }
-# "row head_dim" for each row of the sm80 table with code-variant bits
-sm80_variant_rows() {
-  awk '/constexpr Tile kTiles\[\] = \{/{on=1;next} on && /^\};/{on=0}
-       on && match($0,/^[ \t]*\{kClass[A-Za-z0-9]+, *[0-9]+/){s=substr($0,RSTART,RLENGTH); gsub(/[{ \t]/,"",s);
-       split(s,a,","); if ($0 ~ /kVar/) print n, a[2]; n++}' src/cuda/sm80/tiles.cuh
-}
+sm80_rows() { sm80_table_rows sm90; }
+sm80_variant_rows() { sm80_table_rows variant; }
 # [VAR=value...] gpu_matrix KEY ARGS...: the GPU matrix with ARGS (and the
 # variables the call sets), its log in $OUT/gpu-test-KEY.log; prints its
 # result line "gpuKEY VALUE" (the test stage's jobs run in the background),

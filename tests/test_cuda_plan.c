@@ -167,7 +167,7 @@ static int sm80_plan_group(void)
     fc_fwd_params chunk = shape(4, 32, 8, 2048, 128, 0, 1); /* 32 rows x 4 heads = 128 per column */
     chunk.seqlen_q = 32;
     chunk.q_batch_stride = chunk.o_batch_stride = (int64_t)32 * 32 * 128;
-    fc_fwd_params d64_decode = shape(32, 32, 8, 8192, 64, 0, 1); /* no d64 few-rows row */
+    fc_fwd_params d64_decode = shape(32, 32, 8, 8192, 64, 0, 1);
     d64_decode.seqlen_q = 1;
     d64_decode.q_batch_stride = d64_decode.o_batch_stride = 32 * 64;
     const struct {
@@ -180,6 +180,8 @@ static int sm80_plan_group(void)
         {"s2k-d128 A100", &a100, shape(8, 16, 16, 2048, 128, 0, 1), 128, 32, 0},
         {"s2k-d128 H100", &h100, shape(8, 16, 16, 2048, 128, 0, 1), 128, 64, 0},
         {"s4k-d256 H100", &h100, shape(4, 8, 8, 4096, 256, 0, 1), 64, 64, 0},
+        /* d64 at long KV: the 128x96 row (min_sk 4096) */
+        {"s16k-d64 H100", &h100, shape(1, 32, 32, 16384, 64, 0, 0), 128, 96, 0},
         /* under one wave of 128-row tiles: the small-grid d64 row */
         {"mission H100", &h100, shape(1, 8, 8, 512, 64, 0, 0), 64, 64, 0},
         /* 4 packed rows per column: the few-rows d128 row (session 11) */
@@ -188,7 +190,8 @@ static int sm80_plan_group(void)
         {"mha-decode H100", &h100, mha_decode, 64, 64, 0},
         /* 128 packed rows per column: two 64-row tiles would read K/V twice */
         {"gqa-chunk32 H100", &h100, chunk, 128, 64, 1},
-        {"d64-decode H100", &h100, d64_decode, 128, 96, 1}, /* its long-KV row */
+        {"d64-decode H100", &h100, d64_decode, 64, 64, 1},
+        {"d64-decode A100", &a100, d64_decode, 64, 64, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         fc_cuda_choice c;

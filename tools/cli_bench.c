@@ -31,6 +31,7 @@ static void help(void)
     printf("usage: flashcore bench [--shape NAME[,NAME...]]... [--all] [--custom B,Hq,Hkv,Sq,Sk,D[,causal][,dtype]]...\n"
            "                       [--backend auto|cpu|cuda|reference] [--dtype T] [--warmup-ms MS] [--iters N]\n"
            "                       [--max-ms MS] [--no-graph] [--flush-l2] [--threads N] [--force]\n"
+           "                       [--cuda-path 80|90]\n"
            "                       [--cpu-budget GFLOP] [--json FILE] [--list]\n\n"
            "Times the forward pass on random inputs (N(0,1), never zeros). Per shape: warm-up,\n"
            "then up to --iters timed calls (CUDA events on the GPU, the monotonic clock on\n"
@@ -45,6 +46,8 @@ static void help(void)
            "  --all            every DESIGN.md shape\n"
            "  --custom SPEC    B,Hq,Hkv,Sq,Sk,D with optional 'causal' and dtype (default f16)\n"
            "  --backend B      auto (default: cuda if usable, else cpu), cpu, cuda, reference\n"
+           "  --cuda-path P    CUDA: run only the sm80-class path (80) or the Hopper path (90)\n"
+           "                   (fc_context_set_cuda_path); a shape that path cannot run fails\n"
            "  --dtype T        override the shapes' dtype (f32, f16, bf16)\n"
            "  --warmup-ms MS   warm-up per shape (default 1000 on CUDA, 100 on the CPU)\n"
            "  --iters N        timed calls per shape (default 200 on CUDA, 10 on the CPU)\n"
@@ -209,6 +212,7 @@ typedef struct bench_meta {
     char git_sha[64], device[300], driver[128], cpu[256], host[256], date[40];
     char gpu_before[64], gpu_after[64];
     int threads;
+    int cuda_path; /* 0: the selection function's choice; 80 or 90: forced */
 } bench_meta;
 
 static int write_json(const char *path, const bench_meta *m, fc_backend be, const cli_time_opts *o,
@@ -225,6 +229,7 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
     kit_jw_kv_string(&w, "compiler", cli_compiler());
     kit_jw_kv_string(&w, "library_version", fc_version_string());
     kit_jw_kv_string(&w, "backend", cli_backend_name(be));
+    kit_jw_kv_int(&w, "cuda_path", m->cuda_path);
     kit_jw_kv_string(&w, "device_name", m->device);
     kit_jw_kv_string(&w, "driver", m->driver);
     kit_jw_kv_string(&w, "cpu_model", m->cpu);
@@ -318,7 +323,7 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
 int cli_bench(int argc, char **argv)
 {
     fc_backend backend = FC_BACKEND_AUTO;
-    long long iters = -1, threads = 0;
+    long long iters = -1, threads = 0, cuda_path = 0;
     double warmup_ms = -1, max_ms = 3000, cpu_budget_g = 20;
     int all = 0, force = 0, graph = 1, flush_l2 = 0, have_dtype = 0, list = 0;
     fc_dtype dtype = FC_DTYPE_F16;
@@ -392,6 +397,12 @@ int cli_bench(int argc, char **argv)
             if (cli_int(&a, arg, 1, 10000000, &iters)) goto out;
         } else if (cli_is(&a, arg, "--threads")) {
             if (cli_int(&a, arg, 0, 4096, &threads)) goto out;
+        } else if (cli_is(&a, arg, "--cuda-path")) {
+            if (cli_int(&a, arg, 80, 90, &cuda_path)) goto out;
+            if (cuda_path != 80 && cuda_path != 90) {
+                fprintf(stderr, "flashcore bench: --cuda-path: expected 80 or 90, got %lld\n", cuda_path);
+                goto out;
+            }
         } else if (cli_is(&a, arg, "--json")) {
             if (!(json = cli_value(&a, arg))) goto out;
         } else {
@@ -426,6 +437,11 @@ int cli_bench(int argc, char **argv)
         fc_context_free(ctx);
         goto out;
     }
+    if (cuda_path && fc_context_set_cuda_path(ctx, (int)cuda_path) != FC_OK) {
+        fprintf(stderr, "flashcore bench: --cuda-path %lld: %s\n", cuda_path, fc_last_error(ctx));
+        fc_context_free(ctx);
+        goto out;
+    }
     int cuda = be == FC_BACKEND_CUDA;
     cli_time_opts o = {
         .warmup_ms = warmup_ms >= 0 ? warmup_ms : (cuda ? 1000 : 100),
@@ -442,6 +458,7 @@ int cli_bench(int argc, char **argv)
     cli_hostname(m.host, sizeof(m.host));
     cli_utc_now_iso8601(m.date, sizeof(m.date));
     m.threads = threads ? (int)threads : cli_online_cpus();
+    m.cuda_path = (int)cuda_path;
     if (cuda) {
         if (fc_cuda_device_info(ctx, m.device, sizeof(m.device)) != FC_OK)
             snprintf(m.device, sizeof(m.device), "%s", fc_last_error(ctx));

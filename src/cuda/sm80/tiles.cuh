@@ -214,6 +214,12 @@ constexpr Tile kTiles[] = {
      * the same K/V.                                                           */
     {kClassSm80, 128,  64,  64, 4, 2, 2, 0, 0, 0, 64},
     {kClassSm90, 128,  64,  64, 4, 2, 2, 0, 0, 0, 64},
+    /* d64, SM80 and SM90 classes: the SM90 small-grid row's kernel (64x64, 4
+     * warps, MT 1, 4-stage ring, lean addressing, early first block; 72 KB:
+     * 2 CTAs per SM on both), so no new kernel: the default 128-row tiles
+     * (128x96 at long KV) are 124/128 padding at gqa-decode too.            */
+    {kClassSm80,  64,  64,  64, 4, 4, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst, 64},
+    {kClassSm90,  64,  64,  64, 4, 4, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst, 64},
 };
 // clang-format on
 
