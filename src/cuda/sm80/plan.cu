@@ -72,13 +72,13 @@ bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_dev
 
 /* Tile row for p on dev (class cls), among the rows that run it
  * (tile_runs). FLASHCORE_SM80_CONFIG=<row> (the tuning hook, docs/API.md)
- * first, when it runs p. Else the class's own rows: the default (min_sk 0) or the
- * long-KV alternate with the largest min_sk <= seqlen_k; then the class's
- * few-rows alternate if a tile column's query rows fit its max_rows; else,
- * if that row's grid is under one CTA per SM, the class's small-grid
- * alternate. Else the
- * smallest-smem row of another class (e.g. a cut-down part reporting less
- * smem than its class). */
+ * first, when it runs p. Else the class's own rows: the default (min_sk 0)
+ * or the long-KV alternate with the largest min_sk <= seqlen_k; then the
+ * class's few-rows alternate if a tile column's query rows fit its
+ * max_rows; else, if that row's grid is under one CTA per SM, the class's
+ * small-grid alternate. Without a row of its own class: the smallest-smem
+ * row of another class (e.g. a cut-down part reporting less smem than its
+ * class). */
 int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
 {
     const int forced = fc_tuning_row("FLASHCORE_SM80_CONFIG", kNumTiles);
