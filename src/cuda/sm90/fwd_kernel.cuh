@@ -96,7 +96,8 @@ __device__ __forceinline__ void trace_gt(const fc_sm90_params &p, int role, int 
 #endif
 }
 
-static constexpr fc_sm90_tile kTiles[FC_SM90_NUM_TILES] = {FC_SM90_TILE_TABLE};
+static constexpr fc_sm90_tile kTiles[] = {FC_SM90_TILE_TABLE};
+static_assert(sizeof kTiles / sizeof kTiles[0] == FC_SM90_NUM_TILES, "FC_SM90_NUM_TILES = the table's rows");
 
 /* Named barrier ids (0 is __syncthreads). */
 enum : uint32_t {

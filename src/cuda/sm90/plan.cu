@@ -64,12 +64,16 @@ void trace_write(cudaStream_t stream, int grid, int config)
 }
 #endif
 
-const fc_sm90_tile k_tiles[FC_SM90_NUM_TILES] = {FC_SM90_TILE_TABLE};
+/* Both tables sized by their initialisers, so that the asserts below catch a
+ * row added to one place and not the other (a declared size would pad the
+ * missing launchers with null pointers). */
+const fc_sm90_tile k_tiles[] = {FC_SM90_TILE_TABLE};
+static_assert(sizeof k_tiles / sizeof k_tiles[0] == FC_SM90_NUM_TILES, "FC_SM90_NUM_TILES = the table's rows");
 
 struct Launchers {
     fc_sm90_launch_fn bf16, f16;
 };
-const Launchers k_launch[FC_SM90_NUM_TILES] = {
+const Launchers k_launch[] = {
     {fc_sm90_launch_0_bf16, fc_sm90_launch_0_f16}, {fc_sm90_launch_1_bf16, fc_sm90_launch_1_f16},
     {fc_sm90_launch_2_bf16, fc_sm90_launch_2_f16}, {fc_sm90_launch_3_bf16, fc_sm90_launch_3_f16},
     {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
