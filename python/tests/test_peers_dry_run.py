@@ -39,3 +39,26 @@ def test_dry_run_writes_json_table_and_chart(tmp_path):
         assert (tmp_path / "peers.png").stat().st_size > 1000
     except ImportError:
         pass
+
+
+@pytest.mark.skipif(not PEERS.is_file(), reason="not in a source checkout")
+def test_render_compares_with_peers_only(tmp_path):
+    """FC/peer: the best FlashCore path over the best other library. A/B
+    variants of our own paths (--sm90-env NAME, --sm90-rows N: systems
+    sm90-NAME, sm80-rowN) are neither side, however fast."""
+    def row(system, tflops):
+        return {"system": system, "shape": "s2k-d128", "B": 8, "Hq": 16, "Hkv": 16, "Sq": 2048, "Sk": 2048,
+                "D": 128, "causal": False, "dtype": "bf16", "p50_us": 275e3 / tflops, "tflops": tflops,
+                "check": "ok"}
+    data = {"meta": {"device_name": "test", "flashcore_version": "0", "git_sha": "0", "torch": "-",
+                     "cudnn": "-", "date": "-", "gpu_before": "-", "gpu_after": "-", "ceilings": {}},
+            "rows": [row("flashcore-sm90", 660.0), row("flashcore-sm80", 350.0), row("torch-cudnn", 600.0),
+                     row("torch-flash(FA2)", 330.0), row("sm90-tail", 700.0), row("sm80-row18", 800.0)]}
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(data))
+    res = subprocess.run([sys.executable, str(PEERS), "--render", str(src), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    md = (tmp_path / "out" / "peers.md").read_text()
+    line = next(l for l in md.splitlines() if l.startswith("| s2k-d128 |"))
+    assert line.rstrip().endswith("| 1.10x vs torch-cudnn |"), line
