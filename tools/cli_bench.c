@@ -31,7 +31,7 @@ static void help(void)
     printf("usage: flashcore bench [--shape NAME[,NAME...]]... [--all] [--custom B,Hq,Hkv,Sq,Sk,D[,causal][,dtype]]...\n"
            "                       [--backend auto|cpu|cuda|reference] [--dtype T] [--warmup-ms MS] [--iters N]\n"
            "                       [--max-ms MS] [--no-graph] [--flush-l2] [--threads N] [--force]\n"
-           "                       [--cuda-path 80|90]\n"
+           "                       [--cuda-path 0|80|90]\n"
            "                       [--cpu-budget GFLOP] [--json FILE] [--list]\n\n"
            "Times the forward pass on random inputs (N(0,1), never zeros). Per shape: warm-up,\n"
            "then up to --iters timed calls (CUDA events on the GPU, the monotonic clock on\n"
@@ -46,8 +46,9 @@ static void help(void)
            "  --all            every DESIGN.md shape\n"
            "  --custom SPEC    B,Hq,Hkv,Sq,Sk,D with optional 'causal' and dtype (default f16)\n"
            "  --backend B      auto (default: cuda if usable, else cpu), cpu, cuda, reference\n"
-           "  --cuda-path P    CUDA: run only the sm80-class path (80) or the Hopper path (90)\n"
-           "                   (fc_context_set_cuda_path); a shape that path cannot run fails\n"
+           "  --cuda-path P    CUDA: run only the sm80-class path (80) or the Hopper path (90),\n"
+           "                   where a shape that path cannot run fails; 0 (default): the\n"
+           "                   selection function chooses (fc_context_set_cuda_path)\n"
            "  --dtype T        override the shapes' dtype (f32, f16, bf16)\n"
            "  --warmup-ms MS   warm-up per shape (default 1000 on CUDA, 100 on the CPU)\n"
            "  --iters N        timed calls per shape (default 200 on CUDA, 10 on the CPU)\n"
@@ -212,7 +213,7 @@ typedef struct bench_meta {
     char git_sha[64], device[300], driver[128], cpu[256], host[256], date[40];
     char gpu_before[64], gpu_after[64];
     int threads;
-    int cuda_path; /* 0: the selection function's choice; 80 or 90: forced */
+    int cuda_path; /* --cuda-path: 0 the selection function's choice, 80 or 90 forced */
 } bench_meta;
 
 static int write_json(const char *path, const bench_meta *m, fc_backend be, const cli_time_opts *o,
@@ -398,11 +399,8 @@ int cli_bench(int argc, char **argv)
         } else if (cli_is(&a, arg, "--threads")) {
             if (cli_int(&a, arg, 0, 4096, &threads)) goto out;
         } else if (cli_is(&a, arg, "--cuda-path")) {
-            if (cli_int(&a, arg, 80, 90, &cuda_path)) goto out;
-            if (cuda_path != 80 && cuda_path != 90) {
-                fprintf(stderr, "flashcore bench: --cuda-path: expected 80 or 90, got %lld\n", cuda_path);
-                goto out;
-            }
+            /* (fc_context_set_cuda_path says which values are paths) */
+            if (cli_int(&a, arg, 0, 90, &cuda_path)) goto out;
         } else if (cli_is(&a, arg, "--json")) {
             if (!(json = cli_value(&a, arg))) goto out;
         } else {
@@ -437,7 +435,7 @@ int cli_bench(int argc, char **argv)
         fc_context_free(ctx);
         goto out;
     }
-    if (cuda_path && fc_context_set_cuda_path(ctx, (int)cuda_path) != FC_OK) {
+    if (fc_context_set_cuda_path(ctx, (int)cuda_path) != FC_OK) {
         fprintf(stderr, "flashcore bench: --cuda-path %lld: %s\n", cuda_path, fc_last_error(ctx));
         fc_context_free(ctx);
         goto out;

@@ -84,21 +84,28 @@ int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
     const int forced = fc_tuning_row("FLASHCORE_SM80_CONFIG", kNumTiles);
     if (forced >= 0 && tile_runs(kTiles[forced], cls, p, dev)) return forced;
     auto planned = [&](int i) { return tile_runs(kTiles[i], cls, p, dev); };
+    /* The class's first row that runs p and satisfies want, or -1. */
+    auto own_row = [&](auto want) {
+        for (int i = 0; i < kNumTiles; ++i)
+            if (kTiles[i].arch_class == cls && planned(i) && want(kTiles[i])) return i;
+        return -1;
+    };
     int pick = -1;
     for (int i = 0; i < kNumTiles; ++i)
         if (kTiles[i].arch_class == cls && !kTiles[i].small_grid && !kTiles[i].max_rows && planned(i) &&
             kTiles[i].min_sk <= p->seqlen_k && (pick < 0 || kTiles[i].min_sk > kTiles[pick].min_sk))
             pick = i;
     if (pick >= 0) {
-        /* Few query rows per tile column (decode): the class's shorter
-         * alternate, when every column fits in one of its tiles. */
-        for (int i = 0; i < kNumTiles; ++i)
-            if (kTiles[i].arch_class == cls && kTiles[i].max_rows && planned(i) &&
-                (int64_t)p->seqlen_q * pack_factor(p, kTiles[i].block_m) <= kTiles[i].max_rows)
-                return i;
-        if (grid_of(p, kTiles[pick]) < dev->sm_count)
-            for (int i = 0; i < kNumTiles; ++i)
-                if (kTiles[i].arch_class == cls && kTiles[i].small_grid && planned(i)) return i;
+        /* Few query rows per tile column (decode): the shorter alternate,
+         * when every column fits in one of its tiles. */
+        const int few = own_row([&](const Tile &t) {
+            return t.max_rows && (int64_t)p->seqlen_q * pack_factor(p, t.block_m) <= t.max_rows;
+        });
+        if (few >= 0) return few;
+        if (grid_of(p, kTiles[pick]) < dev->sm_count) {
+            const int small = own_row([](const Tile &t) { return t.small_grid != 0; });
+            if (small >= 0) return small;
+        }
         return pick;
     }
     int best = -1;
