@@ -145,13 +145,13 @@ template <int kCfg, bool kTail = false> struct Cfg {
      * registers and move them with setmaxnreg (40/232, 40/152: tiles.cuh).
      * 1 consumer warpgroup: 256 threads may use up to 255 registers each
      * from the start (65536/256), so no setmaxnreg is needed. */
-    static_assert(WG >= 1 && WG <= 3, "1 to 3 consumer warpgroups");
+    static_assert(WG >= 1 && WG <= 4, "1 to 4 consumer warpgroups");
     static constexpr int CTAS = T.ctas;             /* CTAs per SM (launch bounds) */
     static constexpr bool SETMAXNREG = WG >= 2 || CTAS > 1;
-    static constexpr int PRODUCER_REGS = FC_SM90_PRODUCER_REGS;
+    static constexpr int PRODUCER_REGS = FC_SM90_PRODUCER_REGS(WG);
     static constexpr int CONSUMER_REGS = FC_SM90_CONSUMER_REGS(WG, CTAS);
     static_assert(CTAS == 1 || CTAS == 2, "1 or 2 CTAs per SM");
-    static_assert(!SETMAXNREG || 128 * PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= 65536 / CTAS,
+    static_assert(!SETMAXNREG || 128 * PRODUCER_REGS + CONSUMERS * CONSUMER_REGS <= THREADS * FC_SM90_ENTRY_REGS(WG, CTAS),
                   "setmaxnreg split must fit the CTA's share of the register file");
     static_assert(CTAS * (SMEM + 1024) <= 233472, "CTAS CTAs (+1 KB reserved each) in 228 KB of smem");
     static_assert(BM * KVS == 64 * WG, "block_m = 64 rows per consumer warpgroup (per kvsplit pair)");

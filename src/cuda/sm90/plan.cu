@@ -79,6 +79,7 @@ const Launchers k_launch[] = {
     {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
     {fc_sm90_launch_6_bf16, fc_sm90_launch_6_f16}, {fc_sm90_launch_7_bf16, fc_sm90_launch_7_f16},
     {fc_sm90_launch_8_bf16, fc_sm90_launch_8_f16},
+    {fc_sm90_launch_9_bf16, fc_sm90_launch_9_f16},
 };
 static_assert(sizeof k_launch / sizeof k_launch[0] == FC_SM90_NUM_TILES, "one launcher pair per config");
 
@@ -195,7 +196,7 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
         *shift = pack_shift_for(p, k_tiles[forced].block_m);
         return forced;
     }
-    int cfg = -1, small = -1, small_kvs = -1, tall = -1;
+    int cfg = -1, small = -1, small_kvs = -1, talls[FC_SM90_NUM_TILES], n_tall = 0;
     for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
         if (k_tiles[i].head_dim != p->head_dim) continue;
         if (k_tiles[i].ctas > 1) continue; /* no cost model for 2-CTA rows: forced only (tiles.cuh) */
@@ -205,7 +206,8 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
             continue;
         }
         if (k_tiles[i].tall) {
-            if (tall < 0) tall = i;
+            /* the 4-warpgroup row was measured on unmasked calls only */
+            if (!(banded(p) && k_tiles[i].wgs > 3)) talls[n_tall++] = i;
             continue;
         }
         if (cfg < 0) cfg = i;
@@ -219,10 +221,10 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
     if (cfg < 0) cfg = small;
     if (cfg < 0) return -1;
     *shift = pack_shift_for(p, k_tiles[cfg].block_m);
-    if (tall >= 0 && cfg != small) {
-        const int tshift = pack_shift_for(p, k_tiles[tall].block_m);
-        if (wave_cost(p, dev, k_tiles[tall], tshift) < wave_cost(p, dev, k_tiles[cfg], *shift)) {
-            cfg = tall;
+    for (int j = 0; j < n_tall && cfg != small; ++j) {
+        const int tshift = pack_shift_for(p, k_tiles[talls[j]].block_m);
+        if (wave_cost(p, dev, k_tiles[talls[j]], tshift) < wave_cost(p, dev, k_tiles[cfg], *shift)) {
+            cfg = talls[j];
             *shift = tshift;
         }
     }
@@ -436,8 +438,9 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
      *     session 10, run 72), -1.6% at s8k-d128 (64, session 4);
      *   - causal: -3.3% at s2k-causal and gqa-prefill (16-32 blocks, run
      *     72); kept at <= 8 blocks, where session 4 measured it;
-     *   - the tall row (3 warpgroups, no intra-warpgroup overlap): -1.3%
-     *     at s512-d64 (4 blocks, run 72; +1.7% on session 4's loop);
+     *   - the tall rows: 3 warpgroups without intra-warpgroup overlap
+     *     -1.3% at s512-d64 (4 blocks, run 72; +1.7% on session 4's loop),
+     *     4 warpgroups with it -0.6..-3.8% there (8 blocks, run 88);
      *   - -8% where each CTA runs one tile (the mission shape).
      * Rows with one Q buffer cannot rotate. */
     const int forced_rot = fc_tuning_row("FLASHCORE_SM90_ROTATE", 2);

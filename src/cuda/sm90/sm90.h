@@ -107,6 +107,7 @@ FC_SM90_DECLARE_LAUNCHER(5)
 FC_SM90_DECLARE_LAUNCHER(6)
 FC_SM90_DECLARE_LAUNCHER(7)
 FC_SM90_DECLARE_LAUNCHER(8)
+FC_SM90_DECLARE_LAUNCHER(9)
 
 /* Trace builds (-DFC_SM90_TRACE=1, never shipped): the kernel stamps the SM
  * clock (clock64) at phase boundaries into trace[cta][role][tile][event],

@@ -15,6 +15,12 @@
  *     128 * 40 + 384 * 152 = 63488 <= 65536 = 512 * 128
  * (32/160, FA3's split, spilled the producer's scheduler at d128), so a
  * 3-warpgroup row must fit S + O (+ P while converting) + ~30 in 152.
+ * With 4 (640 threads) the entry share is 65536 / 640 = 102, rounded down to
+ * 96: registers come in steps of 8 per thread, and setmaxnreg only moves
+ * them within what the CTA was given at launch (an increase past it waits
+ * forever, session 12):
+ *     128 * 32 + 512 * 112 = 61440 = 640 * 96
+ * (the d64 producer fits 32), so a 4-warpgroup row fits S + P + O + ~30 in 112.
  *
  * Consumer register budget (232 per thread), per 64-row warpgroup, fp32:
  *     S accumulator   block_n / 2        (64 x block_n over 128 threads)
@@ -36,7 +42,7 @@
  * tile is loaded as head_dim / (swz/2) column panels; box rows <= 256.
  *
  * Starting point: FlashAttention-3's published 16-bit choices (HOPPER-NOTES
- * section 2), with 2 consumer warpgroups except row 7:
+ * section 2), with 2 consumer warpgroups except the tall rows 7 and 9:
  *   d64   FA3 192x192 / causal 192x128 with 3 WGs. Here 128x128 (2 WGs), and
  *         192x128 (3 WGs; 192x192 would need 176 registers) where the query
  *         rows pad little.
@@ -75,13 +81,14 @@ typedef struct fc_sm90_tile {
                     * the current tile runs (its epilogue stages O in its own
                     * Q buffer), hiding the per-tile Q latency; needs the
                     * shared memory of a second Q tile.                     */
-    int tall;      /* 0, or: an alternate with more rows per tile (3 consumer
-                    * warpgroups: more independent GEMM chains per SM where
-                    * one 64-row chain per warpgroup is latency-bound, d64),
-                    * and the value is its expected throughput gain in
-                    * percent over the 128-row entry. plan.cu takes it when
-                    * its wave-quantised cost, ceil(tiles / SMs) * block_m /
-                    * (1 + tall/100), is below the 128-row entry's.      */
+    int tall;      /* 0, or: an alternate with more rows per tile (3 or 4
+                    * consumer warpgroups: more independent GEMM chains per
+                    * SM where one 64-row chain per warpgroup is latency-
+                    * bound, d64), and the value is its expected throughput
+                    * gain in percent over the 128-row entry. plan.cu takes
+                    * the tall row of least wave-quantised cost,
+                    * ceil(tiles / SMs) * block_m / (1 + tall/100), when it
+                    * is below the 128-row entry's.                      */
     int ctas;      /* CTAs per SM the registers and shared memory are sized
                     * for (1 or 2). 2: a second CTA's GEMMs fill the tensor
                     * cores while one CTA is between tiles (Q wait, first
@@ -128,8 +135,16 @@ typedef struct fc_sm90_tile {
      * small row of causal/local calls (plan.cu): 2*8K + 4*32K + merge 18K = 162 KB;       \
      * 4 stages so that each warpgroup has its next block loaded while it works on one.    \
      * H100, session 5: mission-causal 7.42 -> 6.80 us, mission (unmasked) 2% slower.    */ \
-    {64, 64, 128, 2, 4, 128, 0, 1, 1, 2, 0, 1, 2},
-#define FC_SM90_NUM_TILES 9
+    {64, 64, 128, 2, 4, 128, 0, 1, 1, 2, 0, 1, 2},                                              \
+    /* 9: d64 tall, 4 consumer warpgroups (640 threads: 96 registers at entry, setmaxnreg \
+     * 32/112), 256x64 with intra-warpgroup overlap (S 32 + P 16 + O 32 in 112 regs;        \
+     * 256x128 spills there), 4 stages: 2*32K + 4*16K = 128 KB. Where 192-row tiles pad  \
+     * (s512-d64: 576 rows for 512) 256 rows do not: s512-d64 176 us against row 7's 192 \
+     * and cuDNN's 191 (H100, run 88); not rotated (rotated 177-183 us). At s16k-d64 it  \
+     * is 4% behind row 7 (64-key blocks cost more per key), hence tall = 15 against 20. \
+     * Masked calls keep row 7 (plan.cu): unmeasured there.                             */ \
+    {64, 256, 64, 4, 4, 128, 0, 1, 0, 2, 15, 1, 1},
+#define FC_SM90_NUM_TILES 10
 
 /* Rows whose tiles can take the rotated tile loop (a tile's first S GEMM
  * issued during the previous tile's epilogue): the next tile's Q needs its
@@ -146,9 +161,14 @@ typedef struct fc_sm90_tile {
  * less the producer's, over the consumer threads, in steps of 8.
  * 1-warpgroup configs at 1 CTA per SM do not use setmaxnreg: 256 threads
  * may use 255 registers each from the start. */
-#define FC_SM90_PRODUCER_REGS 40
-#define FC_SM90_CONSUMER_REGS(wgs, ctas) \
-    ((65536 / (ctas) - 128 * FC_SM90_PRODUCER_REGS) / (128 * (wgs)) / 8 * 8) /* 232, 152; 216 at 1 wg x 2 CTAs */
+#define FC_SM90_PRODUCER_REGS(wgs) ((wgs) == 4 ? 32 : 40)
+/* What a CTA's threads get at launch (the launch bounds' share, in steps of 8):
+ * setmaxnreg moves registers within the CTA's own allocation, so an
+ * increase beyond it waits forever (640 threads enter with 96, not 102). */
+#define FC_SM90_ENTRY_REGS(wgs, ctas) (65536 / (ctas) / (128 * ((wgs) + 1)) / 8 * 8)
+#define FC_SM90_CONSUMER_REGS(wgs, ctas)                                                     \
+    ((128 * ((wgs) + 1) * FC_SM90_ENTRY_REGS(wgs, ctas) - 128 * FC_SM90_PRODUCER_REGS(wgs)) / \
+     (128 * (wgs)) / 8 * 8) /* 232, 152, 112; 216 at 1 wg x 2 CTAs */
 
 /* Bytes of dynamic shared memory a config needs (the kernel's own layout in
  * fwd_kernel.cuh must match: Q buffers, K stages, V stages, merge, barriers). */
