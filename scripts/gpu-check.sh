@@ -258,7 +258,8 @@ if want_explicit trace; then
     result[trace]=ok
     # The stamps cost registers: a spilling trace kernel's phases include
     # local-memory traffic the shipped kernel does not have (since session
-    # 6, rows 7 and 8 spill 4-8 B in trace builds only). Say so in the result.
+    # 6, rows 7 and 8 spill 4-8 B in trace builds only; since session 12 row 9
+    # 16-72 B). Say so in the result.
     tspill=$(spills_in "$OUT/trace-build.log" | grep -o "kernelILi[0-9]*" | sort -u | tr '\n' ' ')
     [ -n "$tspill" ] && result[trace]="ok (trace build spills in: $tspill)"
     for sh in ${TRACE_SHAPES:-s512-d64 s2k-d128 s8k-d128}; do

@@ -146,6 +146,7 @@ template <int kCfg, bool kTail = false> struct Cfg {
      * 1 consumer warpgroup: 256 threads may use up to 255 registers each
      * from the start (65536/256), so no setmaxnreg is needed. */
     static_assert(WG >= 1 && WG <= 4, "1 to 4 consumer warpgroups");
+    static_assert(WG + 1 <= FC_SM90_TRACE_ROLES, "a trace role per warpgroup (sm90.h)");
     static constexpr int CTAS = T.ctas;             /* CTAs per SM (launch bounds) */
     static constexpr bool SETMAXNREG = WG >= 2 || CTAS > 1;
     static constexpr int PRODUCER_REGS = FC_SM90_PRODUCER_REGS(WG);

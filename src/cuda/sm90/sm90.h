@@ -111,10 +111,10 @@ FC_SM90_DECLARE_LAUNCHER(9)
 
 /* Trace builds (-DFC_SM90_TRACE=1, never shipped): the kernel stamps the SM
  * clock (clock64) at phase boundaries into trace[cta][role][tile][event],
- * role 0 = the producer thread, 1.. = consumer warpgroups (their thread 0),
- * tile = the CTA's k-th tile; plan.cu writes the last call's buffer to
- * $FLASHCORE_SM90_TRACE_FILE; bench/trace_sm90.py reads it. */
-#define FC_SM90_TRACE_ROLES 4
+ * role 0 = the producer thread, 1.. = consumer warpgroups (their thread 0;
+ * up to 4, tiles.cuh), tile = the CTA's k-th tile; plan.cu writes the last
+ * call's buffer to $FLASHCORE_SM90_TRACE_FILE; bench/trace_sm90.py reads it. */
+#define FC_SM90_TRACE_ROLES 5
 #define FC_SM90_TRACE_TILES 64
 #define FC_SM90_TRACE_EVENTS 8
 
