@@ -141,8 +141,9 @@ template <int kCfg, bool kTail = false> struct Cfg {
     static constexpr uint32_t OFF_BAR = OFF_MERGE + FC_SM90_MERGE_BYTES(T);
     static constexpr int SMEM = FC_SM90_SMEM_BYTES(T);
 
-    /* 2 (3) consumer warpgroups: 384 (512) threads enter with 168 (128)
-     * registers and move them with setmaxnreg (40/232, 40/152: tiles.cuh).
+    /* 2 (3, 4) consumer warpgroups: 384 (512, 640) threads enter with 168
+     * (128, 96) registers and move them with setmaxnreg (40/232, 40/152,
+     * 32/112: tiles.cuh).
      * 1 consumer warpgroup: 256 threads may use up to 255 registers each
      * from the start (65536/256), so no setmaxnreg is needed. */
     static_assert(WG >= 1 && WG <= 4, "1 to 4 consumer warpgroups");

@@ -184,8 +184,8 @@ int forced_config(const fc_fwd_params *p)
     return v;
 }
 
-/* The config for p: the big entry of its head_dim; a tall entry instead
- * when its wave-quantised cost is lower; the 64-row entry instead when the
+/* The config for p: the big entry of its head_dim; the tall entry of least
+ * wave-quantised cost instead when that is lower still; the 64-row entry instead when the
  * big tiles would leave more than half of the SMs idle (split-KV can then
  * still add CTAs along the keys) or hold at most 64 real rows. -1: head_dim
  * not built. *shift: pack-GQA. */
