@@ -185,10 +185,11 @@ int forced_config(const fc_fwd_params *p)
 }
 
 /* The config for p: the big entry of its head_dim; the tall entry of least
- * wave-quantised cost instead when that is lower still; the 64-row entry instead when the
- * big tiles would leave more than half of the SMs idle (split-KV can then
- * still add CTAs along the keys) or hold at most 64 real rows. -1: head_dim
- * not built. *shift: pack-GQA. */
+ * wave-quantised cost instead when that is lower still; the 64-row entry
+ * instead when the big tiles would leave more than half of the SMs idle
+ * (split-KV can then still add CTAs along the keys) or hold at most 64 real
+ * rows. Rows marked unbanded are skipped for banded calls. -1: head_dim not
+ * built. *shift: pack-GQA. */
 int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
 {
     const int forced = forced_config(p);
@@ -200,14 +201,14 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
     for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
         if (k_tiles[i].head_dim != p->head_dim) continue;
         if (k_tiles[i].ctas > 1) continue; /* no cost model for 2-CTA rows: forced only (tiles.cuh) */
+        if (k_tiles[i].unbanded && banded(p)) continue;
         if (k_tiles[i].small) {
             int &slot = k_tiles[i].kvsplit > 1 ? small_kvs : small;
             if (slot < 0) slot = i;
             continue;
         }
         if (k_tiles[i].tall) {
-            /* the 4-warpgroup row was measured on unmasked calls only */
-            if (!(banded(p) && k_tiles[i].wgs > 3)) talls[n_tall++] = i;
+            talls[n_tall++] = i;
             continue;
         }
         if (cfg < 0) cfg = i;

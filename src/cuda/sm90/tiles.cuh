@@ -107,9 +107,12 @@ typedef struct fc_sm90_tile {
                     * 5): +9% where a causal mask makes tiles unequal
                     * (mission-causal), -2% on the unmasked mission shape,
                     * so plan.cu takes it for masked small grids only. */
+    int unbanded;  /* 1: the planner takes this row only for calls without a
+                    * causal or local band, where alone it was measured.
+                    * Omitted (= 0) in the other rows.                     */
 } fc_sm90_tile;
 
-/*                      d    M    N  wg st swz pp ov sm qb ta ct kv  S+P+O regs  smem (Q*qb + ring) */
+/*                      d    M    N  wg st swz pp ov sm qb ta ct kv (ub)  S+P+O regs  smem (Q*qb + ring) */
 #define FC_SM90_TILE_TABLE                                                                              \
     {64, 128, 128, 2, 2, 128, 1, 1, 0, 2, 0, 1, 1},  /* 0: 64+32+32=128;  2*16K+2*32K = 96 KB   */  \
     {96, 128, 128, 2, 2, 64, 1, 1, 0, 2, 0, 1, 1},   /* 1: 64+32+48=144;  2*24K+2*48K = 144 KB  */  \
@@ -142,8 +145,8 @@ typedef struct fc_sm90_tile {
      * (s512-d64: 576 rows for 512) 256 rows do not: s512-d64 176 us against row 7's 192 \
      * and cuDNN's 191 (H100, run 88); not rotated (rotated 177-183 us). At s16k-d64 it  \
      * is 4% behind row 7 (64-key blocks cost more per key), hence tall = 15 against 20. \
-     * Masked calls keep row 7 (plan.cu): unmeasured there.                             */ \
-    {64, 256, 64, 4, 4, 128, 0, 1, 0, 2, 15, 1, 1},
+     * Unmeasured with a band, so banded calls keep row 7 (unbanded = 1).               */ \
+    {64, 256, 64, 4, 4, 128, 0, 1, 0, 2, 15, 1, 1, 1},
 #define FC_SM90_NUM_TILES 10
 
 /* Rows whose tiles can take the rotated tile loop (a tile's first S GEMM
