@@ -197,7 +197,8 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
         *shift = pack_shift_for(p, k_tiles[forced].block_m);
         return forced;
     }
-    int cfg = -1, small = -1, small_kvs = -1, talls[FC_SM90_NUM_TILES], n_tall = 0;
+    int cfg = -1, small = -1, small_kvs = -1, tall = -1, tall_shift = 0;
+    double tall_cost = 0.0; /* the tall row of least wave-quantised cost (the first of equals) */
     for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
         if (k_tiles[i].head_dim != p->head_dim) continue;
         if (k_tiles[i].ctas > 1) continue; /* no cost model for 2-CTA rows: forced only (tiles.cuh) */
@@ -208,7 +209,9 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
             continue;
         }
         if (k_tiles[i].tall) {
-            talls[n_tall++] = i;
+            const int s = pack_shift_for(p, k_tiles[i].block_m);
+            const double c = wave_cost(p, dev, k_tiles[i], s);
+            if (tall < 0 || c < tall_cost) tall = i, tall_shift = s, tall_cost = c;
             continue;
         }
         if (cfg < 0) cfg = i;
@@ -222,12 +225,9 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
     if (cfg < 0) cfg = small;
     if (cfg < 0) return -1;
     *shift = pack_shift_for(p, k_tiles[cfg].block_m);
-    for (int j = 0; j < n_tall && cfg != small; ++j) {
-        const int tshift = pack_shift_for(p, k_tiles[talls[j]].block_m);
-        if (wave_cost(p, dev, k_tiles[talls[j]], tshift) < wave_cost(p, dev, k_tiles[cfg], *shift)) {
-            cfg = talls[j];
-            *shift = tshift;
-        }
+    if (tall >= 0 && cfg != small && tall_cost < wave_cost(p, dev, k_tiles[cfg], *shift)) {
+        cfg = tall;
+        *shift = tall_shift;
     }
     /* Small grid, or rows that fill at most one 64-row tile per head unit
      * (decode, also after pack-GQA): the 128-row tile would be mostly
