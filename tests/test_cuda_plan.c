@@ -172,6 +172,11 @@ static int sm80_plan_group(void)
     fc_fwd_params chunk = shape(4, 32, 8, 2048, 128, 0, 1); /* 32 rows x 4 heads = 128 per column */
     chunk.seqlen_q = 32;
     chunk.q_batch_stride = chunk.o_batch_stride = (int64_t)32 * 32 * 128;
+    /* K's heads broadcast (head stride 0): TMA needs positive strides, so
+     * the kVarTma d256 row does not run it and the planner falls back to a
+     * cp.async row (the SM86 class's 64x32, the smallest that fits). */
+    fc_fwd_params d256_bcast = shape(4, 8, 8, 4096, 256, 0, 1);
+    d256_bcast.k_head_stride = 0;
     fc_fwd_params d64_decode = shape(32, 32, 8, 8192, 64, 0, 1);
     d64_decode.seqlen_q = 1;
     d64_decode.q_batch_stride = d64_decode.o_batch_stride = 32 * 64;
@@ -185,6 +190,7 @@ static int sm80_plan_group(void)
         {"s2k-d128 A100", &a100, shape(8, 16, 16, 2048, 128, 0, 1), 128, 32, 0},
         {"s2k-d128 H100", &h100, shape(8, 16, 16, 2048, 128, 0, 1), 128, 64, 0},
         {"s4k-d256 H100", &h100, shape(4, 8, 8, 4096, 256, 0, 1), 64, 64, 0},
+        {"d256 bcast-K H100", &h100, d256_bcast, 64, 32, 0},
         /* d64 at long KV: the 128x96 row (min_sk 4096) */
         {"s16k-d64 H100", &h100, shape(1, 32, 32, 16384, 64, 0, 0), 128, 96, 0},
         /* under one wave of 128-row tiles: the small-grid d64 row */
@@ -212,6 +218,9 @@ static int sm80_plan_group(void)
         CHECK(c.pack_gqa == cases[i].pack, "%s: pack %d, expected %d (%s)", cases[i].name, c.pack_gqa,
               cases[i].pack, c.name);
         printf("%-16s %s\n", cases[i].name, c.name);
+        /* the d256 H100 default is the kVarTma row (tiles.cuh), named _v8 */
+        if (!strcmp(cases[i].name, "s4k-d256 H100"))
+            CHECK(strstr(c.name, "_v8") != NULL, "%s: the TMA row (%s)", cases[i].name, c.name);
     }
     group_done("sm80_plan", p0, f0);
     return 1;

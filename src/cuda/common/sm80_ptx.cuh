@@ -113,6 +113,13 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr)
     return v;
 }
 
+/* 16-byte shared store (kVarTma rows: zeroing V rows past a varlen sequence). */
+__device__ __forceinline__ void sts128(uint32_t addr, uint4 v)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
 /* blockIdx.x through volatile asm, so that a second read is really a second
  * read: the kernel recomputes its tile coordinates for the epilogue instead
  * of keeping them live (in registers) across the main loop. */

@@ -10,6 +10,8 @@
 #ifndef FC_SM80_FWD_ARGS_H
 #define FC_SM80_FWD_ARGS_H
 
+#include <cuda.h> /* CUtensorMap (type only) */
+
 #include "cuda/common/fastdiv.h"
 #include "internal.h"
 
@@ -39,13 +41,24 @@ typedef struct fc_sm80_args {
                          * previous kernel (common/pdl.cuh)                     */
 } fc_sm80_args;
 
+/* kVarTma rows (tiles.cuh): the K and V tensor maps, dims {32, rows,
+ * head_dim/32 panels, heads_kv, batch} (the panel dim's stride 64 bytes;
+ * varlen: rows = total_k, batch 1), box {32, block_n, head_dim/32, 1, 1}:
+ * one box per tile, 64-byte swizzle. A second kernel parameter of those rows alone (a
+ * __grid_constant__, so that the maps stay in parameter space, where
+ * cp.async.bulk.tensor may read them): the other kernels keep their one
+ * parameter, fc_sm80_args, as it was. */
+typedef struct fc_sm80_kv_maps {
+    CUtensorMap k, v;
+} fc_sm80_kv_maps;
+
 /* One launcher per (dtype, head_dim) translation unit: launches tile-table
  * entry `config` (which must have that head_dim) on `stream`, grid and
- * dynamic shared memory derived from the table. Checks every CUDA return
- * code and the launch error. */
+ * dynamic shared memory derived from the table; `maps` are read by kVarTma
+ * rows only. Checks every CUDA return code and the launch error. */
 #define FC_SM80_DECLARE_LAUNCHER(dt, hd)                                                      \
-    fc_status fc_sm80_launch_##dt##_d##hd(const fc_sm80_args *a, int config, int device,      \
-                                          void *stream, char *err, size_t err_len);
+    fc_status fc_sm80_launch_##dt##_d##hd(const fc_sm80_args *a, const fc_sm80_kv_maps *maps, int config, \
+                                          int device, void *stream, char *err, size_t err_len);
 FC_SM80_DECLARE_LAUNCHER(f16, 32)
 FC_SM80_DECLARE_LAUNCHER(f16, 64)
 FC_SM80_DECLARE_LAUNCHER(f16, 96)

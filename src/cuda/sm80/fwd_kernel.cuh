@@ -53,6 +53,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/sm80_ptx.cuh"
 #include "cuda/sm80/fwd_args.h"
+#include "cuda/sm90/ptx_sm90.cuh" /* mbarrier + TMA wrappers (kVarTma rows, sm_90 only) */
 
 namespace fc {
 namespace sm80 {
@@ -138,8 +139,9 @@ struct Flag {
     static constexpr bool value = B;
 };
 
-/* Compile-time shape of one instantiation. */
-template <int HD_, int BM_, int BN_, int W_, int STAGES_>
+/* Compile-time shape of one instantiation (VAR: the row's variant bits,
+ * tiles.cuh; only kVarTma changes the layout). */
+template <int HD_, int BM_, int BN_, int W_, int STAGES_, int VAR_>
 struct Shape {
     static constexpr int HD = HD_, BM = BM_, BN = BN_, W = W_, STAGES = STAGES_;
     static constexpr int NT = W * 32;         /* threads per CTA                    */
@@ -175,12 +177,20 @@ struct Shape {
      * checks the two agree.) */
     static constexpr bool LEAN_REGS = MT * BN / 2 >= 128;
     static constexpr uint32_t MASK_BYTES = LEAN_REGS ? BM * 8 : 0;
-    static constexpr uint32_t SMEM_BYTES =
-        Q_BYTES + STAGES * STAGE_BYTES + 24 + MASK_BYTES; /* + K/V bases, the mask-free
-                                                            * block range (+ mask table) */
     /* STAGES == 1: split K/V buffers (the K and V tiles of "stage 0"), each
      * with its own cp.async groups -- see the main loop's invariant. */
     static constexpr bool KV_SPLIT = STAGES == 1;
+    /* kVarTma (tiles.cuh): K/V tiles by TMA into the split buffers, one
+     * mbarrier each (16 bytes after the mask table). TMA's 64-byte swizzle
+     * XORs shared-memory address bits 4-5 with bits 7-8, which is the PC 4
+     * panel XOR (chunk c of row r at c ^ ((r >> 1) & 3)) only for 512-byte
+     * aligned tiles: the kernel rounds the dynamic smem base up to 512
+     * (+ 512 bytes requested). */
+    static constexpr bool TMA = (VAR_ & 8) != 0;
+    static constexpr uint32_t BAR_BYTES = TMA ? 16 : 0, ALIGN_PAD = TMA ? 512 : 0;
+    static constexpr uint32_t SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + 24 + MASK_BYTES + BAR_BYTES +
+                                           ALIGN_PAD; /* + K/V bases, the mask-free block range
+                                                       * (+ mask table) (+ TMA barriers, pad) */
     /* Keep Q's A fragments in registers when the fp32 accumulators leave room
      * (else re-read them from smem with ldmatrix each block). */
     static constexpr bool Q_IN_REGS = MT * (HD / 2 + BN / 2 + HD / 4) <= 160;
@@ -199,6 +209,8 @@ struct Shape {
     static_assert(STAGES >= 1 && STAGES <= 4, "1 (split K/V buffers) or a 2..4-deep ring");
     static_assert(BM % 8 == 0 && BN % 8 == 0, "the panel swizzle's period is 8 rows");
     static_assert((WROWS * HD / 8) % 32 == 0, "epilogue: whole 16-byte chunks per lane");
+    static_assert(!TMA || (KV_SPLIT && PC == 4 && BN <= 256),
+                  "kVarTma: split K/V rows with 64-byte panel rows (the TMA swizzle), box rows <= 256");
 };
 
 /* Where a CTA's tile lives: derived from blockIdx.x and the sequence
@@ -275,9 +287,9 @@ __device__ __forceinline__ int64_t floor_div(int64_t x, int64_t d)
 /* PLAIN: the call has no softcap and no masked block (plan.cu: masks 0), so
  * neither path is compiled in (they sit inline in every block). */
 template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int VAR, bool PLAIN>
-__device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
+__device__ __forceinline__ void fwd_body(const fc_sm80_args &a, const fc_sm80_kv_maps *maps)
 {
-    using S_ = Shape<HD, BM, BN, W, STAGES>;
+    using S_ = Shape<HD, BM, BN, W, STAGES, VAR>;
     constexpr int NT = S_::NT, MT = S_::MT, WROWS = S_::WROWS;
     constexpr int PC = S_::PC, LPC = S_::LPC, PB = S_::PB, KPP = S_::KPP;
     constexpr int KSTEPS = S_::KSTEPS, NTL = S_::NTL, DTL = S_::DTL, PSTEPS = S_::PSTEPS;
@@ -292,15 +304,19 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
      * row_pos on plan-time divisors they no longer do (s512-d64 +7.5%,
      * H100, session 6, run 33). */
     constexpr bool LEAN_QO = LEAN_ADDR;
-    static_assert(VAR >= 0 && VAR <= 7 && ((VAR & 2) == 0 || !S_::KV_SPLIT),
-                  "variant bits: 1 lean addressing, 2 early first block (ring rows only), 4 no plain instance");
+    constexpr bool TMA = S_::TMA;                              /* kVarTma        */
+    static_assert(VAR >= 0 && VAR <= 15 && ((VAR & 2) == 0 || !S_::KV_SPLIT) && (!TMA || !LEAN_ADDR),
+                  "variant bits: 1 lean addressing, 2 early first block (ring rows only), 4 no plain "
+                  "instance, 8 TMA K/V (split rows, not with 1)");
 
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = ptx::smem_addr(smem); /* [BM x HD] panels; later the O staging */
+    /* [BM x HD] panels; later the O staging. TMA: rounded up to 512 bytes. */
+    const uint32_t sQ = TMA ? (ptx::smem_addr(smem) + 511u) & ~511u : ptx::smem_addr(smem);
     const uint32_t sKV = sQ + S_::Q_BYTES;    /* stage s: K tile, then V tile           */
     const uint32_t sBase = sKV + S_::STAGES * S_::STAGE_BYTES; /* K, V base pointers, block range (24 B) */
     /* sBase + 16: KV_BASE_IN_SMEM, the mask-free block range {n_full_lo, n_full_hi} */
     const uint32_t sMask = sBase + 24; /* LEAN_REGS: row r's {jmin, jmax} at sMask + 8r */
+    const uint32_t sBarK = sMask + S_::MASK_BYTES, sBarV = sBarK + 8; /* TMA: the buffers' mbarriers */
 
     const fc_fwd_params &p = a.p;
     const int tid = threadIdx.x;
@@ -423,6 +439,22 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
         const uint16_t *__restrict__ kt = kb0 + kv_row0 * p.k_row_stride + kv_chunk0 * 8;
         const uint16_t *__restrict__ vt = vb0 + kv_row0 * p.v_row_stride + kv_chunk0 * 8;
         const uint32_t kv_soff = unit_smem_offset<PC>(tid); /* unit tid's smem offset */
+        /* TMA (thread 0 only): the K or V tile of block n into the buffer at
+         * dst as ONE box, completing on bar. Map dims {32, rows, HD/32
+         * panels, heads_kv, batch} with the panel dim's stride 64 bytes
+         * (plan.cu; varlen: rows are the packed total, batch 1), box {32, BN,
+         * HD/32, 1, 1}: it lands panel by panel, BN rows of 64 bytes each,
+         * i.e. the PC 4 layout. One box, not one per panel: 8 boxes of one
+         * panel each measured 10% slower (H100, session 14, runs 102-103:
+         * 0.978x FA2 against 1.081x), thread 0's warp held up issuing them.
+         * Keys past the tensor's rows are zero-filled. Keys past a varlen
+         * sequence are the next sequence's: their scores are masked to -inf
+         * like every key >= sk, and their V rows are zeroed before P V
+         * (below), so that 0 * a non-finite value there never reaches O. */
+        auto tma_tile = [&](int n, const CUtensorMap *map, uint32_t dst, uint32_t bar) {
+            fc90::mbar_arrive_expect_tx(bar, S_::KV_BYTES);
+            fc90::tma_load_5d(dst, map, bar, 0, (int)c.k_start + n * BN, 0, h_kv, (int)c.bk);
+        };
         auto load_kv = [&](int n, int stage, auto sel) {
             /* LEAN_REGS: the same three values, recomputed from a fresh
              * %tid.x, so none of them is live between loads. */
@@ -632,7 +664,18 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
              * EARLY: group 0 = Q + K of n_begin, group 1 = V of n_begin, groups
              * 2..STAGES = blocks n_begin+1..n_begin+STAGES-1 (all slots free). */
             q_load();
-            if constexpr (S_::KV_SPLIT) {
+            if constexpr (TMA) {
+                /* The barriers are initialised by the thread that first
+                 * arms them; every other thread's first wait follows the
+                 * loop's first __syncthreads. */
+                if (tid == 0) {
+                    fc90::mbar_init(sBarK, 1);
+                    fc90::mbar_init(sBarV, 1);
+                    fc90::mbar_fence_init();
+                    tma_tile(n_begin, &maps->k, sKV, sBarK);
+                }
+                ptx::cp_async_commit(); /* Q alone */
+            } else if constexpr (S_::KV_SPLIT) {
                 kv_load(n_begin, 0, LoadK{}, Flag<true>{});
                 ptx::cp_async_commit();
             } else if constexpr (EARLY) {
@@ -676,10 +719,23 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
          * O staging in the Q tile needs nothing more than in the ring (each
          * warp only reads and writes its own rows of it); after the loop
          * only an empty group can be pending. */
+        /* kVarTma: the same two points per block, with the copies issued by
+         * thread 0 and awaited on the buffers' mbarriers (each completes
+         * once per block: phase parity ph). A buffer is rearmed only after
+         * the __syncthreads that follows every thread's last read of it
+         * and its own wait on the previous phase, so no wait can see a
+         * phase two ahead. Q is the only cp.async group (prologue). */
         int stage = 0;
+        uint32_t ph = 0;
+        (void)ph;
         bool first = true; /* EARLY: block n_begin (a predicate, not n_begin kept live) */
         for (int n = n_begin; n < n_end; ++n) {
-            if constexpr (S_::KV_SPLIT) {
+            if constexpr (TMA) {
+                ptx::cp_async_wait<0>(); /* Q (block n_begin; a no-op after)   */
+                __syncthreads();         /* Q visible; V buffer free           */
+                if (tid == 0) tma_tile(n, &maps->v, sKV + S_::KV_BYTES, sBarV);
+                fc90::mbar_wait(sBarK, ph); /* K_n landed                      */
+            } else if constexpr (S_::KV_SPLIT) {
                 ptx::cp_async_wait<0>(); /* K_n (+ Q at n_begin) landed       */
                 __syncthreads();         /* visible; V buffer free (invariant) */
                 kv_load(n, 0, LoadV{}, Flag<false>{});
@@ -819,7 +875,27 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a)
                         }
             }
 
-            if constexpr (S_::KV_SPLIT) {
+            if constexpr (TMA) {
+                __syncthreads(); /* every thread is past S = Q K_n^T: K buffer free */
+                if (tid == 0 && n + 1 < n_end) tma_tile(n + 1, &maps->k, sKV, sBarK);
+                fc90::mbar_wait(sBarV, ph); /* V_n landed                      */
+                ph ^= 1;
+                if (p.cu_seqlens_k && (n + 1) * BN > sk) {
+                    /* A varlen sequence's last block: V rows sk - n*BN .. BN-1
+                     * are the next sequence's (tma_tile). Zero them; the
+                     * barrier orders the zeros before every warp's P V. This
+                     * is the range's last block (n_end <= its block count),
+                     * so no later copy lands in the V buffer. */
+                    const uint32_t sVt = sKV + S_::KV_BYTES;
+                    const int r0 = sk - n * BN;
+#pragma unroll
+                    for (int k = 0; k < BN * HD / 8 / NT; ++k) {
+                        const int u = tid + k * NT; /* 16-byte unit u sits at u*16, in row unit_row(u) */
+                        if (unit_row<BN, PC>(u) >= r0) ptx::sts128(sVt + (uint32_t)u * 16, make_uint4(0, 0, 0, 0));
+                    }
+                    __syncthreads();
+                }
+            } else if constexpr (S_::KV_SPLIT) {
                 ptx::cp_async_wait<0>(); /* V_n landed                             */
                 __syncthreads();         /* visible; K buffer free (invariant)     */
                 if (n + 1 < n_end) kv_load(n + 1, 0, LoadK{}, Flag<false>{});
@@ -1046,8 +1122,22 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
         /* With PDL (a.pdl, sm_90+) this grid launches while the previous
          * kernel in the stream finishes: nothing global before this. */
         fc_grid_dep_sync();
-        fwd_body<kBF16, HD, BM, BN, W, STAGES, VAR, PLAIN>(a);
+        fwd_body<kBF16, HD, BM, BN, W, STAGES, VAR, PLAIN>(a, nullptr);
     }
+}
+
+/* The kernel of kVarTma rows (SM90 class only): the same body, with the K/V
+ * tensor maps as a __grid_constant__ second parameter (fwd_args.h). */
+template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int MIN_CTAS, bool SM90_ONLY, int VAR,
+          bool PLAIN>
+__global__ void __launch_bounds__(W * 32, MIN_CTAS)
+    fwd_kernel_tma(const fc_sm80_args a, const __grid_constant__ fc_sm80_kv_maps maps)
+{
+    static_assert(SM90_ONLY, "kVarTma rows are SM90-class rows (tiles.cuh)");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    fc_grid_dep_sync();
+    fwd_body<kBF16, HD, BM, BN, W, STAGES, VAR, PLAIN>(a, &maps);
+#endif
 }
 
 } /* namespace sm80 */

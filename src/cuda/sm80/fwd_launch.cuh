@@ -23,11 +23,18 @@ namespace fc {
 namespace sm80 {
 
 template <bool kBF16, int HD, int BM, int BN, int W, int STAGES, int CTAS, bool SM90_ONLY, int VAR, bool PLAIN>
-fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, char *err,
-                      size_t err_len)
+fc_status launch_tile(const fc_sm80_args *a, const fc_sm80_kv_maps *maps, int device, cudaStream_t stream,
+                      char *err, size_t err_len)
 {
-    using S_ = Shape<HD, BM, BN, W, STAGES>;
-    void (*kernel)(const fc_sm80_args) = fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY, VAR, PLAIN>;
+    using S_ = Shape<HD, BM, BN, W, STAGES, VAR>;
+    /* kVarTma rows: the kernel with the K/V maps as a second parameter. */
+    constexpr bool TMA = S_::TMA;
+    auto kernel = [] {
+        if constexpr (TMA)
+            return fwd_kernel_tma<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY, VAR, PLAIN>;
+        else
+            return fwd_kernel<kBF16, HD, BM, BN, W, STAGES, CTAS, SM90_ONLY, VAR, PLAIN>;
+    }();
     const int smem = (int)S_::SMEM_BYTES;
 
     static std::atomic<unsigned long long> opted_in{0};
@@ -41,15 +48,19 @@ fc_status launch_tile(const fc_sm80_args *a, int device, cudaStream_t stream, ch
                  grid);
         return FC_ERR_INTERNAL;
     }
-    return fc_cuda_check(fc_launch(kernel, (unsigned)grid, S_::NT, (size_t)smem, stream, a->pdl != 0, *a),
-                         "sm80 forward kernel launch", err, err_len);
+    cudaError_t e;
+    if constexpr (TMA)
+        e = fc_launch(kernel, (unsigned)grid, S_::NT, (size_t)smem, stream, a->pdl != 0, *a, *maps);
+    else
+        e = fc_launch(kernel, (unsigned)grid, S_::NT, (size_t)smem, stream, a->pdl != 0, *a);
+    return fc_cuda_check(e, "sm80 forward kernel launch", err, err_len);
 }
 
 /* Walk the table at compile time: instantiate rows with this head_dim, launch
  * the one whose index is `config`. */
 template <bool kBF16, int HD, int I = 0>
-fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStream_t stream,
-                        char *err, size_t err_len)
+fc_status launch_config(const fc_sm80_args *a, const fc_sm80_kv_maps *maps, int config, int device,
+                        cudaStream_t stream, char *err, size_t err_len)
 {
     if constexpr (I >= kNumTiles) {
         snprintf(err, err_len, "internal: sm80 tile config %d has no d%d kernel", config, HD);
@@ -57,7 +68,7 @@ fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStrea
     } else {
         constexpr Tile T = kTiles[I];
         if constexpr (T.head_dim == HD) {
-            static_assert(Shape<HD, T.block_m, T.block_n, T.warps, T.stages>::SMEM_BYTES ==
+            static_assert(Shape<HD, T.block_m, T.block_n, T.warps, T.stages, T.variant>::SMEM_BYTES ==
                               tile_smem_bytes(T),
                           "tiles.cuh tile_smem_bytes and the kernel's smem layout disagree");
             if (config == I) {
@@ -66,12 +77,12 @@ fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStrea
                 if constexpr ((T.variant & kVarNoPlain) == 0)
                     if (a->plain)
                         return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
-                                           tile_sm90_only(T), T.variant, true>(a, device, stream, err, err_len);
+                                           tile_sm90_only(T), T.variant, true>(a, maps, device, stream, err, err_len);
                 return launch_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.stages, T.ctas,
-                                   tile_sm90_only(T), T.variant, false>(a, device, stream, err, err_len);
+                                   tile_sm90_only(T), T.variant, false>(a, maps, device, stream, err, err_len);
             }
         }
-        return launch_config<kBF16, HD, I + 1>(a, config, device, stream, err, err_len);
+        return launch_config<kBF16, HD, I + 1>(a, maps, config, device, stream, err, err_len);
     }
 }
 
@@ -80,11 +91,12 @@ fc_status launch_config(const fc_sm80_args *a, int config, int device, cudaStrea
 
 /* Defines the extern "C" launcher of one translation unit. */
 #define FC_SM80_DEFINE_LAUNCHER(dt, is_bf16, hd)                                                  \
-    extern "C" fc_status fc_sm80_launch_##dt##_d##hd(const fc_sm80_args *a, int config, int device, \
-                                                     void *stream, char *err, size_t err_len)    \
-    {                                                                                             \
-        return fc::sm80::launch_config<is_bf16, hd>(a, config, device, (cudaStream_t)stream, err, \
-                                                    err_len);                                     \
+    extern "C" fc_status fc_sm80_launch_##dt##_d##hd(const fc_sm80_args *a, const fc_sm80_kv_maps *maps,  \
+                                                     int config, int device, void *stream, char *err, \
+                                                     size_t err_len)                                  \
+    {                                                                                                 \
+        return fc::sm80::launch_config<is_bf16, hd>(a, maps, config, device, (cudaStream_t)stream, err, \
+                                                    err_len);                                         \
     }
 
 #endif /* FC_SM80_FWD_LAUNCH_CUH */

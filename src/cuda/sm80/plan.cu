@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "cuda/common/mask_mode.h"
+#include "cuda/common/tma_map.h"
 #include "cuda/sm80/fwd_args.h"
 #include "cuda/sm80/tiles.cuh"
 
@@ -61,13 +62,57 @@ int64_t grid_of(const fc_fwd_params *p, const fc::sm80::Tile &t)
     return ((int64_t)p->seqlen_q * g + t.block_m - 1) / t.block_m * (p->heads_q / g) * (int64_t)p->batch;
 }
 
+/* K and V rows of p as the kVarTma maps see them: varlen tensors have no
+ * batch dimension. */
+int64_t tma_rows_k(const fc_fwd_params *p) { return p->cu_seqlens_k ? p->total_k : p->seqlen_k; }
+int64_t tma_batches(const fc_fwd_params *p) { return p->cu_seqlens_k ? 1 : p->batch; }
+
+/* TMA can load p's K and V (kVarTma rows): the layouts (tma_map.h) and key
+ * rows that int32 TMA coordinates reach (row + block_n < 2^31). */
+bool tma_kv_ok(const fc_fwd_params *p)
+{
+    const int64_t rows = tma_rows_k(p);
+    if (rows >= ((int64_t)1 << 31) - 256) return false;
+    const int64_t n[3] = {rows, p->heads_kv, tma_batches(p)};
+    const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
+    const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
+    char why[256];
+    return fc_tma_layout_ok("k", p->k, ks, n, "", why, sizeof why) &&
+           fc_tma_layout_ok("v", p->v, vs, n, "", why, sizeof why);
+}
+
 /* Row t can run p on dev (class cls): p's head dim, shared memory within
- * the device's opt-in limit, and code built for the device (tile_sm90_only
- * rows only on the SM90 class). */
+ * the device's opt-in limit, code built for the device (tile_sm90_only
+ * rows only on the SM90 class), and for a kVarTma row K/V that TMA can
+ * load (else the planner falls back to a cp.async row). */
 bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
 {
     return t.head_dim == p->head_dim && tile_smem_bytes(t) <= dev->smem_optin &&
-           (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(t));
+           (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(t)) &&
+           (!(t.variant & fc::sm80::kVarTma) || tma_kv_ok(p));
+}
+
+/* The kVarTma maps of K and V (fwd_args.h): 5-d, so that a whole K or V
+ * tile is one box (dims {32, rows, panels, heads, batch}: the panel dim
+ * steps 64 bytes along the row, and the box lands panel-major, the PC 4
+ * layout). With no key rows nothing is ever loaded and the maps stay zero. */
+fc_status encode_kv_maps(const fc_fwd_params *p, const Tile &t, fc_sm80_kv_maps *m, char *err, size_t err_len)
+{
+    const int64_t rows = tma_rows_k(p);
+    if (rows == 0) return FC_OK;
+    const int bf16 = p->dtype == FC_DTYPE_BF16;
+    const int64_t n[4] = {rows, p->head_dim / 32, p->heads_kv, tma_batches(p)};
+    const uint64_t dims[5] = {32, (uint64_t)rows, (uint64_t)(p->head_dim / 32), (uint64_t)p->heads_kv,
+                              (uint64_t)tma_batches(p)};
+    const uint32_t box[5] = {32, (uint32_t)t.block_n, (uint32_t)(p->head_dim / 32), 1, 1};
+    const int64_t ks[4] = {p->k_row_stride, 32, p->k_head_stride, p->k_batch_stride};
+    const int64_t vs[4] = {p->v_row_stride, 32, p->v_head_stride, p->v_batch_stride};
+    uint64_t sb[4];
+    fc_tma_map_strides(ks, n, 4, p->head_dim, sb);
+    fc_status st = fc_tma_encode_map(&m->k, "sm80 forward: k", p->k, bf16, 5, dims, sb, box, 64, err, err_len);
+    if (st != FC_OK) return st;
+    fc_tma_map_strides(vs, n, 4, p->head_dim, sb);
+    return fc_tma_encode_map(&m->v, "sm80 forward: v", p->v, bf16, 5, dims, sb, box, 64, err, err_len);
 }
 
 /* Tile row for p on dev (class cls), among the rows that run it
@@ -289,21 +334,27 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
     a.m_tiles = fc_fastdiv_make((int32_t)m_tiles);
     a.pdl = choice->pdl;
     a.plain = choice->masks == FC_MASKS_NONE;
+    fc_sm80_kv_maps maps;
+    memset(&maps, 0, sizeof maps);
+    if (t.variant & fc::sm80::kVarTma) {
+        const fc_status st = encode_kv_maps(p, t, &maps, err, err_len);
+        if (st != FC_OK) return st;
+    }
 
     const int cfg = choice->config;
     const int device = dev->id;
     const bool bf16 = p->dtype == FC_DTYPE_BF16;
     switch (p->head_dim) {
-    case 32: return bf16 ? fc_sm80_launch_bf16_d32(&a, cfg, device, stream, err, err_len)
-                         : fc_sm80_launch_f16_d32(&a, cfg, device, stream, err, err_len);
-    case 64: return bf16 ? fc_sm80_launch_bf16_d64(&a, cfg, device, stream, err, err_len)
-                         : fc_sm80_launch_f16_d64(&a, cfg, device, stream, err, err_len);
-    case 96: return bf16 ? fc_sm80_launch_bf16_d96(&a, cfg, device, stream, err, err_len)
-                         : fc_sm80_launch_f16_d96(&a, cfg, device, stream, err, err_len);
-    case 128: return bf16 ? fc_sm80_launch_bf16_d128(&a, cfg, device, stream, err, err_len)
-                          : fc_sm80_launch_f16_d128(&a, cfg, device, stream, err, err_len);
-    case 256: return bf16 ? fc_sm80_launch_bf16_d256(&a, cfg, device, stream, err, err_len)
-                          : fc_sm80_launch_f16_d256(&a, cfg, device, stream, err, err_len);
+    case 32: return bf16 ? fc_sm80_launch_bf16_d32(&a, &maps, cfg, device, stream, err, err_len)
+                         : fc_sm80_launch_f16_d32(&a, &maps, cfg, device, stream, err, err_len);
+    case 64: return bf16 ? fc_sm80_launch_bf16_d64(&a, &maps, cfg, device, stream, err, err_len)
+                         : fc_sm80_launch_f16_d64(&a, &maps, cfg, device, stream, err, err_len);
+    case 96: return bf16 ? fc_sm80_launch_bf16_d96(&a, &maps, cfg, device, stream, err, err_len)
+                         : fc_sm80_launch_f16_d96(&a, &maps, cfg, device, stream, err, err_len);
+    case 128: return bf16 ? fc_sm80_launch_bf16_d128(&a, &maps, cfg, device, stream, err, err_len)
+                          : fc_sm80_launch_f16_d128(&a, &maps, cfg, device, stream, err, err_len);
+    case 256: return bf16 ? fc_sm80_launch_bf16_d256(&a, &maps, cfg, device, stream, err, err_len)
+                          : fc_sm80_launch_f16_d256(&a, &maps, cfg, device, stream, err, err_len);
     default: break;
     }
     snprintf(err, err_len, "internal: sm80 forward reached head_dim %d", p->head_dim);

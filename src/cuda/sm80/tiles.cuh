@@ -109,6 +109,16 @@ constexpr int kVarEarlyFirst = 2;
  *                 d128 row, s2k -0.3%, s8k -2.5% against FA2's same-pass
  *                 figures, where d64 and d256 gained 1.4-2.8%).          */
 constexpr int kVarNoPlain = 4;
+/*  kVarTma        split K/V rows (stages 1) of the SM90 class only: the K and
+ *                 V tiles arrive by TMA (cp.async.bulk.tensor: one 5-d box
+ *                 per tile, its 64-byte swizzle = the PC 4 panel layout)
+ *                 issued by thread 0 and completing on one mbarrier per
+ *                 buffer, instead of 16 cp.async per thread and tile. Q
+ *                 stays cp.async. The copies leave the threads' instruction
+ *                 stream and the MIO queue the ldmatrix share (notes-sm80.md,
+ *                 sessions 7-9, 13 and 14). The planner takes such a row only
+ *                 where TMA can load K and V (plan.cu).                    */
+constexpr int kVarTma = 8;
 
 // clang-format off
 constexpr Tile kTiles[] = {
@@ -199,8 +209,11 @@ constexpr Tile kTiles[] = {
      * tile would be 128x64 x 8 warps split, 128 KB -- unmeasured, not taken).
      * Not for SM86: 1 CTA per SM either way (100 KB); unmeasured, not taken.
      * Lean addressing here measured -4% at s4k-d256 (H100, session 6): not
-     * taken (the split K/V loads sit mid-block, hidden by the other CTA).   */
-    {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0},
+     * taken (the split K/V loads sit mid-block, hidden by the other CTA).
+     * K/V by TMA, one box per tile (kVarTma): s4k-d256 0.988x -> 1.081x FA2
+     * (H100, session 14, run 103, same passes); +16 B of mbarriers and a
+     * 512-byte alignment pad: 2 x (96 KB + 552 B + 1 KB) <= 228 KB.        */
+    {kClassSm90, 256,  64,  64, 4, 1, 2, 0, 0, kVarTma},
 
     /* ------------- few query rows per tile column (max_rows): decode ------------- */
     /* d128, SM80 and SM90 classes (one kernel): 64x64, 4 warps, MT 1 (O 64 + S 32
@@ -236,7 +249,9 @@ constexpr bool tile_lean_regs(const Tile &t)
 constexpr int64_t tile_smem_bytes(const Tile &t)
 {
     return (int64_t)(t.block_m + 2 * t.stages * t.block_n) * t.head_dim * 2 + 24 /* + K/V bases, block range */ +
-           (tile_lean_regs(t) ? t.block_m * 8 : 0); /* + mask limits */
+           (tile_lean_regs(t) ? t.block_m * 8 : 0) /* + mask limits */ +
+           ((t.variant & kVarTma) ? 16 + 512 : 0); /* + 2 mbarriers, + the 512-byte alignment
+                                                    * the 64-byte TMA swizzle needs */
 }
 
 /* True when row r is of the SM90 class and no row of an older class has the
@@ -276,8 +291,12 @@ constexpr bool tile_ok(const Tile &t)
            /* an alternate is one kind of alternate; a few-rows one fits its rows */
            (t.min_sk > 0) + (t.small_grid != 0) + (t.max_rows != 0) <= 1 &&
            t.max_rows >= 0 && t.max_rows <= t.block_m &&
-           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst | kVarNoPlain) &&
+           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst | kVarNoPlain | kVarTma) &&
            !((t.variant & kVarEarlyFirst) && t.stages < 2) &&
+           /* TMA: split K/V rows of the SM90 class, without lean addressing
+            * (no K/V address code left to make lean) */
+           (!(t.variant & kVarTma) || (t.stages == 1 && t.arch_class == kClassSm90 &&
+                                       !(t.variant & kVarLeanAddr))) &&
            tile_smem_bytes(t) <= 227 * 1024 &&
            (t.arch_class != kClassSm86 || tile_smem_bytes(t) <= 99 * 1024) &&
            (t.arch_class != kClassSm80 || tile_smem_bytes(t) <= 163 * 1024) &&

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda/common/mask_mode.h"
+#include "cuda/common/tma_map.h"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tail_split.h"
 #include "cuda/sm90/tiles.cuh"
@@ -23,6 +24,9 @@
 #endif
 
 namespace {
+
+/* What a layout TMA cannot load means here (fc_tma_layout_ok's messages). */
+const char *const k_tma_who = "the sm90 kernels load it with TMA (use the sm80 path)";
 
 #if FC_SM90_TRACE
 /* Trace builds only (sm90.h): one device buffer for the process; after each
@@ -96,46 +100,6 @@ void head_dim_list(char *buf, size_t len)
         if (n < 0 || (size_t)n >= len - used) break;
         used += (size_t)n;
     }
-}
-
-/* A 16-bit tensor view TMA can load: 16-byte aligned base; every stride of a
- * dimension with more than one index a positive multiple of 8 elements
- * (16 bytes) below 2^40 bytes. Size-1 dimensions never step, so their stride
- * does not matter. */
-bool tma_layout_ok(const char *name, const void *ptr, const int64_t stride[3], const int64_t size[3],
-                   char *why, size_t why_len)
-{
-    static const char *const dim_name[3] = {"row", "head", "batch"};
-    if (((uintptr_t)ptr & 15) != 0) {
-        snprintf(why, why_len,
-                 "%s at %p is not 16-byte aligned: the sm90 kernels load it with TMA (use the sm80 path)",
-                 name, ptr);
-        return false;
-    }
-    for (int i = 0; i < 3; ++i) {
-        if (size[i] <= 1) continue;
-        const int64_t s = stride[i];
-        if (s <= 0 || s % 8 != 0 || s >= (int64_t)1 << 39) {
-            snprintf(why, why_len,
-                     "%s %s stride %lld elements (%lld bytes) is not a positive multiple of 16 bytes: "
-                     "the sm90 kernels load it with TMA (use the sm80 path)",
-                     name, dim_name[i], (long long)s, (long long)(2 * s));
-            return false;
-        }
-    }
-    return true;
-}
-
-/* Strides in bytes for the n outer dims of a tensor map; a size-1 dimension
- * gets a harmless 16-byte-multiple stand-in (the caller's value may be
- * anything, it is never stepped). */
-void map_strides(const int64_t *stride, const int64_t *size, int n, int head_dim, uint64_t *out)
-{
-    uint64_t fill = (uint64_t)head_dim * 2;
-    for (int i = 0; i < n; ++i)
-        if (size[i] > 1 && (uint64_t)stride[i] * 2 > fill) fill = (uint64_t)stride[i] * 2;
-    fill = (fill + 15) & ~(uint64_t)15;
-    for (int i = 0; i < n; ++i) out[i] = size[i] > 1 ? (uint64_t)stride[i] * 2 : fill;
 }
 
 /* Pack-GQA (the ratio query heads that share a KV head as rows of one
@@ -413,13 +377,13 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
     {
         const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
         const int64_t qn[3] = {rows_q, p->heads_q, nb};
-        if (!tma_layout_ok("q", p->q, qs, qn, why, why_len)) return FC_ERR_UNSUPPORTED;
+        if (!fc_tma_layout_ok("q", p->q, qs, qn, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
         if (rows_k > 0) {
             const int64_t kn[3] = {rows_k, p->heads_kv, nb};
             const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
             const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
-            if (!tma_layout_ok("k", p->k, ks, kn, why, why_len)) return FC_ERR_UNSUPPORTED;
-            if (!tma_layout_ok("v", p->v, vs, kn, why, why_len)) return FC_ERR_UNSUPPORTED;
+            if (!fc_tma_layout_ok("k", p->k, ks, kn, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
+            if (!fc_tma_layout_ok("v", p->v, vs, kn, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
         }
     }
     if (row_tiles(p, t.block_m, shift) * 64 /* max splits */ >= ((int64_t)1 << 31) ||
@@ -517,11 +481,11 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         const int64_t s4[4] = {p->q_head_stride, p->q_head_stride * r, p->q_row_stride, p->q_batch_stride};
         const int64_t n4[4] = {r, head_units, rows_q, nb};
         uint64_t sb[4];
-        map_strides(s4, n4, 4, p->head_dim, sb);
+        fc_tma_map_strides(s4, n4, 4, p->head_dim, sb);
         const uint64_t dims[5] = {(uint64_t)p->head_dim, (uint64_t)r, (uint64_t)head_units, (uint64_t)rows_q,
                                   (uint64_t)nb};
         const uint32_t box[5] = {pw, (uint32_t)r, 1, (uint32_t)(t.block_m >> shift), 1};
-        fc_status st = fc_sm90_encode_map(&prm.tm_q, "sm90 forward: q", p->q, bf16, 5, dims, sb, box, t.swz,
+        fc_status st = fc_tma_encode_map(&prm.tm_q, "sm90 forward: q", p->q, bf16, 5, dims, sb, box, t.swz,
                                           err, err_len);
         if (st) return st;
     }
@@ -539,12 +503,12 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
         const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
         uint64_t sb[3];
-        map_strides(none ? qs : ks, n, 3, p->head_dim, sb);
-        fc_status st = fc_sm90_encode_map(&prm.tm_k, "sm90 forward: k", none ? p->q : p->k, bf16, 4, dims, sb,
+        fc_tma_map_strides(none ? qs : ks, n, 3, p->head_dim, sb);
+        fc_status st = fc_tma_encode_map(&prm.tm_k, "sm90 forward: k", none ? p->q : p->k, bf16, 4, dims, sb,
                                           box, t.swz, err, err_len);
         if (st) return st;
-        map_strides(none ? qs : vs, n, 3, p->head_dim, sb);
-        st = fc_sm90_encode_map(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, 4, dims, sb, box, t.swz,
+        fc_tma_map_strides(none ? qs : vs, n, 3, p->head_dim, sb);
+        st = fc_tma_encode_map(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, 4, dims, sb, box, t.swz,
                                 err, err_len);
         if (st) return st;
     }
@@ -602,16 +566,16 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         const int64_t on[3] = {rows_q, p->heads_q, nb};
         char why_not[192];
         if (!varlen && splits == 1 && (64 >> shift) > 0 &&
-            tma_layout_ok("o", p->o, os, on, why_not, sizeof why_not)) {
+            fc_tma_layout_ok("o", p->o, os, on, k_tma_who, why_not, sizeof why_not)) {
             const int64_t r = (int64_t)1 << shift;
             const int64_t s4[4] = {p->o_head_stride, p->o_head_stride * r, p->o_row_stride, p->o_batch_stride};
             const int64_t n4[4] = {r, head_units, rows_q, nb};
             uint64_t sb[4];
-            map_strides(s4, n4, 4, p->head_dim, sb);
+            fc_tma_map_strides(s4, n4, 4, p->head_dim, sb);
             const uint64_t dims[5] = {(uint64_t)p->head_dim, (uint64_t)r, (uint64_t)head_units,
                                       (uint64_t)rows_q, (uint64_t)nb};
             const uint32_t box[5] = {pw, (uint32_t)r, 1, (uint32_t)(64 >> shift), 1};
-            fc_status st = fc_sm90_encode_map(&prm.tm_o, "sm90 forward: o", p->o, bf16, 5, dims, sb, box, t.swz,
+            fc_status st = fc_tma_encode_map(&prm.tm_o, "sm90 forward: o", p->o, bf16, 5, dims, sb, box, t.swz,
                                               err, err_len);
             if (st) return st;
             prm.o_tma = 1;

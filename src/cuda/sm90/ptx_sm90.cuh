@@ -3,9 +3,11 @@
  * mbarrier, TMA (cp.async.bulk.tensor), proxy fences, named barriers,
  * setmaxnreg, and wgmma (descriptors, SS/RS issue, fence/commit/wait).
  *
- * Compiled only for sm_90a (cmake/CudaKernels.cmake). Everything is a
- * forceinline device function in namespace fc90; nothing here allocates or
- * touches global state.
+ * Used by the Hopper kernels (sm_90a only, cmake/CudaKernels.cmake) and,
+ * for its mbarrier and TMA wrappers, by the sm80 path's kVarTma rows, whose
+ * kernels are empty below sm_90 (sm80/fwd_kernel.cuh). Everything is a
+ * forceinline device function in namespace fc90, emitted only where used;
+ * nothing here allocates or touches global state.
  *
  * FC_SM90_DEBUG (compile-time, off by default): mbarrier waits count their
  * spins and trap with a message naming the barrier after ~2^31 tries, and

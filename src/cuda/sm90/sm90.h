@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "cuda/common/fastdiv.h"
+#include "cuda/common/tma_map.h"
 #include "internal.h"
 
 typedef struct fc_sm90_params {
@@ -117,14 +118,5 @@ FC_SM90_DECLARE_LAUNCHER(9)
 #define FC_SM90_TRACE_ROLES 5
 #define FC_SM90_TRACE_TILES 64
 #define FC_SM90_TRACE_EVENTS 8
-
-/* tma.cu: encode a rank-4 or rank-5 tiled tensor map of 16-bit elements.
- * dims/box innermost first (rank entries); strides in bytes for dims
- * 1..rank-1. Fails with FC_ERR_UNSUPPORTED (layout TMA cannot express) or
- * FC_ERR_CUDA (driver entry point missing, encode error) and a message
- * naming `what`. */
-fc_status fc_sm90_encode_map(CUtensorMap *map, const char *what, const void *base, int bf16, int rank,
-                             const uint64_t *dims, const uint64_t *strides_bytes, const uint32_t *box,
-                             int swizzle_bytes, char *err, size_t err_len);
 
 #endif /* FC_SM90_H */

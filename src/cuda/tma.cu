@@ -1,5 +1,8 @@
 /*
- * tma.cu -- host side of TMA: building CUtensorMap descriptors.
+ * tma.cu -- host side of TMA: building CUtensorMap descriptors, and the
+ * layout test that says whether TMA can load a tensor view at all. Used by
+ * the Hopper path (Q/K/V/O maps) and by the sm80-class path's kVarTma rows
+ * (K/V maps); a common source, so built whatever FLASHCORE_CUDA_ARCHS holds.
  *
  * cuTensorMapEncodeTiled is a driver API function. FlashCore links only the
  * CUDA runtime (no -lcuda), so the function is fetched at run time through
@@ -13,9 +16,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cuda_runtime.h>
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled_v12000 */
 
-#include "cuda/sm90/sm90.h"
+#include "cuda/common/tma_map.h"
 
 namespace {
 
@@ -92,7 +96,7 @@ MapKey make_key(const void *base, int bf16, int rank, const uint64_t *dims, cons
 
 } /* namespace */
 
-fc_status fc_sm90_encode_map(CUtensorMap *map, const char *what, const void *base, int bf16, int rank,
+fc_status fc_tma_encode_map(CUtensorMap *map, const char *what, const void *base, int bf16, int rank,
                              const uint64_t *dims, const uint64_t *strides_bytes, const uint32_t *box,
                              int swizzle_bytes, char *err, size_t err_len)
 {
@@ -175,4 +179,34 @@ fc_status fc_sm90_encode_map(CUtensorMap *map, const char *what, const void *bas
     c.next = (c.next + 1) % MapCache::N;
     if (c.used < MapCache::N) ++c.used;
     return FC_OK;
+}
+
+bool fc_tma_layout_ok(const char *name, const void *ptr, const int64_t stride[3], const int64_t size[3],
+                      const char *who, char *why, size_t why_len)
+{
+    static const char *const dim_name[3] = {"row", "head", "batch"};
+    if (((uintptr_t)ptr & 15) != 0) {
+        snprintf(why, why_len, "%s at %p is not 16-byte aligned: %s", name, ptr, who);
+        return false;
+    }
+    for (int i = 0; i < 3; ++i) {
+        if (size[i] <= 1) continue;
+        const int64_t s = stride[i];
+        if (s <= 0 || s % 8 != 0 || s >= (int64_t)1 << 39) {
+            snprintf(why, why_len,
+                     "%s %s stride %lld elements (%lld bytes) is not a positive multiple of 16 bytes: %s",
+                     name, dim_name[i], (long long)s, (long long)(2 * s), who);
+            return false;
+        }
+    }
+    return true;
+}
+
+void fc_tma_map_strides(const int64_t *stride, const int64_t *size, int n, int head_dim, uint64_t *out)
+{
+    uint64_t fill = (uint64_t)head_dim * 2;
+    for (int i = 0; i < n; ++i)
+        if (size[i] > 1 && (uint64_t)stride[i] * 2 > fill) fill = (uint64_t)stride[i] * 2;
+    fill = (fill + 15) & ~(uint64_t)15;
+    for (int i = 0; i < n; ++i) out[i] = size[i] > 1 ? (uint64_t)stride[i] * 2 : fill;
 }

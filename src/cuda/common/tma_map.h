@@ -1,0 +1,36 @@
+/*
+ * tma_map.h -- host side of TMA (src/cuda/tma.cu), shared by the Hopper path
+ * and the sm80-class path's kVarTma rows. C++ (CUDA host code) only.
+ */
+#ifndef FC_TMA_MAP_H
+#define FC_TMA_MAP_H
+
+#include <cuda.h> /* CUtensorMap (type only: the encoder is fetched at run time) */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Encode a rank-1..5 tiled tensor map of 16-bit elements (swizzle 64 or 128
+ * bytes). dims/box innermost first (rank entries); strides in bytes for dims
+ * 1..rank-1. Fails with FC_ERR_UNSUPPORTED (layout TMA cannot express) or
+ * FC_ERR_CUDA (driver entry point missing, encode error) and a message
+ * naming `what`. Each thread caches its last few maps. */
+fc_status fc_tma_encode_map(CUtensorMap *map, const char *what, const void *base, int bf16, int rank,
+                            const uint64_t *dims, const uint64_t *strides_bytes, const uint32_t *box,
+                            int swizzle_bytes, char *err, size_t err_len);
+
+/* A 16-bit tensor view TMA can load: 16-byte aligned base; every stride of a
+ * dimension with more than one index (size[i] > 1; dims row, head, batch) a
+ * positive multiple of 8 elements (16 bytes) below 2^40 bytes. Size-1
+ * dimensions never step, so their stride does not matter. Else false, and
+ * why says which, followed by `who` (what that means for the caller). */
+bool fc_tma_layout_ok(const char *name, const void *ptr, const int64_t stride[3], const int64_t size[3],
+                      const char *who, char *why, size_t why_len);
+
+/* Strides in bytes for the n outer dims of a tensor map; a size-1 dimension
+ * gets a harmless 16-byte-multiple stand-in (the caller's value may be
+ * anything, it is never stepped). */
+void fc_tma_map_strides(const int64_t *stride, const int64_t *size, int n, int head_dim, uint64_t *out);
+
+#endif /* FC_TMA_MAP_H */
