@@ -28,7 +28,9 @@
  * base pointers and the mask-free block range, kept out of registers)
  * + block_m * 8 bytes where S alone
  * takes >= 128 registers (MT * block_n / 2 >= 128: the per-row mask limits,
- * kept out of registers -- fwd_kernel.cuh, Shape::LEAN_REGS).
+ * kept out of registers -- fwd_kernel.cuh, Shape::LEAN_REGS)
+ * + 16 + 512 bytes on kVarTma rows (two mbarriers, and the pad that puts
+ * the tiles on the 512-byte boundaries TMA's swizzle needs).
  * Each SM also reserves 1 KB per CTA.
  *
  * Shared-memory bandwidth: a warp reads each K and V tile once per block for
