@@ -455,10 +455,10 @@ static void edge_cases(runner *r)
 /* Varlen with +inf in the NEXT sequence's V rows: a key block that runs past
  * a sequence's end holds the next sequence's first keys, and 0 * inf is NaN,
  * so a kernel must not let them into P V. The sm80 path zero-fills them
- * (cp.async rows) or zeroes them in shared memory (kVarTma rows); its rows
- * of sequence 0 must come out finite and within the gate. The Hopper path
- * is known to let them in (docs/API.md): skipped with that reason. Sequence
- * 0 has 70 keys, so its last block runs past its end for every block_n. */
+ * (cp.async rows) or zeroes them in shared memory (kVarTma rows), the Hopper
+ * path zeroes them in shared memory (zero_v_tail); sequence 0's rows must
+ * come out finite and within the gate on both. Sequence 0 has 70 keys, so
+ * its last block runs past its end for every block_n. */
 static void varlen_next_inf(runner *r)
 {
     static const int dims[] = {64, 128, 256};
@@ -500,11 +500,6 @@ static void varlen_next_inf(runner *r)
             const int path = r->paths[pi];
             if (!r->path_ok[pi]) {
                 note_skip(r->path_why[pi]);
-                continue;
-            }
-            if (path == 90) {
-                note_skip("path 90 varlen-next-inf: known, the Hopper path reads the next sequence's V rows "
-                          "(docs/API.md)");
                 continue;
             }
             fc_context_set_cuda_path(r->ctx, path);

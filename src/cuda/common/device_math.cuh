@@ -42,6 +42,11 @@ __device__ __forceinline__ uint64_t lds64(uint32_t addr)
     asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(v) : "r"(addr) : "memory");
     return v;
 }
+/* 16 zero bytes (both paths: V rows past a varlen sequence's end). */
+__device__ __forceinline__ void sts128_zero(uint32_t addr)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+}
 
 /* 2^x, approximate (max rel. error 2^-22); ex2(-inf) = +0, flushes denormals.
  * Plain asm (not volatile) so the compiler may schedule it. */

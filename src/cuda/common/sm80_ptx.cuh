@@ -38,6 +38,7 @@ namespace ptx {
 using dev::ex2;
 using dev::pack2;
 using dev::smem_addr;
+using dev::sts128_zero;
 using dev::sts32;
 
 
@@ -111,13 +112,6 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr)
                  : "r"(addr)
                  : "memory");
     return v;
-}
-
-/* 16-byte shared store (kVarTma rows: zeroing V rows past a varlen sequence). */
-__device__ __forceinline__ void sts128(uint32_t addr, uint4 v)
-{
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
 }
 
 /* blockIdx.x through volatile asm, so that a second read is really a second

@@ -891,7 +891,7 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a, const fc_sm80_kv
 #pragma unroll
                     for (int k = 0; k < BN * HD / 8 / NT; ++k) {
                         const int u = tid + k * NT; /* 16-byte unit u sits at u*16, in row unit_row(u) */
-                        if (unit_row<BN, PC>(u) >= r0) ptx::sts128(sVt + (uint32_t)u * 16, make_uint4(0, 0, 0, 0));
+                        if (unit_row<BN, PC>(u) >= r0) ptx::sts128_zero(sVt + (uint32_t)u * 16);
                     }
                     __syncthreads();
                 }

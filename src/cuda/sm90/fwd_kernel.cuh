@@ -102,7 +102,8 @@ static_assert(sizeof kTiles / sizeof kTiles[0] == FC_SM90_NUM_TILES, "FC_SM90_NU
 /* Named barrier ids (0 is __syncthreads). */
 enum : uint32_t {
     kBarSched = 1, /* + consumer index: pingpong turn of that warpgroup (256 threads) */
-    kBarEpi = 8    /* + consumer index: epilogue of one warpgroup (128 threads)        */
+    kBarEpi = 8,   /* + consumer index: epilogue of one warpgroup (128 threads)        */
+    kBarVz = 12    /* + consumer index: V tail rows zeroed (zero_v_tail, 128 threads)  */
 };
 
 template <int kCfg, bool kTail = false> struct Cfg {
@@ -763,6 +764,44 @@ __device__ __forceinline__ void issue_first_s(float (&S)[C::BN / 2], const Bars<
     round_end<C>(cw);
 }
 
+/* Varlen: the rows of a sequence's last key block past its end are the next
+ * sequence's first keys (the TMA box runs on into them; it zero-fills only
+ * past the packed tensor). Their probabilities are 0, but 0 x Inf is NaN
+ * inside the P.V wgmma, so a non-finite value there would reach this
+ * sequence's rows. Blocks are visited from high to low, so only a tile's
+ * first block vb can be that block: once its S is done (before its
+ * softmax; placed where it costs no register: 4 bytes spilled at d256
+ * elsewhere), wait for its V and zero those rows (the any-block-mask
+ * instance only: varlen always runs it). Every consumer warpgroup that
+ * reads the block zeroes them itself (the same zeros, so no wait on another
+ * warpgroup), then orders its generic writes before its wgmma's
+ * async-proxy reads (fence.proxy.async, then its own barrier); the P.V's
+ * own wait on the same phase then returns at once. Dense calls and blocks
+ * that end inside their sequence skip it (a warpgroup-uniform test). The
+ * stage is released only after this warpgroup's P.V, so no later TMA
+ * write races the zeros. */
+template <class C>
+__device__ __forceinline__ void zero_v_tail(const fc_sm90_params &p, const Tile &g, int vb, const Bars<C> &bars,
+                                            uint32_t base, int v_stage, uint32_t v_phase)
+{
+    const int r0 = g.sk - vb * C::BN; /* first row of the block past the sequence */
+    if (!p.cu_k || r0 >= C::BN) return;
+    FC90_WAIT(bars.v_full(v_stage), v_phase);
+    /* A fresh %tid.x (nothing more kept live across the first block). */
+    uint32_t t;
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+    const uint32_t v_addr = base + C::OFF_V + v_stage * C::KV_BYTES;
+    constexpr uint32_t CPR = C::SW / 16; /* 16-byte chunks per panel row; a row's chunks are
+                                          * contiguous whatever the swizzle (it permutes
+                                          * them within the row) */
+    const uint32_t first = (uint32_t)r0 * CPR; /* chunk index of row r0 in panel 0 */
+#pragma unroll 1
+    for (uint32_t i = t & 127; i < C::KV_BYTES / 16; i += 128)
+        if (i % (C::BN * CPR) >= first) fc::dev::sts128_zero(v_addr + 16u * i);
+    fence_proxy_async();
+    bar_sync(kBarVz + t / 128 - 1, 128); /* this consumer warpgroup */
+}
+
 /* O += P V for one block, waited for (the plain loop and the last block). */
 template <class C, bool kBF16>
 __device__ __forceinline__ void pv_round(float (&O)[C::D / 2], uint32_t (&P)[C::BN / 4], const Bars<C> &bars,
@@ -958,6 +997,10 @@ __device__ void consumer(const fc_sm90_params &p, int cw, uint32_t base, uint8_t
         fence_regs(S0);
         trace(p, cw + 1, k, 1, tid == 0);
         mbar_arrive(bars.k_empty(stage));
+        /* Varlen calls always run the any-block-mask instance (mask_mode.h),
+         * so only it carries the code: in the others it cost 1-2% at
+         * s512-d64 and s2k-d128 though never executed (run 106). */
+        if constexpr (kMask == kMaskAny) zero_v_tail<C>(p, g, n, bars, base, stage, phase);
 #pragma unroll
         for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
         softmax_block<C, true, kMask>(S0, rs, alpha, p, block_masked<C>(g, n), n * C::BN + col_t, mr);
