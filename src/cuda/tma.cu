@@ -210,3 +210,19 @@ void fc_tma_map_strides(const int64_t *stride, const int64_t *size, int n, int h
     fill = (fill + 15) & ~(uint64_t)15;
     for (int i = 0; i < n; ++i) out[i] = size[i] > 1 ? (uint64_t)stride[i] * 2 : fill;
 }
+
+bool fc_tma_kv_ok(const fc_fwd_params *p, const char *who, char *why, size_t why_len)
+{
+    const int64_t rows = fc_tma_k_rows(p);
+    if (rows >= ((int64_t)1 << 31) - 256) {
+        snprintf(why, why_len, "%lld key rows: TMA coordinates are int32 (limit 2^31 - 256): %s", (long long)rows,
+                 who);
+        return false;
+    }
+    if (rows == 0) return true;
+    const int64_t n[3] = {rows, p->heads_kv, fc_tma_k_batches(p)};
+    const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
+    const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
+    return fc_tma_layout_ok("k", p->k, ks, n, who, why, why_len) &&
+           fc_tma_layout_ok("v", p->v, vs, n, who, why, why_len);
+}

@@ -42,10 +42,32 @@ __device__ __forceinline__ uint64_t lds64(uint32_t addr)
     asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(v) : "r"(addr) : "memory");
     return v;
 }
-/* 16 zero bytes (both paths: V rows past a varlen sequence's end). */
-__device__ __forceinline__ void sts128_zero(uint32_t addr)
+/* threadIdx.x through volatile asm: each call is a fresh S2R, so values
+ * derived from it are recomputed where used instead of held in registers
+ * (the sm80 kernel's Shape::LEAN_REGS, the Hopper consumers' zero_v_tail). */
+__device__ __forceinline__ int tid_x_volatile()
 {
-    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+    int r;
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(r));
+    return r;
+}
+
+/* Zero rows r0..ROWS-1 of a BYTES-byte shared-memory tile stored as column
+ * panels of ROWS rows x ROW_BYTES (both paths' K/V layouts), NT threads, t
+ * this thread's index among them. A row's 16-byte chunks are contiguous in
+ * its panel whatever the swizzle (it permutes them within the row), so
+ * chunk i lies in row (i / (ROW_BYTES/16)) % ROWS. Both paths zero the V
+ * rows past a varlen sequence's end with it. Not unrolled: it runs once per
+ * tile at most, inside kernels whose registers are spoken for. */
+template <uint32_t BYTES, uint32_t ROW_BYTES, uint32_t ROWS, uint32_t NT>
+__device__ __forceinline__ void zero_rows_from(uint32_t tile, int r0, uint32_t t)
+{
+    static_assert(ROW_BYTES % 16 == 0 && BYTES % (ROW_BYTES * ROWS) == 0, "whole panels of 16-byte chunks");
+    const uint32_t first = (uint32_t)r0 * (ROW_BYTES / 16); /* chunk index of row r0 in a panel */
+#pragma unroll 1
+    for (uint32_t i = t; i < BYTES / 16; i += NT)
+        if (i % (ROWS * (ROW_BYTES / 16)) >= first)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + 16u * i), "r"(0u) : "memory");
 }
 
 /* 2^x, approximate (max rel. error 2^-22); ex2(-inf) = +0, flushes denormals.

@@ -38,7 +38,6 @@ namespace ptx {
 using dev::ex2;
 using dev::pack2;
 using dev::smem_addr;
-using dev::sts128_zero;
 using dev::sts32;
 
 

@@ -28,6 +28,16 @@ fc_status fc_tma_encode_map(CUtensorMap *map, const char *what, const void *base
 bool fc_tma_layout_ok(const char *name, const void *ptr, const int64_t stride[3], const int64_t size[3],
                       const char *who, char *why, size_t why_len);
 
+/* The key rows and the outer (batch) extent of K/V as a tensor map sees
+ * them: varlen tensors are the packed total with no batch dimension. */
+static inline int64_t fc_tma_k_rows(const fc_fwd_params *p) { return p->cu_seqlens_k ? p->total_k : p->seqlen_k; }
+static inline int64_t fc_tma_k_batches(const fc_fwd_params *p) { return p->cu_seqlens_k ? 1 : p->batch; }
+
+/* TMA can load p's K and V: key rows that int32 TMA coordinates reach
+ * (row + block_n < 2^31) and K/V layouts fc_tma_layout_ok accepts (no key
+ * rows: nothing is loaded, true). Else false with why (then `who`). */
+bool fc_tma_kv_ok(const fc_fwd_params *p, const char *who, char *why, size_t why_len);
+
 /* Strides in bytes for the n outer dims of a tensor map; a size-1 dimension
  * gets a harmless 16-byte-multiple stand-in (the caller's value may be
  * anything, it is never stepped). */

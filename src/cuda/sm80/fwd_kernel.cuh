@@ -103,6 +103,8 @@ __device__ __forceinline__ uint32_t unit_smem_offset(int u)
 using dev::lds64;
 using dev::sts64;
 using dev::tanh_acc;
+using dev::tid_x_volatile;
+using dev::zero_rows_from;
 
 /* Which half of a KV block load_kv issues (K tile, V tile or both): a
  * compile-time tag, so each call compiles to just its own cp.asyncs. */
@@ -114,15 +116,6 @@ using LoadK = KvSel<1>;
 using LoadV = KvSel<2>;
 using LoadKV = KvSel<3>;
 
-/* threadIdx.x through volatile asm: each call is a fresh S2R, so values
- * derived from it are recomputed where used instead of held in registers
- * across the main loop (Shape::LEAN_REGS). */
-__device__ __forceinline__ int tid_x_volatile()
-{
-    int r;
-    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(r));
-    return r;
-}
 
 /* 16-byte global store (the O epilogue of the kVarLeanAddr variant): one
  * STG.128 whatever the front end can prove about the pointer's alignment
@@ -880,19 +873,14 @@ __device__ __forceinline__ void fwd_body(const fc_sm80_args &a, const fc_sm80_kv
                 if (tid == 0 && n + 1 < n_end) tma_tile(n + 1, &maps->k, sKV, sBarK);
                 fc90::mbar_wait(sBarV, ph); /* V_n landed                      */
                 ph ^= 1;
-                if (p.cu_seqlens_k && (n + 1) * BN > sk) {
-                    /* A varlen sequence's last block: V rows sk - n*BN .. BN-1
-                     * are the next sequence's (tma_tile). Zero them; the
-                     * barrier orders the zeros before every warp's P V. This
-                     * is the range's last block (n_end <= its block count),
-                     * so no later copy lands in the V buffer. */
-                    const uint32_t sVt = sKV + S_::KV_BYTES;
-                    const int r0 = sk - n * BN;
-#pragma unroll
-                    for (int k = 0; k < BN * HD / 8 / NT; ++k) {
-                        const int u = tid + k * NT; /* 16-byte unit u sits at u*16, in row unit_row(u) */
-                        if (unit_row<BN, PC>(u) >= r0) ptx::sts128_zero(sVt + (uint32_t)u * 16);
-                    }
+                /* A varlen sequence's last block: V rows sk - n*BN .. BN-1 are
+                 * the next sequence's (tma_tile). Zero them; the barrier
+                 * orders the zeros before every warp's P V. This is the
+                 * range's last block (n_end <= its block count), so no later
+                 * copy lands in the V buffer. Varlen never runs the plain
+                 * instance (mask_mode.h), which therefore leaves it out. */
+                if (!PLAIN && p.cu_seqlens_k && (n + 1) * BN > sk) {
+                    zero_rows_from<S_::KV_BYTES, PB, BN, NT>(sKV + S_::KV_BYTES, sk - n * BN, tid);
                     __syncthreads();
                 }
             } else if constexpr (S_::KV_SPLIT) {

@@ -62,34 +62,16 @@ int64_t grid_of(const fc_fwd_params *p, const fc::sm80::Tile &t)
     return ((int64_t)p->seqlen_q * g + t.block_m - 1) / t.block_m * (p->heads_q / g) * (int64_t)p->batch;
 }
 
-/* K and V rows of p as the kVarTma maps see them: varlen tensors have no
- * batch dimension. */
-int64_t tma_rows_k(const fc_fwd_params *p) { return p->cu_seqlens_k ? p->total_k : p->seqlen_k; }
-int64_t tma_batches(const fc_fwd_params *p) { return p->cu_seqlens_k ? 1 : p->batch; }
-
-/* TMA can load p's K and V (kVarTma rows): the layouts (tma_map.h) and key
- * rows that int32 TMA coordinates reach (row + block_n < 2^31). */
-bool tma_kv_ok(const fc_fwd_params *p)
-{
-    const int64_t rows = tma_rows_k(p);
-    if (rows >= ((int64_t)1 << 31) - 256) return false;
-    const int64_t n[3] = {rows, p->heads_kv, tma_batches(p)};
-    const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
-    const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
-    char why[256];
-    return fc_tma_layout_ok("k", p->k, ks, n, "", why, sizeof why) &&
-           fc_tma_layout_ok("v", p->v, vs, n, "", why, sizeof why);
-}
-
 /* Row t can run p on dev (class cls): p's head dim, shared memory within
  * the device's opt-in limit, code built for the device (tile_sm90_only
  * rows only on the SM90 class), and for a kVarTma row K/V that TMA can
  * load (else the planner falls back to a cp.async row). */
 bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
 {
+    char why[256]; /* (why not: the fallback row needs no message) */
     return t.head_dim == p->head_dim && tile_smem_bytes(t) <= dev->smem_optin &&
            (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(t)) &&
-           (!(t.variant & fc::sm80::kVarTma) || tma_kv_ok(p));
+           (!(t.variant & fc::sm80::kVarTma) || fc_tma_kv_ok(p, "", why, sizeof why));
 }
 
 /* The kVarTma maps of K and V (fwd_args.h): 5-d, so that a whole K or V
@@ -98,12 +80,12 @@ bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_dev
  * layout). With no key rows nothing is ever loaded and the maps stay zero. */
 fc_status encode_kv_maps(const fc_fwd_params *p, const Tile &t, fc_sm80_kv_maps *m, char *err, size_t err_len)
 {
-    const int64_t rows = tma_rows_k(p);
+    const int64_t rows = fc_tma_k_rows(p), nb = fc_tma_k_batches(p);
     if (rows == 0) return FC_OK;
     const int bf16 = p->dtype == FC_DTYPE_BF16;
-    const int64_t n[4] = {rows, p->head_dim / 32, p->heads_kv, tma_batches(p)};
+    const int64_t n[4] = {rows, p->head_dim / 32, p->heads_kv, nb};
     const uint64_t dims[5] = {32, (uint64_t)rows, (uint64_t)(p->head_dim / 32), (uint64_t)p->heads_kv,
-                              (uint64_t)tma_batches(p)};
+                              (uint64_t)nb};
     const uint32_t box[5] = {32, (uint32_t)t.block_n, (uint32_t)(p->head_dim / 32), 1, 1};
     const int64_t ks[4] = {p->k_row_stride, 32, p->k_head_stride, p->k_batch_stride};
     const int64_t vs[4] = {p->v_row_stride, 32, p->v_head_stride, p->v_batch_stride};

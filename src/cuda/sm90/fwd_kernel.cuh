@@ -787,17 +787,9 @@ __device__ __forceinline__ void zero_v_tail(const fc_sm90_params &p, const Tile 
     const int r0 = g.sk - vb * C::BN; /* first row of the block past the sequence */
     if (!p.cu_k || r0 >= C::BN) return;
     FC90_WAIT(bars.v_full(v_stage), v_phase);
-    /* A fresh %tid.x (nothing more kept live across the first block). */
-    uint32_t t;
-    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
-    const uint32_t v_addr = base + C::OFF_V + v_stage * C::KV_BYTES;
-    constexpr uint32_t CPR = C::SW / 16; /* 16-byte chunks per panel row; a row's chunks are
-                                          * contiguous whatever the swizzle (it permutes
-                                          * them within the row) */
-    const uint32_t first = (uint32_t)r0 * CPR; /* chunk index of row r0 in panel 0 */
-#pragma unroll 1
-    for (uint32_t i = t & 127; i < C::KV_BYTES / 16; i += 128)
-        if (i % (C::BN * CPR) >= first) fc::dev::sts128_zero(v_addr + 16u * i);
+    /* A fresh %tid.x: nothing more kept live across the first block. */
+    const uint32_t t = (uint32_t)fc::dev::tid_x_volatile();
+    fc::dev::zero_rows_from<C::KV_BYTES, C::SW, C::BN, 128>(base + C::OFF_V + v_stage * C::KV_BYTES, r0, t & 127);
     fence_proxy_async();
     bar_sync(kBarVz + t / 128 - 1, 128); /* this consumer warpgroup */
 }

@@ -365,26 +365,17 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
     }
 
     /* TMA-expressible layouts. Varlen tensors have no batch dimension. */
-    const bool varlen = p->cu_seqlens_q != NULL;
-    const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
-    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
-    const int64_t nb = varlen ? 1 : p->batch;
-    if (rows_q >= ((int64_t)1 << 31) - 256 || rows_k >= ((int64_t)1 << 31) - 256) {
-        snprintf(why, why_len, "%lld query / %lld key rows: the sm90 kernels address rows with int32 TMA "
-                 "coordinates (limit 2^31 - 256)", (long long)rows_q, (long long)rows_k);
+    const int64_t rows_q = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
+    if (rows_q >= ((int64_t)1 << 31) - 256) {
+        snprintf(why, why_len, "%lld query rows: the sm90 kernels address rows with int32 TMA "
+                 "coordinates (limit 2^31 - 256)", (long long)rows_q);
         return FC_ERR_UNSUPPORTED;
     }
     {
         const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
-        const int64_t qn[3] = {rows_q, p->heads_q, nb};
+        const int64_t qn[3] = {rows_q, p->heads_q, fc_tma_k_batches(p)};
         if (!fc_tma_layout_ok("q", p->q, qs, qn, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
-        if (rows_k > 0) {
-            const int64_t kn[3] = {rows_k, p->heads_kv, nb};
-            const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
-            const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
-            if (!fc_tma_layout_ok("k", p->k, ks, kn, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
-            if (!fc_tma_layout_ok("v", p->v, vs, kn, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
-        }
+        if (!fc_tma_kv_ok(p, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
     }
     if (row_tiles(p, t.block_m, shift) * 64 /* max splits */ >= ((int64_t)1 << 31) ||
         ((int64_t)p->seqlen_q << shift) >= ((int64_t)1 << 31)) {
@@ -473,8 +464,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
 
     /* Tensor maps (sm90.h): Q 5-d with the packed head group, K/V 4-d. */
     const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
-    const int64_t rows_k = varlen ? p->total_k : p->seqlen_k;
-    const int64_t nb = varlen ? 1 : p->batch;
+    const int64_t rows_k = fc_tma_k_rows(p), nb = fc_tma_k_batches(p);
     const uint32_t pw = (uint32_t)t.swz / 2;
     {
         const int64_t r = (int64_t)1 << shift;
