@@ -11,12 +11,6 @@
 
 #include "api_internal.h"
 
-/* The CPU paths keep per-row scratch of head_dim floats per query row of a
- * tile; 512 bounds that scratch and covers every head dim in use. */
-#define FC_CPU_MAX_HEAD_DIM 512
-/* More splits than this buys nothing: each split must still own several KV
- * blocks, and the combine pass reads num_splits partial rows. */
-#define FC_MAX_SPLITS 64
 
 int fc_tuning_row(const char *env, int rows)
 {

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "constants.h"
 #include "flashcore.h"
 
 #ifdef __cplusplus
