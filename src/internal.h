@@ -145,6 +145,23 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
 /* Tile rows/columns of sm90 config `config` (src/cuda/sm90/plan.cu; 1x1 for
  * an index outside the table). */
 void fc_sm90_tile_shape(int config, int *block_m, int *block_n);
+/* One row of a CUDA path's tile table, as tools list them (the CLI's
+ * `flashcore rows`, scripts/gpu-check.sh forcing each row in turn). */
+typedef struct fc_tile_row_info {
+    int32_t head_dim, block_m, block_n;
+    int32_t threads;     /* per CTA                                          */
+    int32_t stages;      /* K/V pipeline depth                               */
+    int32_t ctas;        /* CTAs per SM the row is sized for                 */
+    int32_t kvsplit;     /* sm90: warpgroups sharing one tile's KV blocks    */
+    int32_t tall;        /* sm90: the tall-row gain the planner weighs, or 0 */
+    int32_t arch_class;  /* sm80: architecture class of the row: 80, 86 or 90 */
+    int32_t variant;     /* sm80: code-variant bits, 0 for none              */
+    int32_t kernel;      /* the first row with the same kernel (itself if none earlier) */
+} fc_tile_row_info;
+/* Row i of the Hopper / sm80-class table: 1 and *row filled, or 0 when i is
+ * past the end (defined in each path's plan.cu). */
+int fc_sm90_tile_row(int i, fc_tile_row_info *row);
+int fc_sm80_tile_row(int i, fc_tile_row_info *row);
 /* Rows (M) and columns (N) of one tile of a planned config, so the split
  * count can be derived from the grid size. */
 void fc_cuda_tile_shape(const fc_cuda_choice *choice, int *block_m, int *block_n);
