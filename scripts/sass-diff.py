@@ -3,13 +3,34 @@
 
     scripts/sass-diff.py OLD_BUILD_DIR NEW_BUILD_DIR
 
-Each build's fc_cuda_kernels objects are disassembled (cuobjdump -sass) and
+Each build's fc_cuda_kernels objects are disassembled (cuobjdump -sass: in
+the CUDA toolkit, or `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`
+(cuobjdump needs nvdisasm on PATH); $CUOBJDUMP names
+it) and
 split into (architecture, kernel) -> instruction words, so code that moved
 between files or changed instantiation order still compares equal. A
 refactor proves itself here: prints the kernels that differ or exist on one
 side only, and exits 1 if any do.
 """
-import glob, os, re, subprocess, sys
+import glob, os, re, shutil, subprocess, sys
+
+
+def cuobjdump():
+    found = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if not found:
+        cands = glob.glob(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump"))
+        cands += glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "*", "bin",
+                                        "cuobjdump"))
+        found = cands[0] if cands else None
+    if not found:
+        sys.exit("no cuobjdump: install the CUDA toolkit's, or pip install nvidia-cuda-cuobjdump, or set CUOBJDUMP")
+    return found
+
+
+# Anonymous-namespace names carry a hash of the source path: one source
+# built in two checkouts must still compare equal.
+def plain_name(name):
+    return re.sub(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_(\w+?)_[0-9a-f]{8}", r"_GLOBAL__N__\1", name)
 
 
 def kernels(build):
@@ -17,9 +38,9 @@ def kernels(build):
                         recursive=True))
     if not objs:
         sys.exit(f"no CUDA objects under {build}")
-    out = {}
+    out, tool = {}, cuobjdump()
     for obj in objs:
-        text = subprocess.run(["cuobjdump", "-sass", obj], check=True, capture_output=True, text=True).stdout
+        text = subprocess.run([tool, "-sass", obj], check=True, capture_output=True, text=True).stdout
         arch, fn = None, None
         for line in text.splitlines():
             m = re.match(r"\s*code for (sm_\w+)", line)
@@ -28,7 +49,7 @@ def kernels(build):
                 continue
             m = re.match(r"\s*Function : (\S+)", line)
             if m:
-                fn = (arch, m.group(1))
+                fn = (arch, plain_name(m.group(1)))
                 out.setdefault(fn, [])
                 continue
             if fn is not None:
