@@ -22,6 +22,9 @@
 #include "cuda/common/mask_mode.h"
 #include "test_util.h"
 
+/* The planners' defaults: no hook steers this test. */
+static fc_tuning k_tuning;
+
 /* A dense BSHD problem; the pointers are never dereferenced by the planner,
  * only checked for the TMA's 16-byte alignment. */
 static fc_fwd_params shape(int b, int hq, int hkv, int s, int d, int causal, int bf16)
@@ -86,7 +89,7 @@ static int sm90_plan_group(void)
         char why[256];
         memset(&c, 0, sizeof c);
         /* the stubs' answers: no CUDA at all (cuda_stub.c), or no 90a (launch.cu) */
-        if (fc_sm90_plan(&p, &dev, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
+        if (fc_sm90_plan(&p, &dev, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
             (!fc_cuda_compiled() || strstr(why, "not compiled in"))) {
             printf("sm90_plan skipped: %s\n", why);
             return 0;
@@ -124,7 +127,7 @@ static int sm90_plan_group(void)
         fc_cuda_choice c;
         char why[256] = "";
         memset(&c, 0, sizeof c);
-        const fc_status st = fc_sm90_plan(&e->p, &dev, &c, why, sizeof why);
+        const fc_status st = fc_sm90_plan(&e->p, &dev, &k_tuning, &c, why, sizeof why);
         CHECK(st == FC_OK, "%s: planned (%s)", e->name, why);
         if (st != FC_OK) continue;
         int bm = 0, bn = 0;
@@ -157,7 +160,7 @@ static int sm80_plan_group(void)
         fc_cuda_choice c;
         char why[256];
         memset(&c, 0, sizeof c);
-        if (fc_sm80_plan(&p, &a100, &c, why, sizeof why) == FC_ERR_UNSUPPORTED && !fc_cuda_compiled()) {
+        if (fc_sm80_plan(&p, &a100, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED && !fc_cuda_compiled()) {
             printf("sm80_plan skipped: %s\n", why);
             return 0;
         }
@@ -208,7 +211,7 @@ static int sm80_plan_group(void)
         fc_cuda_choice c;
         char why[256] = "";
         memset(&c, 0, sizeof c);
-        const fc_status st = fc_sm80_plan(&cases[i].p, cases[i].dev, &c, why, sizeof why);
+        const fc_status st = fc_sm80_plan(&cases[i].p, cases[i].dev, &k_tuning, &c, why, sizeof why);
         CHECK(st == FC_OK, "%s: planned (%s)", cases[i].name, why);
         if (st != FC_OK) continue;
         int bm = 0, bn = 0;
@@ -228,15 +231,7 @@ static int sm80_plan_group(void)
 
 int main(void)
 {
-    /* The planners' hooks must not steer this test. */
-    const char *hooks[] = {"FLASHCORE_SM90_CONFIG", "FLASHCORE_SM90_ROTATE", "FLASHCORE_SM90_TAIL",
-                           "FLASHCORE_SM90_GRID",   "FLASHCORE_SM80_CONFIG", "FLASHCORE_PDL",
-                           "FLASHCORE_SPLITS"};
-    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; ++i) {
-        unsetenv(hooks[i]);
-        /* (also links dispatch.c's hook reader before the planners need it) */
-        CHECK(fc_tuning_row(hooks[i], 64) == -1, "%s unset", hooks[i]);
-    }
+    fc_tuning_init(&k_tuning);
     const int ran = sm90_plan_group() + sm80_plan_group();
     if (!ran) return 77;
     return test_summary();
