@@ -40,17 +40,14 @@ log() { echo "== [$(($(date +%s) - t0))s] $*"; }
 want() { [ "$stage" = all ] || [[ ",$stage," == *",$1,"* ]]; }
 want_explicit() { [[ ",$stage," == *",$1,"* ]]; }
 # sm80_table_rows WHICH: "row head_dim" for rows of the sm80-class table
-# (src/cuda/sm80/tiles.cuh; rows numbered over the whole table), one per
-# kernel (rows of several classes or kinds can share one: the same head dim,
-# block, warps, stages, CTAs and variant): WHICH = sm90 for the sm90-class
+# (`flashcore rows --path 80`: index head_dim block_m block_n threads stages
+# ctas kvsplit tall arch_class variant kernel), one per kernel (rows of
+# several classes or kinds can share one): WHICH = sm90 for the sm90-class
 # rows, variant for the rows with code-variant bits
 sm80_table_rows() {
-  awk -v which="$1" '/constexpr Tile kTiles\[\] = \{/{on=1;next} on && /^\};/{on=0}
-       on && match($0,/^[ \t]*\{kClass[^}]*\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
-       split(s,a,","); k=a[2]","a[3]","a[4]","a[5]","a[6]","a[7]","a[10];
-       if (((which == "sm90" && a[1] == "kClassSm90") || (which == "variant" && s ~ /kVar/)) && !(k in seen)) {
-         seen[k]=1; print n, a[2] }
-       n++}' src/cuda/sm80/tiles.cuh
+  "$BUILD/flashcore" rows --path 80 | awk -v which="$1" '
+    ((which == "sm90" && $10 == 90) || (which == "variant" && $11 != 0)) && !($12 in seen) {
+      seen[$12] = 1; print $1, $2 }'
 }
 sm80_rows() { sm80_table_rows sm90; }
 sm80_variant_rows() { sm80_table_rows variant; }
@@ -80,12 +77,8 @@ run_rows() {
   if [ -z "$bad" ]; then echo "gpu$path-rows ok: $n rows x $nr cases"
   else echo "gpu$path-rows FAIL: rows$bad"; fi
 }
-# "row head_dim tall ctas kvsplit" for each row of the Hopper tile table (src/cuda/sm90/tiles.cuh)
-sm90_rows() {
-  awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
-       on && match($0,/^[ \t]*\{[0-9 ,]+\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
-       split(s,a,","); print n++, a[1], a[11], a[12], a[13]}' src/cuda/sm90/tiles.cuh
-}
+# "row head_dim tall ctas kvsplit" for each row of the Hopper tile table
+sm90_rows() { "$BUILD/flashcore" rows --path 90 | awk '{ print $1, $2, $9, $7, $8 }'; }
 
 # collect_results PREFIX: wait for the stage's background jobs, then read the
 # "key value" lines they printed into $OUT/PREFIX*.res into result[]

@@ -27,6 +27,7 @@ int cli_demo(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_compare(int argc, char **argv);
+int cli_rows(int argc, char **argv);
 
 /* ---- flags (cli_common.c) ----------------------------------------------------- */
 /* A cursor over argv that understands "--flag value" and "--flag=value". */
