@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "dispatch.h"
+#include "nvtx.h"
 #include "validate.h"
 
 /* ---- version, build, status ----------------------------------------------- */
@@ -95,11 +96,13 @@ static fc_status prepare(fc_context *ctx, const fc_attention_args *args, void *s
 fc_status fc_attention_supported(fc_context *ctx, const fc_attention_args *args, fc_kernel_info *info)
 {
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    FC_RANGE_PUSH("fc_attention_supported");
     fc_fwd_params p;
     fc_plan plan;
     int nothing;
     fc_status st = prepare(ctx, args, NULL, &p, &plan, &nothing, NULL);
     if (st == FC_OK) fill_info(info, &plan);
+    FC_RANGE_POP();
     return st;
 }
 
@@ -128,7 +131,10 @@ fc_status fc_attention_forward(fc_context *ctx, const fc_attention_args *args, v
                                fc_kernel_info *info)
 {
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
-    return forward(ctx, args, stream, info);
+    FC_RANGE_PUSH("fc_attention_forward");
+    const fc_status st = forward(ctx, args, stream, info);
+    FC_RANGE_POP();
+    return st;
 }
 
 fc_status fc_last_host_profile(const fc_context *ctx, fc_host_profile *out)
