@@ -500,8 +500,8 @@ class GraphTimer:
     def round(self, replays, lead=None):
         """One interleaved round: every replay once, back to back; seconds each.
         `lead` is replayed first, untimed, so that the first timed replay is
-        queued behind work and not launched onto an idle GPU (H100, session 4:
-        the first system of a round timed 2-5% slow, with twice the spread)."""
+        queued behind work and not launched onto an idle GPU (on an H100 the
+        first system of a round timed 2-5% slow, with twice the spread)."""
         torch = self.torch
         if lead is not None:
             lead()

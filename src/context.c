@@ -11,6 +11,9 @@
 
 #include "api_internal.h"
 
+/* More CPU workers than this is a caller's mistake, not a machine. */
+#define FC_MAX_THREADS 4096
+
 /* ---- context ---------------------------------------------------------------- */
 
 fc_status fc_context_create(fc_context **out)
@@ -48,9 +51,10 @@ fc_status fc_set_error(fc_context *ctx, fc_status st, const char *fmt, ...)
 fc_status fc_context_set_num_threads(fc_context *ctx, int num_threads)
 {
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
-    if (num_threads < 0 || num_threads > 4096)
+    if (num_threads < 0 || num_threads > FC_MAX_THREADS)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "num_threads %d is out of range: use 0 (one per core) to 4096", num_threads);
+                            "num_threads %d is out of range: use 0 (one per core) to %d", num_threads,
+                            FC_MAX_THREADS);
     ctx->num_threads = num_threads;
     ctx->err[0] = 0;
     return FC_OK;

@@ -7,8 +7,8 @@
  *  - sm80_plan: the sm80-class planner on A100- and H100-like devices:
  *    which tile row and whether query heads are packed.
  * Each expectation is a rule of src/cuda/sm90/plan.cu or sm80/plan.cu that
- * a same-run measurement chose (docs/PERF.md, notes-sm90.md,
- * notes-sm80.md); a change of rule must change this test on purpose. A
+ * a same-run measurement chose (docs/PERF.md, docs/design-sm90.md,
+ * docs/design-sm80.md); a change of rule must change this test on purpose. A
  * group whose path is not compiled in is skipped; 77 when neither is.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -97,27 +97,27 @@ static int sm90_plan_group(void)
     }
 
     const struct expect cases[] = {
-        /* one tile per CTA: the 64-row row, never rotated (-8%, session 4) */
+        /* one tile per CTA: the 64-row row, never rotated (-8%) */
         {"mission", shape(1, 8, 8, 512, 64, 0, 0), 64, 128, 0, 0, FC_MASKS_NONE},
-        /* the 4-warpgroup tall row: 256 rows, no padding (run 88: +9% over the
+        /* the 4-warpgroup tall row: 256 rows, no padding (+9% over the
          * 192-row row, which pads 512 rows to 576), not rotated */
         {"s512-d64", shape(32, 32, 32, 512, 64, 0, 1), 256, 64, 0, 0, FC_MASKS_NONE},
         /* masked: the 4-warpgroup row is unmeasured there, so the 192-row one,
          * whose tiles meet the diagonal in more than their first key block */
         {"s512-d64-causal", shape(32, 32, 32, 512, 64, 1, 1), 192, 128, 0, 0, FC_MASKS_ANY},
-        /* 16 KV blocks, no band: rotated (run 72: +1.2%); its tail costs what
-         * it saves (run 63), so none */
+        /* 16 KV blocks, no band: rotated (+1.2%); its tail costs what it
+         * saves, so none */
         {"s2k-d128", shape(8, 16, 16, 2048, 128, 0, 1), 128, 128, 1, 0, FC_MASKS_NONE},
-        /* a band: rotation only up to 8 blocks (run 72: -3.3% at 16) */
+        /* a band: rotation only up to 8 blocks (-3.3% at 16) */
         {"s2k-d128-causal", shape(8, 16, 16, 2048, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
-        /* 64 KV blocks: not rotated (-1.6%, session 4), tail-balanced (run 64) */
+        /* 64 KV blocks: not rotated (-1.6%), tail-balanced */
         {"s8k-d128", shape(2, 16, 16, 8192, 128, 0, 1), 128, 128, 0, 1, FC_MASKS_NONE},
         {"s8k-d128-causal", shape(2, 16, 16, 8192, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
         /* the 192-row tall row where it pays (tall = 20 in tiles.cuh; the
-         * 256-row one, tall = 15, trails it by 4% at long KV: run 88) */
+         * 256-row one, tall = 15, trails it by 4% at long KV) */
         {"s16k-d64", shape(1, 32, 32, 16384, 64, 0, 0), 192, 128, 0, 0, FC_MASKS_NONE},
         /* 4096 keys in 80-key blocks: a KV tail, the mask-everywhere
-         * instance (run 74: the first-block one gained nothing); one Q
+         * instance (the first-block one gained nothing); one Q
          * buffer, so no rotation; no tail row */
         {"s4k-d256", shape(4, 8, 8, 4096, 256, 0, 1), 128, 80, 0, 0, FC_MASKS_ANY},
         {"gqa-prefill", shape(1, 32, 8, 4096, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
@@ -198,7 +198,7 @@ static int sm80_plan_group(void)
         {"s16k-d64 H100", &h100, shape(1, 32, 32, 16384, 64, 0, 0), 128, 96, 0},
         /* under one wave of 128-row tiles: the small-grid d64 row */
         {"mission H100", &h100, shape(1, 8, 8, 512, 64, 0, 0), 64, 64, 0},
-        /* 4 packed rows per column: the few-rows d128 row (session 11) */
+        /* 4 packed rows per column: the few-rows d128 row */
         {"gqa-decode A100", &a100, decode, 64, 64, 1},
         {"gqa-decode H100", &h100, decode, 64, 64, 1},
         {"mha-decode H100", &h100, mha_decode, 64, 64, 0},
