@@ -107,6 +107,9 @@ static int table_rows(int path)
 static fc_status check_range(fc_context *ctx, const char *field, int32_t v, int32_t lo, int32_t hi)
 {
     if (v >= lo && v <= hi) return FC_OK;
+    if (hi < lo + 1) /* a row index where the build has no such table */
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning.%s is %d: this build has no such tile "
+                            "table, use -1", field, (int)v);
     return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning.%s is %d: use %d to %d", field, (int)v,
                         (int)lo, (int)hi);
 }
