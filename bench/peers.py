@@ -269,24 +269,25 @@ class FlashCore(System):
 
 
 class FlashCoreEnv(FlashCore):
-    """One CUDA path with an environment variable set around every call
-    (prepare, run, graph capture): an A/B of a tuning hook. A column of its
-    own, not counted as FlashCore in FC/peer."""
+    """One CUDA path with a tuning hook forced around every call (prepare,
+    run, graph capture), named by its FLASHCORE_* variable: an A/B of the
+    hook. A column of its own, not counted as FlashCore in FC/peer."""
 
     def __init__(self, name, key, value, path=90):
         super().__init__(path)
         self.name, self.KEY, self.value = name, key, str(value)
 
     def _forced(self, fn, *a):
-        old = os.environ.get(self.KEY)
-        os.environ[self.KEY] = self.value
+        fc = self.fc
+        field = {var: f for f, var in fc._lib.TUNING_ENV.items()}.get(self.KEY)
+        if field is None:
+            raise SystemExit("%s is not a tuning variable (%s)" % (self.KEY, ", ".join(fc._lib.TUNING_ENV.values())))
+        old = fc.get_tuning()
+        fc.set_tuning(**dict(old, **{field: self.value if field == "sm90_trace_file" else int(self.value)}))
         try:
             return fn(*a)
         finally:
-            if old is None:
-                del os.environ[self.KEY]
-            else:
-                os.environ[self.KEY] = old
+            fc.set_tuning(**old)
 
     def prepare(self, shape, inputs):
         run, out = self._forced(super().prepare, shape, inputs)
@@ -499,8 +500,8 @@ class GraphTimer:
     def round(self, replays, lead=None):
         """One interleaved round: every replay once, back to back; seconds each.
         `lead` is replayed first, untimed, so that the first timed replay is
-        queued behind work and not launched onto an idle GPU (H100, session 4:
-        the first system of a round timed 2-5% slow, with twice the spread)."""
+        queued behind work and not launched onto an idle GPU (on an H100 the
+        first system of a round timed 2-5% slow, with twice the spread)."""
         torch = self.torch
         if lead is not None:
             lead()

@@ -17,8 +17,8 @@ Prints, over all CTAs and tiles, the median and mean of each phase in
 microseconds, and the share of the kernel's CTA time each phase takes.
 Phases convert SM cycles at --ghz; a traced call runs alone (it waits for
 the trace copy), and the SM may clock lower than in a benchmark: the
-globaltimer line is in absolute time (session 5: a mission CTA's phases
-summed to 4.64 us at 1.98 GHz while it lived 6.56 us by globaltimer).
+globaltimer line is in absolute time (a mission CTA's phases once summed
+to 4.64 us at 1.98 GHz while it lived 6.56 us by globaltimer).
 """
 import argparse
 import statistics

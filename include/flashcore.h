@@ -252,6 +252,57 @@ FC_API int fc_cuda_available(void);
  * driver). Returns FC_ERR_NO_DEVICE with a message when there is none. */
 FC_API fc_status fc_cuda_device_info(fc_context *ctx, char *buf, size_t buf_size);
 
+/* ---- experimental: tuning hooks ----------------------------------------- */
+/* For tests, benchmarks and A/B runs of the kernels, not for production: the
+ * fields and their meaning may change in any release. Nothing in the library
+ * reads the environment; the CLI, the tests and the Python binding fill this
+ * struct from the FLASHCORE_* variables of docs/API.md. */
+typedef struct fc_tuning {
+    int32_t sm90_config;  /* -1: the planner's row; else a row of the Hopper
+                           * table, taken when it fits the call's head_dim */
+    int32_t sm80_config;  /* -1: the planner's row; else a row of the sm80
+                           * table, taken when it runs the call            */
+    int32_t sm90_rotate;  /* -1: the planner decides; 0 off; 1 on where the
+                           * row can rotate                                  */
+    int32_t sm90_tail;    /* -1: the planner decides; 0 off; 1 on where the
+                           * row and the call allow tail balancing           */
+    int32_t sm90_grid;    /* 0: every CTA slot; else at most this many
+                           * persistent CTAs (small grids get tails)         */
+    int32_t splits;       /* 0: the planner's split-KV count; else this many
+                           * (1 to 64, at most one per KV block) */
+    int32_t pdl;          /* -1 or 1: programmatic dependent launch on sm_90+
+                           * devices (the default); 0: off                   */
+    const char *sm90_trace_file; /* trace builds only: where each call's
+                           * trace goes; NULL or "": nowhere. Copied.        */
+} fc_tuning;
+
+/* Fill *t with the defaults above (every decision the planner's). */
+FC_API void fc_tuning_init(fc_tuning *t);
+/* Check every field of *t (FC_ERR_INVALID_ARGUMENT naming the field and its
+ * range) and copy it, string included, into ctx. Applies to later calls. */
+FC_API fc_status fc_context_set_tuning(fc_context *ctx, const fc_tuning *t);
+/* Copy ctx's tuning into *out; out->sm90_trace_file points into ctx and is
+ * valid until the next fc_context_set_tuning or fc_context_free. */
+FC_API fc_status fc_context_get_tuning(const fc_context *ctx, fc_tuning *out);
+
+/* One row of a CUDA path's tile table, as `flashcore rows` lists them. */
+typedef struct fc_tile_row {
+    int32_t head_dim, block_m, block_n;
+    int32_t threads;     /* per CTA                                          */
+    int32_t stages;      /* K/V pipeline depth                               */
+    int32_t ctas;        /* CTAs per SM the row is sized for                 */
+    int32_t kvsplit;     /* sm90: warpgroups sharing one tile's KV blocks    */
+    int32_t tall;        /* sm90: the tall-row gain the planner weighs, or 0 */
+    int32_t arch_class;  /* sm80: the row's architecture class: 80, 86 or 90 */
+    int32_t variant;     /* sm80: code-variant bits, 0 for none              */
+    int32_t kernel;      /* the first row with the same kernel (itself if none
+                          * earlier)                                         */
+} fc_tile_row;
+/* Row `index` of path 80's or 90's tile table (the values fc_tuning's
+ * sm80_config / sm90_config take). FC_ERR_INVALID_ARGUMENT for another path
+ * or an index past the end; FC_ERR_UNSUPPORTED in a build without CUDA. */
+FC_API fc_status fc_tuning_row_info(int path, int index, fc_tile_row *row);
+
 #ifdef __cplusplus
 }
 #endif

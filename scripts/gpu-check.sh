@@ -40,17 +40,14 @@ log() { echo "== [$(($(date +%s) - t0))s] $*"; }
 want() { [ "$stage" = all ] || [[ ",$stage," == *",$1,"* ]]; }
 want_explicit() { [[ ",$stage," == *",$1,"* ]]; }
 # sm80_table_rows WHICH: "row head_dim" for rows of the sm80-class table
-# (src/cuda/sm80/tiles.cuh; rows numbered over the whole table), one per
-# kernel (rows of several classes or kinds can share one: the same head dim,
-# block, warps, stages, CTAs and variant): WHICH = sm90 for the sm90-class
+# (`flashcore rows --path 80`: index head_dim block_m block_n threads stages
+# ctas kvsplit tall arch_class variant kernel), one per kernel (rows of
+# several classes or kinds can share one): WHICH = sm90 for the sm90-class
 # rows, variant for the rows with code-variant bits
 sm80_table_rows() {
-  awk -v which="$1" '/constexpr Tile kTiles\[\] = \{/{on=1;next} on && /^\};/{on=0}
-       on && match($0,/^[ \t]*\{kClass[^}]*\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
-       split(s,a,","); k=a[2]","a[3]","a[4]","a[5]","a[6]","a[7]","a[10];
-       if (((which == "sm90" && a[1] == "kClassSm90") || (which == "variant" && s ~ /kVar/)) && !(k in seen)) {
-         seen[k]=1; print n, a[2] }
-       n++}' src/cuda/sm80/tiles.cuh
+  "$BUILD/flashcore" rows --path 80 | awk -v which="$1" '
+    ((which == "sm90" && $10 == 90) || (which == "variant" && $11 != 0)) && !($12 in seen) {
+      seen[$12] = 1; print $1, $2 }'
 }
 sm80_rows() { sm80_table_rows sm90; }
 sm80_variant_rows() { sm80_table_rows variant; }
@@ -80,12 +77,8 @@ run_rows() {
   if [ -z "$bad" ]; then echo "gpu$path-rows ok: $n rows x $nr cases"
   else echo "gpu$path-rows FAIL: rows$bad"; fi
 }
-# "row head_dim tall ctas kvsplit" for each row of the Hopper tile table (src/cuda/sm90/tiles.cuh)
-sm90_rows() {
-  awk '/#define FC_SM90_TILE_TABLE/{on=1;next} /#define FC_SM90_NUM_TILES/{on=0}
-       on && match($0,/^[ \t]*\{[0-9 ,]+\}/){s=substr($0,RSTART,RLENGTH); gsub(/[{} \t]/,"",s);
-       split(s,a,","); print n++, a[1], a[11], a[12], a[13]}' src/cuda/sm90/tiles.cuh
-}
+# "row head_dim tall ctas kvsplit" for each row of the Hopper tile table
+sm90_rows() { "$BUILD/flashcore" rows --path 90 | awk '{ print $1, $2, $9, $7, $8 }'; }
 
 # collect_results PREFIX: wait for the stage's background jobs, then read the
 # "key value" lines they printed into $OUT/PREFIX*.res into result[]
@@ -128,7 +121,7 @@ if want test; then
   # result lines into $OUT/t-JOB.res: a test process is mostly the fp64
   # reference on one host core, so on the device's 16 cores seven at once
   # take about as long as the longest (the path-90 matrix) instead of the
-  # sum (~200 s of run 70's 454 s). The GPU runs their small kernels
+  # sum (~200 s of a 454 s check). The GPU runs their small kernels
   # interleaved; no result depends on timing.
   log "GPU matrices side by side: paths 80 and 90 ($n cases), forced rows ($nr cases each), rotated, tail, pytest"
   for path in 80 90; do gpu_matrix $path --path $path --cases $n >"$OUT/t-$path.res" & done
@@ -164,7 +157,7 @@ if want sanitize; then
   # instrumented run is mostly host work, so three at once on the one GPU take
   # about as long as the slowest tool (racecheck) instead of the sum, which
   # keeps `all` inside one 600 s device call (it ran out at 600 s with them in
-  # sequence once the tail-balancing variants came, session 9). Each tool's
+  # sequence once the tail-balancing variants came). Each tool's
   # results come back through $OUT/san-TOOL.res, one "key value" line each.
   san_run() { # [VAR=value...] san_run TOOL KEY ARGS...: one variant, its log in $OUT/KEY.log
     local tool=$1 key=$2
@@ -226,13 +219,13 @@ if want bench; then
   fi
   args=()
   [ $quick = 1 ] && args+=(--quick)
-  # One device call may run 600 s: without PEERS_MAX_S the benchmark's
+  # One device call may last 600 s: without PEERS_MAX_S the benchmark's
   # timed rounds get what is left of ~500 s after the earlier stages, less
   # ~60 s that peers.py spends beyond --max-total-s (torch start-up, the
   # ceilings, warm-ups) and the demo. Under 60 s left it does not start: a
-  # cold 'all' of session 6's tree (more kernel instances to build and
-  # load) ran past 600 s and lost every log; then run `bench` in a second
-  # call on the warm machine.
+  # cold 'all' with more kernel instances to build and load once ran past
+  # 600 s and lost every log; then run `bench` in a second call on the warm
+  # machine.
   used=$(($(date +%s) - t0))
   left=$((500 - used))
   if [ -z "${PEERS_MAX_S:-}" ] && [ "$left" -lt 60 ]; then
@@ -257,9 +250,8 @@ if want_explicit trace; then
      cmake --build "$BUILD-trace" -j "$JOBS" --target flashcore_cli >>"$OUT/trace-build.log" 2>&1; then
     result[trace]=ok
     # The stamps cost registers: a spilling trace kernel's phases include
-    # local-memory traffic the shipped kernel does not have (since session
-    # 6, rows 7 and 8 spill 4-8 B in trace builds only; since session 12 row 9
-    # 16-72 B). Say so in the result.
+    # local-memory traffic the shipped kernel does not have (some rows spill
+    # a few bytes in trace builds only). Say so in the result.
     tspill=$(spills_in "$OUT/trace-build.log" | grep -o "kernelILi[0-9]*" | sort -u | tr '\n' ' ')
     [ -n "$tspill" ] && result[trace]="ok (trace build spills in: $tspill)"
     for sh in ${TRACE_SHAPES:-s512-d64 s2k-d128 s8k-d128}; do

@@ -30,19 +30,23 @@ fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *s
 
 int fc_cuda_stream_is_capturing(void *stream) { return 0; }
 
-fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
-                       char *why, size_t why_len)
+fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                       fc_cuda_choice *choice, char *why, size_t why_len)
 {
     snprintf(why, why_len, "%s", k_no_cuda);
     return FC_ERR_UNSUPPORTED;
 }
 
-fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
-                       char *why, size_t why_len)
+fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                       fc_cuda_choice *choice, char *why, size_t why_len)
 {
     snprintf(why, why_len, "%s", k_no_cuda);
     return FC_ERR_UNSUPPORTED;
 }
+
+/* No tile tables without CUDA: every tuning row index is out of range. */
+int fc_sm90_tile_row(int i, fc_tile_row_info *row) { return 0; }
+int fc_sm80_tile_row(int i, fc_tile_row_info *row) { return 0; }
 
 void fc_cuda_tile_shape(const fc_cuda_choice *choice, int *block_m, int *block_n)
 {

@@ -9,17 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api_internal.h"
-
-
-int fc_tuning_row(const char *env, int rows)
-{
-    const char *e = getenv(env);
-    if (e == NULL || *e == '\0') return -1;
-    char *end = NULL;
-    const long v = strtol(e, &end, 10);
-    return (*end == '\0' && v >= 0 && v < rows) ? (int)v : -1;
-}
+#include "dispatch.h"
+#include "validate.h"
 
 int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits)
 {
@@ -155,13 +146,13 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
             snprintf(why90, sizeof why90, "the sm90 path needs an sm_90 device, this is %s (sm_%d%d)",
                      dev->name, dev->cc_major, dev->cc_minor);
         } else {
-            st = fc_sm90_plan(p, dev, ch, why90, sizeof why90);
+            st = fc_sm90_plan(p, dev, &ctx->tuning, ch, why90, sizeof why90);
             if (st == FC_OK) ch->path = FC_CUDA_PATH_SM90;
         }
     }
     if (st != FC_OK && try80) {
         memset(ch, 0, sizeof *ch);
-        st = fc_sm80_plan(p, dev, ch, why80, sizeof why80);
+        st = fc_sm80_plan(p, dev, &ctx->tuning, ch, why80, sizeof why80);
         if (st == FC_OK) ch->path = FC_CUDA_PATH_SM80;
     }
     if (st != FC_OK) {
@@ -188,16 +179,16 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
     int64_t tiles = (int64_t)p->batch * heads * ((rows + bm - 1) / bm);
     int n_blocks = (int)((p->seqlen_k + bn - 1) / bn);
     int splits = p->cu_seqlens_q ? 1 : fc_choose_num_splits(tiles, n_blocks, dev->sm_count, FC_MAX_SPLITS);
-    /* FLASHCORE_SPLITS=<n> (A/B hook, docs/API.md): n splits instead, at most
-     * one per KV block; the plan name shows it. */
-    const int forced_splits = fc_tuning_row("FLASHCORE_SPLITS", FC_MAX_SPLITS + 1);
+    /* tuning.splits (an A/B hook): that many splits instead, at most one per
+     * KV block; the plan name shows it. */
+    const int forced_splits = ctx->tuning.splits;
     if (!p->cu_seqlens_q && forced_splits >= 1)
         splits = forced_splits < n_blocks ? forced_splits : (n_blocks > 0 ? n_blocks : 1);
     ch->num_splits = splits;
     /* Programmatic dependent launch (common/pdl.cuh): sm_90 or newer (a 9.x
      * device runs only this library's sm_90/90a images, each compiled with
-     * the kernel-side wait), unless FLASHCORE_PDL=0 (A/B hook, docs/API.md). */
-    ch->pdl = dev->cc_major >= 9 && fc_tuning_row("FLASHCORE_PDL", 2) != 0;
+     * the kernel-side wait), unless tuning.pdl is 0. */
+    ch->pdl = dev->cc_major >= 9 && ctx->tuning.pdl != 0;
     /* A split replaces the planner's tail balancing (for unsplit grids of
      * several rounds; otherwise its workspace came with the plan). */
     if (splits > 1) {

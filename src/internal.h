@@ -108,8 +108,13 @@ typedef struct fc_cuda_choice {
                              * picks the kernel instance (each plan.cu)    */
     int32_t pdl;            /* launch the kernels as programmatic dependents
                              * of the previous kernel (common/pdl.cuh): an
-                             * sm_90+ device and FLASHCORE_PDL not 0; decided
+                             * sm_90+ device and tuning.pdl not 0; decided
                              * once per call, here, for forward and combine */
+    int32_t grid_cap;       /* sm90: at most this many persistent CTAs
+                             * (tuning.sm90_grid), 0 = no cap               */
+    const char *trace_file; /* sm90 trace builds: where the trace goes
+                             * (tuning.sm90_trace_file, owned by the
+                             * context), NULL = nowhere                     */
     int64_t workspace_bytes;
     char name[96];
 } fc_cuda_choice;
@@ -127,37 +132,22 @@ fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *s
                                char *err, size_t err_len);
 /* 1 if stream is being captured into a graph. */
 int fc_cuda_stream_is_capturing(void *stream);
-/* Tuning hook (docs/API.md): the value in 0..rows-1 that the environment
- * variable `env` sets (a tile-table row: FLASHCORE_SM90_CONFIG,
- * FLASHCORE_SM80_CONFIG; a switch or count: FLASHCORE_PDL, FLASHCORE_SPLITS,
- * ...), or -1 when it is unset or out of range. The planner still checks
- * that a forced row fits the call. Defined in dispatch.c. */
-int fc_tuning_row(const char *env, int rows);
-
 /* Per-path planners: does this path have a kernel for p on dev? If yes fill
  * choice->config/name/pack_gqa and return FC_OK; if not return
  * FC_ERR_UNSUPPORTED with the reason (e.g. the list of head dims). They do
- * not choose num_splits: dispatch.c does, through fc_choose_num_splits. */
-fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
-                       char *why, size_t why_len);
-fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
-                       char *why, size_t why_len);
+ * not choose num_splits: dispatch.c does, through fc_choose_num_splits.
+ * tune: the context's hooks (a forced row is still checked against p). */
+fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                       fc_cuda_choice *choice, char *why, size_t why_len);
+fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                       fc_cuda_choice *choice, char *why, size_t why_len);
 /* Tile rows/columns of sm90 config `config` (src/cuda/sm90/plan.cu; 1x1 for
  * an index outside the table). */
 void fc_sm90_tile_shape(int config, int *block_m, int *block_n);
 /* One row of a CUDA path's tile table, as tools list them (the CLI's
- * `flashcore rows`, scripts/gpu-check.sh forcing each row in turn). */
-typedef struct fc_tile_row_info {
-    int32_t head_dim, block_m, block_n;
-    int32_t threads;     /* per CTA                                          */
-    int32_t stages;      /* K/V pipeline depth                               */
-    int32_t ctas;        /* CTAs per SM the row is sized for                 */
-    int32_t kvsplit;     /* sm90: warpgroups sharing one tile's KV blocks    */
-    int32_t tall;        /* sm90: the tall-row gain the planner weighs, or 0 */
-    int32_t arch_class;  /* sm80: architecture class of the row: 80, 86 or 90 */
-    int32_t variant;     /* sm80: code-variant bits, 0 for none              */
-    int32_t kernel;      /* the first row with the same kernel (itself if none earlier) */
-} fc_tile_row_info;
+ * `flashcore rows`, scripts/gpu-check.sh forcing each row in turn): the
+ * public fc_tile_row (flashcore.h, fc_tuning_row_info). */
+typedef fc_tile_row fc_tile_row_info;
 /* Row i of the Hopper / sm80-class table: 1 and *row filled, or 0 when i is
  * past the end (defined in each path's plan.cu). */
 int fc_sm90_tile_row(int i, fc_tile_row_info *row);

@@ -114,6 +114,66 @@ static void test_context_lifetime(void)
     group_done("context lifetime", p0, f0);
 }
 
+/* The experimental tuning hooks: defaults, range checks naming the field, a
+ * copied trace-file string, and the table rows they index. */
+static void test_tuning(void)
+{
+    int p0 = g_pass, f0 = g_fail;
+    fc_context *ctx = NULL;
+    if (fc_context_create(&ctx) != FC_OK) { CHECK(0, "fc_context_create"); return; }
+    fc_tuning t, got;
+    fc_tuning_init(&t);
+    CHECK(t.sm90_config == -1 && t.sm80_config == -1 && t.sm90_rotate == -1 && t.sm90_tail == -1 &&
+              t.sm90_grid == 0 && t.splits == 0 && t.pdl == -1 && t.sm90_trace_file == NULL,
+          "fc_tuning_init defaults");
+    CHECK(fc_context_get_tuning(ctx, &got) == FC_OK && !memcmp(&got, &t, sizeof t), "new context: defaults");
+    CHECK(fc_context_set_tuning(ctx, NULL) == FC_ERR_INVALID_ARGUMENT, "set_tuning(NULL)");
+    CHECK(fc_context_set_tuning(NULL, &t) == FC_ERR_INVALID_ARGUMENT, "set_tuning(ctx NULL)");
+    char file[32] = "/tmp/trace.bin";
+    t.splits = 3;
+    t.pdl = 0;
+    t.sm90_grid = 5;
+    t.sm90_trace_file = file;
+    CHECK(fc_context_set_tuning(ctx, &t) == FC_OK, "set_tuning: %s", fc_last_error(ctx));
+    file[0] = 'X'; /* the context holds its own copy */
+    CHECK(fc_context_get_tuning(ctx, &got) == FC_OK && got.splits == 3 && got.pdl == 0 && got.sm90_grid == 5 &&
+              got.sm90_trace_file && !strcmp(got.sm90_trace_file, "/tmp/trace.bin"),
+          "get_tuning returns what was set");
+    const struct { const char *field; int32_t *v; int32_t bad; } bad[] = {
+        {"splits", &t.splits, 65}, {"pdl", &t.pdl, 2}, {"sm90_rotate", &t.sm90_rotate, -2},
+        {"sm90_tail", &t.sm90_tail, 2}, {"sm90_grid", &t.sm90_grid, -1}, {"sm80_config", &t.sm80_config, 10000},
+        {"sm90_config", &t.sm90_config, -2},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fc_tuning_init(&t);
+        *bad[i].v = bad[i].bad;
+        CHECK(fc_context_set_tuning(ctx, &t) == FC_ERR_INVALID_ARGUMENT && strstr(fc_last_error(ctx), bad[i].field),
+              "tuning.%s = %d rejected by name ('%s')", bad[i].field, (int)bad[i].bad, fc_last_error(ctx));
+    }
+    CHECK(fc_context_get_tuning(ctx, &got) == FC_OK && got.splits == 3, "a rejected tuning changes nothing");
+    fc_tile_row row;
+    CHECK(fc_tuning_row_info(70, 0, &row) == FC_ERR_INVALID_ARGUMENT, "row_info: path 70");
+    CHECK(fc_tuning_row_info(80, -1, &row) == FC_ERR_INVALID_ARGUMENT, "row_info: index -1");
+    CHECK(fc_tuning_row_info(80, 0, NULL) == FC_ERR_INVALID_ARGUMENT, "row_info: row NULL");
+    for (int path = 80; path <= 90; path += 10) {
+        int n = 0;
+        while (fc_tuning_row_info(path, n, &row) == FC_OK) {
+            CHECK(row.head_dim > 0 && row.block_m > 0 && row.block_n > 0 && row.threads > 0 &&
+                      row.kernel >= 0 && row.kernel <= n,
+                  "path %d row %d: sane fields", path, n);
+            n++;
+        }
+        /* the last valid row can be forced, one past it cannot */
+        fc_tuning_init(&t);
+        *(path == 90 ? &t.sm90_config : &t.sm80_config) = n - 1;
+        CHECK(fc_context_set_tuning(ctx, &t) == FC_OK, "path %d: row %d accepted", path, n - 1);
+        *(path == 90 ? &t.sm90_config : &t.sm80_config) = n;
+        CHECK(fc_context_set_tuning(ctx, &t) == FC_ERR_INVALID_ARGUMENT, "path %d: row %d rejected", path, n);
+    }
+    fc_context_free(ctx);
+    group_done("tuning hooks", p0, f0);
+}
+
 static int tensor_is_empty(const fc_tensor *t)
 {
     static const fc_tensor zero;
@@ -402,6 +462,7 @@ int main(void)
     test_version();
     test_status_strings();
     test_context_lifetime();
+    test_tuning();
     test_args_init();
     test_host_profile();
     fc_context *ctx = NULL;

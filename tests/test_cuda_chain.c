@@ -6,13 +6,12 @@
  * calls with a stream synchronisation between them (each call alone is
  * deterministic), after poisoning both outputs, three times per shape, on
  * each CUDA kernel family, with programmatic dependent launch off and on
- * (FLASHCORE_PDL=0 / unset: the default is on for sm_90+ devices, which
+ * (fc_tuning.pdl 0 / -1: the default is on for sm_90+ devices, which
  * lets a kernel start launching while the previous one finishes; it must
  * wait before it reads). The decode shape runs split-KV on both paths, so
  * the combine kernel is chained behind the forward kernel too.
  * Without a CUDA device: "SKIP: ..." and exit code 77.
  */
-#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,8 +124,10 @@ int main(void)
     shapes[4] = test_shape(4, 8, 8, 4, 8192, 128, FC_DTYPE_BF16); /* decode-like: split-KV + combine */
     const int paths[2] = {90, 80};
     for (int pdl = 0; pdl < 2; pdl++) {
-        if (pdl) unsetenv("FLASHCORE_PDL"); /* the default: on */
-        else setenv("FLASHCORE_PDL", "0", 1);
+        fc_tuning tune;
+        fc_tuning_init(&tune); /* pdl -1: the default, on */
+        if (!pdl) tune.pdl = 0;
+        fc_context_set_tuning(ctx, &tune);
         for (int pi = 0; pi < 2; pi++) {
             for (int si = 0; si < 5; si++) {
                 kit_shape sh = shapes[si];
@@ -165,7 +166,6 @@ int main(void)
             }
         }
     }
-    unsetenv("FLASHCORE_PDL");
     fc_context_set_cuda_path(ctx, 0);
     cudaStreamDestroy(s);
     fc_context_free(ctx);

@@ -595,6 +595,12 @@ int main(int argc, char **argv)
         printf("FAIL fc_context_create\n0 passed, 1 failed\n");
         return 1;
     }
+    /* gpu-check forces rows and hooks through the FLASHCORE_* variables */
+    if (kit_tuning_from_env(ctx) != FC_OK) {
+        printf("FAIL FLASHCORE_* tuning variables\n0 passed, 1 failed\n");
+        fc_context_free(ctx);
+        return 1;
+    }
     char devbuf[512];
     if (!fc_cuda_available()) {
         fc_status st = fc_cuda_device_info(ctx, devbuf, sizeof devbuf);

@@ -7,8 +7,8 @@
  *  - sm80_plan: the sm80-class planner on A100- and H100-like devices:
  *    which tile row and whether query heads are packed.
  * Each expectation is a rule of src/cuda/sm90/plan.cu or sm80/plan.cu that
- * a same-run measurement chose (docs/PERF.md, notes-sm90.md,
- * notes-sm80.md); a change of rule must change this test on purpose. A
+ * a same-run measurement chose (docs/PERF.md, docs/design-sm90.md,
+ * docs/design-sm80.md); a change of rule must change this test on purpose. A
  * group whose path is not compiled in is skipped; 77 when neither is.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -21,6 +21,9 @@
 #include "internal.h"
 #include "cuda/common/mask_mode.h"
 #include "test_util.h"
+
+/* The planners' defaults: no hook steers this test. */
+static fc_tuning k_tuning;
 
 /* A dense BSHD problem; the pointers are never dereferenced by the planner,
  * only checked for the TMA's 16-byte alignment. */
@@ -86,7 +89,7 @@ static int sm90_plan_group(void)
         char why[256];
         memset(&c, 0, sizeof c);
         /* the stubs' answers: no CUDA at all (cuda_stub.c), or no 90a (launch.cu) */
-        if (fc_sm90_plan(&p, &dev, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
+        if (fc_sm90_plan(&p, &dev, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
             (!fc_cuda_compiled() || strstr(why, "not compiled in"))) {
             printf("sm90_plan skipped: %s\n", why);
             return 0;
@@ -94,27 +97,27 @@ static int sm90_plan_group(void)
     }
 
     const struct expect cases[] = {
-        /* one tile per CTA: the 64-row row, never rotated (-8%, session 4) */
+        /* one tile per CTA: the 64-row row, never rotated (-8%) */
         {"mission", shape(1, 8, 8, 512, 64, 0, 0), 64, 128, 0, 0, FC_MASKS_NONE},
-        /* the 4-warpgroup tall row: 256 rows, no padding (run 88: +9% over the
+        /* the 4-warpgroup tall row: 256 rows, no padding (+9% over the
          * 192-row row, which pads 512 rows to 576), not rotated */
         {"s512-d64", shape(32, 32, 32, 512, 64, 0, 1), 256, 64, 0, 0, FC_MASKS_NONE},
         /* masked: the 4-warpgroup row is unmeasured there, so the 192-row one,
          * whose tiles meet the diagonal in more than their first key block */
         {"s512-d64-causal", shape(32, 32, 32, 512, 64, 1, 1), 192, 128, 0, 0, FC_MASKS_ANY},
-        /* 16 KV blocks, no band: rotated (run 72: +1.2%); its tail costs what
-         * it saves (run 63), so none */
+        /* 16 KV blocks, no band: rotated (+1.2%); its tail costs what it
+         * saves, so none */
         {"s2k-d128", shape(8, 16, 16, 2048, 128, 0, 1), 128, 128, 1, 0, FC_MASKS_NONE},
-        /* a band: rotation only up to 8 blocks (run 72: -3.3% at 16) */
+        /* a band: rotation only up to 8 blocks (-3.3% at 16) */
         {"s2k-d128-causal", shape(8, 16, 16, 2048, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
-        /* 64 KV blocks: not rotated (-1.6%, session 4), tail-balanced (run 64) */
+        /* 64 KV blocks: not rotated (-1.6%), tail-balanced */
         {"s8k-d128", shape(2, 16, 16, 8192, 128, 0, 1), 128, 128, 0, 1, FC_MASKS_NONE},
         {"s8k-d128-causal", shape(2, 16, 16, 8192, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
         /* the 192-row tall row where it pays (tall = 20 in tiles.cuh; the
-         * 256-row one, tall = 15, trails it by 4% at long KV: run 88) */
+         * 256-row one, tall = 15, trails it by 4% at long KV) */
         {"s16k-d64", shape(1, 32, 32, 16384, 64, 0, 0), 192, 128, 0, 0, FC_MASKS_NONE},
         /* 4096 keys in 80-key blocks: a KV tail, the mask-everywhere
-         * instance (run 74: the first-block one gained nothing); one Q
+         * instance (the first-block one gained nothing); one Q
          * buffer, so no rotation; no tail row */
         {"s4k-d256", shape(4, 8, 8, 4096, 256, 0, 1), 128, 80, 0, 0, FC_MASKS_ANY},
         {"gqa-prefill", shape(1, 32, 8, 4096, 128, 1, 1), 128, 128, 0, 0, FC_MASKS_FIRST},
@@ -124,7 +127,7 @@ static int sm90_plan_group(void)
         fc_cuda_choice c;
         char why[256] = "";
         memset(&c, 0, sizeof c);
-        const fc_status st = fc_sm90_plan(&e->p, &dev, &c, why, sizeof why);
+        const fc_status st = fc_sm90_plan(&e->p, &dev, &k_tuning, &c, why, sizeof why);
         CHECK(st == FC_OK, "%s: planned (%s)", e->name, why);
         if (st != FC_OK) continue;
         int bm = 0, bn = 0;
@@ -157,7 +160,7 @@ static int sm80_plan_group(void)
         fc_cuda_choice c;
         char why[256];
         memset(&c, 0, sizeof c);
-        if (fc_sm80_plan(&p, &a100, &c, why, sizeof why) == FC_ERR_UNSUPPORTED && !fc_cuda_compiled()) {
+        if (fc_sm80_plan(&p, &a100, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED && !fc_cuda_compiled()) {
             printf("sm80_plan skipped: %s\n", why);
             return 0;
         }
@@ -195,7 +198,7 @@ static int sm80_plan_group(void)
         {"s16k-d64 H100", &h100, shape(1, 32, 32, 16384, 64, 0, 0), 128, 96, 0},
         /* under one wave of 128-row tiles: the small-grid d64 row */
         {"mission H100", &h100, shape(1, 8, 8, 512, 64, 0, 0), 64, 64, 0},
-        /* 4 packed rows per column: the few-rows d128 row (session 11) */
+        /* 4 packed rows per column: the few-rows d128 row */
         {"gqa-decode A100", &a100, decode, 64, 64, 1},
         {"gqa-decode H100", &h100, decode, 64, 64, 1},
         {"mha-decode H100", &h100, mha_decode, 64, 64, 0},
@@ -208,7 +211,7 @@ static int sm80_plan_group(void)
         fc_cuda_choice c;
         char why[256] = "";
         memset(&c, 0, sizeof c);
-        const fc_status st = fc_sm80_plan(&cases[i].p, cases[i].dev, &c, why, sizeof why);
+        const fc_status st = fc_sm80_plan(&cases[i].p, cases[i].dev, &k_tuning, &c, why, sizeof why);
         CHECK(st == FC_OK, "%s: planned (%s)", cases[i].name, why);
         if (st != FC_OK) continue;
         int bm = 0, bn = 0;
@@ -228,15 +231,7 @@ static int sm80_plan_group(void)
 
 int main(void)
 {
-    /* The planners' hooks must not steer this test. */
-    const char *hooks[] = {"FLASHCORE_SM90_CONFIG", "FLASHCORE_SM90_ROTATE", "FLASHCORE_SM90_TAIL",
-                           "FLASHCORE_SM90_GRID",   "FLASHCORE_SM80_CONFIG", "FLASHCORE_PDL",
-                           "FLASHCORE_SPLITS"};
-    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; ++i) {
-        unsetenv(hooks[i]);
-        /* (also links dispatch.c's hook reader before the planners need it) */
-        CHECK(fc_tuning_row(hooks[i], 64) == -1, "%s unset", hooks[i]);
-    }
+    fc_tuning_init(&k_tuning);
     const int ran = sm90_plan_group() + sm80_plan_group();
     if (!ran) return 77;
     return test_summary();

@@ -27,6 +27,19 @@ int cli_demo(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_compare(int argc, char **argv);
+int cli_rows(int argc, char **argv);
+
+/* ---- profiler ranges ------------------------------------------------------------ */
+/* NVTX ranges (the toolkit's header-only nvtx3, FC_HAVE_NVTX from CMake);
+ * empty without it. */
+#if defined(FC_HAVE_NVTX) && FC_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#define CLI_RANGE_PUSH(name) nvtxRangePushA(name)
+#define CLI_RANGE_POP() nvtxRangePop()
+#else
+#define CLI_RANGE_PUSH(name) ((void)0)
+#define CLI_RANGE_POP() ((void)0)
+#endif
 
 /* ---- flags (cli_common.c) ----------------------------------------------------- */
 /* A cursor over argv that understands "--flag value" and "--flag=value". */

@@ -481,7 +481,10 @@ int cli_bench(int argc, char **argv)
     int failed = 0;
     for (int i = 0; i < n; i++) {
         cli_progress(i + 1, n, items[i].name);
+        /* one profiler range per shape, named for it (nsys/ncu timelines) */
+        CLI_RANGE_PUSH(items[i].name);
         run_one(ctx, &items[i], be, &o, cpu_budget_g * 1e9, force, &rows[i]);
+        CLI_RANGE_POP();
         cli_progress_done();
         print_row(&rows[i]);
         fflush(stdout);

@@ -172,6 +172,10 @@ fc_context *cli_context(const char *cmd, int threads)
         fc_context_free(ctx);
         return NULL;
     }
+    if (kit_tuning_from_env(ctx) != FC_OK) {
+        fc_context_free(ctx);
+        return NULL;
+    }
     return ctx;
 }
 

@@ -19,6 +19,7 @@ static const command k_commands[] = {
     {"check", cli_check, "correctness runner: named and random shapes vs the fp64 reference"},
     {"bench", cli_bench, "timing runner: the DESIGN.md shapes or custom ones, JSON output"},
     {"compare", cli_compare, "Markdown speedup table of two bench JSON files"},
+    {"rows", cli_rows, "the CUDA tile-table rows, one per line (for scripts)"},
 };
 #define NUM_COMMANDS ((int)(sizeof(k_commands) / sizeof(k_commands[0])))
 

@@ -113,6 +113,15 @@ double kit_rand_normal(uint64_t *state);
 /* Percentile (0..100) of n doubles (sorts a copy). */
 double kit_percentile(const double *v, int n, double pct);
 
+/* The tuning hooks (fc_tuning) from the environment, so that scripts steer
+ * the CLI and the tests as docs/API.md says: FLASHCORE_SM90_CONFIG,
+ * FLASHCORE_SM80_CONFIG, FLASHCORE_SM90_ROTATE, FLASHCORE_SM90_TAIL,
+ * FLASHCORE_SM90_GRID, FLASHCORE_SPLITS, FLASHCORE_PDL (integers; unset or
+ * empty: the default) and FLASHCORE_SM90_TRACE_FILE. The library itself
+ * reads no environment. FC_OK, or the status of a value that is not an
+ * integer or that fc_context_set_tuning rejects, with a message on stderr. */
+fc_status kit_tuning_from_env(fc_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,8 +7,11 @@
  * Writer: builds a document in a growable memory buffer; numbers are written
  * in the shortest form that reads back to the same double, non-finite numbers
  * as null, strings escaped per RFC 8259.
- * Reader: strict RFC 8259 recursive descent into a tree; every malformed
- * input is rejected with "line L, column C: what was expected".
+ * Reader (kit_json_read.c): the RFC 8259 grammar into a tree; malformed
+ * input is rejected with "line L, column C: what was expected". String bytes
+ * pass through unchecked; a \u escape of a surrogate half reads as U+FFFD
+ * (the names compare reads are ASCII).
+ * Writer: kit_json_write.c; bench files: kit_bench_file.c.
  */
 #ifndef FC_KIT_JSON_H
 #define FC_KIT_JSON_H
@@ -86,8 +89,6 @@ typedef struct kit_json {
  * caller (kit_json_free) and 0 is returned; on failure *out is NULL, err
  * holds "line L, column C: ..." and -1 is returned. */
 int kit_json_parse(const char *text, size_t len, kit_json **out, char *err, size_t err_len);
-/* Read and parse a file (at most 256 MiB); err names the file on failure. */
-int kit_json_parse_file(const char *path, kit_json **out, char *err, size_t err_len);
 void kit_json_free(kit_json *j);
 
 /* Member of an object by key (first match), or NULL if j is not an object or

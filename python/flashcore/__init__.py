@@ -27,7 +27,7 @@ from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentEr
 
 __all__ = [
     "attention", "supported", "build_info", "cuda_available", "device_info", "version_number",
-    "library_path", "set_num_threads", "last_kernel_info", "last_host_profile", "KernelInfo",
+    "library_path", "set_num_threads", "set_tuning", "get_tuning", "last_kernel_info", "last_host_profile", "KernelInfo",
     "FlashCoreError",
     "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "CudaError", "NoDeviceError",
     "InternalError", "LibraryNotFoundError",
@@ -64,6 +64,20 @@ def set_num_threads(n):
     """CPU backend worker threads for calls made from this thread (0 = one
     per online core, the default)."""
     _context().set_num_threads(int(n))
+
+
+def set_tuning(**fields):
+    """Experimental: the tuning hooks (fc_tuning in flashcore.h, docs/API.md)
+    for calls made from this thread: the named fields (sm90_config,
+    sm80_config, sm90_rotate, sm90_tail, sm90_grid, splits, pdl,
+    sm90_trace_file), every other one at its default. A new thread starts
+    from the FLASHCORE_* variables of the environment."""
+    _context().set_tuning(**fields)
+
+
+def get_tuning():
+    """Experimental: this thread's tuning hooks, as a dict of fields."""
+    return _context().get_tuning()
 
 
 def library_path():

@@ -28,6 +28,9 @@ class _Context:
         self.device = -1     # what the C context holds now (library defaults)
         self.cuda_path = 0
         self.num_threads = 0
+        env = _lib.tuning_from_env()
+        if env:
+            self.set_tuning(**env)
 
     def last_error(self):
         msg = self._lib.fc_last_error(self.handle)
@@ -50,6 +53,28 @@ class _Context:
     def set_num_threads(self, n):
         self.check(self._lib.fc_context_set_num_threads(self.handle, n))
         self.num_threads = n
+
+    def set_tuning(self, **fields):
+        """Set the experimental tuning hooks: the given fields, every other
+        field at its default (fc_tuning_init)."""
+        t = _lib.fc_tuning()
+        self._lib.fc_tuning_init(ctypes.byref(t))
+        for name, value in fields.items():
+            if name not in _lib.TUNING_ENV:
+                raise InvalidArgumentError("tuning: no field %r (fields: %s)"
+                                           % (name, ", ".join(_lib.TUNING_ENV)))
+            if name == "sm90_trace_file":
+                value = value.encode() if isinstance(value, str) else value
+            setattr(t, name, value)
+        self.check(self._lib.fc_context_set_tuning(self.handle, ctypes.byref(t)))
+
+    def get_tuning(self):
+        t = _lib.fc_tuning()
+        self.check(self._lib.fc_context_get_tuning(self.handle, ctypes.byref(t)))
+        out = {name: getattr(t, name) for name, _ in t._fields_}
+        if out["sm90_trace_file"] is not None:
+            out["sm90_trace_file"] = out["sm90_trace_file"].decode("utf-8", "replace")
+        return out
 
     def __del__(self):
         try:

@@ -79,6 +79,40 @@ class fc_host_profile(ctypes.Structure):
     ]
 
 
+class fc_tuning(ctypes.Structure):
+    """The experimental tuning hooks (flashcore.h, docs/API.md)."""
+    _fields_ = [
+        ("sm90_config", ctypes.c_int32),
+        ("sm80_config", ctypes.c_int32),
+        ("sm90_rotate", ctypes.c_int32),
+        ("sm90_tail", ctypes.c_int32),
+        ("sm90_grid", ctypes.c_int32),
+        ("splits", ctypes.c_int32),
+        ("pdl", ctypes.c_int32),
+        ("sm90_trace_file", ctypes.c_char_p),
+    ]
+
+
+# The environment variables the tools read into fc_tuning (the library reads
+# none); a new thread's context starts from them, as the CLI does.
+TUNING_ENV = {
+    "sm90_config": "FLASHCORE_SM90_CONFIG", "sm80_config": "FLASHCORE_SM80_CONFIG",
+    "sm90_rotate": "FLASHCORE_SM90_ROTATE", "sm90_tail": "FLASHCORE_SM90_TAIL",
+    "sm90_grid": "FLASHCORE_SM90_GRID", "splits": "FLASHCORE_SPLITS", "pdl": "FLASHCORE_PDL",
+    "sm90_trace_file": "FLASHCORE_SM90_TRACE_FILE",
+}
+
+
+def tuning_from_env():
+    """The tuning fields the FLASHCORE_* variables set (unset or empty: absent)."""
+    out = {}
+    for field, var in TUNING_ENV.items():
+        val = os.environ.get(var)
+        if val:
+            out[field] = val if field == "sm90_trace_file" else int(val)
+    return out
+
+
 def new_args(lib):
     """An fc_attention_args filled by fc_attention_args_init, in a buffer with
     slack behind it (see the module doc)."""
@@ -122,6 +156,9 @@ def _declare(lib):
         "fc_context_set_num_threads": (c.c_int, [P, c.c_int]),
         "fc_context_set_device": (c.c_int, [P, c.c_int]),
         "fc_context_set_cuda_path": (c.c_int, [P, c.c_int]),
+        "fc_tuning_init": (None, [c.POINTER(fc_tuning)]),
+        "fc_context_set_tuning": (c.c_int, [P, c.POINTER(fc_tuning)]),
+        "fc_context_get_tuning": (c.c_int, [P, c.POINTER(fc_tuning)]),
         "fc_attention_args_init": (None, [c.POINTER(fc_attention_args)]),
         "fc_attention_supported": (
             c.c_int, [P, c.POINTER(fc_attention_args), c.POINTER(fc_kernel_info)]),

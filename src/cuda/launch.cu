@@ -108,8 +108,8 @@ extern "C" fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choic
 /* ---- the Hopper path is not compiled in: every entry says so ---- */
 static const char k_no_sm90[] = "the Hopper path is not compiled in (needs 90a in FLASHCORE_CUDA_ARCHS)";
 
-extern "C" fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
-                                  char *why, size_t why_len)
+extern "C" fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                                  fc_cuda_choice *choice, char *why, size_t why_len)
 {
     snprintf(why, why_len, "%s", k_no_sm90);
     return FC_ERR_UNSUPPORTED;
@@ -127,4 +127,6 @@ extern "C" void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
     *block_m = 1;
     *block_n = 1;
 }
+
+extern "C" int fc_sm90_tile_row(int i, fc_tile_row_info *row) { return 0; }
 #endif

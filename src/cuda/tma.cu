@@ -9,8 +9,8 @@
  * cudaGetDriverEntryPointByVersion, pinned to the 12.0 ABI of the call.
  *
  * A descriptor is a pure function of the encode arguments, and encoding
- * costs host time on every forward call (4 maps, ~0.25 us each on the H100
- * machine: notes-sm90.md run 8), so each thread keeps its last few
+ * costs host time on every forward call (4 maps, ~0.25 us each on an H100
+ * host), so each thread keeps its last few
  * descriptors and reuses one whose arguments are all equal.
  */
 #include <stdio.h>

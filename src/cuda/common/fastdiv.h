@@ -7,7 +7,7 @@
  * and per tile on the persistent Hopper path. The GPU has no integer divide:
  * each one is a ~30-instruction software routine (reciprocal, multiply,
  * two corrections), and a short-KV tile runs ~5 of them in its fixed cost
- * (Nsight Compute source counters, s512-d64, H100, session 6).
+ * (Nsight Compute source counters, s512-d64, H100).
  *
  * Method (the round-up multiplier of Granlund and Montgomery): for a divisor
  * d >= 1 let s = ceil(log2 d) and m = floor(2^32 (2^s - d) / d) + 1 (< 2^32).

@@ -5,7 +5,7 @@
  * (sm90/fwd_kernel.cuh MaskMode, sm80/fwd_kernel.cuh PLAIN). Both sit inline
  * in every KV block: on the Hopper kernels ~1.5-2 K of 4.3-5.9 K
  * instructions, branched over twice per block (dropping them: +2-5% on the
- * calls that allow it, H100, session 6).
+ * calls that allow it, H100).
  *
  * FIRST is for the Hopper kernels, whose tiles visit their KV blocks from the
  * highest, so a tile's first block is the highest one it sees (the sm80

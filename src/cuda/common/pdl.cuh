@@ -8,7 +8,7 @@
  * must then wait (griddepcontrol.wait) before it touches global memory. Over
  * back-to-back calls in a stream or graph this hides one launch latency per
  * kernel boundary (-0.7 us per call at the mission shape on the Hopper path,
- * H100, session 4). Where the previous operation is not a kernel (a memset,
+ * H100). Where the previous operation is not a kernel (a memset,
  * a stream-ordered allocation), the launch is ordered as usual.
  *
  * Whether a call's launches use it is decided once, by the selection

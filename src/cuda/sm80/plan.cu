@@ -4,6 +4,7 @@
  *   fc_sm80_forward  launch the planned row (through the per-(dtype, head_dim)
  *                    translation unit's launcher)
  *   fc_sm80_tile_shape  block_m/block_n of a row (for fc_cuda_tile_shape)
+ *   fc_sm80_tile_row    a row as tools list it (fc_tuning_row_info)
  * Host code only; .cu so that it can read the constexpr table in tiles.cuh.
  */
 #include <climits>
@@ -98,18 +99,18 @@ fc_status encode_kv_maps(const fc_fwd_params *p, const Tile &t, fc_sm80_kv_maps 
 }
 
 /* Tile row for p on dev (class cls), among the rows that run it
- * (tile_runs). FLASHCORE_SM80_CONFIG=<row> (the tuning hook, docs/API.md)
- * first, when it runs p. Else the class's own rows: the default (min_sk 0)
+ * (tile_runs). tune->sm80_config (the tuning hook, docs/API.md) first, when
+ * it runs p. Else the class's own rows: the default (min_sk 0)
  * or the long-KV alternate with the largest min_sk <= seqlen_k; then the
  * class's few-rows alternate if a tile column's query rows fit its
  * max_rows; else, if that row's grid is under one CTA per SM, the class's
  * small-grid alternate. Without a row of its own class: the smallest-smem
  * row of another class (e.g. a cut-down part reporting less smem than its
  * class). */
-int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
+int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune)
 {
-    const int forced = fc_tuning_row("FLASHCORE_SM80_CONFIG", kNumTiles);
-    if (forced >= 0 && tile_runs(kTiles[forced], cls, p, dev)) return forced;
+    const int forced = tune->sm80_config;
+    if (forced >= 0 && forced < kNumTiles && tile_runs(kTiles[forced], cls, p, dev)) return forced;
     auto planned = [&](int i) { return tile_runs(kTiles[i], cls, p, dev); };
     /* The class's first row that runs p and satisfies want, or -1. */
     auto own_row = [&](auto want) {
@@ -190,7 +191,27 @@ extern "C" void fc_sm80_tile_shape(int config, int *block_m, int *block_n)
     }
 }
 
-extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev,
+extern "C" int fc_sm80_tile_row(int i, fc_tile_row_info *row)
+{
+    if (i < 0 || i >= kNumTiles) return 0;
+    const Tile &t = kTiles[i];
+    static const int class_sm[fc::sm80::kNumArchClasses] = {80, 86, 90}; /* kClassSm80/86/90 */
+    int kernel = 0;
+    while (!fc::sm80::same_kernel(kTiles[kernel], t)) ++kernel;
+    *row = fc_tile_row_info{};
+    row->head_dim = t.head_dim;
+    row->block_m = t.block_m;
+    row->block_n = t.block_n;
+    row->threads = 32 * t.warps;
+    row->stages = t.stages;
+    row->ctas = t.ctas;
+    row->arch_class = class_sm[t.arch_class];
+    row->variant = t.variant;
+    row->kernel = kernel;
+    return 1;
+}
+
+extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
                                   fc_cuda_choice *choice, char *why, size_t why_len)
 {
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
@@ -232,7 +253,7 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     fc_status st = check_alignment(p, why, why_len);
     if (st != FC_OK) return st;
 
-    const int cfg = pick_tile(cls, p, dev);
+    const int cfg = pick_tile(cls, p, dev, tune);
     if (cfg < 0) {
         snprintf(why, why_len,
                  "device %s allows %lld bytes of shared memory per block: no sm80 tile for head_dim %d fits",

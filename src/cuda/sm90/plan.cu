@@ -31,7 +31,7 @@ const char *const k_tma_who = "the sm90 kernels load it with TMA (use the sm80 p
 #if FC_SM90_TRACE
 /* Trace builds only (sm90.h): one device buffer for the process; after each
  * launch the call waits for the kernel and writes the buffer to
- * $FLASHCORE_SM90_TRACE_FILE (header: int32 ctas, roles, tiles, events,
+ * tuning.sm90_trace_file (header: int32 ctas, roles, tiles, events,
  * config, then int64 clock64 stamps, -1 = not reached). Tracing serialises
  * every call: never in a shipped build. */
 const size_t k_trace_ctas = 1024;
@@ -49,9 +49,8 @@ long long *trace_buffer(cudaStream_t stream)
     return g_trace;
 }
 
-void trace_write(cudaStream_t stream, int grid, int config)
+void trace_write(cudaStream_t stream, int grid, int config, const char *path)
 {
-    const char *path = getenv("FLASHCORE_SM90_TRACE_FILE");
     if (!g_trace || !path || !*path) return;
     const int ctas = grid < (int)k_trace_ctas ? grid : (int)k_trace_ctas;
     const size_t n = (size_t)ctas * FC_SM90_TRACE_ROLES * FC_SM90_TRACE_TILES * FC_SM90_TRACE_EVENTS;
@@ -137,14 +136,14 @@ double wave_cost(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm9
     return (double)(waves * t.block_m) / (1.0 + t.tall / 100.0);
 }
 
-/* FLASHCORE_SM90_CONFIG=<row of tiles.cuh>: a tuning and benchmarking hook
+/* tune->sm90_config (a row of tiles.cuh): a tuning and benchmarking hook
  * (docs/API.md) that forces a row when it fits p (its head_dim); otherwise,
- * or when unset, the planner chooses. The choice shows in the kernel name
+ * or when -1, the planner chooses. The choice shows in the kernel name
  * (fc_kernel_info), so a forced row is never silent. */
-int forced_config(const fc_fwd_params *p)
+int forced_config(const fc_fwd_params *p, const fc_tuning *tune)
 {
-    const int v = fc_tuning_row("FLASHCORE_SM90_CONFIG", FC_SM90_NUM_TILES);
-    if (v < 0 || k_tiles[v].head_dim != p->head_dim) return -1;
+    const int v = tune->sm90_config;
+    if (v < 0 || v >= FC_SM90_NUM_TILES || k_tiles[v].head_dim != p->head_dim) return -1;
     return v;
 }
 
@@ -154,9 +153,9 @@ int forced_config(const fc_fwd_params *p)
  * (split-KV can then still add CTAs along the keys) or hold at most 64 real
  * rows. Rows marked unbanded are skipped for banded calls. -1: head_dim not
  * built. *shift: pack-GQA. */
-int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
+int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune, int *shift)
 {
-    const int forced = forced_config(p);
+    const int forced = forced_config(p, tune);
     if (forced >= 0) {
         *shift = pack_shift_for(p, k_tiles[forced].block_m);
         return forced;
@@ -209,12 +208,11 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, int *shift)
 }
 
 /* Persistent grid of a row: every CTA slot of the chip, at most one CTA per
- * tile; FLASHCORE_SM90_GRID=<n> caps it (a test hook, docs/API.md: with a
- * few CTAs small problems run several rounds of tiles, and so get tails). */
-int64_t grid_for(const fc_cuda_device *dev, const fc_sm90_tile &t, int64_t tiles)
+ * tile; cap (tuning.sm90_grid via choice->grid_cap, a test hook) caps it:
+ * with a few CTAs small problems run several rounds of tiles, and get tails. */
+int64_t grid_for(const fc_cuda_device *dev, const fc_sm90_tile &t, int64_t tiles, int cap)
 {
     int64_t grid = (int64_t)(dev->sm_count > 0 ? dev->sm_count : 1) * t.ctas;
-    const int cap = fc_tuning_row("FLASHCORE_SM90_GRID", 1 << 20);
     if (cap >= 1 && cap < grid) grid = cap;
     return grid < tiles ? grid : tiles;
 }
@@ -245,11 +243,11 @@ struct TailShape {
     int64_t cnt_bytes, bytes;       /* workspace: counters (zeroed per call), then partials */
 };
 
-TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm90_tile &t, int shift)
+TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm90_tile &t, int shift, int cap)
 {
     TailShape ts;
     const int64_t tiles = row_tiles(p, t.block_m, shift);
-    ts.grid = grid_for(dev, t, tiles);
+    ts.grid = grid_for(dev, t, tiles, cap);
     ts.nb = ((int64_t)p->seqlen_k + t.block_n - 1) / t.block_n;
     ts.rounds = ts.grid > 0 ? tiles / ts.grid : 0;
     ts.rest = tiles - ts.rounds * ts.grid;
@@ -261,10 +259,10 @@ TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc
 
 /* Does p take tail balancing on row t? choice carries the rotate and mask
  * decisions already made (the tail instance has neither). */
-bool tail_on(const fc_fwd_params *p, const fc_sm90_tile &t, const fc_cuda_choice *choice, const TailShape &ts)
+bool tail_on(const fc_fwd_params *p, const fc_sm90_tile &t, const fc_cuda_choice *choice, const TailShape &ts,
+             int forced)
 {
     const bool uniform = p->cu_seqlens_q == NULL && !banded(p);
-    const int forced = fc_tuning_row("FLASHCORE_SM90_TAIL", 2);
     /* (the kernel's share arithmetic is 32-bit: rest * nb and grid^2 fit) */
     if (!uniform || !FC_SM90_TAIL_ROW(t) || FC_SM90_SIMPLE || choice->rotate || choice->masks == FC_MASKS_ANY ||
         ts.rounds < 1 || ts.rest == 0 || ts.nb < 2 || ts.blocks >= ((int64_t)1 << 30) || ts.grid > 32768 ||
@@ -317,8 +315,8 @@ void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
     *block_n = k_tiles[config].block_n;
 }
 
-fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cuda_choice *choice,
-                       char *why, size_t why_len)
+fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                       fc_cuda_choice *choice, char *why, size_t why_len)
 {
     if (dev->cc_major != 9 || dev->cc_minor != 0) {
         snprintf(why, why_len, "the sm90 kernels need an sm_90 device (wgmma/TMA); %s is sm_%d%d",
@@ -331,7 +329,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
         return FC_ERR_UNSUPPORTED;
     }
     int shift = 0;
-    const int cfg = pick_config(p, dev, &shift);
+    const int cfg = pick_config(p, dev, tune, &shift);
     if (cfg < 0) {
         char list[64];
         head_dim_list(list, sizeof list);
@@ -399,15 +397,17 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, fc_cud
      *     4 warpgroups with it -0.6..-3.8% there (8 blocks, run 88);
      *   - -8% where each CTA runs one tile (the mission shape).
      * Rows with one Q buffer cannot rotate. */
-    const int forced_rot = fc_tuning_row("FLASHCORE_SM90_ROTATE", 2);
-    const TailShape ts = tail_shape(p, dev, t, shift);
+    const int forced_rot = tune->sm90_rotate;
+    choice->grid_cap = tune->sm90_grid;
+    choice->trace_file = tune->sm90_trace_file;
+    const TailShape ts = tail_shape(p, dev, t, shift, choice->grid_cap);
     choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
     const int64_t rot_max_blocks = banded(p) ? 8 : 16;
     choice->rotate = FC_SM90_CAN_ROTATE(t) && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
                                             t.tall == 0 && ts.nb <= rot_max_blocks);
-    choice->tail = tail_on(p, t, choice, ts);
+    choice->tail = tail_on(p, t, choice, ts, tune->sm90_tail);
     choice->workspace_bytes = choice->tail ? ts.bytes : 0;
     snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
@@ -576,7 +576,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     prm.o_vec_ok = ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
                    (varlen || p->batch <= 1 || p->o_batch_stride % 8 == 0);
 
-    const int grid = (int)grid_for(dev, t, tiles);
+    const int grid = (int)grid_for(dev, t, tiles, choice->grid_cap);
 
     /* Causal (longest-first) tiles have unequal lengths: handing them out
      * statically (CTA i: i, i+grid, ...) left 8-25% of the SM time idle in a
@@ -594,7 +594,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     void *tail = NULL;
     prm.tail_first = prm.num_tiles;
     if (choice->tail) {
-        const TailShape ts = tail_shape(p, dev, t, shift);
+        const TailShape ts = tail_shape(p, dev, t, shift, choice->grid_cap);
         fc_status st = alloc_zeroed(&tail, (size_t)ts.bytes, (size_t)ts.cnt_bytes, (cudaStream_t)stream,
                                     "tail-balancing workspace", err, err_len);
         if (st) return st;
@@ -620,7 +620,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     const Launchers &l = k_launch[choice->config];
     fc_status st = (bf16 ? l.bf16 : l.f16)(&prm, grid, dev->id, (cudaStream_t)stream, err, err_len);
 #if FC_SM90_TRACE
-    if (st == FC_OK && prm.trace) trace_write((cudaStream_t)stream, grid, choice->config);
+    if (st == FC_OK && prm.trace) trace_write((cudaStream_t)stream, grid, choice->config, choice->trace_file);
 #endif
     /* Freed in stream order after the kernel; also after a failed launch. */
     void *const owned[2] = {ctr, tail};

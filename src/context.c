@@ -1,0 +1,154 @@
+/*
+ * context.c -- the fc_context: creation, the per-context settings (threads,
+ * device, CUDA path, tuning hooks) and the last-error message every other
+ * file writes through fc_set_error.
+ */
+#define _POSIX_C_SOURCE 200809L /* strdup */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_internal.h"
+
+/* More CPU workers than this is a caller's mistake, not a machine. */
+#define FC_MAX_THREADS 4096
+
+/* ---- context ---------------------------------------------------------------- */
+
+fc_status fc_context_create(fc_context **out)
+{
+    if (!out) return FC_ERR_INVALID_ARGUMENT;
+    fc_context *c = calloc(1, sizeof *c);
+    *out = c;
+    if (!c) return FC_ERR_OUT_OF_MEMORY;
+    c->device = -1;
+    fc_tuning_init(&c->tuning);
+    return FC_OK;
+}
+
+void fc_context_free(fc_context *ctx)
+{
+    if (ctx) free(ctx->trace_file);
+    free(ctx);
+}
+
+const char *fc_last_error(const fc_context *ctx)
+{
+    return ctx ? ctx->err : "fc_last_error: ctx is NULL";
+}
+
+fc_status fc_set_error(fc_context *ctx, fc_status st, const char *fmt, ...)
+{
+    if (!ctx) return st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+fc_status fc_context_set_num_threads(fc_context *ctx, int num_threads)
+{
+    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    if (num_threads < 0 || num_threads > FC_MAX_THREADS)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "num_threads %d is out of range: use 0 (one per core) to %d", num_threads,
+                            FC_MAX_THREADS);
+    ctx->num_threads = num_threads;
+    ctx->err[0] = 0;
+    return FC_OK;
+}
+
+fc_status fc_context_set_device(fc_context *ctx, int device)
+{
+    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    if (device < -1)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "device %d is invalid: use -1 (current device) or an index >= 0", device);
+    ctx->device = device;
+    ctx->err[0] = 0;
+    return FC_OK;
+}
+
+fc_status fc_context_set_cuda_path(fc_context *ctx, int path)
+{
+    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    if (path != 0 && path != 80 && path != 90)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "cuda path %d is invalid: use 0 (automatic), 80 or 90", path);
+    ctx->cuda_path = path;
+    ctx->err[0] = 0;
+    return FC_OK;
+}
+
+/* ---- experimental: tuning hooks ------------------------------------------- */
+
+void fc_tuning_init(fc_tuning *t)
+{
+    if (!t) return;
+    memset(t, 0, sizeof *t);
+    t->sm90_config = -1;
+    t->sm80_config = -1;
+    t->sm90_rotate = -1;
+    t->sm90_tail = -1;
+    t->pdl = -1;
+}
+
+/* Rows of a path's table (0 in a build without CUDA). */
+static int table_rows(int path)
+{
+    fc_tile_row_info row;
+    int n = 0;
+    while (path == 90 ? fc_sm90_tile_row(n, &row) : fc_sm80_tile_row(n, &row)) n++;
+    return n;
+}
+
+static fc_status check_range(fc_context *ctx, const char *field, int32_t v, int32_t lo, int32_t hi)
+{
+    if (v >= lo && v <= hi) return FC_OK;
+    if (hi < lo + 1) /* a row index where the build has no such table */
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning.%s is %d: this build has no such tile "
+                            "table, use -1", field, (int)v);
+    return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning.%s is %d: use %d to %d", field, (int)v,
+                        (int)lo, (int)hi);
+}
+
+fc_status fc_context_set_tuning(fc_context *ctx, const fc_tuning *t)
+{
+    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    if (!t) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning is NULL");
+    fc_status st;
+    if ((st = check_range(ctx, "sm90_config", t->sm90_config, -1, table_rows(90) - 1)) ||
+        (st = check_range(ctx, "sm80_config", t->sm80_config, -1, table_rows(80) - 1)) ||
+        (st = check_range(ctx, "sm90_rotate", t->sm90_rotate, -1, 1)) ||
+        (st = check_range(ctx, "sm90_tail", t->sm90_tail, -1, 1)) ||
+        (st = check_range(ctx, "sm90_grid", t->sm90_grid, 0, INT32_MAX)) ||
+        (st = check_range(ctx, "splits", t->splits, 0, FC_MAX_SPLITS)) ||
+        (st = check_range(ctx, "pdl", t->pdl, -1, 1)))
+        return st;
+    char *file = NULL;
+    if (t->sm90_trace_file && t->sm90_trace_file[0] && !(file = strdup(t->sm90_trace_file)))
+        return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot copy tuning.sm90_trace_file");
+    free(ctx->trace_file);
+    ctx->trace_file = file;
+    ctx->tuning = *t;
+    ctx->tuning.sm90_trace_file = file;
+    ctx->err[0] = 0;
+    return FC_OK;
+}
+
+fc_status fc_context_get_tuning(const fc_context *ctx, fc_tuning *out)
+{
+    if (!ctx || !out) return FC_ERR_INVALID_ARGUMENT;
+    *out = ctx->tuning;
+    return FC_OK;
+}
+
+fc_status fc_tuning_row_info(int path, int index, fc_tile_row *row)
+{
+    if (!row || (path != 80 && path != 90) || index < 0) return FC_ERR_INVALID_ARGUMENT;
+    if (!fc_cuda_compiled()) return FC_ERR_UNSUPPORTED;
+    const int found = path == 90 ? fc_sm90_tile_row(index, row) : fc_sm80_tile_row(index, row);
+    return found ? FC_OK : FC_ERR_INVALID_ARGUMENT;
+}

@@ -1,0 +1,326 @@
+/*
+ * validate.c -- the argument checks that turn an fc_attention_args into a
+ * trusted fc_fwd_params, and the cu_seqlens check. Every check runs before
+ * anything is written; every failure leaves a message in the context naming
+ * the argument and the limit.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "validate.h"
+
+static int dtype_known(int dt) { return dt >= FC_DTYPE_F32 && dt <= FC_DTYPE_E5M2; }
+
+static const char *dtype_name(int dt)
+{
+    static const char *names[] = {"f32", "f16", "bf16", "e4m3", "e5m2"};
+    return dtype_known(dt) ? names[dt] : "unknown";
+}
+
+/* Bytes per element of a known dtype. */
+static int64_t dtype_bytes(int dt) { return dt == FC_DTYPE_F32 ? 4 : dt <= FC_DTYPE_BF16 ? 2 : 1; }
+
+/* Largest element offset of t (sum of (shape-1)*stride), or -1 when that
+ * offset, or the same offset in bytes, overflows int64 (kernels form byte
+ * addresses from it). Shapes are checked > 0 before this is called. */
+static int64_t max_offset(const fc_tensor *t)
+{
+    int64_t off = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t term;
+        if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &term)) return -1;
+        if (__builtin_add_overflow(off, term, &off)) return -1;
+    }
+    if (off > (INT64_MAX - 1) / dtype_bytes(t->dtype)) return -1;
+    return off;
+}
+
+static int is_empty(const fc_tensor *t)
+{
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return 1;
+    return 0;
+}
+
+/* 1 if the byte ranges spanned by a and b intersect. Both passed
+ * check_tensor, so the extents fit int64. A range test is conservative for
+ * interleaved views, but outputs that share memory with an input or with
+ * each other would be read after being written by other threads/CTAs. */
+static int ranges_overlap(const fc_tensor *a, const fc_tensor *b)
+{
+    if (is_empty(a) || is_empty(b)) return 0;
+    uint64_t a0 = (uint64_t)(uintptr_t)a->data, b0 = (uint64_t)(uintptr_t)b->data;
+    uint64_t a1 = a0 + (uint64_t)(max_offset(a) + 1) * (uint64_t)dtype_bytes(a->dtype);
+    uint64_t b1 = b0 + (uint64_t)(max_offset(b) + 1) * (uint64_t)dtype_bytes(b->dtype);
+    return a0 < b1 && b0 < a1;
+}
+
+/* Elements of a tensor written by the library must not alias each other:
+ * sorted by stride, each stride must cover the extent of the faster dims. */
+static int non_overlapping(const fc_tensor *t)
+{
+    int idx[4] = {0, 1, 2, 3};
+    int n = t->ndim;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t->stride[idx[j]] < t->stride[idx[j - 1]]; j--) {
+            int tmp = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = tmp;
+        }
+    int64_t extent = 1; /* elements spanned by the dims already placed */
+    for (int i = 0; i < n; i++) {
+        const int d = idx[i];
+        if (t->shape[d] == 1) continue;
+        if (t->stride[d] < extent) return 0;
+        extent = t->stride[d] * (t->shape[d] - 1) + extent;
+    }
+    return 1;
+}
+
+/* Names of the dimensions, for messages ("q.shape[2] (heads_q) is 0"). */
+static const char *const dims_q[] = {"batch", "seqlen_q", "heads_q", "head_dim"};
+static const char *const dims_kv[] = {"batch", "seqlen_k", "heads_kv", "head_dim"};
+static const char *const dims_q_var[] = {"total_q", "heads_q", "head_dim"};
+static const char *const dims_kv_var[] = {"total_k", "heads_kv", "head_dim"};
+static const char *const dims_lse[] = {"batch", "heads_q", "seqlen_q"};
+static const char *const dims_lse_var[] = {"heads_q", "total_q"};
+
+/* Shape, stride and pointer checks common to every tensor. empty_dim is the
+ * one dimension that may be 0 (the token count of a varlen tensor), or -1. */
+static fc_status check_tensor(fc_context *ctx, const char *name, const fc_tensor *t, int ndim,
+                              const char *const *dim_names, int empty_dim, int written)
+{
+    if (!t->data)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
+    if (t->ndim != ndim)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.ndim is %d: expected %d", name,
+                            (int)t->ndim, ndim);
+    for (int i = 0; i < ndim; i++) {
+        int64_t lo = i == empty_dim ? 0 : 1;
+        if (t->shape[i] < lo)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s.shape[%d] (%s) is %lld: must be >= %lld", name, i, dim_names[i],
+                                (long long)t->shape[i], (long long)lo);
+        if (t->shape[i] > INT32_MAX)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s.shape[%d] (%s) is %lld: sizes are limited to %d", name, i,
+                                dim_names[i], (long long)t->shape[i], INT32_MAX);
+        if (t->stride[i] < 0)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s.stride[%d] is %lld: negative strides are not supported", name, i,
+                                (long long)t->stride[i]);
+    }
+    if (t->stride[ndim - 1] != 1)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s.stride[%d] is %lld: the last dimension must be contiguous (stride 1)",
+                            name, ndim - 1, (long long)t->stride[ndim - 1]);
+    if (is_empty(t)) return FC_OK; /* empty varlen tensor: nothing is addressed */
+    if (max_offset(t) < 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: shape and strides give element offsets that overflow 64 bits", name);
+    if (written && !non_overlapping(t))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: strides make elements overlap (an output must not alias itself)", name);
+    return FC_OK;
+}
+
+static int same_shape(const fc_tensor *a, const fc_tensor *b)
+{
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+static fc_status check_cu_seqlens(fc_context *ctx, const char *name, const int32_t *cu, int n,
+                                  int64_t total, int32_t max_len)
+{
+    if (cu[0] != 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s[0] is %d: must be 0", name, cu[0]);
+    for (int b = 0; b < n; b++) {
+        int64_t len = (int64_t)cu[b + 1] - cu[b];
+        if (len < 0)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s is not non-decreasing: %s[%d]=%d > %s[%d]=%d", name, name, b, cu[b],
+                                name, b + 1, cu[b + 1]);
+        if (len > max_len)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s: sequence %d has length %lld > max_seqlen %d", name, b,
+                                (long long)len, max_len);
+    }
+    if (cu[n] > total)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s[%d]=%d exceeds the %lld tokens of the tensor", name, n, cu[n],
+                            (long long)total);
+    return FC_OK;
+}
+
+/* Batch, row and head strides of a q/k/v/out tensor; o = 1 for varlen. */
+static void set_strides(const fc_tensor *t, int o, int64_t *batch, int64_t *row, int64_t *head)
+{
+    *batch = o ? 0 : t->stride[0];
+    *row = t->stride[1 - o];
+    *head = t->stride[2 - o];
+}
+
+fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_params *p,
+                          int *nothing_to_do)
+{
+    memset(p, 0, sizeof *p);
+    *nothing_to_do = 0;
+    if (!a) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "args is NULL");
+    if (a->q_descale || a->k_descale || a->v_descale)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "q/k/v_descale are reserved for FP8, which no backend supports yet");
+    if (a->backend < FC_BACKEND_AUTO || a->backend > FC_BACKEND_CPU_REFERENCE)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %d is not a valid fc_backend",
+                            (int)a->backend);
+
+    /* dtypes */
+    const int dt = a->q.dtype;
+    if (!dtype_known(dt))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "q.dtype %d is not a valid fc_dtype", dt);
+    if (dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "q.dtype %s is reserved for FP8, which no backend supports yet: use f32, f16 "
+                            "or bf16", dtype_name(dt));
+    if ((int)a->k.dtype != dt || (int)a->v.dtype != dt || (int)a->out.dtype != dt)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "dtypes differ: q %s, k %s, v %s, out %s (all must be equal)", dtype_name(dt),
+                            dtype_name(a->k.dtype), dtype_name(a->v.dtype), dtype_name(a->out.dtype));
+
+    /* layout: dense 4-d or varlen 3-d */
+    const int varlen = a->cu_seqlens_q || a->cu_seqlens_k;
+    if (varlen && (!a->cu_seqlens_q || !a->cu_seqlens_k))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "cu_seqlens_q and cu_seqlens_k must be both set (varlen) or both NULL");
+    const int nd = varlen ? 3 : 4;
+    fc_status st;
+    const int e0 = varlen ? 0 : -1; /* varlen token counts may be 0 */
+    const char *const *dq = varlen ? dims_q_var : dims_q, *const *dkv = varlen ? dims_kv_var : dims_kv;
+    if ((st = check_tensor(ctx, "q", &a->q, nd, dq, e0, 0))) return st;
+    if ((st = check_tensor(ctx, "k", &a->k, nd, dkv, e0, 0))) return st;
+    if ((st = check_tensor(ctx, "v", &a->v, nd, dkv, e0, 0))) return st;
+    if ((st = check_tensor(ctx, "out", &a->out, nd, dq, e0, 1))) return st;
+
+    const int o = varlen ? 1 : 0; /* index shift: varlen tensors have no batch dim */
+    const int64_t hq = a->q.shape[2 - o], hkv = a->k.shape[2 - o], d = a->q.shape[3 - o];
+    if (!same_shape(&a->q, &a->out))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "out.shape must equal q.shape");
+    if (!same_shape(&a->k, &a->v))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "v.shape must equal k.shape (a different value head dim is not supported)");
+    if (a->k.shape[3 - o] != d)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "k head_dim %lld differs from q head_dim %lld",
+                            (long long)a->k.shape[3 - o], (long long)d);
+    if (!varlen && a->k.shape[0] != a->q.shape[0])
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "k batch %lld differs from q batch %lld",
+                            (long long)a->k.shape[0], (long long)a->q.shape[0]);
+    if (hq % hkv != 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "heads_q %lld is not a multiple of heads_kv %lld (GQA/MQA need heads_q %% "
+                            "heads_kv == 0)", (long long)hq, (long long)hkv);
+
+    /* options */
+    if (!isfinite(a->scale))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "scale is not finite");
+    if (!isfinite(a->softcap) || a->softcap < 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "softcap %g is invalid: use 0 (off) or > 0",
+                            (double)a->softcap);
+    if (a->causal != 0 && a->causal != 1)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "causal is %d: use 0 or 1", (int)a->causal);
+    if (a->window_left < -1 || a->window_right < -1)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "window (%d, %d) is invalid: each side is -1 (unbounded) or >= 0",
+                            (int)a->window_left, (int)a->window_right);
+
+    /* lse */
+    float *lse = NULL;
+    if (a->lse.data) {
+        if (a->lse.dtype != FC_DTYPE_F32)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "lse.dtype is %s: must be f32",
+                                dtype_name(a->lse.dtype));
+        /* varlen lse is [heads_q, total_q]: its dim 1 may be 0 */
+        if ((st = check_tensor(ctx, "lse", &a->lse, varlen ? 2 : 3, varlen ? dims_lse_var : dims_lse,
+                               varlen ? 1 : -1, 1)))
+            return st;
+        int ok = varlen ? (a->lse.shape[0] == hq && a->lse.shape[1] == a->q.shape[0])
+                        : (a->lse.shape[0] == a->q.shape[0] && a->lse.shape[1] == hq &&
+                           a->lse.shape[2] == a->q.shape[1]);
+        if (!ok)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                varlen ? "lse.shape must be [heads_q, total_q]"
+                                       : "lse.shape must be [batch, heads_q, seqlen_q]");
+        lse = a->lse.data;
+    }
+
+    /* outputs must not share memory with an input or with each other */
+    const fc_tensor *ins[3] = {&a->q, &a->k, &a->v};
+    const char *in_names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) {
+        if (ranges_overlap(&a->out, ins[i]))
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "out overlaps %s in memory: outputs must not alias inputs", in_names[i]);
+        if (lse && ranges_overlap(&a->lse, ins[i]))
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "lse overlaps %s in memory: outputs must not alias inputs", in_names[i]);
+    }
+    if (lse && ranges_overlap(&a->lse, &a->out))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "lse overlaps out in memory");
+
+    /* fill params */
+    p->q = a->q.data; p->k = a->k.data; p->v = a->v.data; p->o = a->out.data; p->lse = lse;
+    p->dtype = dt;
+    p->heads_q = (int32_t)hq; p->heads_kv = (int32_t)hkv; p->head_dim = (int32_t)d;
+    set_strides(&a->q, o, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
+    set_strides(&a->k, o, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
+    set_strides(&a->v, o, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
+    set_strides(&a->out, o, &p->o_batch_stride, &p->o_row_stride, &p->o_head_stride);
+    if (lse) {
+        if (varlen) { p->lse_batch_stride = 0; p->lse_head_stride = a->lse.stride[0]; p->lse_row_stride = a->lse.stride[1]; }
+        else { p->lse_batch_stride = a->lse.stride[0]; p->lse_head_stride = a->lse.stride[1]; p->lse_row_stride = a->lse.stride[2]; }
+    }
+    p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)d));
+    p->softcap = a->softcap;
+    p->causal = a->causal;
+    p->window_left = a->window_left;
+    p->window_right = a->causal ? 0 : a->window_right;
+    if (a->causal && a->window_right > 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "causal with window_right %d > 0 is contradictory: causal means window_right 0",
+                            (int)a->window_right);
+    p->num_splits = 1;
+
+    if (varlen) {
+        if (a->num_seqs <= 0)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "num_seqs is %d: varlen needs >= 1 sequence",
+                                (int)a->num_seqs);
+        if (a->max_seqlen_q < 0 || a->max_seqlen_k < 0)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "max_seqlen_q/k must be >= 0 (got %d, %d)",
+                                (int)a->max_seqlen_q, (int)a->max_seqlen_k);
+        p->batch = a->num_seqs;
+        p->seqlen_q = a->max_seqlen_q;
+        p->seqlen_k = a->max_seqlen_k;
+        p->cu_seqlens_q = a->cu_seqlens_q;
+        p->cu_seqlens_k = a->cu_seqlens_k;
+        p->total_q = a->q.shape[0];
+        p->total_k = a->k.shape[0];
+        /* No query token, or max_seqlen_q 0: once cu_seqlens are validated
+         * (every sequence <= max_seqlen_q) no row exists. The selection
+         * function still validates cu_seqlens whenever total_q > 0, so a
+         * wrong max_seqlen_q is an error, not an unwritten output. */
+        if (p->total_q == 0 || p->seqlen_q == 0) *nothing_to_do = 1;
+    } else {
+        p->batch = (int32_t)a->q.shape[0];
+        p->seqlen_q = (int32_t)a->q.shape[1];
+        p->seqlen_k = (int32_t)a->k.shape[1];
+    }
+    return FC_OK;
+}
+
+/* Validate host-visible cu_seqlens (host copies for CUDA are made by the caller). */
+fc_status fc_check_varlen(fc_context *ctx, const fc_fwd_params *p, const int32_t *cu_q,
+                          const int32_t *cu_k)
+{
+    fc_status st = check_cu_seqlens(ctx, "cu_seqlens_q", cu_q, p->batch, p->total_q, p->seqlen_q);
+    if (st) return st;
+    return check_cu_seqlens(ctx, "cu_seqlens_k", cu_k, p->batch, p->total_k, p->seqlen_k);
+}

@@ -1,0 +1,18 @@
+/*
+ * validate.h -- the argument checks (validate.c): an fc_attention_args in,
+ * a trusted fc_fwd_params out, or an error naming the argument and limit.
+ */
+#ifndef FC_VALIDATE_H
+#define FC_VALIDATE_H
+
+#include "api_internal.h"
+
+/* Check args completely and translate them into params. *nothing_to_do is
+ * set when the problem is empty (varlen with no query tokens). */
+fc_status fc_build_params(fc_context *ctx, const fc_attention_args *args, fc_fwd_params *p,
+                          int *nothing_to_do);
+/* Check host-readable copies of cu_seqlens against p. */
+fc_status fc_check_varlen(fc_context *ctx, const fc_fwd_params *p, const int32_t *cu_q,
+                          const int32_t *cu_k);
+
+#endif /* FC_VALIDATE_H */
