@@ -3,11 +3,10 @@
 
     scripts/sass-diff.py OLD_BUILD_DIR NEW_BUILD_DIR
 
-Each build's fc_cuda_kernels objects are disassembled (cuobjdump -sass: in
-the CUDA toolkit, or `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`
-(cuobjdump needs nvdisasm on PATH); $CUOBJDUMP names
-it) and
-split into (architecture, kernel) -> instruction words, so code that moved
+Each build's fc_cuda_kernels objects are disassembled (cuobjdump -sass,
+from the CUDA toolkit or `pip install nvidia-cuda-cuobjdump
+nvidia-cuda-nvdisasm`, with nvdisasm on PATH; $CUOBJDUMP names it) and split
+into (architecture, kernel) -> instruction words, so code that moved
 between files or changed instantiation order still compares equal. A
 refactor proves itself here: prints the kernels that differ or exist on one
 side only, and exits 1 if any do.
