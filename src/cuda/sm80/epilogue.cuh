@@ -27,6 +27,19 @@ __device__ __forceinline__ void stg128(void *dst, uint4 v)
                  "r"(v.w));
 }
 
+/* Query position i and head h of this thread's row (mt, hf) (the MMA C
+ * fragment's row g or g + 8); false for a row past the sequence. */
+template <class S_>
+__device__ __forceinline__ bool thread_row(const fc_sm80_args &a, const TileCoords &c, const Thr &th, int mt, int hf,
+                                           int64_t &i, int &h)
+{
+    const int64_t rr = c.r0 + th.wrow + mt * 16 + th.g + 8 * hf;
+    if (rr >= c.rows) return false;
+    i = row_pos(rr, a.pack_g);
+    h = c.h_base + (int)(rr - i * c.G);
+    return true;
+}
+
 /* Split-KV: fp32 O_i (normalised by this split's own sum) and LSE_i at
  * [split][b][h][i], i < the sequence's length; combine.cu merges. */
 template <class S_>
@@ -39,10 +52,9 @@ __device__ __forceinline__ void store_partials(const fc_sm80_args &a, const Tile
     for (int mt = 0; mt < S_::MT; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-            const int64_t rr = c.r0 + th.wrow + mt * 16 + th.g + 8 * hf;
-            if (rr >= c.rows) continue;
-            const int64_t i = row_pos(rr, a.pack_g);
-            const int h = c.h_base + (int)(rr - i * c.G);
+            int64_t i;
+            int h;
+            if (!thread_row<S_>(a, c, th, mt, hf, i, h)) continue;
             const int64_t row = (((int64_t)c.split * p.batch + c.b) * p.heads_q + h) * p.seqlen_q + i;
             float *dst = p.o_accum + row * S_::HD + 2 * th.t;
 #pragma unroll
@@ -142,10 +154,9 @@ __device__ __forceinline__ void store_lse(const fc_sm80_args &a, const TileCoord
         for (int mt = 0; mt < S_::MT; ++mt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                const int64_t rr = c.r0 + th.wrow + mt * 16 + th.g + 8 * hf;
-                if (rr >= c.rows) continue;
-                const int64_t i = row_pos(rr, a.pack_g);
-                const int h = c.h_base + (int)(rr - i * c.G);
+                int64_t i;
+                int h;
+                if (!thread_row<S_>(a, c, th, mt, hf, i, h)) continue;
                 p.lse[c.bq * p.lse_batch_stride + (int64_t)h * p.lse_head_stride +
                       (c.q_start + i) * p.lse_row_stride] = lse[mt][hf];
             }
