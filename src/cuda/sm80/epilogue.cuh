@@ -151,15 +151,13 @@ __device__ __forceinline__ void store_lse(const fc_sm80_args &a, const TileCoord
     const fc_fwd_params &p = a.p;
     if (p.lse && th.t == 0) {
 #pragma unroll
-        for (int mt = 0; mt < S_::MT; ++mt)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                int64_t i;
-                int h;
-                if (!thread_row<S_>(a, c, th, mt, hf, i, h)) continue;
-                p.lse[c.bq * p.lse_batch_stride + (int64_t)h * p.lse_head_stride +
-                      (c.q_start + i) * p.lse_row_stride] = lse[mt][hf];
-            }
+        for (int r = 0; r < 2 * S_::MT; ++r) { /* row r: m-tile r / 2, half r % 2 */
+            int64_t i;
+            int h;
+            if (thread_row<S_>(a, c, th, r >> 1, r & 1, i, h))
+                p.lse[c.bq * p.lse_batch_stride + (int64_t)h * p.lse_head_stride + (c.q_start + i) * p.lse_row_stride] =
+                    lse[r >> 1][r & 1];
+        }
     }
 }
 
