@@ -22,15 +22,6 @@
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tiles.cuh"
 
-/* Build switches for bisecting and profiling, never shipped: SIMPLE turns
- * pingpong and overlap off, TRACE stamps phases (trace.cuh). */
-#ifndef FC_SM90_SIMPLE
-#define FC_SM90_SIMPLE 0
-#endif
-#ifndef FC_SM90_TRACE
-#define FC_SM90_TRACE 0
-#endif
-
 namespace fc90 {
 
 /* Named barrier ids (0 is __syncthreads). */

@@ -10,9 +10,9 @@
  * With 2 Q buffers the producer loads tile i+1's Q while tile i runs; with
  * 1 it waits until tile i's epilogue has released the buffer.
  *
- * `consumer` is still one function: moving its blocks into functions,
- * however verbatim, renumbers the PTX virtual registers and ptxas then
- * allocates differently (SASS not identical); see docs/design-sm90.md.
+ * `consumer` is kept one function: moving its blocks into functions, even
+ * verbatim, renumbers the PTX virtual registers, and ptxas then allocates
+ * and schedules differently, so the SASS would no longer be the measured one.
  */
 #ifndef FC_SM90_CONSUMER_CUH
 #define FC_SM90_CONSUMER_CUH

@@ -17,13 +17,6 @@
 #include "cuda/sm90/tail_split.h"
 #include "cuda/sm90/tiles.cuh"
 
-#ifndef FC_SM90_SIMPLE
-#define FC_SM90_SIMPLE 0
-#endif
-#ifndef FC_SM90_TRACE
-#define FC_SM90_TRACE 0
-#endif
-
 namespace {
 
 /* What a layout TMA cannot load means here (fc_tma_layout_ok's messages). */

@@ -103,6 +103,15 @@ typedef struct fc_sm90_params {
                                         cudaStream_t stream, char *err, size_t err_len);
 FC_SM90_HEAD_DIMS(FC_SM90_DECLARE_LAUNCHERS)
 
+/* Build switches for bisecting and profiling, never shipped: SIMPLE turns
+ * pingpong and overlap off (kernel and planner), TRACE stamps phases. */
+#ifndef FC_SM90_SIMPLE
+#define FC_SM90_SIMPLE 0
+#endif
+#ifndef FC_SM90_TRACE
+#define FC_SM90_TRACE 0
+#endif
+
 /* Trace builds (-DFC_SM90_TRACE=1, never shipped): the kernel stamps the SM
  * clock (clock64) at phase boundaries into trace[cta][role][tile][event],
  * role 0 = the producer thread, 1.. = consumer warpgroups (their thread 0;
