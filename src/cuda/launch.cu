@@ -127,6 +127,4 @@ extern "C" void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
     *block_m = 1;
     *block_n = 1;
 }
-
-extern "C" int fc_sm90_tile_row(int i, fc_tile_row_info *row) { return 0; }
 #endif

@@ -1,4 +1,4 @@
-/* fwd_bf16_d192.cu -- Hopper forward kernels for bf16, head_dim 192 (config: 3 of tiles.cuh). */
+/* fwd_bf16_d192.cu -- Hopper forward kernels for bf16, head_dim 192: every d192 row of tiles.cuh. */
 #include "cuda/sm90/fwd_kernel.cuh"
 
-FC_SM90_DEFINE_LAUNCHER(3, 192, bf16, 1)
+FC_SM90_DEFINE_LAUNCHER(bf16, 1, 192)

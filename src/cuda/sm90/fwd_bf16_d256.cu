@@ -1,4 +1,4 @@
-/* fwd_bf16_d256.cu -- Hopper forward kernels for bf16, head_dim 256 (config: 4 of tiles.cuh). */
+/* fwd_bf16_d256.cu -- Hopper forward kernels for bf16, head_dim 256: every d256 row of tiles.cuh. */
 #include "cuda/sm90/fwd_kernel.cuh"
 
-FC_SM90_DEFINE_LAUNCHER(4, 256, bf16, 1)
+FC_SM90_DEFINE_LAUNCHER(bf16, 1, 256)

@@ -1,8 +1,4 @@
-/* fwd_bf16_d64.cu -- Hopper forward kernels for bf16, head_dim 64 (configs: 0, 5, 7, 8, 9 of tiles.cuh). */
+/* fwd_bf16_d64.cu -- Hopper forward kernels for bf16, head_dim 64: every d64 row of tiles.cuh. */
 #include "cuda/sm90/fwd_kernel.cuh"
 
-FC_SM90_DEFINE_LAUNCHER(0, 64, bf16, 1)
-FC_SM90_DEFINE_LAUNCHER(5, 64, bf16, 1)
-FC_SM90_DEFINE_LAUNCHER(7, 64, bf16, 1)
-FC_SM90_DEFINE_LAUNCHER(8, 64, bf16, 1)
-FC_SM90_DEFINE_LAUNCHER(9, 64, bf16, 1)
+FC_SM90_DEFINE_LAUNCHER(bf16, 1, 64)

@@ -1,4 +1,4 @@
-/* fwd_bf16_d96.cu -- Hopper forward kernels for bf16, head_dim 96 (config: 1 of tiles.cuh). */
+/* fwd_bf16_d96.cu -- Hopper forward kernels for bf16, head_dim 96: every d96 row of tiles.cuh. */
 #include "cuda/sm90/fwd_kernel.cuh"
 
-FC_SM90_DEFINE_LAUNCHER(1, 96, bf16, 1)
+FC_SM90_DEFINE_LAUNCHER(bf16, 1, 96)

@@ -1,4 +1,4 @@
-/* fwd_f16_d96.cu -- Hopper forward kernels for f16, head_dim 96 (config: 1 of tiles.cuh). */
+/* fwd_f16_d96.cu -- Hopper forward kernels for f16, head_dim 96: every d96 row of tiles.cuh. */
 #include "cuda/sm90/fwd_kernel.cuh"
 
-FC_SM90_DEFINE_LAUNCHER(1, 96, f16, 0)
+FC_SM90_DEFINE_LAUNCHER(f16, 0, 96)

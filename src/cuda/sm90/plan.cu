@@ -10,18 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "constants.h"
 #include "cuda/common/mask_mode.h"
 #include "cuda/common/tma_map.h"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tail_split.h"
 #include "cuda/sm90/tiles.cuh"
-
-#ifndef FC_SM90_SIMPLE
-#define FC_SM90_SIMPLE 0
-#endif
-#ifndef FC_SM90_TRACE
-#define FC_SM90_TRACE 0
-#endif
 
 namespace {
 
@@ -67,35 +61,49 @@ void trace_write(cudaStream_t stream, int grid, int config, const char *path)
 }
 #endif
 
-/* Both tables sized by their initialisers, so that the asserts below catch a
- * row added to one place and not the other (a declared size would pad the
- * missing launchers with null pointers). */
-const fc_sm90_tile k_tiles[] = {FC_SM90_TILE_TABLE};
-static_assert(sizeof k_tiles / sizeof k_tiles[0] == FC_SM90_NUM_TILES, "FC_SM90_NUM_TILES = the table's rows");
+using fc90::kNumTiles;
+using fc90::kTiles;
+using fc90::TileRow;
 
-struct Launchers {
-    fc_sm90_launch_fn bf16, f16;
-};
-const Launchers k_launch[] = {
-    {fc_sm90_launch_0_bf16, fc_sm90_launch_0_f16}, {fc_sm90_launch_1_bf16, fc_sm90_launch_1_f16},
-    {fc_sm90_launch_2_bf16, fc_sm90_launch_2_f16}, {fc_sm90_launch_3_bf16, fc_sm90_launch_3_f16},
-    {fc_sm90_launch_4_bf16, fc_sm90_launch_4_f16}, {fc_sm90_launch_5_bf16, fc_sm90_launch_5_f16},
-    {fc_sm90_launch_6_bf16, fc_sm90_launch_6_f16}, {fc_sm90_launch_7_bf16, fc_sm90_launch_7_f16},
-    {fc_sm90_launch_8_bf16, fc_sm90_launch_8_f16},
-    {fc_sm90_launch_9_bf16, fc_sm90_launch_9_f16},
-};
-static_assert(sizeof k_launch / sizeof k_launch[0] == FC_SM90_NUM_TILES, "one launcher pair per config");
+/* Every row's head dim has launchers (sm90.h FC_SM90_HEAD_DIMS). */
+constexpr bool has_launcher(int d)
+{
+#define FC_SM90_IS_DIM(dim) d == (dim) ||
+    return FC_SM90_HEAD_DIMS(FC_SM90_IS_DIM) false;
+#undef FC_SM90_IS_DIM
+}
+constexpr bool all_rows_launchable(int i = 0)
+{
+    return i >= kNumTiles || (has_launcher(kTiles[i].head_dim) && all_rows_launchable(i + 1));
+}
+static_assert(all_rows_launchable(), "a tiles.cuh row's head dim has no kernel TU (sm90.h FC_SM90_HEAD_DIMS)");
+
+/* Launch row `config` through its (dtype, head dim) launcher. */
+fc_status launch_row(int config, bool bf16, const fc_sm90_params *prm, int grid, int device, cudaStream_t stream,
+                     char *err, size_t err_len)
+{
+    switch (kTiles[config].head_dim) {
+#define FC_SM90_LAUNCH_CASE(dim)                                                                              \
+    case dim:                                                                                                 \
+        return (bf16 ? fc_sm90_launch_bf16_d##dim : fc_sm90_launch_f16_d##dim)(config, prm, grid, device, stream, \
+                                                                               err, err_len);
+        FC_SM90_HEAD_DIMS(FC_SM90_LAUNCH_CASE)
+#undef FC_SM90_LAUNCH_CASE
+    }
+    snprintf(err, err_len, "sm90 forward: config %d has no launcher (build bug)", config);
+    return FC_ERR_INTERNAL;
+}
 
 /* "64, 96, 128, 192, 256": the head dims of the table, in order, once each. */
 void head_dim_list(char *buf, size_t len)
 {
     buf[0] = '\0';
     size_t used = 0;
-    for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
+    for (int i = 0; i < kNumTiles; ++i) {
         int seen = 0;
-        for (int j = 0; j < i; ++j) seen |= k_tiles[j].head_dim == k_tiles[i].head_dim;
+        for (int j = 0; j < i; ++j) seen |= kTiles[j].head_dim == kTiles[i].head_dim;
         if (seen) continue;
-        int n = snprintf(buf + used, len - used, "%s%d", used ? ", " : "", k_tiles[i].head_dim);
+        int n = snprintf(buf + used, len - used, "%s%d", used ? ", " : "", kTiles[i].head_dim);
         if (n < 0 || (size_t)n >= len - used) break;
         used += (size_t)n;
     }
@@ -129,7 +137,7 @@ int64_t row_tiles(const fc_fwd_params *p, int block_m, int shift)
 
 /* Wave-quantised cost of a row for p (persistent CTAs, one tile per SM at a
  * time): waves * rows per tile, divided by the row's expected per-row gain. */
-double wave_cost(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm90_tile &t, int shift)
+double wave_cost(const fc_fwd_params *p, const fc_cuda_device *dev, const TileRow &t, int shift)
 {
     const int64_t sms = dev->sm_count > 0 ? dev->sm_count : 1;
     const int64_t waves = (row_tiles(p, t.block_m, shift) + sms - 1) / sms;
@@ -143,7 +151,7 @@ double wave_cost(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm9
 int forced_config(const fc_fwd_params *p, const fc_tuning *tune)
 {
     const int v = tune->sm90_config;
-    if (v < 0 || v >= FC_SM90_NUM_TILES || k_tiles[v].head_dim != p->head_dim) return -1;
+    if (v < 0 || v >= kNumTiles || kTiles[v].head_dim != p->head_dim) return -1;
     return v;
 }
 
@@ -157,23 +165,23 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuni
 {
     const int forced = forced_config(p, tune);
     if (forced >= 0) {
-        *shift = pack_shift_for(p, k_tiles[forced].block_m);
+        *shift = pack_shift_for(p, kTiles[forced].block_m);
         return forced;
     }
     int cfg = -1, small = -1, small_kvs = -1, tall = -1, tall_shift = 0;
     double tall_cost = 0.0; /* the tall row of least wave-quantised cost (the first of equals) */
-    for (int i = 0; i < FC_SM90_NUM_TILES; ++i) {
-        if (k_tiles[i].head_dim != p->head_dim) continue;
-        if (k_tiles[i].ctas > 1) continue; /* no cost model for 2-CTA rows: forced only (tiles.cuh) */
-        if (k_tiles[i].unbanded && banded(p)) continue;
-        if (k_tiles[i].small) {
-            int &slot = k_tiles[i].kvsplit > 1 ? small_kvs : small;
+    for (int i = 0; i < kNumTiles; ++i) {
+        if (kTiles[i].head_dim != p->head_dim) continue;
+        if (kTiles[i].ctas > 1) continue; /* no cost model for 2-CTA rows: forced only (tiles.cuh) */
+        if (kTiles[i].unbanded && banded(p)) continue;
+        if (kTiles[i].small) {
+            int &slot = kTiles[i].kvsplit > 1 ? small_kvs : small;
             if (slot < 0) slot = i;
             continue;
         }
-        if (k_tiles[i].tall) {
-            const int s = pack_shift_for(p, k_tiles[i].block_m);
-            const double c = wave_cost(p, dev, k_tiles[i], s);
+        if (kTiles[i].tall) {
+            const int s = pack_shift_for(p, kTiles[i].block_m);
+            const double c = wave_cost(p, dev, kTiles[i], s);
             if (tall < 0 || c < tall_cost) tall = i, tall_shift = s, tall_cost = c;
             continue;
         }
@@ -181,25 +189,24 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuni
     }
     /* Small grids with a causal or local mask take the kvsplit row where
      * there is one: its two warpgroups halve the longest tile's chain of KV
-     * blocks. Measured (H100, session 5): mission-causal +8.5%, the
-     * unmasked mission shape -2% (its CTAs are equal; what bounds it is
-     * not the chain), so only masked calls. */
+     * blocks: mission-causal +8.5% on an H100, the unmasked mission shape
+     * -2% (its CTAs are equal, so the chain is not the bound): masked only. */
     if (banded(p) && small_kvs >= 0) small = small_kvs;
     if (cfg < 0) cfg = small;
     if (cfg < 0) return -1;
-    *shift = pack_shift_for(p, k_tiles[cfg].block_m);
-    if (tall >= 0 && cfg != small && tall_cost < wave_cost(p, dev, k_tiles[cfg], *shift)) {
+    *shift = pack_shift_for(p, kTiles[cfg].block_m);
+    if (tall >= 0 && cfg != small && tall_cost < wave_cost(p, dev, kTiles[cfg], *shift)) {
         cfg = tall;
         *shift = tall_shift;
     }
     /* Small grid, or rows that fill at most one 64-row tile per head unit
      * (decode, also after pack-GQA): the 128-row tile would be mostly
      * padding, computed at full cost. */
-    const bool few_tiles = 2 * row_tiles(p, k_tiles[cfg].block_m, *shift) <= dev->sm_count;
+    const bool few_tiles = 2 * row_tiles(p, kTiles[cfg].block_m, *shift) <= dev->sm_count;
     const bool short_rows = ((int64_t)p->seqlen_q << *shift) <= 64;
     if (small >= 0 && cfg != small && (few_tiles || short_rows)) {
         cfg = small;
-        *shift = pack_shift_for(p, k_tiles[cfg].block_m);
+        *shift = pack_shift_for(p, kTiles[cfg].block_m);
     }
 #if defined(FC_SM90_NO_PACK_GQA) && FC_SM90_NO_PACK_GQA
     *shift = 0;
@@ -210,7 +217,7 @@ int pick_config(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuni
 /* Persistent grid of a row: every CTA slot of the chip, at most one CTA per
  * tile; cap (tuning.sm90_grid via choice->grid_cap, a test hook) caps it:
  * with a few CTAs small problems run several rounds of tiles, and get tails. */
-int64_t grid_for(const fc_cuda_device *dev, const fc_sm90_tile &t, int64_t tiles, int cap)
+int64_t grid_for(const fc_cuda_device *dev, const TileRow &t, int64_t tiles, int cap)
 {
     int64_t grid = (int64_t)(dev->sm_count > 0 ? dev->sm_count : 1) * t.ctas;
     if (cap >= 1 && cap < grid) grid = cap;
@@ -225,13 +232,13 @@ int64_t grid_for(const fc_cuda_device *dev, const fc_sm90_tile &t, int64_t tiles
  * partial write, an arrival count and a merge by the last part of each
  * split tile, and of the counters' memset, which also takes the call's
  * programmatic dependent launch: about kTailCostBlocks KV blocks of one
- * CTA's time. Measured (H100, run 63, same passes without it): s8k-d128
- * +2.0% (31 idle blocks per CTA), s2k-d128 -0.4% (7.8): 9-11 blocks.
+ * CTA's time (H100, same passes without it: s8k-d128 +2.0% with 31
+ * idle blocks per CTA, s2k-d128 -0.4% with 7.8: 9-11 blocks).
  * Taken when every tile has the same KV range (no mask band, no varlen),
  * the call takes neither the rotated loop nor softcap (kernel instances),
- * the row can (tiles.cuh FC_SM90_TAIL_ROW: registers for the merge), and
+ * the row can (tiles.cuh tail_row: registers for the merge), and
  * the blocks it saves exceed that cost by 0.5% of the call.
- * FLASHCORE_SM90_TAIL=0|1 turns it off, or on wherever it is possible
+ * tuning.sm90_tail 0|1 turns it off, or on wherever it is possible
  * (tests, A/B). */
 const double kTailCostBlocks = 10.0;
 
@@ -243,7 +250,7 @@ struct TailShape {
     int64_t cnt_bytes, bytes;       /* workspace: counters (zeroed per call), then partials */
 };
 
-TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm90_tile &t, int shift, int cap)
+TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const TileRow &t, int shift, int cap)
 {
     TailShape ts;
     const int64_t tiles = row_tiles(p, t.block_m, shift);
@@ -259,12 +266,12 @@ TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const fc
 
 /* Does p take tail balancing on row t? choice carries the rotate and mask
  * decisions already made (the tail instance has neither). */
-bool tail_on(const fc_fwd_params *p, const fc_sm90_tile &t, const fc_cuda_choice *choice, const TailShape &ts,
+bool tail_on(const fc_fwd_params *p, const TileRow &t, const fc_cuda_choice *choice, const TailShape &ts,
              int forced)
 {
     const bool uniform = p->cu_seqlens_q == NULL && !banded(p);
     /* (the kernel's share arithmetic is 32-bit: rest * nb and grid^2 fit) */
-    if (!uniform || !FC_SM90_TAIL_ROW(t) || FC_SM90_SIMPLE || choice->rotate || choice->masks == FC_MASKS_ANY ||
+    if (!uniform || !fc90::tail_row(t) || FC_SM90_SIMPLE || choice->rotate || choice->masks == FC_MASKS_ANY ||
         ts.rounds < 1 || ts.rest == 0 || ts.nb < 2 || ts.blocks >= ((int64_t)1 << 30) || ts.grid > 32768 ||
         forced == 0)
         return false;
@@ -300,19 +307,19 @@ fc_status alloc_zeroed(void **out, size_t bytes, size_t zero, cudaStream_t strea
     return FC_OK;
 }
 
-bool pingpong_on(const fc_sm90_tile &t) { return t.pingpong && t.wgs > 1 && !FC_SM90_SIMPLE; }
-bool overlap_on(const fc_sm90_tile &t) { return t.overlap && !FC_SM90_SIMPLE; }
+bool pingpong_on(const TileRow &t) { return t.pingpong && t.wgs > 1 && !FC_SM90_SIMPLE; }
+bool overlap_on(const TileRow &t) { return t.overlap && !FC_SM90_SIMPLE; }
 
 } /* namespace */
 
 void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
 {
-    if (config < 0 || config >= FC_SM90_NUM_TILES) {
+    if (config < 0 || config >= kNumTiles) {
         *block_m = *block_n = 1;
         return;
     }
-    *block_m = k_tiles[config].block_m;
-    *block_n = k_tiles[config].block_n;
+    *block_m = kTiles[config].block_m;
+    *block_n = kTiles[config].block_n;
 }
 
 fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
@@ -337,7 +344,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  (int)p->head_dim, list);
         return FC_ERR_UNSUPPORTED;
     }
-    const fc_sm90_tile &t = k_tiles[cfg];
+    const TileRow &t = kTiles[cfg];
     if (!(p->scale > 0.0f) && p->softcap == 0.0f) {
         snprintf(why, why_len,
                  "scale %g <= 0 is not supported by the sm90 kernels (their softmax takes the row max of "
@@ -354,7 +361,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  (int)p->heads_kv);
         return FC_ERR_INVALID_ARGUMENT;
     }
-    const int need_smem = FC_SM90_SMEM_BYTES(t);
+    const int need_smem = fc90::smem_bytes(t);
     if (dev->smem_optin < need_smem) {
         snprintf(why, why_len,
                  "the sm90 kernel for head_dim %d needs %d bytes of shared memory per block; %s allows %lld",
@@ -375,7 +382,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
         if (!fc_tma_layout_ok("q", p->q, qs, qn, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
         if (!fc_tma_kv_ok(p, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
     }
-    if (row_tiles(p, t.block_m, shift) * 64 /* max splits */ >= ((int64_t)1 << 31) ||
+    if (row_tiles(p, t.block_m, shift) * FC_MAX_SPLITS >= ((int64_t)1 << 31) ||
         ((int64_t)p->seqlen_q << shift) >= ((int64_t)1 << 31)) {
         snprintf(why, why_len, "%lld query tiles exceed the sm90 scheduler's int32 tile index",
                  (long long)row_tiles(p, t.block_m, shift));
@@ -387,14 +394,13 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
     /* The rotated tile loop issues a tile's first S GEMM during the previous
      * tile's epilogue, so it pays only where CTAs run several tiles, and
      * where the tile edges are a large share of a tile: short KV. Same-run
-     * A/B on an H100 (notes-sm90.md; FLASHCORE_SM90_ROTATE=0/1 overrides):
-     *   - 2-warpgroup rows without a band: +1.2% at s2k-d128 (16 KV blocks,
-     *     session 10, run 72), -1.6% at s8k-d128 (64, session 4);
-     *   - causal: -3.3% at s2k-causal and gqa-prefill (16-32 blocks, run
-     *     72); kept at <= 8 blocks, where session 4 measured it;
-     *   - the tall rows: 3 warpgroups without intra-warpgroup overlap
-     *     -1.3% at s512-d64 (4 blocks, run 72; +1.7% on session 4's loop),
-     *     4 warpgroups with it -0.6..-3.8% there (8 blocks, run 88);
+     * A/B on an H100 (tuning.sm90_rotate overrides):
+     *   - 2-warpgroup rows without a band: +1.2% at s2k-d128 (16 KV blocks),
+     *     -1.6% at s8k-d128 (64);
+     *   - causal: -3.3% at s2k-causal and gqa-prefill (16-32 blocks); kept
+     *     at <= 8 blocks, where it was measured to gain;
+     *   - the tall rows: -1.3% at s512-d64 with 3 warpgroups (4 blocks),
+     *     -0.6..-3.8% there with 4 (8 blocks);
      *   - -8% where each CTA runs one tile (the mission shape).
      * Rows with one Q buffer cannot rotate. */
     const int forced_rot = tune->sm90_rotate;
@@ -403,7 +409,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
     const TailShape ts = tail_shape(p, dev, t, shift, choice->grid_cap);
     choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
     const int64_t rot_max_blocks = banded(p) ? 8 : 16;
-    choice->rotate = FC_SM90_CAN_ROTATE(t) && !FC_SM90_SIMPLE &&
+    choice->rotate = fc90::can_rotate(t) && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
                                             t.tall == 0 && ts.nb <= rot_max_blocks);
@@ -420,14 +426,14 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
 fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
                           void *stream, char *err, size_t err_len)
 {
-    if (choice->config < 0 || choice->config >= FC_SM90_NUM_TILES ||
-        k_tiles[choice->config].head_dim != p->head_dim ||
+    if (choice->config < 0 || choice->config >= kNumTiles ||
+        kTiles[choice->config].head_dim != p->head_dim ||
         (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)) {
         snprintf(err, err_len, "sm90 forward: config %d does not fit head_dim %d / dtype %d (planner bug)",
                  (int)choice->config, (int)p->head_dim, (int)p->dtype);
         return FC_ERR_INTERNAL;
     }
-    const fc_sm90_tile &t = k_tiles[choice->config];
+    const TileRow &t = kTiles[choice->config];
     const bool bf16 = p->dtype == FC_DTYPE_BF16;
     const bool varlen = p->cu_seqlens_q != NULL;
     const int splits = p->num_splits > 1 ? p->num_splits : 1;
@@ -524,7 +530,7 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     prm.seqlen_k = p->seqlen_k;
     prm.window_left = p->window_left;
     prm.window_right = p->window_right;
-    const float log2e = 1.4426950408889634f;
+    const float log2e = FC_LOG2E_F;
     if (p->softcap > 0.0f) {
         prm.softcap_in = p->scale / p->softcap;
         prm.softcap_out = p->softcap;
@@ -611,14 +617,13 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     /* Launch as a programmatic dependent of the previous kernel in the
      * stream (common/pdl.cuh): this grid's launch and barrier set-up overlap
      * that kernel's tail. -0.7 us per call at the mission shape graph-timed
-     * (7.4 -> 6.7, H100, session 4), the same or better elsewhere. Not with
+     * (7.4 -> 6.7 us, H100), the same or better elsewhere. Not with
      * the tile counter: its memset is the stream's previous operation. */
     prm.pdl = choice->pdl && ctr == NULL && tail == NULL;
 #if FC_SM90_TRACE
     prm.trace = grid <= (int)k_trace_ctas ? trace_buffer((cudaStream_t)stream) : NULL;
 #endif
-    const Launchers &l = k_launch[choice->config];
-    fc_status st = (bf16 ? l.bf16 : l.f16)(&prm, grid, dev->id, (cudaStream_t)stream, err, err_len);
+    fc_status st = launch_row(choice->config, bf16, &prm, grid, dev->id, (cudaStream_t)stream, err, err_len);
 #if FC_SM90_TRACE
     if (st == FC_OK && prm.trace) trace_write((cudaStream_t)stream, grid, choice->config, choice->trace_file);
 #endif

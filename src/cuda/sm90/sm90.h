@@ -69,7 +69,7 @@ typedef struct fc_sm90_params {
                             * 1 each tile's first block only, 2 any (host
                             * side: picks the kernel instance; plan.cu)     */
     int32_t pdl;           /* 1: launched as a programmatic dependent of the
-                            * previous kernel (default; FLASHCORE_PDL=0 turns
+                            * previous kernel (default; tuning.pdl = 0 turns
                             * it off, and the tile counter does; host side
                             * only: the kernel always waits, a no-op without) */
     /* Tail balancing (plan.cu): whole tiles t < tail_first (= tail_rounds *
@@ -88,33 +88,35 @@ typedef struct fc_sm90_params {
                             * position groups per 64 rows, TMA-able layout   */
 } fc_sm90_params;
 
-/* One launcher per (config, dtype), defined in the kernel TUs. Sets the
- * dynamic shared-memory attribute (once per device), launches `grid` persistent CTAs on stream
- * and checks the launch error. */
-typedef fc_status (*fc_sm90_launch_fn)(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream,
-                                       char *err, size_t err_len);
+/* The head dims with kernel TUs (fwd_<dtype>_d<dim>.cu); every row of
+ * tiles.cuh has one of them (plan.cu checks). */
+#define FC_SM90_HEAD_DIMS(X) X(64) X(96) X(128) X(192) X(256)
 
-#define FC_SM90_DECLARE_LAUNCHER(cfg)                                                        \
-    fc_status fc_sm90_launch_##cfg##_bf16(const fc_sm90_params *, int, int, cudaStream_t, char *, \
-                                          size_t);                                               \
-    fc_status fc_sm90_launch_##cfg##_f16(const fc_sm90_params *, int, int, cudaStream_t, char *,  \
-                                         size_t);
-FC_SM90_DECLARE_LAUNCHER(0)
-FC_SM90_DECLARE_LAUNCHER(1)
-FC_SM90_DECLARE_LAUNCHER(2)
-FC_SM90_DECLARE_LAUNCHER(3)
-FC_SM90_DECLARE_LAUNCHER(4)
-FC_SM90_DECLARE_LAUNCHER(5)
-FC_SM90_DECLARE_LAUNCHER(6)
-FC_SM90_DECLARE_LAUNCHER(7)
-FC_SM90_DECLARE_LAUNCHER(8)
-FC_SM90_DECLARE_LAUNCHER(9)
+/* One launcher per (dtype, head dim), defined in the kernel TUs: launches
+ * row `config` of tiles.cuh (of that head dim) with `grid` persistent CTAs
+ * on stream, having set its dynamic shared-memory attribute (once per
+ * device), and checks the launch error. */
+#define FC_SM90_DECLARE_LAUNCHERS(dim)                                                                 \
+    fc_status fc_sm90_launch_bf16_d##dim(int config, const fc_sm90_params *prm, int grid, int device,   \
+                                         cudaStream_t stream, char *err, size_t err_len);               \
+    fc_status fc_sm90_launch_f16_d##dim(int config, const fc_sm90_params *prm, int grid, int device,    \
+                                        cudaStream_t stream, char *err, size_t err_len);
+FC_SM90_HEAD_DIMS(FC_SM90_DECLARE_LAUNCHERS)
+
+/* Build switches for bisecting and profiling, never shipped: SIMPLE turns
+ * pingpong and overlap off (kernel and planner), TRACE stamps phases. */
+#ifndef FC_SM90_SIMPLE
+#define FC_SM90_SIMPLE 0
+#endif
+#ifndef FC_SM90_TRACE
+#define FC_SM90_TRACE 0
+#endif
 
 /* Trace builds (-DFC_SM90_TRACE=1, never shipped): the kernel stamps the SM
  * clock (clock64) at phase boundaries into trace[cta][role][tile][event],
  * role 0 = the producer thread, 1.. = consumer warpgroups (their thread 0;
  * up to 4, tiles.cuh), tile = the CTA's k-th tile; plan.cu writes the last
- * call's buffer to $FLASHCORE_SM90_TRACE_FILE; bench/trace_sm90.py reads it. */
+ * call's buffer to tuning.sm90_trace_file; bench/trace_sm90.py reads it. */
 #define FC_SM90_TRACE_ROLES 5
 #define FC_SM90_TRACE_TILES 64
 #define FC_SM90_TRACE_EVENTS 8
