@@ -15,8 +15,8 @@
  * function (dispatch.c: fc_cuda_choice.pdl): the device is sm_90 or newer
  * -- a 9.x device runs only the sm_90/90a images of this library (no PTX is
  * embedded, runtime.c refuses other majors), so the kernel executing there
- * was compiled with the wait below -- and FLASHCORE_PDL is not 0 (A/B hook,
- * docs/API.md).
+ * was compiled with the wait below -- and the context's tuning.pdl is not
+ * 0 (A/B hook, docs/API.md).
  */
 #ifndef FC_PDL_CUH
 #define FC_PDL_CUH
