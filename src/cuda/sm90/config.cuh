@@ -82,6 +82,32 @@ template <int kCfg, bool kTail = false> struct Cfg {
     static_assert(OFF_BAR + kBarrierBytes + kSmemAlign == (uint32_t)SMEM, "layout = table");
 };
 
+/* A consumer thread's place in its tile: warpgroup cw computes the tile's
+ * rows 64*rg.. over every KVS-th KV block from the kv-th (kvsplit), else
+ * rg = cw and kv = 0; row_wg and col_t locate its accumulator elements
+ * (softmax.cuh has the layout). */
+struct WgThread {
+    int cw;     /* consumer warpgroup index                  */
+    int tid;    /* 0..127 within the warpgroup               */
+    int lane;
+    int rg, kv;
+    int row_wg; /* tile row of accumulator rows r (and r+8)  */
+    int col_t;  /* column of acc[4j] within 8-column group j */
+};
+template <class C> __device__ __forceinline__ WgThread wg_thread(int cw)
+{
+    WgThread w;
+    w.cw = cw;
+    w.tid = threadIdx.x - 128 * (cw + 1);
+    const int warp = w.tid >> 5;
+    w.lane = w.tid & 31;
+    w.rg = cw / C::KVS;
+    w.kv = cw % C::KVS;
+    w.row_wg = 64 * w.rg + 16 * warp + (w.lane >> 2);
+    w.col_t = 2 * (w.lane & 3);
+    return w;
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 /* XOR swizzle of a byte offset inside a 1024-aligned region: 16-byte chunk
@@ -115,6 +141,34 @@ template <class C> struct Bars {
     __device__ __forceinline__ uint32_t t_flag(int cw) const { return base + 88 + 32 * C::ST + 4 * cw; }
     static_assert(88 + 32 * C::ST + 4 * 3 <= kBarrierBytes, "barrier area");
 };
+
+/* Initialise the CTA's mbarriers (one thread), before the __syncthreads. */
+template <class C> __device__ __forceinline__ void init_bars(const Bars<C> &bars)
+{
+#pragma unroll
+    for (int b = 0; b < C::QB; ++b) {
+        mbar_init(bars.q_full(b), 1);
+        mbar_init(bars.q_empty(b), C::CONSUMERS);
+    }
+    /* Both scheduler slots, whatever QB is. */
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+        mbar_init(bars.t_full(b), 1);
+        mbar_init(bars.t_empty(b), C::CONSUMERS);
+    }
+    if (C::KVS > 1) {
+        mbar_init(bars.m_full(), 128);
+        mbar_init(bars.m_empty(), 128);
+    }
+#pragma unroll
+    for (int s = 0; s < C::ST; ++s) {
+        mbar_init(bars.k_full(s), 1);
+        mbar_init(bars.k_empty(s), C::KV_CONSUMERS);
+        mbar_init(bars.v_full(s), 1);
+        mbar_init(bars.v_empty(s), C::KV_CONSUMERS);
+    }
+    mbar_fence_init();
+}
 
 } /* namespace fc90 */
 

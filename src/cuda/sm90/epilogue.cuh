@@ -187,6 +187,177 @@ __device__ __forceinline__ void write_empty_tile(const fc_sm90_params &p, const 
     }
 }
 
+/* kvsplit: merge the pair's partials, thread t with thread t (the same rows
+ * and columns): the second warpgroup (kv 1) hands its m, l, O over shared
+ * memory (m_full) and goes on to its next tile; the first rescales both to
+ * the common max and hands the area back (m_empty). Merge number `merges`
+ * gives the parity. */
+template <class C>
+__device__ __forceinline__ void kvsplit_merge(const fc_sm90_params &p, const Bars<C> &bars, uint8_t *smem, int tid,
+                                              int kv, uint32_t &merges, RowState &rs, float (&O)[C::D / 2])
+{
+    float *mg = reinterpret_cast<float *>(smem + C::OFF_MERGE) + tid;
+    const uint32_t m_par = merges & 1;
+    ++merges;
+    if (kv == 1) {
+        FC90_WAIT(bars.m_empty(), m_par ^ 1);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mg[128 * r] = rs.m[r];
+            mg[128 * (2 + r)] = rs.l[r];
+        }
+#pragma unroll
+        for (int i = 0; i < C::D / 2; ++i) mg[128 * (4 + i)] = O[i];
+        mbar_arrive(bars.m_full());
+    } else {
+        FC90_WAIT(bars.m_full(), m_par);
+        float f0[2], f1[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float m1 = mg[128 * r];
+            const float mn = fmaxf(rs.m[r], m1);
+            const float ms = max_shift(mn, p.scale_log2);
+            f0[r] = ex2(rs.m[r] * p.scale_log2 - ms);
+            f1[r] = ex2(m1 * p.scale_log2 - ms);
+            rs.l[r] = rs.l[r] * f0[r] + mg[128 * (2 + r)] * f1[r];
+            rs.m[r] = mn;
+        }
+#pragma unroll
+        for (int i = 0; i < C::D / 2; ++i) {
+            const int r = (i >> 1) & 1; /* acc[4j+0..1]: row r, acc[4j+2..3]: row r+8 */
+            O[i] = O[i] * f0[r] + mg[128 * (4 + i)] * f1[r];
+        }
+        mbar_arrive(bars.m_empty());
+    }
+}
+
+/* O / l and lse = max * scale + ln(l) (natural log) for the thread's two
+ * rows; l is quad-reduced first (each lane held a partial sum). */
+template <int kD, class Params>
+__device__ __forceinline__ void finalize_rows(const Params &p, const RowState &rs, float (&O)[kD / 2],
+                                              float (&lse)[2])
+{
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = rs.l[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const bool empty = rs.m[r] == neg_inf() || !(l > 0.0f);
+        const float inv = empty ? 0.0f : 1.0f / l;
+        /* ln(l) as log2(l) * ln 2 with the hardware log2 (MUFU.LG2, as the
+         * sm80 path): logf is a ~30-instruction routine in every tile's
+         * epilogue, and its extra accuracy is far below the LSE bound. */
+        lse[r] = empty ? neg_inf() : (rs.m[r] * p.scale_log2 + __log2f(l)) * FC_LN2_F;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+            O[4 * j + 2 * r] *= inv;
+            O[4 * j + 2 * r + 1] *= inv;
+        }
+    }
+}
+
+/* Split-KV: fp32 partials for the shared combine kernel, o_accum
+ * [split][b*Hq+h][seqlen_q][D], lse_accum [split][b*Hq+h][seqlen_q]. */
+template <class C>
+__device__ __forceinline__ void store_partials(const fc_sm90_params &p, const Tile &g, const WgThread &w,
+                                               const int (&pos_r)[2], const int (&head_r)[2],
+                                               const float (&O)[C::D / 2], const float (&lse)[2])
+{
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (pos_r[r] >= g.sq) continue;
+        const int64_t plane = (((int64_t)g.split * p.batch + g.b) * p.heads_q + head_r[r]) * p.seqlen_q + pos_r[r];
+        float *dst = p.o_accum + plane * C::D + w.col_t;
+#pragma unroll
+        for (int j = 0; j < C::D / 8; ++j)
+            *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(O[4 * j + 2 * r], O[4 * j + 2 * r + 1]);
+        if ((w.lane & 3) == 0) p.lse_accum[plane] = lse[r];
+    }
+}
+
+/* Stage the 16-bit O in this warpgroup's rows of the tile's Q buffer (its
+ * last S GEMM has completed in every warp once all four reach the barrier). */
+template <class C, bool kBF16>
+__device__ __forceinline__ void stage_o(uint8_t *smem, uint32_t q_off, int cw, int rg, int etid,
+                                        const float (&O)[C::D / 2])
+{
+    bar_sync(kBarEpi + cw, 128);
+    const int e_row = 64 * rg + 16 * (etid >> 5) + ((etid & 31) >> 2);
+    const int e_col = 2 * (etid & 3);
+#pragma unroll
+    for (int j = 0; j < C::D / 8; ++j) {
+        const int col = 8 * j + e_col;
+        const uint32_t pan = (uint32_t)(col / C::PW) * (C::BM * C::SW);
+        const uint32_t cb = (uint32_t)(col % C::PW) * 2;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const uint32_t off = q_off + pan + (uint32_t)(e_row + 8 * r) * C::SW + cb;
+            *reinterpret_cast<uint32_t *>(smem + swz<C::SW>(off)) = pack2<kBF16>(O[4 * j + 2 * r], O[4 * j + 2 * r + 1]);
+        }
+    }
+}
+
+/* TMA store of the warpgroup's 64 staged rows (one box per panel): the
+ * staging writes go to the async proxy first; rows past seqlen_q are
+ * clipped by the tensor map. */
+template <class C>
+__device__ __forceinline__ void store_o_tma(const fc_sm90_params &p, const Tile &g, uint32_t base, uint32_t q_off,
+                                            int cw, int rg, int etid)
+{
+    fence_proxy_async();
+    bar_sync(kBarEpi + cw, 128);
+    if (etid == 0) {
+        const int pos0 = g.q_off + row_pos(p, g.m0 + 64 * rg);
+#pragma unroll
+        for (int pn = 0; pn < C::PANELS; ++pn)
+            tma_store_5d(&p.tm_o, base + q_off + pn * (C::BM * C::SW) + 64 * rg * C::SW, pn * C::PW, 0, g.hu, pos0,
+                         g.b);
+        tma_store_commit();
+    }
+}
+
+/* Normalise and store the warpgroup's rows of tile g (Q buffer at q_off is
+ * its O staging): everything that reads O first, then LSE and O from the
+ * staging to global memory. */
+template <class C, bool kBF16>
+__device__ __forceinline__ void store_tile(const fc_sm90_params &p, const Tile &g, uint32_t base, uint8_t *smem,
+                                           const WgThread &w, uint32_t q_off, RowState &rs, float (&O)[C::D / 2])
+{
+    float lse[2];
+    finalize_rows<C::D>(p, rs, O, lse);
+
+    /* The thread's two rows: position and query head. */
+    int pos_r[2], head_r[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        pos_r[r] = row_pos(p, g.m0 + w.row_wg + 8 * r);
+        head_r[r] = row_head(p, g, g.m0 + w.row_wg + 8 * r);
+    }
+    /* An opaque copy of the thread index: without it the compiler hoists
+     * the D/4 per-thread staging addresses out of the tile loop and keeps
+     * them live across the main loop (spills at head_dim 192/256). */
+    int etid = w.tid;
+    asm volatile("" : "+r"(etid));
+    if (p.num_splits.d > 1) store_partials<C>(p, g, w, pos_r, head_r, O, lse);
+    else stage_o<C, kBF16>(smem, q_off, w.cw, w.rg, etid, O);
+    if (p.num_splits.d == 1) {
+        if (p.lse && (w.lane & 3) == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                if (pos_r[r] < g.sq)
+                    p.lse[g.b * p.lse_batch_stride + head_r[r] * p.lse_head_stride +
+                          (int64_t)(g.q_off + pos_r[r]) * p.lse_row_stride] = lse[r];
+        }
+        if (p.o_tma) {
+            store_o_tma<C>(p, g, base, q_off, w.cw, w.rg, etid);
+        } else {
+            bar_sync(kBarEpi + w.cw, 128);
+            uint16_t *o16 = reinterpret_cast<uint16_t *>(p.o) + g.b * p.o_batch_stride;
+            store_o_generic<C>(p, g, o16, smem, q_off, w.rg, etid);
+        }
+    }
+}
+
 } /* namespace fc90 */
 
 #endif /* FC_SM90_EPILOGUE_CUH */

@@ -54,29 +54,7 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
         tma_prefetch_map(&p.tm_k);
         tma_prefetch_map(&p.tm_v);
         if (p.o_tma) tma_prefetch_map(&p.tm_o);
-#pragma unroll
-        for (int b = 0; b < C::QB; ++b) {
-            mbar_init(bars.q_full(b), 1);
-            mbar_init(bars.q_empty(b), C::CONSUMERS);
-        }
-        /* Both scheduler slots, whatever QB is. */
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-            mbar_init(bars.t_full(b), 1);
-            mbar_init(bars.t_empty(b), C::CONSUMERS);
-        }
-        if (C::KVS > 1) {
-            mbar_init(bars.m_full(), 128);
-            mbar_init(bars.m_empty(), 128);
-        }
-#pragma unroll
-        for (int s = 0; s < C::ST; ++s) {
-            mbar_init(bars.k_full(s), 1);
-            mbar_init(bars.k_empty(s), C::KV_CONSUMERS);
-            mbar_init(bars.v_full(s), 1);
-            mbar_init(bars.v_empty(s), C::KV_CONSUMERS);
-        }
-        mbar_fence_init();
+        init_bars<C>(bars);
     }
     __syncthreads();
     /* Everything above touches only this CTA's shared memory and the

@@ -1,9 +1,12 @@
 /*
- * mainloop.cuh -- the GEMM rounds a consumer warpgroup's block loop
- * (consumer.cuh) is made of: S = Q K^T (wgmma SS, fp32), O += P V (wgmma
- * RS, P from registers), a tile's first S (also the rotated loop's dropped
- * one), the pingpong turns (named barriers: one warpgroup's softmax
- * overlaps the other's GEMMs), and the varlen V-tail zeroing.
+ * mainloop.cuh -- a consumer warpgroup's GEMM rounds over one tile's KV
+ * blocks: S = Q K^T (wgmma SS, fp32), the softmax, O += P V (wgmma RS, P
+ * from registers). Two block loops:
+ *   overlap (cfg.overlap): S_j and O += P_{j-1} V_{j-1} issued back to back,
+ *     the softmax of block j running while the P.V GEMM is on the tensor cores;
+ *   plain: S, softmax, P.V per block, waiting for each.
+ * Pingpong (cfg.pingpong) makes the consumer warpgroups take turns issuing
+ * on named barriers, so one's softmax overlaps the other's GEMMs.
  */
 #ifndef FC_SM90_MAINLOOP_CUH
 #define FC_SM90_MAINLOOP_CUH
@@ -126,6 +129,142 @@ __device__ __forceinline__ void pv_round(float (&O)[C::D / 2], uint32_t (&P)[C::
     fence_regs(O);
     fence_regs(P);
     mbar_arrive(bars.v_empty(v_stage));
+}
+
+/* One step of this warpgroup through the K/V ring: KVS blocks. */
+template <class C> __device__ __forceinline__ void advance(int &st, uint32_t &ph)
+{
+    for (int i = 0; i < C::KVS; ++i)
+        if (++st == C::ST) {
+            st = 0;
+            ph ^= 1;
+        }
+}
+
+/* Hand Q buffer b back: our generic reads/writes of it, and the O store's
+ * reads of the staging (issuing thread), come before the next TMA (async
+ * proxy) write into it. */
+template <class C> __device__ __forceinline__ void release_q(const fc_sm90_params &p, const Bars<C> &bars, int tid, int b)
+{
+    if (p.o_tma && tid == 0) tma_store_wait_read();
+    fence_proxy_async();
+    mbar_arrive(bars.q_empty(b));
+}
+
+/* A tile's first block n: S0 (in flight, or issued here for kvsplit), its
+ * softmax into rs, P and the zeroed O; hands the previous tile's Q buffer
+ * back (q_release) once the S GEMM no longer reads Q. */
+template <class C, bool kBF16, int kMask>
+__device__ __forceinline__ void first_block(const fc_sm90_params &p, const Tile &g, const Bars<C> &bars,
+                                            uint32_t base, const WgThread &w, int k, float (&S0)[C::BN / 2],
+                                            uint32_t q_addr, int qb, uint32_t q_par, int n, int stage,
+                                            uint32_t phase, int &q_release, float (&O)[C::D / 2],
+                                            uint32_t (&P)[C::BN / 4], RowState &rs, const MaskRows &mr)
+{
+    if (C::KVS > 1) issue_first_s<C, kBF16>(S0, bars, base, q_addr, qb, q_par, stage, phase, w.cw, true);
+    wg_wait<0>();
+    fence_regs(S0);
+    trace(p, w.cw + 1, k, 1, w.tid == 0);
+    mbar_arrive(bars.k_empty(stage));
+    /* Varlen calls always run the any-block-mask instance (mask_mode.h),
+     * so only it carries the code: in the others it cost 1-2% at
+     * s512-d64 and s2k-d128 though never executed. */
+    if constexpr (kMask == kMaskAny) zero_v_tail<C>(p, g, n, bars, base, stage, phase);
+#pragma unroll
+    for (int i = 0; i < C::D / 2; ++i) O[i] = 0.0f;
+    float alpha[2];
+    softmax_block<C::BN, true, kMask>(S0, rs, alpha, p, block_masked<C>(g, n), n * C::BN + w.col_t, mr);
+    convert_p<C::BN, kBF16>(S0, P);
+    if (C::QB == 2 && q_release >= 0) release_q<C>(p, bars, w.tid, q_release), q_release = -1;
+    trace(p, w.cw + 1, k, 2, w.tid == 0);
+}
+
+/* The overlap loop over the blocks after the first (n, its stage v_stage),
+ * then the last P.V. */
+template <class C, bool kBF16, int kMask>
+__device__ __forceinline__ void overlap_blocks(const fc_sm90_params &p, const Tile &g, const Bars<C> &bars,
+                                               uint32_t base, const WgThread &w, uint32_t q_addr, int n,
+                                               int &stage, uint32_t &phase, int v_stage, uint32_t v_phase,
+                                               float (&O)[C::D / 2], uint32_t (&P)[C::BN / 4], RowState &rs,
+                                               const MaskRows &mr)
+{
+    float S[C::BN / 2];
+    float alpha[2];
+    for (n -= C::KVS; n >= g.n_lo; n -= C::KVS) {
+        FC90_WAIT(bars.k_full(stage), phase);
+        /* V_{j-1} was issued before K_j: waiting here costs nothing
+         * and keeps the wait loop out of the fence..wgmma window
+         * (ptxas would otherwise inject a second fence, C7519). */
+        FC90_WAIT(bars.v_full(v_stage), v_phase);
+        round_begin<C>(w.cw);
+        issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
+        wg_commit();
+        issue_pv<C, kBF16>(O, P, base + C::OFF_V + v_stage * C::KV_BYTES);
+        round_end<C>(w.cw);
+        wg_wait<1>(); /* S_j done, P.V of the previous block may still run */
+        fence_regs(S);
+        mbar_arrive(bars.k_empty(stage));
+        softmax_block<C::BN, false, kMask>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + w.col_t, mr);
+        wg_wait<0>();
+        fence_regs(O);
+        fence_regs(S);
+        fence_regs(P);
+        mbar_arrive(bars.v_empty(v_stage));
+        rescale_o<C::D>(O, alpha);
+        convert_p<C::BN, kBF16>(S, P);
+        v_stage = stage;
+        v_phase = phase;
+        advance<C>(stage, phase);
+    }
+    pv_round<C, kBF16>(O, P, bars, base, v_stage, v_phase, w.cw); /* the last P.V */
+}
+
+/* The plain loop: P.V of the first block (at v_stage), then S, softmax, P.V
+ * per block, waiting for each. */
+template <class C, bool kBF16, int kMask>
+__device__ __forceinline__ void plain_blocks(const fc_sm90_params &p, const Tile &g, const Bars<C> &bars,
+                                             uint32_t base, const WgThread &w, uint32_t q_addr, int n, int &stage,
+                                             uint32_t &phase, int v_stage, uint32_t v_phase, float (&O)[C::D / 2],
+                                             uint32_t (&P)[C::BN / 4], RowState &rs, const MaskRows &mr)
+{
+    float S[C::BN / 2];
+    float alpha[2];
+    pv_round<C, kBF16>(O, P, bars, base, v_stage, v_phase, w.cw);
+    for (n -= C::KVS; n >= g.n_lo; n -= C::KVS) {
+        FC90_WAIT(bars.k_full(stage), phase);
+        round_begin<C>(w.cw);
+        issue_s<C, kBF16>(S, q_addr, base + C::OFF_K + stage * C::KV_BYTES);
+        round_end<C>(w.cw);
+        wg_wait<0>();
+        fence_regs(S);
+        mbar_arrive(bars.k_empty(stage));
+        softmax_block<C::BN, false, kMask>(S, rs, alpha, p, block_masked<C>(g, n), n * C::BN + w.col_t, mr);
+        rescale_o<C::D>(O, alpha);
+        convert_p<C::BN, kBF16>(S, P);
+        pv_round<C, kBF16>(O, P, bars, base, stage, phase, w.cw);
+        advance<C>(stage, phase);
+    }
+}
+
+/* All of this warpgroup's blocks of tile g, from n = g.n_hi - 1 - kv down:
+ * O and rs hold its unnormalised partial at the end. */
+template <class C, bool kBF16, int kMask>
+__device__ __forceinline__ void attend_tile(const fc_sm90_params &p, const Tile &g, const Bars<C> &bars,
+                                            uint32_t base, const WgThread &w, int k, float (&S0)[C::BN / 2],
+                                            uint32_t q_addr, int qb, uint32_t q_par, int &stage, uint32_t &phase,
+                                            int &q_release, float (&O)[C::D / 2], RowState &rs, const MaskRows &mr)
+{
+    uint32_t P[C::BN / 4];
+    const int n = g.n_hi - 1 - w.kv;
+    first_block<C, kBF16, kMask>(p, g, bars, base, w, k, S0, q_addr, qb, q_par, n, stage, phase, q_release, O, P,
+                                 rs, mr);
+    const int v_stage = stage;
+    const uint32_t v_phase = phase;
+    advance<C>(stage, phase);
+    if (C::OV)
+        overlap_blocks<C, kBF16, kMask>(p, g, bars, base, w, q_addr, n, stage, phase, v_stage, v_phase, O, P, rs, mr);
+    else
+        plain_blocks<C, kBF16, kMask>(p, g, bars, base, w, q_addr, n, stage, phase, v_stage, v_phase, O, P, rs, mr);
 }
 
 } /* namespace fc90 */

@@ -42,15 +42,7 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
     uint32_t phase = 0;
     uint32_t q_iter = 0;
     for (int k = 0;; ++k) {
-        int t;
-        if (p.tile_ctr) {
-            t = k == 0 ? (int)blockIdx.x : atomicAdd(p.tile_ctr, 1) + (int)gridDim.x;
-            FC90_WAIT(bars.t_empty(k & 1), ((k >> 1) & 1) ^ 1);
-            sts32(bars.t_slot(k & 1), (uint32_t)t);
-            mbar_arrive(bars.t_full(k & 1));
-        } else {
-            t = (int)blockIdx.x + k * (int)gridDim.x;
-        }
+        const int t = hand_out_tile<C>(p, bars, k);
         Tile g;
         if (!work_item<C>(p, t, k, g)) break;
         trace(p, 0, k, 0, true);

@@ -115,6 +115,20 @@ template <class C> __host__ __device__ __forceinline__ bool block_masked(const T
     return n * C::BN + C::BN > g.hi_first || n * C::BN < g.lo_last;
 }
 
+/* The visible key range of a thread's two accumulator rows (tile rows
+ * row_wg and row_wg + 8) in tile g. */
+__device__ __forceinline__ MaskRows mask_rows(const fc_sm90_params &p, const Tile &g, int row_wg)
+{
+    MaskRows mr;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row_pos(p, g.m0 + row_wg + 8 * r);
+        mr.lo[r] = key_lo(row, g.sq, g.sk, p.window_left);
+        mr.hi[r] = key_hi(row, g.sq, g.sk, p.window_right);
+    }
+    return mr;
+}
+
 /* Tail balancing (fc_sm90_params.tail_first): CTA c's share of the tail's
  * KV blocks, [lo, hi) in tail-block numbers (tail_split.h has the
  * partition; tests/test_tail_split.c checks it on the CPU). */
@@ -159,6 +173,40 @@ template <class C> __device__ __forceinline__ int tail_part(const fc_sm90_params
     if (i < 0) return -1;
     slot = fc_tail_slot((int)blockIdx.x, i, p.tail_q, p.tail_rem, p.tail_grid, p.tail_nb);
     return slot < 0 ? -1 : i;
+}
+
+/* Producer side: the tile index of the CTA's k-th work item. Dynamic: the
+ * first wave is blockIdx.x, later tiles come from the counter in the same
+ * (longest-first) order, so whichever CTA is free first takes the next
+ * longest tile; handed to the consumers through slot k & 1 (the arrive
+ * releases the store). */
+template <class C> __device__ __forceinline__ int hand_out_tile(const fc_sm90_params &p, const Bars<C> &bars, int k)
+{
+    int t;
+    if (p.tile_ctr) {
+        t = k == 0 ? (int)blockIdx.x : atomicAdd(p.tile_ctr, 1) + (int)gridDim.x;
+        FC90_WAIT(bars.t_empty(k & 1), ((k >> 1) & 1) ^ 1);
+        sts32(bars.t_slot(k & 1), (uint32_t)t);
+        mbar_arrive(bars.t_full(k & 1));
+    } else {
+        t = (int)blockIdx.x + k * (int)gridDim.x;
+    }
+    return t;
+}
+
+/* Consumer side: the tile index of work item s, the producer's choice when
+ * dynamic (read before our arrive on the slot's empty barrier). */
+template <class C> __device__ __forceinline__ int take_tile(const fc_sm90_params &p, const Bars<C> &bars, int s)
+{
+    int t;
+    if (p.tile_ctr) {
+        FC90_WAIT(bars.t_full(s & 1), (s >> 1) & 1);
+        t = (int)lds32(bars.t_slot(s & 1));
+        mbar_arrive(bars.t_empty(s & 1));
+    } else {
+        t = (int)blockIdx.x + s * (int)gridDim.x;
+    }
+    return t;
 }
 
 } /* namespace fc90 */
