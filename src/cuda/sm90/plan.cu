@@ -423,96 +423,128 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
     return FC_OK;
 }
 
-fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
-                          void *stream, char *err, size_t err_len)
+namespace {
+
+/* The launch geometry of a planned call: pack-GQA shift and tile counts. */
+struct Geometry {
+    int ratio, shift, splits;
+    int64_t m_blocks, head_units, units, tiles;
+    int64_t rows_q, rows_k, nb; /* tensor-map extents */
+};
+
+/* Checks what the planner and the launcher promised (a failure is their
+ * bug) and derives the geometry. */
+fc_status geometry(const fc_fwd_params *p, const fc_cuda_choice *choice, Geometry &g, char *err, size_t err_len)
 {
-    if (choice->config < 0 || choice->config >= kNumTiles ||
-        kTiles[choice->config].head_dim != p->head_dim ||
+    if (choice->config < 0 || choice->config >= kNumTiles || kTiles[choice->config].head_dim != p->head_dim ||
         (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)) {
         snprintf(err, err_len, "sm90 forward: config %d does not fit head_dim %d / dtype %d (planner bug)",
                  (int)choice->config, (int)p->head_dim, (int)p->dtype);
         return FC_ERR_INTERNAL;
     }
     const TileRow &t = kTiles[choice->config];
-    const bool bf16 = p->dtype == FC_DTYPE_BF16;
-    const bool varlen = p->cu_seqlens_q != NULL;
-    const int splits = p->num_splits > 1 ? p->num_splits : 1;
-    if (splits > 1 && choice->tail) {
-        snprintf(err, err_len, "sm90 forward: tail balancing with %d splits (dispatch bug)", splits);
+    g.splits = p->num_splits > 1 ? p->num_splits : 1;
+    if (g.splits > 1 && choice->tail) {
+        snprintf(err, err_len, "sm90 forward: tail balancing with %d splits (dispatch bug)", g.splits);
         return FC_ERR_INTERNAL;
     }
-    if (splits > 1 && (!p->o_accum || !p->lse_accum)) {
-        snprintf(err, err_len, "sm90 forward: %d splits without a workspace (launcher bug)", splits);
+    if (g.splits > 1 && (!p->o_accum || !p->lse_accum)) {
+        snprintf(err, err_len, "sm90 forward: %d splits without a workspace (launcher bug)", g.splits);
         return FC_ERR_INTERNAL;
     }
-
-    const int ratio = p->heads_q / p->heads_kv;
-    int shift = 0;
+    g.ratio = p->heads_q / p->heads_kv;
+    g.shift = 0;
     if (choice->pack_gqa) {
-        while ((1 << shift) < ratio) ++shift;
-        if ((1 << shift) != ratio || t.block_m % ratio != 0) {
-            snprintf(err, err_len, "sm90 forward: pack-GQA with %d query heads per KV head (planner bug)", ratio);
+        while ((1 << g.shift) < g.ratio) ++g.shift;
+        if ((1 << g.shift) != g.ratio || t.block_m % g.ratio != 0) {
+            snprintf(err, err_len, "sm90 forward: pack-GQA with %d query heads per KV head (planner bug)", g.ratio);
             return FC_ERR_INTERNAL;
         }
     }
-    const int64_t m_blocks = (((int64_t)p->seqlen_q << shift) + t.block_m - 1) / t.block_m;
-    const int64_t head_units = p->heads_q >> shift;
-    const int64_t units = (int64_t)p->batch * head_units * splits;
-    const int64_t tiles = units * m_blocks;
-    if (tiles == 0) return FC_OK; /* no query row anywhere */
-    if (tiles >= ((int64_t)1 << 31)) {
-        snprintf(err, err_len, "sm90 forward: %lld tiles exceed the int32 tile index", (long long)tiles);
+    g.m_blocks = (((int64_t)p->seqlen_q << g.shift) + t.block_m - 1) / t.block_m;
+    g.head_units = p->heads_q >> g.shift;
+    g.units = (int64_t)p->batch * g.head_units * g.splits;
+    g.tiles = g.units * g.m_blocks;
+    if (g.tiles >= ((int64_t)1 << 31)) {
+        snprintf(err, err_len, "sm90 forward: %lld tiles exceed the int32 tile index", (long long)g.tiles);
         return FC_ERR_UNSUPPORTED;
     }
+    g.rows_q = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
+    g.rows_k = fc_tma_k_rows(p);
+    g.nb = fc_tma_k_batches(p);
+    return FC_OK;
+}
 
-    fc_sm90_params prm;
-    memset(&prm, 0, sizeof prm);
+/* A 5-d map of Q or O {D, ratio, heads/ratio, rows, batch} with box_rows
+ * positions per box (sm90.h). */
+fc_status encode_rows_map(CUtensorMap *map, const char *what, const void *base, int64_t head_stride,
+                          int64_t row_stride, int64_t batch_stride, const fc_fwd_params *p, const TileRow &t,
+                          const Geometry &g, int box_rows, bool bf16, char *err, size_t err_len)
+{
+    const int64_t r = (int64_t)1 << g.shift;
+    const int64_t s4[4] = {head_stride, head_stride * r, row_stride, batch_stride};
+    const int64_t n4[4] = {r, g.head_units, g.rows_q, g.nb};
+    uint64_t sb[4];
+    fc_tma_map_strides(s4, n4, 4, p->head_dim, sb);
+    const uint64_t dims[5] = {(uint64_t)p->head_dim, (uint64_t)r, (uint64_t)g.head_units, (uint64_t)g.rows_q,
+                              (uint64_t)g.nb};
+    const uint32_t box[5] = {(uint32_t)t.swz / 2, (uint32_t)r, 1, (uint32_t)box_rows, 1};
+    return fc_tma_encode_map(map, what, base, bf16, 5, dims, sb, box, t.swz, err, err_len);
+}
 
-    /* Tensor maps (sm90.h): Q 5-d with the packed head group, K/V 4-d. */
-    const int64_t rows_q = varlen ? p->total_q : p->seqlen_q;
-    const int64_t rows_k = fc_tma_k_rows(p), nb = fc_tma_k_batches(p);
-    const uint32_t pw = (uint32_t)t.swz / 2;
-    {
-        const int64_t r = (int64_t)1 << shift;
-        const int64_t s4[4] = {p->q_head_stride, p->q_head_stride * r, p->q_row_stride, p->q_batch_stride};
-        const int64_t n4[4] = {r, head_units, rows_q, nb};
-        uint64_t sb[4];
-        fc_tma_map_strides(s4, n4, 4, p->head_dim, sb);
-        const uint64_t dims[5] = {(uint64_t)p->head_dim, (uint64_t)r, (uint64_t)head_units, (uint64_t)rows_q,
-                                  (uint64_t)nb};
-        const uint32_t box[5] = {pw, (uint32_t)r, 1, (uint32_t)(t.block_m >> shift), 1};
-        fc_status st = fc_tma_encode_map(&prm.tm_q, "sm90 forward: q", p->q, bf16, 5, dims, sb, box, t.swz,
-                                          err, err_len);
-        if (st) return st;
-    }
-    {
-        /* With no key at all nothing is ever loaded from K/V; the maps then
-         * describe q (a valid address) so that encoding cannot fail on a
-         * NULL or zero-sized tensor. */
-        const bool none = rows_k == 0;
-        const int64_t hk = none ? p->heads_q : p->heads_kv;
-        const int64_t rk = none ? rows_q : rows_k;
-        const int64_t n[3] = {rk, hk, nb};
-        const uint64_t dims[4] = {(uint64_t)p->head_dim, (uint64_t)rk, (uint64_t)hk, (uint64_t)nb};
-        const uint32_t box[4] = {pw, (uint32_t)t.block_n, 1, 1};
-        const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
-        const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
-        const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
-        uint64_t sb[3];
-        fc_tma_map_strides(none ? qs : ks, n, 3, p->head_dim, sb);
-        fc_status st = fc_tma_encode_map(&prm.tm_k, "sm90 forward: k", none ? p->q : p->k, bf16, 4, dims, sb,
-                                          box, t.swz, err, err_len);
-        if (st) return st;
-        fc_tma_map_strides(none ? qs : vs, n, 3, p->head_dim, sb);
-        st = fc_tma_encode_map(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, 4, dims, sb, box, t.swz,
-                                err, err_len);
-        if (st) return st;
-    }
+/* The K and V maps {D, rows, heads_kv, batch}. With no key at all nothing
+ * is ever loaded from K/V; the maps then describe q (a valid address) so
+ * that encoding cannot fail on a NULL or zero-sized tensor. */
+fc_status encode_kv_maps(fc_sm90_params &prm, const fc_fwd_params *p, const TileRow &t, const Geometry &g,
+                         bool bf16, char *err, size_t err_len)
+{
+    const bool none = g.rows_k == 0;
+    const int64_t hk = none ? p->heads_q : p->heads_kv;
+    const int64_t rk = none ? g.rows_q : g.rows_k;
+    const int64_t n[3] = {rk, hk, g.nb};
+    const uint64_t dims[4] = {(uint64_t)p->head_dim, (uint64_t)rk, (uint64_t)hk, (uint64_t)g.nb};
+    const uint32_t box[4] = {(uint32_t)t.swz / 2, (uint32_t)t.block_n, 1, 1};
+    const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
+    const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
+    const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
+    uint64_t sb[3];
+    fc_tma_map_strides(none ? qs : ks, n, 3, p->head_dim, sb);
+    fc_status st = fc_tma_encode_map(&prm.tm_k, "sm90 forward: k", none ? p->q : p->k, bf16, 4, dims, sb, box,
+                                     t.swz, err, err_len);
+    if (st) return st;
+    fc_tma_map_strides(none ? qs : vs, n, 3, p->head_dim, sb);
+    return fc_tma_encode_map(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, 4, dims, sb, box, t.swz,
+                             err, err_len);
+}
 
+/* The TMA store of O: dense, unsplit, whole position groups in a
+ * warpgroup's 64 rows, and an O layout TMA can address; else the kernel's
+ * generic stores (prm.o_tma stays 0). */
+fc_status encode_o_map(fc_sm90_params &prm, const fc_fwd_params *p, const TileRow &t, const Geometry &g, bool bf16,
+                       char *err, size_t err_len)
+{
+    const int64_t os[3] = {p->o_row_stride, p->o_head_stride, p->o_batch_stride};
+    const int64_t on[3] = {g.rows_q, p->heads_q, g.nb};
+    char why_not[192];
+    if (p->cu_seqlens_q || g.splits != 1 || (64 >> g.shift) == 0 ||
+        !fc_tma_layout_ok("o", p->o, os, on, k_tma_who, why_not, sizeof why_not))
+        return FC_OK;
+    const fc_status st = encode_rows_map(&prm.tm_o, "sm90 forward: o", p->o, p->o_head_stride, p->o_row_stride,
+                                         p->o_batch_stride, p, t, g, 64 >> g.shift, bf16, err, err_len);
+    prm.o_tma = st == FC_OK;
+    return st;
+}
+
+/* The kernel's scalar parameters: pointers, strides, sizes, scales,
+ * divisors and the tile order. */
+void fill_params(fc_sm90_params &prm, const fc_fwd_params *p, const fc_cuda_device *dev, const Geometry &g,
+                 const fc_cuda_choice *choice)
+{
+    const bool varlen = p->cu_seqlens_q != NULL;
     prm.o = p->o;
     prm.lse = p->lse;
-    prm.o_accum = splits > 1 ? p->o_accum : NULL;
-    prm.lse_accum = splits > 1 ? p->lse_accum : NULL;
+    prm.o_accum = g.splits > 1 ? p->o_accum : NULL;
+    prm.lse_accum = g.splits > 1 ? p->lse_accum : NULL;
     prm.cu_q = p->cu_seqlens_q;
     prm.cu_k = p->cu_seqlens_k;
     prm.o_batch_stride = varlen ? 0 : p->o_batch_stride;
@@ -523,115 +555,85 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
     prm.lse_row_stride = p->lse_row_stride;
     prm.batch = p->batch;
     prm.heads_q = p->heads_q;
-    prm.hq_per_kv = fc_fastdiv_make(ratio);
-    prm.head_units = fc_fastdiv_make((int32_t)head_units);
-    prm.pack_shift = shift;
+    prm.hq_per_kv = fc_fastdiv_make(g.ratio);
+    prm.head_units = fc_fastdiv_make((int32_t)g.head_units);
+    prm.pack_shift = g.shift;
     prm.seqlen_q = p->seqlen_q;
     prm.seqlen_k = p->seqlen_k;
     prm.window_left = p->window_left;
     prm.window_right = p->window_right;
-    const float log2e = FC_LOG2E_F;
     if (p->softcap > 0.0f) {
         prm.softcap_in = p->scale / p->softcap;
         prm.softcap_out = p->softcap;
-        prm.scale_log2 = log2e;
+        prm.scale_log2 = FC_LOG2E_F;
     } else {
-        prm.scale_log2 = p->scale * log2e;
+        prm.scale_log2 = p->scale * FC_LOG2E_F;
     }
-    prm.num_splits = fc_fastdiv_make(splits);
-    prm.num_m_blocks = fc_fastdiv_make((int32_t)m_blocks);
-    prm.num_units = (int32_t)units;
-    prm.num_tiles = (int32_t)tiles;
+    prm.num_splits = fc_fastdiv_make(g.splits);
+    prm.num_m_blocks = fc_fastdiv_make((int32_t)g.m_blocks);
+    prm.num_units = (int32_t)g.units;
+    prm.num_tiles = (int32_t)g.tiles;
+    prm.tail_first = prm.num_tiles;
     prm.longest_first = p->window_right >= 0 && p->window_left < 0;
-    {
-        /* L2 sections for the longest-first order: as many KV heads as fill
-         * half the L2 (K and V of one KV head of one sequence each), times the
-         * units that share one. */
-        const int64_t kv_head_bytes = (int64_t)(p->seqlen_k > 0 ? p->seqlen_k : 1) * p->head_dim * 2 * 2;
-        int64_t kv_heads = dev->l2_bytes > 0 ? (dev->l2_bytes / 2) / kv_head_bytes : 1;
-        if (kv_heads < 1) kv_heads = 1;
-        int64_t group = kv_heads * (ratio >> shift) * splits;
-        if (group > units) group = units;
-        prm.l2_group = fc_fastdiv_make((int32_t)group);
-        prm.l2_section = fc_fastdiv_make((int32_t)(group * m_blocks));
-    }
-    {
-        /* TMA store of O: dense, unsplit, whole position groups in a
-         * warpgroup's 64 rows, and an O layout TMA can address. */
-        const int64_t os[3] = {p->o_row_stride, p->o_head_stride, p->o_batch_stride};
-        const int64_t on[3] = {rows_q, p->heads_q, nb};
-        char why_not[192];
-        if (!varlen && splits == 1 && (64 >> shift) > 0 &&
-            fc_tma_layout_ok("o", p->o, os, on, k_tma_who, why_not, sizeof why_not)) {
-            const int64_t r = (int64_t)1 << shift;
-            const int64_t s4[4] = {p->o_head_stride, p->o_head_stride * r, p->o_row_stride, p->o_batch_stride};
-            const int64_t n4[4] = {r, head_units, rows_q, nb};
-            uint64_t sb[4];
-            fc_tma_map_strides(s4, n4, 4, p->head_dim, sb);
-            const uint64_t dims[5] = {(uint64_t)p->head_dim, (uint64_t)r, (uint64_t)head_units,
-                                      (uint64_t)rows_q, (uint64_t)nb};
-            const uint32_t box[5] = {pw, (uint32_t)r, 1, (uint32_t)(64 >> shift), 1};
-            fc_status st = fc_tma_encode_map(&prm.tm_o, "sm90 forward: o", p->o, bf16, 5, dims, sb, box, t.swz,
-                                              err, err_len);
-            if (st) return st;
-            prm.o_tma = 1;
-        }
-    }
+    /* L2 sections for the longest-first order: as many KV heads as fill
+     * half the L2 (K and V of one KV head of one sequence each), times the
+     * units that share one. */
+    const int64_t kv_head_bytes = (int64_t)(p->seqlen_k > 0 ? p->seqlen_k : 1) * p->head_dim * 2 * 2;
+    int64_t kv_heads = dev->l2_bytes > 0 ? (dev->l2_bytes / 2) / kv_head_bytes : 1;
+    if (kv_heads < 1) kv_heads = 1;
+    int64_t group = kv_heads * (g.ratio >> g.shift) * g.splits;
+    if (group > g.units) group = g.units;
+    prm.l2_group = fc_fastdiv_make((int32_t)group);
+    prm.l2_section = fc_fastdiv_make((int32_t)(group * g.m_blocks));
     prm.rotate = choice->rotate;
     prm.masks = choice->masks;
     prm.o_vec_ok = ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
                    (varlen || p->batch <= 1 || p->o_batch_stride % 8 == 0);
+}
 
-    const int grid = (int)grid_for(dev, t, tiles, choice->grid_cap);
+/* Stream-ordered device memory of one call, freed after its kernel. */
+struct Workspaces {
+    void *owned[2] = {NULL, NULL}; /* the tile counter, the tail-balancing workspace */
+};
 
-    /* Causal (longest-first) tiles have unequal lengths: handing them out
-     * statically (CTA i: i, i+grid, ...) left 8-25% of the SM time idle in a
-     * host simulation of the benchmark shapes; a counter gives the next
-     * longest tile to whichever CTA is free first. Stream-ordered 4 bytes,
-     * zeroed before the kernel, freed after it (graph-capture safe). */
-    int *ctr = NULL;
-    if (prm.longest_first && tiles > grid) {
-        fc_status st = alloc_zeroed((void **)&ctr, sizeof(int), sizeof(int), (cudaStream_t)stream, "tile counter",
-                                    err, err_len);
+/* Causal (longest-first) tiles have unequal lengths: handing them out
+ * statically (CTA i: i, i+grid, ...) left 8-25% of the SM time idle in a
+ * host simulation of the benchmark shapes; a counter gives the next longest
+ * tile to whichever CTA is free first (4 bytes, zeroed before the kernel).
+ * Tail balancing (tail_on, the plan's choice) takes its counters zeroed and
+ * its partials not. */
+fc_status alloc_workspaces(fc_sm90_params &prm, Workspaces &ws, const fc_fwd_params *p, const fc_cuda_device *dev,
+                           const TileRow &t, const Geometry &g, const fc_cuda_choice *choice, int grid,
+                           cudaStream_t stream, char *err, size_t err_len)
+{
+    if (prm.longest_first && g.tiles > grid) {
+        fc_status st = alloc_zeroed(&ws.owned[0], sizeof(int), sizeof(int), stream, "tile counter", err, err_len);
         if (st) return st;
+        prm.tile_ctr = (int *)ws.owned[0];
     }
-    /* Tail balancing (tail_on, the plan's choice): its counters zeroed, its
-     * partials not. */
-    void *tail = NULL;
-    prm.tail_first = prm.num_tiles;
-    if (choice->tail) {
-        const TailShape ts = tail_shape(p, dev, t, shift, choice->grid_cap);
-        fc_status st = alloc_zeroed(&tail, (size_t)ts.bytes, (size_t)ts.cnt_bytes, (cudaStream_t)stream,
-                                    "tail-balancing workspace", err, err_len);
-        if (st) return st;
-        prm.tail_cnt = (int *)tail;
-        prm.tail_ws = (float *)((char *)tail + ts.cnt_bytes);
-        prm.tail_first = (int32_t)(ts.rounds * grid);
-        prm.tail_rounds = (int32_t)ts.rounds;
-        prm.tail_nb = fc_fastdiv_make((int32_t)ts.nb);
-        prm.tail_grid = fc_fastdiv_make(grid);
-        prm.tail_q = (int32_t)(ts.blocks / grid);
-        prm.tail_rem = (int32_t)(ts.blocks % grid);
-    }
-    prm.tile_ctr = ctr;
-    /* Launch as a programmatic dependent of the previous kernel in the
-     * stream (common/pdl.cuh): this grid's launch and barrier set-up overlap
-     * that kernel's tail. -0.7 us per call at the mission shape graph-timed
-     * (7.4 -> 6.7 us, H100), the same or better elsewhere. Not with
-     * the tile counter: its memset is the stream's previous operation. */
-    prm.pdl = choice->pdl && ctr == NULL && tail == NULL;
-#if FC_SM90_TRACE
-    prm.trace = grid <= (int)k_trace_ctas ? trace_buffer((cudaStream_t)stream) : NULL;
-#endif
-    fc_status st = launch_row(choice->config, bf16, &prm, grid, dev->id, (cudaStream_t)stream, err, err_len);
-#if FC_SM90_TRACE
-    if (st == FC_OK && prm.trace) trace_write((cudaStream_t)stream, grid, choice->config, choice->trace_file);
-#endif
-    /* Freed in stream order after the kernel; also after a failed launch. */
-    void *const owned[2] = {ctr, tail};
+    if (!choice->tail) return FC_OK;
+    const TailShape ts = tail_shape(p, dev, t, g.shift, choice->grid_cap);
+    fc_status st = alloc_zeroed(&ws.owned[1], (size_t)ts.bytes, (size_t)ts.cnt_bytes, stream,
+                                "tail-balancing workspace", err, err_len);
+    if (st) return st;
+    prm.tail_cnt = (int *)ws.owned[1];
+    prm.tail_ws = (float *)((char *)ws.owned[1] + ts.cnt_bytes);
+    prm.tail_first = (int32_t)(ts.rounds * grid);
+    prm.tail_rounds = (int32_t)ts.rounds;
+    prm.tail_nb = fc_fastdiv_make((int32_t)ts.nb);
+    prm.tail_grid = fc_fastdiv_make(grid);
+    prm.tail_q = (int32_t)(ts.blocks / grid);
+    prm.tail_rem = (int32_t)(ts.blocks % grid);
+    return FC_OK;
+}
+
+/* Frees ws in stream order after the kernel (also after a failed launch or
+ * allocation); st is the call's status so far, kept if it is an error. */
+fc_status free_workspaces(const Workspaces &ws, cudaStream_t stream, fc_status st, char *err, size_t err_len)
+{
     for (int i = 0; i < 2; ++i) {
-        if (!owned[i]) continue;
-        const cudaError_t e = cudaFreeAsync(owned[i], (cudaStream_t)stream);
+        if (!ws.owned[i]) continue;
+        const cudaError_t e = cudaFreeAsync(ws.owned[i], stream);
         if (e != cudaSuccess) {
             cudaGetLastError();
             if (st == FC_OK) {
@@ -642,4 +644,47 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, 
         }
     }
     return st;
+}
+
+} /* namespace */
+
+fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
+                          void *stream_, char *err, size_t err_len)
+{
+    const cudaStream_t stream = (cudaStream_t)stream_;
+    Geometry g;
+    fc_status st = geometry(p, choice, g, err, err_len);
+    if (st) return st;
+    if (g.tiles == 0) return FC_OK; /* no query row anywhere */
+    const TileRow &t = kTiles[choice->config];
+    const bool bf16 = p->dtype == FC_DTYPE_BF16;
+
+    fc_sm90_params prm;
+    memset(&prm, 0, sizeof prm);
+    st = encode_rows_map(&prm.tm_q, "sm90 forward: q", p->q, p->q_head_stride, p->q_row_stride, p->q_batch_stride,
+                         p, t, g, t.block_m >> g.shift, bf16, err, err_len);
+    if (!st) st = encode_kv_maps(prm, p, t, g, bf16, err, err_len);
+    if (!st) st = encode_o_map(prm, p, t, g, bf16, err, err_len);
+    if (st) return st;
+    fill_params(prm, p, dev, g, choice);
+
+    const int grid = (int)grid_for(dev, t, g.tiles, choice->grid_cap);
+    Workspaces ws;
+    st = alloc_workspaces(prm, ws, p, dev, t, g, choice, grid, stream, err, err_len);
+    if (st == FC_OK) {
+        /* Launch as a programmatic dependent of the previous kernel in the
+         * stream (common/pdl.cuh): this grid's launch and barrier set-up
+         * overlap that kernel's tail (-0.7 us per call at the mission shape
+         * graph-timed on an H100). Not after a workspace memset: that is the
+         * stream's previous operation. */
+        prm.pdl = choice->pdl && ws.owned[0] == NULL && ws.owned[1] == NULL;
+#if FC_SM90_TRACE
+        prm.trace = grid <= (int)k_trace_ctas ? trace_buffer(stream) : NULL;
+#endif
+        st = launch_row(choice->config, bf16, &prm, grid, dev->id, stream, err, err_len);
+#if FC_SM90_TRACE
+        if (st == FC_OK && prm.trace) trace_write(stream, grid, choice->config, choice->trace_file);
+#endif
+    }
+    return free_workspaces(ws, stream, st, err, err_len);
 }
