@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""FlashCore beside its peers: attention forward on the shapes of DESIGN.md §4,
+"""FlashCore beside its peers: attention forward on the benchmark shapes (docs/PERF.md),
 in one process on the GPU machine.
 
 Systems: FlashCore on each CUDA path it has (forced with cuda_path=90 / 80),
@@ -61,7 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 
 
-# ---- shapes (DESIGN.md §4; the same names as tools/cli_shapes.c) -------------
+# ---- shapes (docs/PERF.md; the same names as tools/cli_shapes.c) -------------
 
 @dataclass(frozen=True)
 class Shape:
@@ -854,7 +854,7 @@ def torch_meta(torch, cuda):
 
 
 def measure_ceilings(torch):
-    """The two ceilings of this run (device METHOD.md): a 1 GiB device-to-device
+    """The two ceilings of this run (the ceilings of docs/PERF.md): a 1 GiB device-to-device
     copy (bytes read + written) and an 8192^3 bf16 matrix product on random
     data, each the median of 10 event-timed repeats after 3 warm-ups."""
     def timed(fn):
@@ -886,7 +886,7 @@ def measure_ceilings(torch):
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", help="comma-separated shape names (default: all of DESIGN.md §4)")
+    ap.add_argument("--shapes", help="comma-separated shape names (default: every benchmark shape of docs/PERF.md)")
     ap.add_argument("--systems", help="comma-separated substrings of system names to run "
                                       "(e.g. flashcore,cudnn,flex)")
     ap.add_argument("--sm90-rows", help="comma-separated rows of src/cuda/sm90/tiles.cuh to time as extra "

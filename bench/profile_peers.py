@@ -23,7 +23,7 @@ import peers  # noqa: E402  (bench/peers.py: shapes, inputs, systems)
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", required=True, help="comma-separated DESIGN.md shape names")
+    ap.add_argument("--shapes", required=True, help="comma-separated benchmark shape names")
     ap.add_argument("--systems", default="sm90,cudnn",
                     help="comma-separated substrings of peers.py system names (default sm90,cudnn)")
     ap.add_argument("--sm90-rows", help="also forced Hopper tile rows (systems sm90-row<N>)")

@@ -263,7 +263,7 @@ if want_explicit trace; then
 fi
 
 if want_explicit profile; then
-  # ncu leaves the clocks alone (--clock-control none: the device's METHOD.md);
+  # ncu leaves the clocks alone (--clock-control none: the clocks stay as the benchmark runs them);
   # the raw page keeps every metric the sections collect, by name.
   result[profile]=ok
   for sh in ${PROFILE_SHAPES:-s2k-d128 s512-d64}; do

@@ -1,6 +1,6 @@
 /*
- * test_cuda_plan.c -- the CUDA planners' choices for the benchmark shapes of
- * DESIGN.md, run on the CPU against fake devices:
+ * test_cuda_plan.c -- the CUDA planners' choices for the benchmark shapes
+ * (docs/PERF.md), run on the CPU against fake devices:
  *  - sm90_plan: the Hopper planner on an H100-like device (132 SMs, 227 KB
  *    of shared memory): which tile row, whether the tile loop rotates,
  *    whether the last round is tail-balanced, which mask instance;
@@ -165,7 +165,7 @@ static int sm80_plan_group(void)
             return 0;
         }
     }
-    fc_fwd_params decode = shape(32, 32, 8, 8192, 128, 0, 1); /* DESIGN.md's gqa-decode */
+    fc_fwd_params decode = shape(32, 32, 8, 8192, 128, 0, 1); /* the benchmark's gqa-decode */
     decode.seqlen_q = 1;
     decode.q_batch_stride = decode.o_batch_stride = 32 * 128;
     fc_fwd_params mha_decode = decode; /* one query row per (batch, head): no packing */

@@ -88,7 +88,7 @@ void cli_progress(int i, int n, const char *what);
 void cli_progress_done(void);
 
 /* ---- named shapes (cli_shapes.c) ------------------------------------------------ */
-/* The DESIGN.md §4 benchmark shapes. */
+/* The benchmark shapes (docs/PERF.md). */
 typedef struct cli_named_shape {
     const char *name;
     int B, Hq, Hkv, Sq, Sk, D, causal;

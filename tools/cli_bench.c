@@ -1,7 +1,7 @@
 /*
- * cli_bench.c -- `flashcore bench`: the timing runner. DESIGN.md shapes by
+ * cli_bench.c -- `flashcore bench`: the timing runner. Benchmark shapes by
  * name or custom shapes, random inputs, warm-up, per-call times (p50, p90,
- * mean, std), graph-timed calls on CUDA, TFLOP/s by the DESIGN.md
+ * mean, std), graph-timed calls on CUDA, TFLOP/s by the docs/PERF.md
  * convention, and a JSON record with the build and machine it was taken on.
  */
 #include <math.h>
@@ -42,8 +42,8 @@ static void help(void)
            "splits it into checks, selection and launch (fc_last_host_profile).\n"
            "TFLOP/s = 4*B*Hq*Sq*Sk*D (halved for causal with Sq == Sk) over graph_us when\n"
            "measured, else over p50.\n\n"
-           "  --shape NAME     a DESIGN.md shape (repeatable, or comma-separated); default --all\n"
-           "  --all            every DESIGN.md shape\n"
+           "  --shape NAME     a benchmark shape (repeatable, or comma-separated); default --all\n"
+           "  --all            every benchmark shape\n"
            "  --custom SPEC    B,Hq,Hkv,Sq,Sk,D with optional 'causal' and dtype (default f16)\n"
            "  --backend B      auto (default: cuda if usable, else cpu), cpu, cuda, reference\n"
            "  --cuda-path P    CUDA: run only the sm80-class path (80) or the Hopper path (90),\n"
@@ -59,12 +59,12 @@ static void help(void)
            "  --cpu-budget G   on the CPU backends skip shapes above G GFLOP per call (default 20)\n"
            "  --force          run every shape, whatever its cost\n"
            "  --json FILE      write the results (meta + rows) to FILE\n"
-           "  --list           print the DESIGN.md shapes and exit\n\n"
+           "  --list           print the benchmark shapes and exit\n\n"
            "Exit status: 0 all selected shapes timed or skipped, 1 a run failed, 2 bad usage.\n",
            CLI_GRAPH_CALLS, CLI_GRAPH_CALLS);
 }
 
-/* Adds the DESIGN.md shapes named in a comma-separated list. */
+/* Adds the benchmark shapes named in a comma-separated list. */
 static int add_named(const char *list, bench_item **items, int *n, int *cap)
 {
     const char *p = list;

@@ -1,6 +1,6 @@
 /*
  * cli_check.c -- `flashcore check`: the correctness runner. Named shapes (the
- * DESIGN.md shapes, scaled down where the fp64 reference would take too long,
+ * benchmark shapes, scaled down where the fp64 reference would take too long,
  * and edge shapes) plus random configurations, each run on the chosen backend
  * and compared with FC_BACKEND_CPU_REFERENCE through the kit's per-dtype gates.
  */
@@ -9,7 +9,7 @@
 
 #include "cli.h"
 
-/* A named check case. Scaled-down DESIGN.md shapes say how in their name
+/* A named check case. Scaled-down benchmark shapes say how in their name
  * ("/small": fewer heads and shorter sequences; "/sq128": the full key
  * length with 128 queries). Every case asks for lse. */
 typedef struct check_named {
@@ -33,7 +33,7 @@ typedef struct check_named {
  * left/right, softcap, vl = varlen, layout, scale, in = input_scale. */
 static const check_named k_named[] = {
     /* name                       B  Hq  Hkv  Sq    Sk     D    c  dtype           q  wl   wr  cap  vl  lay   scale  in */
-    /* DESIGN.md §4 shapes (full where the reference is fast enough) */
+    /* The benchmark shapes (full where the reference is fast enough) */
     {{"mission",                  1, 8,  8,   512,  512,   64,  0, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"mission-causal",           1, 8,  8,   512,  512,   64,  1, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"s512-d64/small",           1, 4,  4,   512,  512,   64,  0, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
@@ -185,7 +185,7 @@ static void help(void)
            "Runs named shapes and random configurations on a backend and compares each\n"
            "output (and lse) with the fp64 reference through the per-dtype gates (max abs\n"
            "error, rel L2, %% elements over tolerance, unwritten elements, lse).\n"
-           "Named shapes: the DESIGN.md shapes (scaled down where the reference would be\n"
+           "Named shapes: the benchmark shapes (scaled down where the reference would be\n"
            "too slow; the name says how) and edge shapes: seqlen 1/17/1000, sq != sk\n"
            "causal, windows, softcap, GQA 4/8, MQA, varlen with empty sequences, BHSD and\n"
            "padded layouts, f32/f16/bf16, head dims 32..256.\n\n"

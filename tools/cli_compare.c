@@ -238,7 +238,7 @@ int cli_compare(int argc, char **argv)
     printf("---:|---:|---:|\n");
 
     /* Verdict basis: graph-timed speedups when every pair has them (the
-     * DESIGN.md method: launch gaps out), else p50. Pairs where either side
+     * docs/PERF.md method: launch gaps out), else p50. Pairs where either side
      * recorded a failed correctness check prove nothing and are left out. */
     double log_p50 = 0, log_graph = 0;
     int n_p50 = 0, n_graph = 0, faster_p50 = 0, faster_graph = 0, n_bad = 0;

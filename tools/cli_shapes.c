@@ -1,5 +1,5 @@
 /*
- * cli_shapes.c -- the benchmark shapes of DESIGN.md §4 by name, and the
+ * cli_shapes.c -- the benchmark shapes of docs/PERF.md by name, and the
  * parser of --custom shapes.
  */
 #include <errno.h>
@@ -8,7 +8,7 @@
 
 #include "cli.h"
 
-/* Names as DESIGN.md §4 (the anchors prefix some with "seed-"/"fa3-";
+/* Names as in docs/PERF.md (the anchors prefix some with "seed-"/"fa3-";
  * compare matches those by dimensions). */
 const cli_named_shape cli_bench_shapes[] = {
     /* name               B   Hq  Hkv  Sq     Sk     D    causal dtype */

@@ -3,7 +3,7 @@
  * GPU needs a second or more of load to reach its clock), then per-call
  * times (CUDA events on the GPU, the monotonic clock on the CPU), and on the
  * GPU also a captured graph of CLI_GRAPH_CALLS calls replayed, which removes
- * launch gaps (DESIGN.md §4).
+ * launch gaps (docs/PERF.md, Method).
  */
 #include <math.h>
 #include <stdlib.h>

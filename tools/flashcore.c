@@ -17,7 +17,7 @@ typedef struct command {
 static const command k_commands[] = {
     {"demo", cli_demo, "run the headline shape on the best backend, check it, time it"},
     {"check", cli_check, "correctness runner: named and random shapes vs the fp64 reference"},
-    {"bench", cli_bench, "timing runner: the DESIGN.md shapes or custom ones, JSON output"},
+    {"bench", cli_bench, "timing runner: the benchmark shapes or custom ones, JSON output"},
     {"compare", cli_compare, "Markdown speedup table of two bench JSON files"},
     {"rows", cli_rows, "the CUDA tile-table rows, one per line (for scripts)"},
 };

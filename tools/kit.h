@@ -99,7 +99,7 @@ void kit_compare(const kit_case *c, const void *out, const float *lse, const voi
 /* 1 if every gate holds (and nothing unwritten / non-finite). */
 int kit_gate_pass(const kit_metrics *m, const kit_gate *g);
 
-/* FLOPs by the DESIGN.md convention: 4*B*Hq*Sq*Sk*D, halved for causal
+/* FLOPs by the docs/PERF.md convention: 4*B*Hq*Sq*Sk*D, halved for causal
  * with Sq == Sk (masks and varlen lengths are not counted). */
 double kit_flops_nominal(const kit_shape *s);
 
