@@ -36,12 +36,13 @@ class View:
 
     def fill(self, t):
         """Write this view into a ctypes fc_tensor."""
+        n = len(self.shape)
         t.data = self.ptr
         t.dtype = self.dtype
-        t.ndim = len(self.shape)
-        for i in range(4):
-            t.shape[i] = self.shape[i] if i < len(self.shape) else 0
-            t.stride[i] = self.strides[i] if i < len(self.strides) else 0
+        t.ndim = n
+        pad = (0,) * (4 - n)  # one slice store per array: cheaper than 8 item stores
+        t.shape[:] = self.shape + pad
+        t.stride[:] = self.strides + pad
 
     def device_str(self):
         return "cpu" if self.device[0] == "cpu" else "cuda:%d" % self.device[1]
@@ -211,7 +212,10 @@ def _host_seqlens(x, name, total):
                                    % (name, arr.dtype, arr.shape))
     if arr.size < 2:
         raise InvalidArgumentError("%s: has %d entries: expected batch+1 >= 2" % (name, arr.size))
-    if arr.min() < -2**31 or arr.max() >= 2**31:
+    # Only a type wider than int32 pays for the range check.
+    dt = arr.dtype
+    wide = dt.itemsize > 4 or (dt.kind == "u" and dt.itemsize == 4)
+    if wide and (arr.min() < -2**31 or arr.max() >= 2**31):
         raise InvalidArgumentError("%s: values do not fit int32" % name)
     _check_last(int(arr[-1]), name, total)
     return np.ascontiguousarray(arr, dtype=np.int32)
@@ -234,7 +238,7 @@ def seqlens(x, name, like, total):
         if is_torch(x) and x.device.type != "cpu":
             raise InvalidArgumentError("%s: must be on the CPU like q (got %s)" % (name, x.device))
         host = _host_seqlens(x, name, total)
-        mx = int(np.max(np.diff(host)))
+        mx = int((host[1:] - host[:-1]).max())  # np.diff costs 3x more on small arrays
         if like.device[0] == "cpu":
             return host, host.ctypes.data, int(host.size), mx
         t = _torch().from_numpy(host).to(_torch().device("cuda", like.device[1]))

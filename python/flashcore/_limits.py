@@ -36,11 +36,13 @@ def float32(value, name, zero_means):
         x = float(value)
     except (TypeError, ValueError):
         raise InvalidArgumentError("%s: expected a number, got %r" % (name, value)) from None
+    if x == 0.0:
+        return 0.0
     f = ctypes.c_float(x).value
     if not math.isfinite(f):
         raise InvalidArgumentError("%s: %r is not a finite float32 (|%s| <= %.8g)"
                                    % (name, value, name, FLT_MAX))
-    if f == 0.0 and x != 0.0:
+    if f == 0.0:
         raise InvalidArgumentError(
             "%s: %r rounds to 0 in float32, which means %s; pass 0 for that, or a value "
             "float32 holds (|%s| >= %.7g)" % (name, value, zero_means, name, FLT_TRUE_MIN))
