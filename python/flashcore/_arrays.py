@@ -157,7 +157,7 @@ def view(x, name, layout="bshd", written=False):
             v.pad = torch.empty(1, dtype=x.dtype, device=x.device)
             v.ptr = v.pad.data_ptr()
         shape = tuple(int(n) for n in x.shape)
-        strides = tuple(int(s) for s in x.stride())
+        strides = _c_order(shape) if x.numel() == 0 else tuple(int(s) for s in x.stride())
     else:
         raise InvalidArgumentError("%s: expected a numpy array or a torch tensor, got %s"
                                    % (name, type(x).__name__))
