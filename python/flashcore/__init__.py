@@ -19,7 +19,7 @@ from FLASHCORE_VERSION_STRING in include/flashcore.h).
 
 import ctypes
 
-from . import _lib
+from . import _lib, _limits
 from ._attention import KernelInfo, attention, last_host_profile, last_kernel_info, supported
 from ._attention import context as _context
 from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentError,
@@ -63,7 +63,7 @@ def device_info():
 def set_num_threads(n):
     """CPU backend worker threads for calls made from this thread (0 = one
     per online core, the default)."""
-    _context().set_num_threads(int(n))
+    _context().set_num_threads(_limits.int32(n, "num_threads"))
 
 
 def set_tuning(**fields):

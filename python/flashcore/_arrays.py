@@ -32,22 +32,30 @@ class View:
     matching output. `obj` keeps the Python object alive during the call."""
 
     __slots__ = ("obj", "kind", "device", "dtype", "elem_dtype", "shape", "strides",
-                 "user_shape", "ptr")
+                 "user_shape", "ptr", "pad")
 
     def fill(self, t):
         """Write this view into a ctypes fc_tensor."""
+        n = len(self.shape)
         t.data = self.ptr
         t.dtype = self.dtype
-        t.ndim = len(self.shape)
-        for i in range(4):
-            t.shape[i] = self.shape[i] if i < len(self.shape) else 0
-            t.stride[i] = self.strides[i] if i < len(self.strides) else 0
+        t.ndim = n
+        pad = (0,) * (4 - n)  # one slice store per array: cheaper than 8 item stores
+        t.shape[:] = self.shape + pad
+        t.stride[:] = self.strides + pad
 
     def device_str(self):
         return "cpu" if self.device[0] == "cpu" else "cuda:%d" % self.device[1]
 
 
 def _numpy_dtype_code(dt, name):
+    # The library reads native-order elements; a big-endian array of a
+    # supported type would be read as other numbers.
+    if not dt.isnative:
+        raise InvalidArgumentError(
+            "%s: dtype %s is %s-endian, not the machine's byte order; pass "
+            "%s.astype(%s.dtype.newbyteorder('='))"
+            % (name, dt.name, "big" if dt.byteorder == ">" else "little", name, name))
     if dt == np.float32:
         return _lib.DTYPE_F32
     if dt == np.float16:
@@ -70,9 +78,46 @@ def _torch_dtype_code(torch, dt, name):
     return codes[dt]
 
 
-def view(x, name, layout="bshd"):
+def _writable(x, name):
+    """Refuse an output the call may not write: a read-only numpy array (a
+    read-only memmap, an array over bytes) or a torch leaf that autograd
+    tracks (torch itself refuses in-place writes to those)."""
+    if isinstance(x, np.ndarray):
+        if not x.flags.writeable:
+            raise InvalidArgumentError("%s: the array is read-only (flags.writeable is False)" % name)
+    elif is_torch(x) and x.requires_grad and x.is_leaf:
+        raise InvalidArgumentError("%s: a leaf tensor that requires grad cannot be written in place"
+                                   % name)
+
+
+def _c_order(shape):
+    """Row-major strides in elements (a zero dimension counts as 1)."""
+    strides, n = [], 1
+    for d in reversed(shape):
+        strides.append(n)
+        n *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def _numpy_strides(x, name):
+    """x's strides in elements. numpy gives a zero-size array stride 0 in
+    every dimension; nothing is addressed, so C-order strides stand in."""
+    item = x.itemsize
+    if x.size == 0:
+        return _c_order(x.shape)
+    if any(s % item for s in x.strides):
+        raise InvalidArgumentError(
+            "%s: strides %s (bytes) are not multiples of the element size %d"
+            % (name, x.strides, item))
+    return tuple(s // item for s in x.strides)
+
+
+def view(x, name, layout="bshd", written=False):
     """A View of x (numpy array or torch tensor). layout 'bhsd' applies to 4-D
-    operands: the strides are permuted into the library's [B,S,H,D] order."""
+    operands: the strides are permuted into the library's [B,S,H,D] order.
+    written: x is an output (checked writable)."""
+    if written:
+        _writable(x, name)
     v = View()
     v.obj = x
     if isinstance(x, np.ndarray):
@@ -80,14 +125,9 @@ def view(x, name, layout="bshd"):
         v.device = ("cpu", -1)
         v.elem_dtype = x.dtype
         v.dtype = _numpy_dtype_code(x.dtype, name)
-        item = x.itemsize
-        if any(s % item for s in x.strides):
-            raise InvalidArgumentError(
-                "%s: strides %s (bytes) are not multiples of the element size %d"
-                % (name, x.strides, item))
+        strides = _numpy_strides(x, name)
         if not x.flags.aligned:
             raise InvalidArgumentError("%s: the array's data is not aligned to its element size" % name)
-        strides = tuple(s // item for s in x.strides)
         if any(s < 0 for s in strides):
             raise InvalidArgumentError(
                 "%s: negative strides are not supported; pass np.ascontiguousarray(%s)"
@@ -111,8 +151,13 @@ def view(x, name, layout="bshd"):
         v.elem_dtype = x.dtype
         v.dtype = _torch_dtype_code(torch, x.dtype, name)
         v.ptr = x.data_ptr()
+        if not v.ptr and x.numel() == 0:
+            # An empty tensor may have no storage; the library wants a
+            # non-NULL pointer in the right memory space, and reads none.
+            v.pad = torch.empty(1, dtype=x.dtype, device=x.device)
+            v.ptr = v.pad.data_ptr()
         shape = tuple(int(n) for n in x.shape)
-        strides = tuple(int(s) for s in x.stride())
+        strides = _c_order(shape) if x.numel() == 0 else tuple(int(s) for s in x.stride())
     else:
         raise InvalidArgumentError("%s: expected a numpy array or a torch tensor, got %s"
                                    % (name, type(x).__name__))
@@ -130,6 +175,17 @@ def view(x, name, layout="bshd"):
     return v
 
 
+def no_rows(v, lse=False):
+    """v, a dense view with no row, as the empty varlen view of the same
+    operand: [0, heads, head_dim] (lse: [heads, 0]). Nothing is addressed."""
+    w = View()
+    for name in View.__slots__:
+        setattr(w, name, getattr(v, name, None))
+    w.shape = (v.shape[1], 0) if lse else (0, v.shape[2], v.shape[3])
+    w.strides = _c_order(w.shape)
+    return w
+
+
 def empty(like, user_shape, float32=False, layout="bshd"):
     """A new uninitialised array/tensor of like's kind and device, in the
     caller's layout, with like's element type (or float32), viewed for the C
@@ -144,48 +200,67 @@ def empty(like, user_shape, float32=False, layout="bshd"):
     return view(obj, "out", layout)
 
 
-def seqlens(x, name, like):
-    """cu_seqlens as an int32 array in like's memory space.
-    Returns (keepalive object, pointer, number of entries, max length or None
-    when finding it would need a device sync)."""
-    if like.device[0] == "cpu":
-        if is_torch(x):
-            if x.device.type != "cpu":
-                raise InvalidArgumentError("%s: must be on the CPU like q (got %s)" % (name, x.device))
-            x = x.numpy()
-        arr = np.asarray(x)
-        if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise InvalidArgumentError("%s: expected a 1-D integer array, got %s of shape %s"
-                                       % (name, arr.dtype, arr.shape))
-        if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
-            raise InvalidArgumentError("%s: values do not fit int32" % name)
-        arr = np.ascontiguousarray(arr, dtype=np.int32)
-        mx = int(np.max(np.diff(arr))) if arr.size > 1 else 0
-        return arr, arr.ctypes.data, int(arr.size), mx
-    torch = _torch()
-    dev = torch.device("cuda", like.device[1])
+def _host_seqlens(x, name, total):
+    """cu_seqlens given in host memory, as a contiguous int32 numpy array:
+    1-D integers within int32, at least 2 entries, the last one equal to
+    total (tokens past it would be left unwritten)."""
     if is_torch(x):
-        if x.device != dev:
-            raise InvalidArgumentError("%s: must be on %s like q (got %s)" % (name, dev, x.device))
-        if x.dim() != 1 or x.is_floating_point() or x.is_complex():
-            raise InvalidArgumentError("%s: expected a 1-D integer tensor, got %s of shape %s"
-                                       % (name, x.dtype, tuple(x.shape)))
-        t = x.to(torch.int32).contiguous()
-        return t, t.data_ptr(), int(t.numel()), None
+        x = x.numpy()
     arr = np.asarray(x)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise InvalidArgumentError("%s: expected a 1-D integer array, got %s of shape %s"
                                    % (name, arr.dtype, arr.shape))
-    if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+    if arr.size < 2:
+        raise InvalidArgumentError("%s: has %d entries: expected batch+1 >= 2" % (name, arr.size))
+    # Only a type wider than int32 pays for the range check.
+    dt = arr.dtype
+    wide = dt.itemsize > 4 or (dt.kind == "u" and dt.itemsize == 4)
+    if wide and (arr.min() < -2**31 or arr.max() >= 2**31):
         raise InvalidArgumentError("%s: values do not fit int32" % name)
-    host = np.ascontiguousarray(arr, dtype=np.int32)
-    t = torch.from_numpy(host).to(dev)
-    mx = int(np.max(np.diff(host))) if host.size > 1 else 0
-    return t, t.data_ptr(), int(t.numel()), mx
+    _check_last(int(arr[-1]), name, total)
+    return np.ascontiguousarray(arr, dtype=np.int32)
 
 
-def max_seqlen_of(keep):
-    """Longest sequence of a device cu_seqlens tensor (synchronises)."""
-    if keep.numel() < 2:
-        return 0
-    return int((keep[1:] - keep[:-1]).max().item())
+def _check_last(last, name, total):
+    if last != total:
+        raise InvalidArgumentError(
+            "%s: the last offset is %d but the tensor has %d tokens: the offsets must cover "
+            "every token (the rows past the last offset would be left unwritten)"
+            % (name, last, total))
+
+
+def seqlens(x, name, like, total):
+    """cu_seqlens as an int32 array in like's memory space; total is the token
+    count of the tensor it indexes. Returns (keepalive object, pointer, number
+    of entries, max length or None when the offsets are in device memory:
+    device_seqlens_max reads them)."""
+    if like.device[0] == "cpu" or not is_torch(x):
+        if is_torch(x) and x.device.type != "cpu":
+            raise InvalidArgumentError("%s: must be on the CPU like q (got %s)" % (name, x.device))
+        host = _host_seqlens(x, name, total)
+        mx = int((host[1:] - host[:-1]).max())  # np.diff costs 3x more on small arrays
+        if like.device[0] == "cpu":
+            return host, host.ctypes.data, int(host.size), mx
+        t = _torch().from_numpy(host).to(_torch().device("cuda", like.device[1]))
+        return t, t.data_ptr(), int(t.numel()), mx
+    torch = _torch()
+    dev = torch.device("cuda", like.device[1])
+    if x.device != dev:
+        raise InvalidArgumentError("%s: must be on %s like q (got %s)" % (name, dev, x.device))
+    if x.dim() != 1 or x.is_floating_point() or x.is_complex() or x.numel() < 2:
+        raise InvalidArgumentError("%s: expected a 1-D integer tensor of batch+1 >= 2 entries, got "
+                                   "%s of shape %s" % (name, x.dtype, tuple(x.shape)))
+    t = x.to(torch.int32).contiguous()
+    # Narrowing wraps silently; only a non-int32 tensor pays this check's sync.
+    if x.dtype != torch.int32 and not torch.equal(t.to(x.dtype), x):
+        raise InvalidArgumentError("%s: values do not fit int32" % name)
+    return t, t.data_ptr(), int(t.numel()), None
+
+
+def device_seqlens_max(keep, name, total):
+    """Longest sequence of a device cu_seqlens tensor, and its last offset
+    checked against total, in one synchronising read."""
+    torch = _torch()
+    mx, last = torch.stack(((keep[1:] - keep[:-1]).max(), keep[-1])).tolist()
+    _check_last(int(last), name, total)
+    return int(mx)

@@ -5,7 +5,7 @@ import collections
 import ctypes
 import threading
 
-from . import _arrays, _lib
+from . import _arrays, _lib, _limits
 from .errors import InvalidArgumentError, NoDeviceError, UnsupportedError, error_for_status
 
 KernelInfo = collections.namedtuple("KernelInfo", "backend name num_splits workspace_bytes")
@@ -65,6 +65,8 @@ class _Context:
                                            % (name, ", ".join(_lib.TUNING_ENV)))
             if name == "sm90_trace_file":
                 value = value.encode() if isinstance(value, str) else value
+            else:
+                value = _limits.int32(value, "tuning %s" % name)
             setattr(t, name, value)
         self.check(self._lib.fc_context_set_tuning(self.handle, ctypes.byref(t)))
 
@@ -120,33 +122,33 @@ class _Call:
     __slots__ = ("args", "keep", "out", "lse", "device", "q")
 
 
-def _prepare(q, k, v, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-             max_seqlen_q, max_seqlen_k, return_lse, backend, out, layout, lib):
+def _check_names(layout, backend):
     if not isinstance(layout, str) or layout.lower() not in ("bshd", "bhsd"):
         raise InvalidArgumentError("layout: expected 'bshd' ([B,S,H,D]) or 'bhsd' ([B,H,S,D]), got %r"
                                    % (layout,))
-    layout = layout.lower()
     if not isinstance(backend, str) or backend.lower() not in _lib.BACKENDS:
         raise InvalidArgumentError("backend: expected one of %s, got %r"
                                    % (", ".join(sorted(_lib.BACKENDS)), backend))
-    backend = backend.lower()
+    return layout.lower(), backend.lower()
+
+
+def _fill_options(args, causal, window, softcap, scale):
+    """The scalar options, range-checked before ctypes narrows them."""
     if window is None:
         window = (-1, -1)
     try:
-        wl, wr = (int(w) for w in window)
+        wl, wr = window
     except (TypeError, ValueError):
         raise InvalidArgumentError("window: expected (left, right) integers, -1 = unbounded, got %r"
                                    % (window,)) from None
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
-        raise InvalidArgumentError("cu_seqlens_q and cu_seqlens_k: give both or neither")
-    if varlen and layout != "bshd":
-        raise InvalidArgumentError("layout: variable-length tensors are [total, heads, head_dim]; "
-                                   "layout='bhsd' applies to 4-D tensors only")
+    args.window_left = _limits.int32(wl, "window left")
+    args.window_right = _limits.int32(wr, "window right")
+    args.scale = 0.0 if scale is None else _limits.float32(scale, "scale", "1/sqrt(head_dim)")
+    args.softcap = _limits.float32(softcap or 0.0, "softcap", "no cap")
+    args.causal = 1 if causal else 0
 
-    vq = _arrays.view(q, "q", layout)
-    vk = _arrays.view(k, "k", layout)
-    vv = _arrays.view(v, "v", layout)
+
+def _check_operands(vq, vk, vv, varlen, layout, backend):
     want = 3 if varlen else 4
     what = "[total, heads, head_dim] (varlen)" if varlen else (
         "[batch, seqlen, heads, head_dim]" if layout == "bshd" else "[batch, heads, seqlen, head_dim]")
@@ -169,24 +171,70 @@ def _prepare(q, k, v, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k
     if not on_cuda and backend == "cuda":
         raise InvalidArgumentError("backend='cuda': q, k, v are in host memory; pass CUDA tensors")
 
-    call = _Call()
-    call.keep = [vq, vk, vv]
-    call.device = vq.device
-    call.q = vq
-    if out is None:
-        vo = _arrays.empty(vq, vq.user_shape, layout=layout)
-    else:
-        vo = _arrays.view(out, "out", layout)
-        if vo.kind != vq.kind or vo.device != vq.device:
-            raise InvalidArgumentError("out: is a %s object on %s but q is a %s object on %s"
-                                       % (vo.kind, vo.device_str(), vq.kind, vq.device_str()))
-        if vo.dtype != vq.dtype:
-            raise InvalidArgumentError("out: dtype %s differs from q's %s" % (vo.elem_dtype, vq.elem_dtype))
-        if vo.user_shape != vq.user_shape:
-            raise InvalidArgumentError("out: shape %s differs from q's %s" % (vo.user_shape, vq.user_shape))
-    call.keep.append(vo)
-    call.out = vo.obj
 
+def _out_view(vq, out, layout):
+    if out is None:
+        return _arrays.empty(vq, vq.user_shape, layout=layout)
+    vo = _arrays.view(out, "out", layout, written=True)
+    if vo.kind != vq.kind or vo.device != vq.device:
+        raise InvalidArgumentError("out: is a %s object on %s but q is a %s object on %s"
+                                   % (vo.kind, vo.device_str(), vq.kind, vq.device_str()))
+    if vo.dtype != vq.dtype:
+        raise InvalidArgumentError("out: dtype %s differs from q's %s" % (vo.elem_dtype, vq.elem_dtype))
+    if vo.user_shape != vq.user_shape:
+        raise InvalidArgumentError("out: shape %s differs from q's %s" % (vo.user_shape, vq.user_shape))
+    return vo
+
+
+def _no_query_rows(vq, vk, vv, vo, vl):
+    """A dense call whose q has no row (batch or seqlen_q 0): the library's
+    dense tensors have every dimension >= 1, so it goes in as a varlen call of
+    one empty sequence, which the library checks in full (heads, head_dim,
+    options, outputs) and answers without work. Only what the varlen form
+    drops is checked here."""
+    if vk.shape[0] != vq.shape[0]:
+        raise InvalidArgumentError("k: batch %d differs from q's %d" % (vk.shape[0], vq.shape[0]))
+    if vv.shape != vk.shape:
+        raise InvalidArgumentError("v: shape %s differs from k's %s" % (vv.user_shape, vk.user_shape))
+    views = [_arrays.no_rows(x) for x in (vq, vk, vv, vo)]
+    return views + [_arrays.no_rows(vl, lse=True) if vl is not None else None]
+
+
+def _fill_varlen(args, call, vq, vk, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    kq, pq, nq, mq = _arrays.seqlens(cu_seqlens_q, "cu_seqlens_q", vq, vq.shape[0])
+    kk, pk, nk, mk = _arrays.seqlens(cu_seqlens_k, "cu_seqlens_k", vq, vk.shape[0])
+    if nq != nk:
+        raise InvalidArgumentError("cu_seqlens_q has %d entries but cu_seqlens_k has %d "
+                                   "(both are batch+1)" % (nq, nk))
+    call.keep += [kq, kk]
+    if max_seqlen_q is None:
+        max_seqlen_q = mq if mq is not None else _arrays.device_seqlens_max(kq, "cu_seqlens_q", vq.shape[0])
+    if max_seqlen_k is None:
+        max_seqlen_k = mk if mk is not None else _arrays.device_seqlens_max(kk, "cu_seqlens_k", vk.shape[0])
+    args.cu_seqlens_q, args.cu_seqlens_k = pq, pk
+    args.num_seqs = _limits.int32(nq - 1, "cu_seqlens_q entries - 1 (batch)")
+    args.max_seqlen_q = _limits.int32(max_seqlen_q, "max_seqlen_q")
+    args.max_seqlen_k = _limits.int32(max_seqlen_k, "max_seqlen_k")
+
+
+def _prepare(q, k, v, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
+             max_seqlen_q, max_seqlen_k, return_lse, backend, out, layout, lib):
+    layout, backend = _check_names(layout, backend)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise InvalidArgumentError("cu_seqlens_q and cu_seqlens_k: give both or neither")
+    if varlen and layout != "bshd":
+        raise InvalidArgumentError("layout: variable-length tensors are [total, heads, head_dim]; "
+                                   "layout='bhsd' applies to 4-D tensors only")
+    args = _lib.new_args(lib)
+    _fill_options(args, causal, window, softcap, scale)
+    args.backend = _lib.BACKENDS[backend]
+
+    vq = _arrays.view(q, "q", layout)
+    vk = _arrays.view(k, "k", layout)
+    vv = _arrays.view(v, "v", layout)
+    _check_operands(vq, vk, vv, varlen, layout, backend)
+    vo = _out_view(vq, out, layout)
     vl = None
     if return_lse:
         if varlen:
@@ -194,35 +242,24 @@ def _prepare(q, k, v, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k
         else:
             lse_shape = (vq.shape[0], vq.shape[2], vq.shape[1])  # [batch, heads_q, seqlen_q]
         vl = _arrays.empty(vq, lse_shape, float32=True)
-        call.keep.append(vl)
-    call.lse = vl.obj if vl is not None else None
 
-    args = _lib.new_args(lib)
+    call = _Call()
+    call.keep = [vq, vk, vv, vo, vl]
+    call.device = vq.device
+    call.q = vq
+    call.out = vo.obj
+    call.lse = vl.obj if vl is not None else None
+    if not varlen and (vq.shape[0] == 0 or vq.shape[1] == 0):
+        vq, vk, vv, vo, vl = _no_query_rows(vq, vk, vv, vo, vl)
+        _fill_varlen(args, call, vq, vk, [0, 0], [0, 0], 0, 0)
+    elif varlen:
+        _fill_varlen(args, call, vq, vk, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     vq.fill(args.q)
     vk.fill(args.k)
     vv.fill(args.v)
     vo.fill(args.out)
     if vl is not None:
         vl.fill(args.lse)
-    args.scale = 0.0 if scale is None else float(scale)
-    args.softcap = float(softcap or 0.0)
-    args.causal = 1 if causal else 0
-    args.window_left, args.window_right = wl, wr
-    args.backend = _lib.BACKENDS[backend]
-    if varlen:
-        kq, pq, nq, mq = _arrays.seqlens(cu_seqlens_q, "cu_seqlens_q", vq)
-        kk, pk, nk, mk = _arrays.seqlens(cu_seqlens_k, "cu_seqlens_k", vq)
-        if nq != nk:
-            raise InvalidArgumentError("cu_seqlens_q has %d entries but cu_seqlens_k has %d "
-                                       "(both are batch+1)" % (nq, nk))
-        call.keep += [kq, kk]
-        if max_seqlen_q is None:
-            max_seqlen_q = mq if mq is not None else _arrays.max_seqlen_of(kq)
-        if max_seqlen_k is None:
-            max_seqlen_k = mk if mk is not None else _arrays.max_seqlen_of(kk)
-        args.cu_seqlens_q, args.cu_seqlens_k = pq, pk
-        args.num_seqs = nq - 1
-        args.max_seqlen_q, args.max_seqlen_k = int(max_seqlen_q), int(max_seqlen_k)
     call.args = args
     return call
 

@@ -150,3 +150,30 @@ def test_device_and_backend_checks():
     with pytest.raises(flashcore.InvalidArgumentError, match="numpy"):
         flashcore.attention(q, k.cpu().float().numpy(), v)
     assert "sm_" in flashcore.device_info()
+
+
+def test_cuda_input_classes():
+    q, k, v = qkv(1, 16, 16, 2, 2, 64, "bf16", "bshd", seed=3)
+    # A dense call without query rows is an empty result, as on the CPU.
+    e = q[:, :0]
+    out, lse = flashcore.attention(e, k, v, return_lse=True)
+    assert out.shape == e.shape and out.device == q.device and lse.shape == (1, 2, 0)
+    assert flashcore.attention(q[:0], k[:0], v[:0]).shape == (0, 16, 2, 64)
+    # Device cu_seqlens must end at the token count; the binding reads them in
+    # the one sync that finds max_seqlen.
+    cu_q = torch.tensor([0, 10], dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0, 16], dtype=torch.int32, device=DEV)
+    with pytest.raises(flashcore.InvalidArgumentError,
+                       match="^cu_seqlens_q: the last offset is 10 but the tensor has 16 tokens"):
+        flashcore.attention(q[0], k[0], v[0], cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    wrapped = torch.tensor([0, 2**32 + 16], dtype=torch.int64, device=DEV)
+    with pytest.raises(flashcore.InvalidArgumentError, match="^cu_seqlens_q: values do not fit int32"):
+        flashcore.attention(q[0], k[0], v[0], cu_seqlens_q=wrapped, cu_seqlens_k=cu_k)
+    leaf = torch.zeros_like(q, requires_grad=True)
+    with pytest.raises(flashcore.InvalidArgumentError, match="^out: a leaf tensor that requires grad"):
+        flashcore.attention(q, k, v, out=leaf)
+    full = torch.tensor([0, 16], dtype=torch.int32, device=DEV)
+    out = flashcore.attention(q[0], k[0], v[0], cu_seqlens_q=full, cu_seqlens_k=cu_k)
+    torch.cuda.synchronize()
+    r_out, _ = ref.attention(lib_np(q, "bshd"), lib_np(k, "bshd"), lib_np(v, "bshd"))
+    ref.check(lib_np(out, "bshd"), None, r_out[0], None, "bf16")
