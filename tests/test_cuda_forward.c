@@ -432,6 +432,23 @@ static void edge_cases(runner *r)
         s.causal = 1;
         s.softcap = 30.0f;
         run(r, "edge:scale1000-softcap", &s, 110);
+        /* the edges of the accepted scale/softcap ranges (constants.h): every
+         * fp32 intermediate finite, the capped logits within the gates */
+        s = test_shape(2, 4, 2, 33, 300, 128, dt);
+        s.scale = 1e25f;
+        run(r, "edge:scale1e25", &s, 120);
+        s.scale = 1e-25f;
+        s.causal = 1;
+        run(r, "edge:scale1e-25-causal", &s, 121);
+        s = test_shape(1, 4, 4, 96, 200, 64, dt);
+        s.scale = 100.0f;
+        s.softcap = 1e3f;
+        run(r, "edge:softcap1e3-scale100", &s, 122);
+        s.scale = -1e-25f;
+        run(r, "edge:softcap1e3-scale-1e-25", &s, 123);
+        s.scale = 1e25f;
+        s.softcap = 1e-13f;
+        run(r, "edge:softcap1e-13-scale1e25", &s, 124);
         s = test_shape(4, 32, 8, 1, 4097, 128, dt);
         run(r, "edge:gqa-decode", &s, 111);
         s = test_shape(3, 16, 1, 3, 2048, 64, dt);
