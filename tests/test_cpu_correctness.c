@@ -329,48 +329,45 @@ static void zero_dot_pair(kit_case *c)
         }
 }
 
+/* One case at an edge of the accepted ranges: a dense BSHD shape with these
+ * options, then prep. */
+typedef struct range_edge {
+    const char *name;
+    int batch, hq, hkv, sq, sk, d, causal;
+    float scale, softcap, input_scale;
+    prep_fn prep;
+} range_edge;
+
+/* The bounds of constants.h, as the tests state them. The d512 row has f16
+ * inputs near 8e3 (bf16/f32: 1e4), so its scores reach ~1e35; the q.k = 0
+ * rows put scale/softcap = 1e38 (and 1e22) against an exact zero. */
+static const range_edge k_range_edges[] = {
+    {"scale 1e25", 2, 4, 2, 33, 70, 64, 0, 1e25f, 0.0f, 1.0f, NULL},
+    {"scale -1e25 causal", 2, 4, 2, 33, 70, 64, 1, -1e25f, 0.0f, 1.0f, NULL},
+    {"scale 1e-25", 2, 4, 2, 33, 70, 64, 0, 1e-25f, 0.0f, 1.0f, NULL},
+    {"scale -1e-25 causal", 2, 4, 2, 33, 70, 64, 1, -1e-25f, 0.0f, 1.0f, NULL},
+    {"scale 1e25 d512 large inputs", 1, 2, 1, 9, 40, 512, 0, 1e25f, 0.0f, 0.0f, NULL},
+    {"softcap 1e3 scale 100", 1, 4, 4, 50, 90, 64, 0, 100.0f, 1e3f, 1.0f, NULL},
+    {"softcap 1e3 scale -1e-25", 1, 4, 4, 50, 90, 64, 0, -1e-25f, 1e3f, 1.0f, NULL},
+    {"softcap 1e-13 scale 1e25 q.k=0", 2, 4, 2, 20, 30, 32, 0, 1e25f, 1e-13f, 1.0f, zero_dot_pair},
+    {"softcap 1e3 scale 1e25 q.k=0", 2, 4, 2, 20, 30, 32, 0, 1e25f, 1e3f, 1.0f, zero_dot_pair},
+};
+
 static void range_edges(fc_context *ctx)
 {
     char name[96];
-    /* the bounds of constants.h, as the tests state them */
-    static const float scales[] = {1e25f, -1e25f, 1e-25f, -1e-25f};
-    for (int dt = 0; dt < 3; dt++) {
-        const fc_dtype t = (fc_dtype)dt;
-        const char *tn = kit_dtype_name(t);
-        kit_shape s;
-        for (int i = 0; i < 4; i++) {
-            s = test_shape(2, 4, 2, 33, 70, 64, t);
-            s.scale = scales[i];
-            s.causal = i & 1;
-            snprintf(name, sizeof name, "scale %g %s", (double)scales[i], tn);
-            run_case(ctx, name, &s, 40 + (uint64_t)i);
+    const int n = (int)(sizeof k_range_edges / sizeof k_range_edges[0]);
+    for (int dt = 0; dt < 3; dt++)
+        for (int i = 0; i < n; i++) {
+            const range_edge *e = &k_range_edges[i];
+            kit_shape s = test_shape(e->batch, e->hq, e->hkv, e->sq, e->sk, e->d, (fc_dtype)dt);
+            s.causal = e->causal;
+            s.scale = e->scale;
+            s.softcap = e->softcap;
+            s.input_scale = e->input_scale > 0.0f ? e->input_scale : (dt == FC_DTYPE_F16 ? 8000.0f : 1e4f);
+            snprintf(name, sizeof name, "%s %s", e->name, kit_dtype_name((fc_dtype)dt));
+            run_case_prep(ctx, name, &s, 40 + (uint64_t)i, e->prep);
         }
-        /* f16 inputs near their largest magnitude, head_dim 512, scale 1e25:
-         * the scores reach ~1e35 and must stay finite */
-        s = test_shape(1, 2, 1, 9, 40, 512, t);
-        s.scale = 1e25f;
-        s.input_scale = t == FC_DTYPE_F16 ? 8000.0f : 1e4f;
-        snprintf(name, sizeof name, "scale 1e25 d512 inputs ~8e3 %s", tn);
-        run_case(ctx, name, &s, 44);
-        /* softcap 1e3 over logits ~1e3 (scale 100), and over tiny ones */
-        s = test_shape(1, 4, 4, 50, 90, 64, t);
-        s.softcap = 1e3f;
-        s.scale = 100.0f;
-        snprintf(name, sizeof name, "softcap 1e3 scale 100 %s", tn);
-        run_case(ctx, name, &s, 45);
-        s.scale = -1e-25f;
-        snprintf(name, sizeof name, "softcap 1e3 scale -1e-25 %s", tn);
-        run_case(ctx, name, &s, 46);
-        /* softcap 1e-13 with scale 1e25 (scale/softcap = 1e38) and q.k = 0 */
-        s = test_shape(2, 4, 2, 20, 30, 32, t);
-        s.softcap = 1e-13f;
-        s.scale = 1e25f;
-        snprintf(name, sizeof name, "softcap 1e-13 scale 1e25 q.k=0 %s", tn);
-        run_case_prep(ctx, name, &s, 47, zero_dot_pair);
-        s.softcap = 1e3f;
-        snprintf(name, sizeof name, "softcap 1e3 scale 1e25 q.k=0 %s", tn);
-        run_case_prep(ctx, name, &s, 48, zero_dot_pair);
-    }
 }
 
 /* ---- 2c. reference scratch from the real lengths ----------------------------------- */
