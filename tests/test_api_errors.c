@@ -8,9 +8,11 @@
  *     (one selection function for both),
  *   - nothing was written: out and lse still hold their poison, and the
  *     inputs are unchanged (byte-compared with copies taken before the call).
- * Then the context setters, NULL context/args, the CUDA request without a
- * usable GPU, and pure supported() probes with dummy pointers (offsets that
- * overflow int64; and offsets beyond 2^31 that must be accepted).
+ * Then valid cu_seqlens placed inside out and lse (rejected) and right next
+ * to out in one buffer (accepted and correct), the context setters, NULL
+ * context/args, the CUDA request without a usable GPU, and pure supported()
+ * probes with dummy pointers (offsets that overflow int64; and offsets
+ * beyond 2^31 that must be accepted).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
