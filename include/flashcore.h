@@ -121,8 +121,11 @@ typedef struct fc_tensor {
  *        natural-log log-sum-exp of the (scaled, capped, masked) scores.
  *
  * Semantics (docs/API.md has the full text):
- *   scale         0 means 1/sqrt(head_dim).
- *   softcap       0 disables; else s = softcap * tanh(scale*qk / softcap).
+ *   scale         0 means 1/sqrt(head_dim); else 1e-25 <= |scale| <= 1e25.
+ *   softcap       0 disables; else s = softcap * tanh(scale*qk / softcap),
+ *                 softcap in [1e-13, 1e3].
+ *   pointers      aligned to their element size (lse, cu_seqlens: 4 bytes);
+ *                 out and lse overlap nothing the call reads, nor each other.
  *   causal        key j is visible to query i iff j <= i + seqlen_k - seqlen_q
  *                 (bottom-right aligned, as FlashAttention).
  *   window_left/right  -1 = unbounded; key j visible iff

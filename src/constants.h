@@ -14,6 +14,20 @@
  * tile; 512 bounds that scratch and covers every head dim in use. */
 #define FC_CPU_MAX_HEAD_DIM 512
 
+/* ---- argument ranges (src/validate.c, docs/API.md) ------------------------ */
+/* 1e25 * log2(e) * 512 * 65504^2 = 3.2e37: every fp32 score of f16 inputs at
+ * any head dim, and the difference of two, stays finite on every path. */
+#define FC_MAX_ABS_SCALE 1e25f
+/* 1e-25 / FC_MAX_SOFTCAP = 1e-28: scale*log2(e) and scale/softcap stay normal
+ * floats, never 0 (the CUDA kernels read softcap_in == 0 as "no softcap"). */
+#define FC_MIN_ABS_SCALE 1e-25f
+/* The CUDA tanh is off by up to ~2.4e-7 absolute (tanh_acc, device_math.cuh)
+ * and softcap multiplies it into the logit: 1e3 keeps that error <= 2.4e-4. */
+#define FC_MAX_SOFTCAP 1e3f
+/* FC_MAX_ABS_SCALE / 1e-13 = 1e38 < FLT_MAX: scale/softcap, the factor of the
+ * tanh argument, stays a finite float (so never inf * 0 = NaN). */
+#define FC_MIN_SOFTCAP 1e-13f
+
 /* ---- Hopper (sm_90) device limits ---------------------------------------- */
 /* Shared memory per SM: 228 KB, of which the driver reserves 1 KB per CTA. */
 #define FC_SM90_SMEM_PER_SM 233472

@@ -43,19 +43,6 @@ static int is_empty(const fc_tensor *t)
     return 0;
 }
 
-/* 1 if the byte ranges spanned by a and b intersect. Both passed
- * check_tensor, so the extents fit int64. A range test is conservative for
- * interleaved views, but outputs that share memory with an input or with
- * each other would be read after being written by other threads/CTAs. */
-static int ranges_overlap(const fc_tensor *a, const fc_tensor *b)
-{
-    if (is_empty(a) || is_empty(b)) return 0;
-    uint64_t a0 = (uint64_t)(uintptr_t)a->data, b0 = (uint64_t)(uintptr_t)b->data;
-    uint64_t a1 = a0 + (uint64_t)(max_offset(a) + 1) * (uint64_t)dtype_bytes(a->dtype);
-    uint64_t b1 = b0 + (uint64_t)(max_offset(b) + 1) * (uint64_t)dtype_bytes(b->dtype);
-    return a0 < b1 && b0 < a1;
-}
-
 /* Elements of a tensor written by the library must not alias each other:
  * sorted by stride, each stride must cover the extent of the faster dims. */
 static int non_overlapping(const fc_tensor *t)
@@ -91,6 +78,11 @@ static fc_status check_tensor(fc_context *ctx, const char *name, const fc_tensor
 {
     if (!t->data)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
+    /* Every backend loads and stores whole elements (misaligned ones are
+     * undefined behaviour in C); the dtype is known here. */
+    if ((uintptr_t)t->data % (uintptr_t)dtype_bytes(t->dtype) != 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.data (%p) is not aligned to its %d-byte elements",
+                            name, t->data, (int)dtype_bytes(t->dtype));
     if (t->ndim != ndim)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.ndim is %d: expected %d", name,
                             (int)t->ndim, ndim);
@@ -161,20 +153,10 @@ static void set_strides(const fc_tensor *t, int o, int64_t *batch, int64_t *row,
     *head = t->stride[2 - o];
 }
 
-fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_params *p,
-                          int *nothing_to_do)
+/* q, k, v, out (and their dtypes), dense 4-d or varlen 3-d, and how their
+ * shapes relate. */
+static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int varlen)
 {
-    memset(p, 0, sizeof *p);
-    *nothing_to_do = 0;
-    if (!a) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "args is NULL");
-    if (a->q_descale || a->k_descale || a->v_descale)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "q/k/v_descale are reserved for FP8, which no backend supports yet");
-    if (a->backend < FC_BACKEND_AUTO || a->backend > FC_BACKEND_CPU_REFERENCE)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %d is not a valid fc_backend",
-                            (int)a->backend);
-
-    /* dtypes */
     const int dt = a->q.dtype;
     if (!dtype_known(dt))
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "q.dtype %d is not a valid fc_dtype", dt);
@@ -187,11 +169,6 @@ fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_pa
                             "dtypes differ: q %s, k %s, v %s, out %s (all must be equal)", dtype_name(dt),
                             dtype_name(a->k.dtype), dtype_name(a->v.dtype), dtype_name(a->out.dtype));
 
-    /* layout: dense 4-d or varlen 3-d */
-    const int varlen = a->cu_seqlens_q || a->cu_seqlens_k;
-    if (varlen && (!a->cu_seqlens_q || !a->cu_seqlens_k))
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "cu_seqlens_q and cu_seqlens_k must be both set (varlen) or both NULL");
     const int nd = varlen ? 3 : 4;
     fc_status st;
     const int e0 = varlen ? 0 : -1; /* varlen token counts may be 0 */
@@ -218,63 +195,162 @@ fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_pa
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "heads_q %lld is not a multiple of heads_kv %lld (GQA/MQA need heads_q %% "
                             "heads_kv == 0)", (long long)hq, (long long)hkv);
+    return FC_OK;
+}
 
-    /* options */
-    if (!isfinite(a->scale))
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "scale is not finite");
-    if (!isfinite(a->softcap) || a->softcap < 0)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "softcap %g is invalid: use 0 (off) or > 0",
-                            (double)a->softcap);
+/* scale, softcap, causal, window. The scale and softcap ranges keep every
+ * fp32 intermediate of every path finite and accurate: constants.h says why. */
+static fc_status check_options(fc_context *ctx, const fc_attention_args *a)
+{
+    const float s = fabsf(a->scale);
+    if (!(a->scale == 0.0f || (s >= FC_MIN_ABS_SCALE && s <= FC_MAX_ABS_SCALE)))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "scale %g is out of range: use 0 (1/sqrt(head_dim)) or a finite value with "
+                            "%g <= |scale| <= %g", (double)a->scale, (double)FC_MIN_ABS_SCALE,
+                            (double)FC_MAX_ABS_SCALE);
+    if (!(a->softcap == 0.0f || (a->softcap >= FC_MIN_SOFTCAP && a->softcap <= FC_MAX_SOFTCAP)))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "softcap %g is out of range: use 0 (off) or a value in [%g, %g]",
+                            (double)a->softcap, (double)FC_MIN_SOFTCAP, (double)FC_MAX_SOFTCAP);
     if (a->causal != 0 && a->causal != 1)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "causal is %d: use 0 or 1", (int)a->causal);
     if (a->window_left < -1 || a->window_right < -1)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "window (%d, %d) is invalid: each side is -1 (unbounded) or >= 0",
                             (int)a->window_left, (int)a->window_right);
+    if (a->causal && a->window_right > 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "causal with window_right %d > 0 is contradictory: causal means window_right 0",
+                            (int)a->window_right);
+    return FC_OK;
+}
 
-    /* lse */
-    float *lse = NULL;
-    if (a->lse.data) {
-        if (a->lse.dtype != FC_DTYPE_F32)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "lse.dtype is %s: must be f32",
-                                dtype_name(a->lse.dtype));
-        /* varlen lse is [heads_q, total_q]: its dim 1 may be 0 */
-        if ((st = check_tensor(ctx, "lse", &a->lse, varlen ? 2 : 3, varlen ? dims_lse_var : dims_lse,
-                               varlen ? 1 : -1, 1)))
-            return st;
-        int ok = varlen ? (a->lse.shape[0] == hq && a->lse.shape[1] == a->q.shape[0])
-                        : (a->lse.shape[0] == a->q.shape[0] && a->lse.shape[1] == hq &&
-                           a->lse.shape[2] == a->q.shape[1]);
-        if (!ok)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                varlen ? "lse.shape must be [heads_q, total_q]"
-                                       : "lse.shape must be [batch, heads_q, seqlen_q]");
-        lse = a->lse.data;
+/* The optional lse: f32, [batch, heads_q, seqlen_q] or varlen [heads_q, total_q]. */
+static fc_status check_lse(fc_context *ctx, const fc_attention_args *a, int varlen)
+{
+    if (!a->lse.data) return FC_OK;
+    if (a->lse.dtype != FC_DTYPE_F32)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "lse.dtype is %s: must be f32",
+                            dtype_name(a->lse.dtype));
+    /* varlen lse is [heads_q, total_q]: its dim 1 may be 0 */
+    fc_status st = check_tensor(ctx, "lse", &a->lse, varlen ? 2 : 3, varlen ? dims_lse_var : dims_lse,
+                                varlen ? 1 : -1, 1);
+    if (st) return st;
+    const int64_t hq = a->q.shape[varlen ? 1 : 2];
+    int ok = varlen ? (a->lse.shape[0] == hq && a->lse.shape[1] == a->q.shape[0])
+                    : (a->lse.shape[0] == a->q.shape[0] && a->lse.shape[1] == hq &&
+                       a->lse.shape[2] == a->q.shape[1]);
+    if (!ok)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            varlen ? "lse.shape must be [heads_q, total_q]"
+                                   : "lse.shape must be [batch, heads_q, seqlen_q]");
+    return FC_OK;
+}
+
+/* The varlen scalars; the cu_seqlens contents are checked by fc_check_varlen
+ * once they are host-readable. */
+static fc_status check_varlen_args(fc_context *ctx, const fc_attention_args *a)
+{
+    if (a->num_seqs <= 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "num_seqs is %d: varlen needs >= 1 sequence",
+                            (int)a->num_seqs);
+    if (a->max_seqlen_q < 0 || a->max_seqlen_k < 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "max_seqlen_q/k must be >= 0 (got %d, %d)",
+                            (int)a->max_seqlen_q, (int)a->max_seqlen_k);
+    return FC_OK;
+}
+
+/* ---- aliasing ------------------------------------------------------------------ */
+
+/* The bytes [lo, hi) a call reads or writes through one argument. */
+typedef struct span {
+    const char *name;
+    uint64_t lo, hi;
+} span;
+
+static span span_of_bytes(const char *name, const void *ptr, uint64_t bytes)
+{
+    span s = {name, (uint64_t)(uintptr_t)ptr, (uint64_t)(uintptr_t)ptr + bytes};
+    if (s.hi < s.lo) s.hi = UINT64_MAX; /* runs to the top of the address space */
+    return s;
+}
+
+/* From the first element to the end of the last (check_tensor passed, so
+ * the extent fits int64). An empty tensor addresses nothing. */
+static span span_of_tensor(const char *name, const fc_tensor *t)
+{
+    if (is_empty(t)) return span_of_bytes(name, t->data, 0);
+    return span_of_bytes(name, t->data, (uint64_t)(max_offset(t) + 1) * (uint64_t)dtype_bytes(t->dtype));
+}
+
+/* A range test is conservative for interleaved views, but an output that
+ * shares memory with anything the call reads would be read after other
+ * threads/CTAs wrote it (cu_seqlens inside out crashed the CPU backends). */
+static int spans_overlap(const span *a, const span *b)
+{
+    return a->lo < a->hi && b->lo < b->hi && a->lo < b->hi && b->lo < a->hi;
+}
+
+/* Everything the call reads: q, k, v, then the int32/float arrays (varlen
+ * cu_seqlens of num_seqs + 1 entries, the per-tensor descales where set). */
+static int read_spans(const fc_attention_args *a, int varlen, span in[8])
+{
+    int n = 0;
+    in[n++] = span_of_tensor("q", &a->q);
+    in[n++] = span_of_tensor("k", &a->k);
+    in[n++] = span_of_tensor("v", &a->v);
+    if (varlen) {
+        const uint64_t bytes = ((uint64_t)a->num_seqs + 1) * sizeof(int32_t);
+        in[n++] = span_of_bytes("cu_seqlens_q", a->cu_seqlens_q, bytes);
+        in[n++] = span_of_bytes("cu_seqlens_k", a->cu_seqlens_k, bytes);
     }
+    const float *ds[3] = {a->q_descale, a->k_descale, a->v_descale};
+    static const char *const dn[3] = {"q_descale", "k_descale", "v_descale"};
+    for (int i = 0; i < 3; i++)
+        if (ds[i]) in[n++] = span_of_bytes(dn[i], ds[i], sizeof(float));
+    return n;
+}
 
-    /* outputs must not share memory with an input or with each other */
-    const fc_tensor *ins[3] = {&a->q, &a->k, &a->v};
-    const char *in_names[3] = {"q", "k", "v"};
-    for (int i = 0; i < 3; i++) {
-        if (ranges_overlap(&a->out, ins[i]))
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                "out overlaps %s in memory: outputs must not alias inputs", in_names[i]);
-        if (lse && ranges_overlap(&a->lse, ins[i]))
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                "lse overlaps %s in memory: outputs must not alias inputs", in_names[i]);
-    }
-    if (lse && ranges_overlap(&a->lse, &a->out))
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "lse overlaps out in memory");
+/* The arrays are 4-byte aligned, and no output overlaps an input or the
+ * other output. */
+static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a, int varlen)
+{
+    span in[8], out[2];
+    const int ni = read_spans(a, varlen, in);
+    for (int i = 3; i < ni; i++) /* past q, k, v: int32 and float arrays */
+        if (in[i].lo % 4 != 0)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to its 4-byte elements",
+                                in[i].name, (const void *)(uintptr_t)in[i].lo);
+    int no = 0;
+    out[no++] = span_of_tensor("out", &a->out);
+    if (a->lse.data) out[no++] = span_of_tensor("lse", &a->lse);
+    for (int o = 0; o < no; o++)
+        for (int i = 0; i < ni; i++)
+            if (spans_overlap(&out[o], &in[i]))
+                return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                    "%s overlaps %s in memory: outputs must not alias inputs", out[o].name,
+                                    in[i].name);
+    if (no == 2 && spans_overlap(&out[1], &out[0]))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "lse overlaps out in memory: outputs must not alias each other");
+    return FC_OK;
+}
 
-    /* fill params */
-    p->q = a->q.data; p->k = a->k.data; p->v = a->v.data; p->o = a->out.data; p->lse = lse;
-    p->dtype = dt;
-    p->heads_q = (int32_t)hq; p->heads_kv = (int32_t)hkv; p->head_dim = (int32_t)d;
+/* ---- the params ------------------------------------------------------------------- */
+
+/* Translate checked args into params. */
+static void fill_params(const fc_attention_args *a, int varlen, fc_fwd_params *p, int *nothing_to_do)
+{
+    const int o = varlen ? 1 : 0;
+    const int64_t d = a->q.shape[3 - o];
+    p->q = a->q.data; p->k = a->k.data; p->v = a->v.data; p->o = a->out.data; p->lse = a->lse.data;
+    p->dtype = a->q.dtype;
+    p->heads_q = (int32_t)a->q.shape[2 - o]; p->heads_kv = (int32_t)a->k.shape[2 - o]; p->head_dim = (int32_t)d;
     set_strides(&a->q, o, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
     set_strides(&a->k, o, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
     set_strides(&a->v, o, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
     set_strides(&a->out, o, &p->o_batch_stride, &p->o_row_stride, &p->o_head_stride);
-    if (lse) {
+    if (p->lse) {
         if (varlen) { p->lse_batch_stride = 0; p->lse_head_stride = a->lse.stride[0]; p->lse_row_stride = a->lse.stride[1]; }
         else { p->lse_batch_stride = a->lse.stride[0]; p->lse_head_stride = a->lse.stride[1]; p->lse_row_stride = a->lse.stride[2]; }
     }
@@ -283,19 +359,8 @@ fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_pa
     p->causal = a->causal;
     p->window_left = a->window_left;
     p->window_right = a->causal ? 0 : a->window_right;
-    if (a->causal && a->window_right > 0)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "causal with window_right %d > 0 is contradictory: causal means window_right 0",
-                            (int)a->window_right);
     p->num_splits = 1;
-
     if (varlen) {
-        if (a->num_seqs <= 0)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "num_seqs is %d: varlen needs >= 1 sequence",
-                                (int)a->num_seqs);
-        if (a->max_seqlen_q < 0 || a->max_seqlen_k < 0)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "max_seqlen_q/k must be >= 0 (got %d, %d)",
-                                (int)a->max_seqlen_q, (int)a->max_seqlen_k);
         p->batch = a->num_seqs;
         p->seqlen_q = a->max_seqlen_q;
         p->seqlen_k = a->max_seqlen_k;
@@ -313,6 +378,32 @@ fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_pa
         p->seqlen_q = (int32_t)a->q.shape[1];
         p->seqlen_k = (int32_t)a->k.shape[1];
     }
+}
+
+fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_params *p,
+                          int *nothing_to_do)
+{
+    memset(p, 0, sizeof *p);
+    *nothing_to_do = 0;
+    if (!a) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "args is NULL");
+    if (a->backend < FC_BACKEND_AUTO || a->backend > FC_BACKEND_CPU_REFERENCE)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %d is not a valid fc_backend",
+                            (int)a->backend);
+    const int varlen = a->cu_seqlens_q || a->cu_seqlens_k;
+    if (varlen && (!a->cu_seqlens_q || !a->cu_seqlens_k))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "cu_seqlens_q and cu_seqlens_k must be both set (varlen) or both NULL");
+    fc_status st;
+    if ((st = check_tensors(ctx, a, varlen))) return st;
+    if ((st = check_options(ctx, a))) return st;
+    if ((st = check_lse(ctx, a, varlen))) return st;
+    if (varlen && (st = check_varlen_args(ctx, a))) return st;
+    if ((st = check_pointers(ctx, a, varlen))) return st;
+    /* after the pointer checks, so a descale that aliases an output is named */
+    if (a->q_descale || a->k_descale || a->v_descale)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "q/k/v_descale are reserved for FP8, which no backend supports yet");
+    fill_params(a, varlen, p, nothing_to_do);
     return FC_OK;
 }
 

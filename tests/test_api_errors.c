@@ -8,9 +8,11 @@
  *     (one selection function for both),
  *   - nothing was written: out and lse still hold their poison, and the
  *     inputs are unchanged (byte-compared with copies taken before the call).
- * Then the context setters, NULL context/args, the CUDA request without a
- * usable GPU, and pure supported() probes with dummy pointers (offsets that
- * overflow int64; and offsets beyond 2^31 that must be accepted).
+ * Then valid cu_seqlens placed inside out and lse (rejected) and right next
+ * to out in one buffer (accepted and correct), the context setters, NULL
+ * context/args, the CUDA request without a usable GPU, and pure supported()
+ * probes with dummy pointers (offsets that overflow int64; and offsets
+ * beyond 2^31 that must be accepted).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -78,6 +80,7 @@ MUT(m_q_dtype_neg, a->q.dtype = (fc_dtype)-1;)
 MUT(m_fp8_e4m3, a->q.dtype = a->k.dtype = a->v.dtype = a->out.dtype = FC_DTYPE_E4M3;)
 MUT(m_fp8_e5m2, a->q.dtype = a->k.dtype = a->v.dtype = a->out.dtype = FC_DTYPE_E5M2;)
 static const float k_one = 1.0f;
+static const float k_one_pair[2] = {1.0f, 1.0f};
 MUT(m_q_descale, a->q_descale = &k_one;)
 MUT(m_k_descale, a->k_descale = &k_one;)
 MUT(m_v_descale, a->v_descale = &k_one;)
@@ -164,6 +167,31 @@ MUT(m_softcap_inf, a->softcap = INFINITY;)
 MUT(m_scale_nan, a->scale = f_nan();)
 MUT(m_scale_inf, a->scale = INFINITY;)
 MUT(m_scale_ninf, a->scale = -INFINITY;)
+/* finite options past the ranges that keep fp32 finite (constants.h) */
+MUT(m_scale_2e38, a->scale = 2e38f;)
+MUT(m_scale_n3e38, a->scale = -3e38f;)
+MUT(m_scale_past_max, a->scale = nextafterf(1e25f, INFINITY);)
+MUT(m_scale_1e30, a->scale = 1e30f;)
+MUT(m_scale_tiny, a->scale = nextafterf(1e-25f, 0.0f);)
+MUT(m_scale_denormal, a->scale = -1e-40f;)
+MUT(m_softcap_3e38, a->softcap = 3e38f;)
+MUT(m_softcap_past_max, a->softcap = nextafterf(1e3f, INFINITY);)
+MUT(m_softcap_1e_40, a->softcap = 1e-40f;)
+MUT(m_softcap_tiny, a->softcap = nextafterf(1e-13f, 0.0f);)
+/* misaligned pointers: one byte past an element boundary (rejected before
+ * anything is read, so the extent past the buffer is never touched) */
+MUT(m_q_misaligned, a->q.data = (char *)c->q + 1;)
+MUT(m_k_misaligned, a->k.data = (char *)c->k + 2;)
+MUT(m_out_misaligned, a->out.data = (char *)c->out + 1;)
+MUT(m_lse_misaligned, a->lse.data = (char *)c->lse + 2;)
+MUT(m_cu_q_misaligned, a->cu_seqlens_q = (const int32_t *)(const void *)((char *)c->cu_q + 2);)
+MUT(m_cu_k_misaligned, a->cu_seqlens_k = (const int32_t *)(const void *)((char *)c->cu_k + 1);)
+MUT(m_q_descale_misaligned, a->q_descale = (const float *)(const void *)((const char *)&k_one_pair[0] + 1);)
+/* an output over an array the call reads (cu_seqlens, descales) */
+MUT(m_cu_q_in_out, a->cu_seqlens_q = (const int32_t *)c->out + 8;)
+MUT(m_cu_k_in_lse, a->cu_seqlens_k = (const int32_t *)c->lse;)
+MUT(m_q_descale_in_out, a->q_descale = (const float *)c->out;)
+MUT(m_v_descale_in_lse, a->v_descale = c->lse + 3;)
 /* varlen */
 static const int32_t k_cu_dummy[4] = {0, 1, 2, 3};
 MUT(m_dense_with_cu_q, a->cu_seqlens_q = k_cu_dummy;)
@@ -292,6 +320,27 @@ static const row k_rows[] = {
     {"scale NaN", m_scale_nan, 0, INV, "scale"},
     {"scale Inf", m_scale_inf, 0, INV, "scale"},
     {"scale -Inf", m_scale_ninf, F_F32, INV, "scale"},
+    {"scale 2e38", m_scale_2e38, 0, INV, "scale 2e+38 is out of range"},
+    {"scale -3e38", m_scale_n3e38, F_F32, INV, "|scale| <= 1e+25"},
+    {"scale just past 1e25", m_scale_past_max, 0, INV, "scale"},
+    {"scale 1e30 varlen", m_scale_1e30, F_VARLEN, INV, "scale"},
+    {"scale just under 1e-25", m_scale_tiny, 0, INV, "1e-25 <= |scale|"},
+    {"scale -1e-40 (denormal)", m_scale_denormal, F_F32, INV, "scale"},
+    {"softcap 3e38", m_softcap_3e38, 0, INV, "softcap 3e+38 is out of range"},
+    {"softcap just past 1e3", m_softcap_past_max, F_F32, INV, "[1e-13, 1000]"},
+    {"softcap 1e-40", m_softcap_1e_40, 0, INV, "softcap"},
+    {"softcap just under 1e-13", m_softcap_tiny, F_VARLEN, INV, "softcap"},
+    {"q misaligned (f16, +1 byte)", m_q_misaligned, 0, INV, "q.data"},
+    {"k misaligned (f32, +2 bytes)", m_k_misaligned, F_F32, INV, "k.data"},
+    {"out misaligned (f16, +1 byte)", m_out_misaligned, F_VARLEN, INV, "out.data"},
+    {"lse misaligned (+2 bytes)", m_lse_misaligned, 0, INV, "lse.data"},
+    {"cu_seqlens_q misaligned", m_cu_q_misaligned, F_VARLEN, INV, "cu_seqlens_q"},
+    {"cu_seqlens_k misaligned", m_cu_k_misaligned, F_VARLEN | F_F32, INV, "cu_seqlens_k"},
+    {"q_descale misaligned", m_q_descale_misaligned, 0, INV, "q_descale"},
+    {"cu_seqlens_q inside out", m_cu_q_in_out, F_VARLEN, INV, "out overlaps cu_seqlens_q"},
+    {"cu_seqlens_k inside lse", m_cu_k_in_lse, F_VARLEN | F_F32, INV, "lse overlaps cu_seqlens_k"},
+    {"q_descale inside out", m_q_descale_in_out, 0, INV, "out overlaps q_descale"},
+    {"v_descale inside lse", m_v_descale_in_lse, F_F32, INV, "lse overlaps v_descale"},
     {"dense with cu_seqlens_q only", m_dense_with_cu_q, 0, INV, "cu_seqlens_q"},
     {"varlen without cu_seqlens_k", m_varlen_no_cu_k, F_VARLEN, INV, "cu_seqlens_k"},
     {"varlen without cu_seqlens_q", m_varlen_no_cu_q, F_VARLEN, INV, "cu_seqlens_q"},
@@ -484,6 +533,93 @@ static void test_rows(fc_context *ctx)
     group_done("bad-input rows", p0, f0);
 }
 
+/* Bytes from a tensor's first element to the end of its last. */
+static size_t extent_bytes(const fc_tensor *t)
+{
+    int64_t off = 0;
+    for (int i = 0; i < t->ndim; i++) off += (t->shape[i] - 1) * t->stride[i];
+    return (size_t)(off + 1) * kit_dtype_size(t->dtype);
+}
+
+/* cu_seqlens with valid offsets inside out or lse (the offsets a CPU worker
+ * was still reading when another overwrote them): rejected by supported and
+ * forward alike, naming both, nothing written. */
+static void cu_inside_outputs(fc_context *ctx, kit_case *c)
+{
+    const size_t cu_bytes = (size_t)(c->s.batch + 1) * sizeof(int32_t);
+    static const fc_backend backends[] = {FC_BACKEND_CPU, FC_BACKEND_CPU_REFERENCE};
+    for (int i = 0; i < 2; i++) {
+        fc_attention_args a = c->args;
+        a.backend = backends[i];
+        kit_poison(c->out, c->out_bytes, c->s.dtype, c->lse, c->lse_bytes);
+        int32_t *in_out = (int32_t *)((char *)c->out + 64);
+        memcpy(in_out, c->cu_q, cu_bytes);
+        a.cu_seqlens_q = in_out;
+        expect_failure(ctx, "valid cu_seqlens_q inside out", c, &a, INV, INV, "out overlaps cu_seqlens_q");
+        a = c->args;
+        a.backend = backends[i];
+        memcpy(c->lse, c->cu_k, cu_bytes);
+        a.cu_seqlens_k = (const int32_t *)c->lse;
+        expect_failure(ctx, "valid cu_seqlens_k inside lse", c, &a, INV, INV, "lse overlaps cu_seqlens_k");
+    }
+}
+
+/* The same arrays right next to out, in one buffer: cu_seqlens_k ending at
+ * out's first byte, cu_seqlens_q starting after its last. Accepted, the
+ * answer matches the reference, and the arrays are unchanged. */
+static void cu_next_to_out(fc_context *ctx, kit_case *c)
+{
+    const size_t cu_bytes = (size_t)(c->s.batch + 1) * sizeof(int32_t);
+    const size_t ext = extent_bytes(&c->args.out); /* a multiple of 4 here: H*D*2 */
+    char *buf = malloc(cu_bytes + ext + cu_bytes);
+    void *ref = malloc(c->out_bytes);
+    float *ref_lse = malloc(c->lse_bytes);
+    if (!buf || !ref || !ref_lse || test_reference(ctx, c, ref, ref_lse) != FC_OK) {
+        CHECK(0, "cu next to out: setup failed: %s", fc_last_error(ctx));
+        free(buf); free(ref); free(ref_lse);
+        return;
+    }
+    int32_t *cu_k = (int32_t *)buf, *cu_q = (int32_t *)(buf + cu_bytes + ext);
+    static const fc_backend backends[] = {FC_BACKEND_CPU, FC_BACKEND_CPU_REFERENCE};
+    for (int i = 0; i < 2; i++) {
+        memcpy(cu_k, c->cu_k, cu_bytes);
+        memcpy(cu_q, c->cu_q, cu_bytes);
+        kit_poison(buf + cu_bytes, ext, c->s.dtype, c->lse, c->lse_bytes);
+        fc_attention_args a = c->args;
+        a.backend = backends[i];
+        a.out.data = buf + cu_bytes;
+        a.cu_seqlens_q = cu_q;
+        a.cu_seqlens_k = cu_k;
+        fc_status st = fc_attention_forward(ctx, &a, NULL, NULL);
+        CHECK(st == FC_OK, "[%s] cu_seqlens next to out rejected: %s", backend_str(a.backend), fc_last_error(ctx));
+        kit_gate g = kit_gate_for(c->s.dtype);
+        kit_metrics m;
+        kit_compare(c, buf + cu_bytes, c->lse, ref, ref_lse, &g, &m);
+        CHECK(st != FC_OK || kit_gate_pass(&m, &g), "[%s] cu_seqlens next to out: max_abs %.2e unwritten %lld",
+              backend_str(a.backend), m.max_abs, (long long)m.unwritten);
+        CHECK(!memcmp(cu_k, c->cu_k, cu_bytes) && !memcmp(cu_q, c->cu_q, cu_bytes),
+              "[%s] cu_seqlens next to out were changed", backend_str(a.backend));
+    }
+    free(buf); free(ref); free(ref_lse);
+}
+
+static void test_read_aliasing(fc_context *ctx)
+{
+    int p0 = g_pass, f0 = g_fail;
+    kit_shape s = base_shape(F_VARLEN);
+    s.seqlen_q = s.seqlen_k = 40; /* every sequence may be empty at 7; 40 leaves out room for 64 + 16 bytes */
+    kit_case c;
+    if (kit_case_init(&c, &s, 23)) { CHECK(0, "kit_case_init failed"); return; }
+    if (c.out_bytes < 64 + 16 || c.lse_bytes < 16) {
+        CHECK(0, "read aliasing: the case has too few tokens (%lld)", (long long)c.total_q);
+    } else {
+        cu_inside_outputs(ctx, &c);
+        cu_next_to_out(ctx, &c);
+    }
+    kit_case_free(&c);
+    group_done("outputs vs read arrays", p0, f0);
+}
+
 /* FC_BACKEND_CUDA on host buffers. Without a usable GPU (or without the CUDA
  * backend compiled in) the answer is FC_ERR_NO_DEVICE or FC_ERR_UNSUPPORTED
  * with a message; with one, host pointers are an invalid argument. */
@@ -666,6 +802,7 @@ int main(void)
     if (fc_context_create(&ctx) != FC_OK || !ctx) return test_give_up("FAIL: fc_context_create");
     test_null_ctx_args(ctx);
     test_rows(ctx);
+    test_read_aliasing(ctx);
     test_cuda_request(ctx);
     test_setters(ctx);
     test_offsets(ctx);

@@ -10,13 +10,18 @@
  *      hold exactly 0 and lse -inf in both backends), large logits
  *      (scale*qk ~ 1e4: finite and gated), GQA ratios 1/4/8, varlen with
  *      empty sequences, odd sizes 1, 17, 1000;
+ *   2b. the edges of the accepted scale and softcap ranges (constants.h),
+ *      with a q.k = 0 pair under the tiny softcap and huge scale;
+ *   2c. varlen with max_seqlen_q/k = INT32_MAX over a few tokens;
  *   3. bitwise identity of the CPU backend with 1 and 4 threads.
  *
  * Every run poisons out and lse first; an element still holding the poison
  * afterwards was never written and fails the case. One line per case, then
  * "N passed, M failed"; exit status 0 only if nothing failed.
  */
+#define _POSIX_C_SOURCE 200809L /* getrlimit */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,20 @@
 #include "kit.h"
 
 #include "test_util.h"
+
+#include <sys/resource.h>
+
+/* Built with AddressSanitizer (gcc or clang)? */
+#if defined(__SANITIZE_ADDRESS__)
+#define FC_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FC_TEST_ASAN 1
+#endif
+#endif
+#ifndef FC_TEST_ASAN
+#define FC_TEST_ASAN 0
+#endif
 
 static void verdict(int ok, const char *name, const char *detail)
 {
@@ -89,8 +108,11 @@ static fc_status run_backend(fc_context *ctx, kit_case *c, fc_backend backend)
     return fc_attention_forward(ctx, &c->args, NULL, NULL);
 }
 
-/* Tiled vs reference on one shape; 1 if it passed. */
-static int run_case(fc_context *ctx, const char *name, const kit_shape *s, uint64_t seed)
+/* Changes a case after its inputs are drawn (NULL: none). */
+typedef void (*prep_fn)(kit_case *c);
+
+/* Tiled vs reference on one shape, prepared by prep; 1 if it passed. */
+static int run_case_prep(fc_context *ctx, const char *name, const kit_shape *s, uint64_t seed, prep_fn prep)
 {
     char line[512];
     kit_case c;
@@ -98,6 +120,7 @@ static int run_case(fc_context *ctx, const char *name, const kit_shape *s, uint6
         verdict(0, name, "kit_case_init failed (allocation or shape)");
         return 0;
     }
+    if (prep) prep(&c);
     void *ref = malloc(c.out_bytes);
     float *ref_lse = c.lse_bytes ? malloc(c.lse_bytes) : NULL;
     if (!ref || (c.lse_bytes && !ref_lse)) {
@@ -142,6 +165,11 @@ done:
     free(ref_lse);
     kit_case_free(&c);
     return ok;
+}
+
+static int run_case(fc_context *ctx, const char *name, const kit_shape *s, uint64_t seed)
+{
+    return run_case_prep(ctx, name, s, seed, NULL);
 }
 
 /* ---- 1. random shapes ----------------------------------------------------- */
@@ -280,6 +308,98 @@ static void edge_cases(fc_context *ctx)
     }
 }
 
+/* ---- 2b. the edges of the accepted scale and softcap ranges ----------------------- */
+
+/* Key 0 of every sequence and kv head made orthogonal to query 0 of its
+ * first query head: k[2i] = q[2i+1], k[2i+1] = -q[2i], so q.k sums exact
+ * cancelling pairs to 0 (dense BSHD, even head_dim). With a tiny softcap
+ * and a huge scale, scale/softcap * 0 is where inf * 0 made NaN. */
+static void zero_dot_pair(kit_case *c)
+{
+    const fc_tensor *q = &c->args.q, *k = &c->args.k;
+    const int group = c->s.heads_q / c->s.heads_kv;
+    for (int b = 0; b < c->s.batch; b++)
+        for (int g = 0; g < c->s.heads_kv; g++) {
+            const int64_t qo = b * q->stride[0] + (int64_t)g * group * q->stride[2];
+            const int64_t ko = b * k->stride[0] + g * k->stride[2];
+            for (int d = 0; d + 1 < c->s.head_dim; d += 2) {
+                kit_store(c->k, c->s.dtype, ko + d, kit_load(c->q, c->s.dtype, qo + d + 1));
+                kit_store(c->k, c->s.dtype, ko + d + 1, -kit_load(c->q, c->s.dtype, qo + d));
+            }
+        }
+}
+
+/* One case at an edge of the accepted ranges: a dense BSHD shape with these
+ * options, then prep. */
+typedef struct range_edge {
+    const char *name;
+    int batch, hq, hkv, sq, sk, d, causal;
+    float scale, softcap, input_scale;
+    prep_fn prep;
+} range_edge;
+
+/* The bounds of constants.h, as the tests state them. The d512 row has f16
+ * inputs near 8e3 (bf16/f32: 1e4), so its scores reach ~1e35; the q.k = 0
+ * rows put scale/softcap = 1e38 (and 1e22) against an exact zero. */
+static const range_edge k_range_edges[] = {
+    {"scale 1e25", 2, 4, 2, 33, 70, 64, 0, 1e25f, 0.0f, 1.0f, NULL},
+    {"scale -1e25 causal", 2, 4, 2, 33, 70, 64, 1, -1e25f, 0.0f, 1.0f, NULL},
+    {"scale 1e-25", 2, 4, 2, 33, 70, 64, 0, 1e-25f, 0.0f, 1.0f, NULL},
+    {"scale -1e-25 causal", 2, 4, 2, 33, 70, 64, 1, -1e-25f, 0.0f, 1.0f, NULL},
+    {"scale 1e25 d512 large inputs", 1, 2, 1, 9, 40, 512, 0, 1e25f, 0.0f, 0.0f, NULL},
+    {"softcap 1e3 scale 100", 1, 4, 4, 50, 90, 64, 0, 100.0f, 1e3f, 1.0f, NULL},
+    {"softcap 1e3 scale -1e-25", 1, 4, 4, 50, 90, 64, 0, -1e-25f, 1e3f, 1.0f, NULL},
+    {"softcap 1e-13 scale 1e25 q.k=0", 2, 4, 2, 20, 30, 32, 0, 1e25f, 1e-13f, 1.0f, zero_dot_pair},
+    {"softcap 1e3 scale 1e25 q.k=0", 2, 4, 2, 20, 30, 32, 0, 1e25f, 1e3f, 1.0f, zero_dot_pair},
+};
+
+static void range_edges(fc_context *ctx)
+{
+    char name[96];
+    const int n = (int)(sizeof k_range_edges / sizeof k_range_edges[0]);
+    for (int dt = 0; dt < 3; dt++)
+        for (int i = 0; i < n; i++) {
+            const range_edge *e = &k_range_edges[i];
+            kit_shape s = test_shape(e->batch, e->hq, e->hkv, e->sq, e->sk, e->d, (fc_dtype)dt);
+            s.causal = e->causal;
+            s.scale = e->scale;
+            s.softcap = e->softcap;
+            s.input_scale = e->input_scale > 0.0f ? e->input_scale : (dt == FC_DTYPE_F16 ? 8000.0f : 1e4f);
+            snprintf(name, sizeof name, "%s %s", e->name, kit_dtype_name((fc_dtype)dt));
+            run_case_prep(ctx, name, &s, 40 + (uint64_t)i, e->prep);
+        }
+}
+
+/* ---- 2c. reference scratch from the real lengths ----------------------------------- */
+
+static void huge_max_seqlen(kit_case *c)
+{
+    c->args.max_seqlen_q = INT32_MAX;
+    c->args.max_seqlen_k = INT32_MAX;
+}
+
+/* Varlen with a few tokens and max_seqlen_q/k = INT32_MAX: the reference
+ * must size its scratch from the real lengths. Address space is capped at
+ * 8 GiB around the run (not under ASan, whose shadow needs far more), so a
+ * 16 GiB scratch request fails even where memory is overcommitted. */
+static void max_seqlen_bound(fc_context *ctx)
+{
+    kit_shape s = test_shape(2, 2, 1, 5, 5, 16, FC_DTYPE_BF16);
+    s.varlen = 1;
+    struct rlimit old;
+    int capped = 0;
+#if !FC_TEST_ASAN
+    if (getrlimit(RLIMIT_AS, &old) == 0) {
+        struct rlimit cap = old;
+        cap.rlim_cur = (rlim_t)8 << 30;
+        if (old.rlim_cur == RLIM_INFINITY || old.rlim_cur > cap.rlim_cur) capped = setrlimit(RLIMIT_AS, &cap) == 0;
+    }
+#endif
+    run_case_prep(ctx, capped ? "varlen max_seqlen INT32_MAX (8 GiB cap)" : "varlen max_seqlen INT32_MAX",
+                  &s, 49, huge_max_seqlen);
+    if (capped) setrlimit(RLIMIT_AS, &old);
+}
+
 /* ---- 3. thread-count independence ---------------------------------------------- */
 
 /* The CPU backend with 1 and with 4 threads: out and lse equal byte for byte. */
@@ -343,6 +463,8 @@ int main(void)
     double t0 = kit_now();
     random_cases(ctx, 150);
     edge_cases(ctx);
+    range_edges(ctx);
+    max_seqlen_bound(ctx);
     thread_cases(ctx);
     fc_context_free(ctx);
     printf("(%.1f s)\n", kit_now() - t0);

@@ -432,6 +432,22 @@ static void edge_cases(runner *r)
         s.causal = 1;
         s.softcap = 30.0f;
         run(r, "edge:scale1000-softcap", &s, 110);
+        /* the edges of the accepted scale/softcap ranges (constants.h): every
+         * fp32 intermediate finite, the capped logits within the gates */
+        static const struct { const char *tag; float scale, softcap; int causal; } ranges[] = {
+            {"edge:scale1e25", 1e25f, 0.0f, 0},
+            {"edge:scale1e-25-causal", 1e-25f, 0.0f, 1},
+            {"edge:softcap1e3-scale100", 100.0f, 1e3f, 0},
+            {"edge:softcap1e3-scale-1e-25", -1e-25f, 1e3f, 0},
+            {"edge:softcap1e-13-scale1e25", 1e25f, 1e-13f, 1},
+        };
+        for (int j = 0; j < 5; j++) {
+            s = test_shape(2, 4, 2, 96, 300, 64 << (j & 1), dt); /* head dims 64, 128 in turn */
+            s.scale = ranges[j].scale;
+            s.softcap = ranges[j].softcap;
+            s.causal = ranges[j].causal;
+            run(r, ranges[j].tag, &s, 120 + (uint64_t)j);
+        }
         s = test_shape(4, 32, 8, 1, 4097, 128, dt);
         run(r, "edge:gqa-decode", &s, 111);
         s = test_shape(3, 16, 1, 3, 2048, 64, dt);

@@ -69,8 +69,10 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
     const int64_t D = p->head_dim;
     const int group = p->heads_q / p->heads_kv;
 
-    /* Longest key sequence: the size of the per-row score scratch. */
-    int64_t max_sk = p->seqlen_k;
+    /* Longest key sequence: the size of the per-row score scratch. From the
+     * real lengths: max_seqlen_k is only a bound (INT32_MAX would ask for
+     * 16 GiB on a 5-token call). */
+    int64_t max_sk = varlen ? 0 : p->seqlen_k;
     if (varlen)
         for (int b = 0; b < p->batch; b++) {
             int64_t sk = (int64_t)p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b];
