@@ -215,11 +215,17 @@ def test_field_extremes_that_fit_are_computed():
     rng = np.random.default_rng(31)
     q, k, v = qkv(rng, (1, 20, 2, 32), (1, 24, 2, 32))
     big = 2**31 - 1
-    for kw in (dict(window=(big, big)), dict(window=(big, 0)), dict(scale=1e-45),
-               dict(scale=3.4e38, softcap=2.0), dict(softcap=1e-30, scale=1e-3)):
+    # The edges of the library's option ranges (docs/API.md) are computed ...
+    for kw in (dict(window=(big, big)), dict(window=(big, 0)), dict(scale=1e-25),
+               dict(scale=1e25, softcap=2.0), dict(softcap=1e-13, scale=1e-3), dict(softcap=1e3)):
         r_out, r_lse = ref.attention(q, k, v, **kw)
         out, lse = flashcore.attention(q, k, v, return_lse=True, **kw)
         ref.check(out, lse, r_out, r_lse, "f32")
+    # ... and float32 values past them are refused by the library, naming the range.
+    for kw, what in ((dict(scale=1e-45), "scale"), (dict(scale=3.4e38, softcap=2.0), "scale"),
+                     (dict(softcap=1e-30, scale=1e-3), "softcap"), (dict(softcap=1e4), "softcap")):
+        with pytest.raises(ERR, match=r"^%s .* is out of range" % what):
+            flashcore.attention(q, k, v, **kw)
 
 
 def test_context_settings_are_range_checked():
