@@ -88,6 +88,15 @@ void fz_check_status(fc_context *ctx, fc_status st, const char *what)
         fz_fail("status", "%s returned %s with an empty fc_last_error", what, fc_status_string(st));
 }
 
+/* Sanitizer defaults of every fuzz binary. An allocation above 256 MiB
+ * fails instead of being mapped lazily: no fuzzed call needs that much, so
+ * an oversized request shows as the library's out-of-memory answer (which
+ * the checks judge) rather than as minutes of shadow-memory clearing. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "max_allocation_size_mb=256:allocator_may_return_null=1"; }
+const char *__ubsan_default_options(void);
+const char *__ubsan_default_options(void) { return "print_stacktrace=1"; }
+
 int fz_run_one(const uint8_t *data, size_t size)
 {
     fz_in in = {data, size, 0};
