@@ -64,6 +64,9 @@ size_t fz_dtype_size(int dt); /* 1 for unknown values */
 void fz_fail(const char *cls, const char *fmt, ...);
 /* What fz_fail prints after the message: set by the entry point running. */
 extern void (*fz_describe)(void);
+/* Replays print the call before running it (a sanitizer may stop the
+ * process without a callback). */
+extern int fz_verbose;
 /* Set by the seeded driver: saves the input before the process stops. */
 extern void (*fz_on_failure)(void);
 

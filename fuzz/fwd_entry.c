@@ -65,7 +65,8 @@ void fz_entry_forward(fz_in *in)
     fz_fwd c;
     if (fz_fwd_build(in, &c)) return;
     g_cur = &c;
-    fz_describe = describe_current;
+    if (fz_verbose) fz_fwd_describe(&c);
+    else fz_describe = describe_current;
     fz_fwd_check(&c);
     g_cur = NULL;
     fz_arena_free(&c.ar);

@@ -14,6 +14,7 @@
 unsigned fz_skip;
 void (*fz_describe)(void);
 void (*fz_on_failure)(void);
+int fz_verbose;
 
 /* Entry points, one function each; the first input byte picks one. */
 static const fz_entry_fn k_entries[] = {fz_entry_forward};

@@ -47,7 +47,7 @@ if [ "$engine" = libfuzzer ]; then
     for f in "$work"/crash-* "$work"/oom-* "$work"/timeout-* "$work"/leak-*; do
       [ -e "$f" ] || continue
       echo "reproducer: $f (replay: FC_FUZZ_SKIP=${FC_FUZZ_SKIP:-} $driver $f); the call it makes:"
-      "$driver" "$f" 2>&1 | grep -v "^    #" | tail -25 || true
+      "$driver" "$f" 2>&1 | grep -v "^    #" | grep -A12 "^forward call" || true
     done
     echo "fuzz: FAILED"
     exit 1
@@ -55,7 +55,12 @@ if [ "$engine" = libfuzzer ]; then
 else
   lim=()
   [ "$cases" -gt 0 ] && lim=(--cases "$cases")
-  (cd "$work" && "$driver" --seconds "$secs" "${lim[@]}" --seed "${FUZZ_SEED:-$(date +%s)}") ||
-    { echo "fuzz: FAILED (the reproducer is in $work)"; exit 1; }
+  if ! (cd "$work" && "$driver" --seconds "$secs" "${lim[@]}" --seed "${FUZZ_SEED:-$(date +%s)}"); then
+    f="$work/fuzz-current.bin"
+    echo "reproducer: $f (replay: FC_FUZZ_SKIP=${FC_FUZZ_SKIP:-} $driver $f); the call it makes:"
+    "$driver" "$f" 2>&1 | grep -v "^    #" | grep -A12 "^forward call" || true
+    echo "fuzz: FAILED"
+    exit 1
+  fi
 fi
 echo "fuzz: passed"
