@@ -38,7 +38,7 @@ if [ "$engine" = libfuzzer ]; then
   [ "$cases" -gt 0 ] && runs=(-runs="$cases")
   set +e
   (cd "$work" && "$libfuzzer" corpus -max_total_time="$secs" "${runs[@]}" \
-     -max_len=1024 -print_final_stats=1 -artifact_prefix="$work/" >log.txt 2>&1)
+     -max_len=1024 -timeout=30 -print_final_stats=1 -artifact_prefix="$work/" >log.txt 2>&1)
   rc=$?
   set -e
   grep -E "^stat::(number_of_executed_units|average_exec_per_sec)|^Done" "$work/log.txt" || true
@@ -55,7 +55,8 @@ if [ "$engine" = libfuzzer ]; then
 else
   lim=()
   [ "$cases" -gt 0 ] && lim=(--cases "$cases")
-  if ! (cd "$work" && "$driver" --seconds "$secs" "${lim[@]}" --seed "${FUZZ_SEED:-$(date +%s)}"); then
+  # A case that hangs is a failure too: the whole run gets two minutes of grace.
+  if ! (cd "$work" && timeout $((secs + 120)) "$driver" --seconds "$secs" "${lim[@]}" --seed "${FUZZ_SEED:-$(date +%s)}"); then
     f="$work/fuzz-current.bin"
     echo "reproducer: $f (replay: FC_FUZZ_SKIP=${FC_FUZZ_SKIP:-} $driver $f); the call it makes:"
     "$driver" "$f" 2>&1 | grep -v "^    #" | grep -A12 "^forward call" || true
