@@ -70,6 +70,10 @@ extern int fz_verbose;
 /* Set by the seeded driver: saves the input before the process stops. */
 extern void (*fz_on_failure)(void);
 
+/* Forward statuses seen, by value (the driver prints them: how many cases
+ * reached the comparison with the reference). */
+extern uint64_t fz_status_count[FC_ERR_INTERNAL + 1];
+
 /* A call's status must be a valid fc_status with a message on failure. */
 void fz_check_status(fc_context *ctx, fc_status st, const char *what);
 

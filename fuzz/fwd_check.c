@@ -198,6 +198,7 @@ void fz_fwd_check(fz_fwd *c)
     if (at >= 0) fz_fail("supported-wrote", "fc_attention_supported changed arena byte %lld", (long long)at);
     const fc_status fwd = fc_attention_forward(ctx, args, NULL, &info);
     fz_check_status(ctx, fwd, "fc_attention_forward");
+    fz_status_count[fwd]++;
     if (fwd != sup && !(sup == FC_OK && fwd == FC_ERR_OUT_OF_MEMORY))
         fz_fail("disagree", "supported says %s, forward %s (%s)", fc_status_string(sup), fc_status_string(fwd),
                 fc_last_error(ctx));

@@ -15,6 +15,7 @@ unsigned fz_skip;
 void (*fz_describe)(void);
 void (*fz_on_failure)(void);
 int fz_verbose;
+uint64_t fz_status_count[FC_ERR_INTERNAL + 1];
 
 /* Entry points, one function each; the first input byte picks one. */
 static const fz_entry_fn k_entries[] = {fz_entry_forward};
