@@ -87,25 +87,28 @@ static void corrupt(fz_in *in, fc_tensor *t)
     }
 }
 
-/* Footprint in bytes of t around its data pointer, [lo, hi); 0 when an
- * offset does not fit int64 (then nothing may be addressed). */
+/* Footprint in bytes of t around its data pointer, [lo, hi). 1: placed;
+ * 0: an offset overflows int64 in elements or bytes, the library's limit,
+ * so it must reject t without addressing anything (64 bytes are placed);
+ * -1: valid but larger than the arena may be. */
 static int footprint(const fc_tensor *t, int64_t *lo, int64_t *hi)
 {
     __int128 l = 0, h = 0;
     int nd = t->ndim < 1 ? 1 : t->ndim > 4 ? 4 : t->ndim;
+    *lo = 0;
+    *hi = 64;
     for (int i = 0; i < nd; i++) {
-        if (t->shape[i] <= 0 || t->shape[i] > INT32_MAX) { *lo = 0; *hi = 64; return 1; }
+        if (t->shape[i] <= 0 || t->shape[i] > INT32_MAX) return 1;
         __int128 e = (__int128)(t->shape[i] - 1) * t->stride[i];
         if (e < 0) l += e; else h += e;
     }
     const int64_t es = (int64_t)fz_dtype_size(t->dtype);
-    __int128 bl = l * es, bh = (h + 1) * es;
-    if (bl < INT64_MIN / 4 || bh > INT64_MAX / 4) { *lo = 0; *hi = 64; return 0; }
-    *lo = (int64_t)bl;
-    *hi = (int64_t)bh;
+    if (h > (INT64_MAX - 1) / es || -l > INT64_MAX / es) return 0;
+    if ((h + 1 - l) * es > FZ_ARENA_MAX) return -1;
+    *lo = (int64_t)(l * es);
+    *hi = (int64_t)((h + 1) * es);
     return 1;
 }
-
 /* A tensor, corrupted now and then; a corruption that would need more
  * memory than the arena gets is undone. ok: its elements may be listed. */
 static void gen_tensor(fz_in *in, fc_tensor *t, fc_dtype dt, int nd, const int64_t *shape, int *ok)
@@ -115,7 +118,10 @@ static void gen_tensor(fz_in *in, fc_tensor *t, fc_dtype dt, int nd, const int64
     if (fz_chance(in, 4)) corrupt(in, t);
     int64_t lo, hi;
     *ok = footprint(t, &lo, &hi);
-    if (*ok && hi - lo > FZ_ARENA_MAX) *t = clean;
+    if (*ok < 0) {
+        *t = clean;
+        *ok = footprint(t, &lo, &hi) > 0;
+    }
 }
 
 static int gen_dim(fz_in *in, int lo_invalid)
