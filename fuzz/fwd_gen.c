@@ -1,0 +1,367 @@
+/*
+ * fwd_gen.c -- input bytes to one forward call: context settings, shapes,
+ * layouts and their corruptions, where each buffer sits in the arena (gaps,
+ * misalignment, aliasing, NULL), options, cu_seqlens, and the fill: random
+ * inputs from a seed the bytes give, kit poison in every output element.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fwd.h"
+#include "kit.h"
+
+/* Larger tensors than this are never placed: a stride that would need more
+ * is replaced by a contiguous layout (one that overflows int64 is kept,
+ * because the library must reject it without addressing anything). */
+#define FZ_ARENA_MAX ((int64_t)8 << 20)
+
+static int pick(fz_in *in, const int *w, int n) /* index by weights summing to 100 */
+{
+    int r = fz_range(in, 0, 99), i = 0;
+    while (i < n - 1 && r >= w[i]) r -= w[i++];
+    return i;
+}
+
+/* ---- context ------------------------------------------------------------ */
+
+static void gen_context(fz_in *in, fz_fwd *c)
+{
+    static const int threads[] = {1, 2, 3, 0, 4, -1, 5000};
+    c->threads = threads[pick(in, (const int[]){40, 25, 10, 10, 10, 3, 2}, 7)];
+    c->cuda_path = fz_chance(in, 10) ? (int[]){80, 90, 7, -1}[fz_range(in, 0, 3)] : 0;
+    c->device = fz_chance(in, 5) ? fz_range(in, -3, 2) : -1;
+    fc_tuning_init(&c->tun);
+    c->tuned = fz_chance(in, 20);
+    if (!c->tuned) return;
+    int32_t *f[] = {&c->tun.sm90_config, &c->tun.sm80_config, &c->tun.sm90_rotate, &c->tun.sm90_tail,
+                    &c->tun.sm90_grid, &c->tun.splits, &c->tun.pdl};
+    for (int i = 0; i < 7; i++)
+        if (fz_chance(in, 30)) *f[i] = fz_chance(in, 10) ? (int32_t)fz_u32(in) : fz_range(in, -3, 70);
+    if (fz_chance(in, 10)) c->tun.sm90_trace_file = "/dev/null";
+}
+
+/* ---- tensors -------------------------------------------------------------- */
+
+/* Row-major strides with optional padding after each dim and, sometimes,
+ * two outer dims swapped (BHSD and the like). */
+static void gen_strides(fz_in *in, fc_tensor *t)
+{
+    int nd = t->ndim, order[3] = {nd - 2, nd - 3, nd - 4}; /* innermost outer dim first */
+    if (nd >= 3 && fz_chance(in, 30)) { int x = order[0]; order[0] = order[1]; order[1] = x; }
+    if (nd == 4 && fz_chance(in, 10)) { int x = order[1]; order[1] = order[2]; order[2] = x; }
+    int64_t ext = t->shape[nd - 1];
+    t->stride[nd - 1] = 1;
+    for (int i = 0; i < nd - 1; i++) {
+        int k = order[i];
+        t->stride[k] = ext + (fz_chance(in, 25) ? fz_range(in, 1, 9) : 0);
+        ext = t->stride[k] * (t->shape[k] > 0 ? t->shape[k] : 1);
+    }
+}
+
+static void set_tensor(fz_in *in, fc_tensor *t, fc_dtype dt, int nd, const int64_t *shape)
+{
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->ndim = nd;
+    for (int i = 0; i < nd; i++) t->shape[i] = shape[i];
+    gen_strides(in, t);
+}
+
+/* One corruption a caller could make; the library must reject or handle it. */
+static void corrupt(fz_in *in, fc_tensor *t)
+{
+    static const int64_t huge[] = {INT64_MAX / 3, INT64_MAX / 2 + 1, (int64_t)1 << 62, INT64_MAX};
+    static const int64_t bad_shape[] = {0, -1, (int64_t)INT32_MAX + 1, INT64_MIN, 1};
+    int k = fz_range(in, 0, t->ndim - 1);
+    switch (fz_range(in, 0, 7)) {
+    case 0: t->stride[t->ndim - 1] = fz_range(in, 0, 2) * 2; break;
+    case 1: t->stride[k] = 0; break;
+    case 2: t->stride[k] = -t->stride[k] - fz_range(in, 0, 1); break;
+    case 3: t->stride[k] = huge[fz_range(in, 0, 3)]; break;
+    case 4: t->stride[k] = 1; break;
+    case 5: t->shape[k] = bad_shape[fz_range(in, 0, 4)]; break;
+    case 6: t->ndim = (int32_t[]){0, 1, 2, 3, 4, 5, -1}[fz_range(in, 0, 6)]; break;
+    default: t->dtype = (fc_dtype)fz_range(in, -1, 5); break;
+    }
+}
+
+/* Footprint in bytes of t around its data pointer, [lo, hi). 1: placed;
+ * 0: an offset overflows int64 in elements or bytes, the library's limit,
+ * so it must reject t without addressing anything (64 bytes are placed);
+ * -1: valid but larger than the arena may be. */
+static int footprint(const fc_tensor *t, int64_t *lo, int64_t *hi)
+{
+    __int128 l = 0, h = 0;
+    int nd = t->ndim < 1 ? 1 : t->ndim > 4 ? 4 : t->ndim;
+    *lo = 0;
+    *hi = 64;
+    for (int i = 0; i < nd; i++) {
+        if (t->shape[i] <= 0 || t->shape[i] > INT32_MAX) return 1;
+        __int128 e = (__int128)(t->shape[i] - 1) * t->stride[i];
+        if (e < 0) l += e; else h += e;
+    }
+    const int64_t es = (int64_t)fz_dtype_size(t->dtype);
+    if (h > (INT64_MAX - 1) / es || -l > INT64_MAX / es) return 0;
+    if ((h + 1 - l) * es > FZ_ARENA_MAX) return -1;
+    *lo = (int64_t)(l * es);
+    *hi = (int64_t)((h + 1) * es);
+    return 1;
+}
+/* A tensor, corrupted now and then; a corruption that would need more
+ * memory than the arena gets is undone. ok: its elements may be listed. */
+static void gen_tensor(fz_in *in, fc_tensor *t, fc_dtype dt, int nd, const int64_t *shape, int *ok)
+{
+    set_tensor(in, t, dt, nd, shape);
+    const fc_tensor clean = *t;
+    if (fz_chance(in, 4)) corrupt(in, t);
+    int64_t lo, hi;
+    *ok = footprint(t, &lo, &hi);
+    if (*ok < 0) {
+        *t = clean;
+        *ok = footprint(t, &lo, &hi) > 0;
+    }
+}
+
+static int gen_dim(fz_in *in, int lo_invalid)
+{
+    if (lo_invalid && fz_chance(in, 3)) return 0;
+    return fz_chance(in, 25) ? fz_range(in, 1, 64) : fz_range(in, 1, 12);
+}
+
+static int gen_head_dim(fz_in *in)
+{
+    static const int pow2ish[] = {32, 64, 96, 128, 192, 256};
+    switch (pick(in, (const int[]){70, 20, 8, 2}, 4)) {
+    case 0: return fz_range(in, 1, 16);
+    case 1: return pow2ish[fz_range(in, 0, 5)];
+    case 2: return fz_range(in, 17, 512);
+    default: return 513;
+    }
+}
+
+/* Valid offsets for lengths in [0, max] (the first sequence attains it);
+ * then, rarely, one entry made arbitrary. Returns the largest length. */
+static int32_t gen_cu(fz_in *in, int32_t *cu, int n, int max)
+{
+    static const int32_t odd[] = {-1, 1, 80, INT32_MAX, INT32_MIN, 3};
+    int32_t top = 0;
+    cu[0] = 0;
+    for (int b = 0; b < n; b++) {
+        int32_t len = b == 0 ? max : fz_range(in, 0, max);
+        cu[b + 1] = cu[b] + len;
+        if (len > top) top = len;
+    }
+    if (fz_chance(in, 6)) cu[fz_range(in, 0, n)] = odd[fz_range(in, 0, 5)];
+    return top;
+}
+
+static int32_t gen_max_seqlen(fz_in *in, int32_t top)
+{
+    if (!(fz_skip & FZ_SKIP_MAX_SEQLEN) && fz_chance(in, 5))
+        return fz_chance(in, 50) ? INT32_MAX : (int32_t)1 << fz_range(in, 20, 30);
+    if (fz_chance(in, 5)) return top - 1;
+    return top + (fz_chance(in, 10) ? fz_range(in, 1, 100) : 0);
+}
+
+/* q, k, v, out, lse: dense [b, s, h, d] or varlen [t, h, d]. */
+static void gen_tensors(fz_in *in, fz_fwd *c, int ok[FB_N])
+{
+    static const fc_dtype dts[] = {FC_DTYPE_F32, FC_DTYPE_F16, FC_DTYPE_BF16, FC_DTYPE_E4M3,
+                                   FC_DTYPE_E5M2, (fc_dtype)7};
+    const fc_dtype dt = dts[pick(in, (const int[]){30, 30, 30, 3, 3, 4}, 6)];
+    const int B = fz_range(in, 1, 3), HQ = fz_range(in, 1, 4), D = gen_head_dim(in);
+    int HKV = fz_chance(in, 95) ? HQ / (int[]){1, 2, 4}[fz_range(in, 0, 2)] : fz_range(in, 1, 4);
+    if (HKV < 1) HKV = 1;
+    int64_t SQ = gen_dim(in, !c->varlen), SK = gen_dim(in, !c->varlen);
+    fc_attention_args *a = &c->a;
+    if (c->varlen) {
+        c->nseq = B;
+        const int32_t tq = gen_cu(in, c->cu[0], B, (int)SQ), tk = gen_cu(in, c->cu[1], B, (int)SK);
+        a->num_seqs = fz_chance(in, 3) ? fz_range(in, -1, 0) : B;
+        a->max_seqlen_q = gen_max_seqlen(in, tq);
+        a->max_seqlen_k = gen_max_seqlen(in, tk);
+        c->total_owned = c->cu[0][B];
+        SQ = c->cu[0][B] < 0 ? 0 : c->cu[0][B] > 200 ? 200 : c->cu[0][B];
+        SK = c->cu[1][B] < 0 ? 0 : c->cu[1][B] > 200 ? 200 : c->cu[1][B];
+        if (fz_chance(in, 15)) SQ += fz_range(in, 1, 3); /* tokens no sequence owns */
+        if (fz_chance(in, 10)) SK += fz_range(in, 1, 3);
+    }
+    const int64_t qs[4] = {B, SQ, HQ, D}, ks[4] = {B, SK, HKV, D};
+    const int o = c->varlen, nd = 4 - o;
+    gen_tensor(in, &a->q, dt, nd, qs + o, &ok[FB_Q]);
+    gen_tensor(in, &a->k, dt, nd, ks + o, &ok[FB_K]);
+    gen_tensor(in, &a->v, dt, nd, ks + o, &ok[FB_V]);
+    gen_tensor(in, &a->out, dt, nd, qs + o, &ok[FB_O]);
+    if (fz_chance(in, 50)) {
+        const int64_t ls[3] = {B, HQ, SQ};
+        gen_tensor(in, &a->lse, fz_chance(in, 97) ? FC_DTYPE_F32 : FC_DTYPE_F16, 3 - o, ls + o, &ok[FB_LSE]);
+    }
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static float gen_float(fz_in *in, const int w[5], float lo, float hi, const float *extreme, int n_ext)
+{
+    static const float invalid[] = {INFINITY, -INFINITY, NAN, -1.0f};
+    int k = pick(in, w, 5);
+    if (k == 3 && (fz_skip & FZ_SKIP_EXTREME)) k = 0;
+    switch (k) {
+    case 0: return 0.0f;
+    case 1: return lo + (hi - lo) * (float)fz_range(in, 0, 1000) / 1000.0f;
+    case 2: return powf(10.0f, (float)fz_range(in, -3, 4)) * (fz_chance(in, 20) ? -1.0f : 1.0f);
+    case 3: return extreme[fz_range(in, 0, n_ext - 1)];
+    default: return invalid[fz_range(in, 0, 3)];
+    }
+}
+
+static void gen_options(fz_in *in, fz_fwd *c)
+{
+    static const float ext_scale[] = {1e30f, 2e38f, 3e38f, FLT_MAX, -3e38f, 1e-40f, 1e-45f, FLT_MIN};
+    static const float ext_cap[] = {3e38f, FLT_MAX, 1e-40f, 1e-45f, 1e20f, 2e38f};
+    static const fc_backend backends[] = {FC_BACKEND_CPU, FC_BACKEND_CPU_REFERENCE, FC_BACKEND_AUTO,
+                                          FC_BACKEND_CUDA, (fc_backend)-1, (fc_backend)4};
+    fc_attention_args *a = &c->a;
+    a->scale = gen_float(in, (const int[]){45, 35, 10, 7, 3}, -1.5f, 1.5f, ext_scale, 8);
+    a->softcap = fabsf(gen_float(in, (const int[]){55, 30, 6, 6, 3}, 0.5f, 50.0f, ext_cap, 6));
+    if (fz_chance(in, 2)) a->softcap = -1.0f;
+    a->causal = fz_chance(in, 98) ? fz_chance(in, 25) : fz_range(in, -1, 2);
+    int32_t *w[2] = {&a->window_left, &a->window_right};
+    for (int i = 0; i < 2; i++)
+        *w[i] = fz_chance(in, 70) ? -1 : fz_chance(in, 90) ? fz_range(in, 0, 70) : fz_chance(in, 50) ? -2 : INT32_MIN;
+    a->backend = backends[pick(in, (const int[]){70, 20, 5, 3, 1, 1}, 6)];
+}
+
+/* ---- placement ------------------------------------------------------------ */
+
+static fc_tensor *tensor_of(fz_fwd *c, int b)
+{
+    fc_tensor *t[] = {&c->a.q, &c->a.k, &c->a.v, &c->a.out, &c->a.lse};
+    return b <= FB_LSE ? t[b] : NULL;
+}
+
+/* Byte footprint of buffer b around its pointer, or 0 if it has none. */
+static int buffer_extent(fz_fwd *c, int b, int has_lse, int64_t *lo, int64_t *hi)
+{
+    *lo = 0;
+    if (b == FB_LSE && !has_lse) return 0;
+    if (b == FB_CUQ || b == FB_CUK) { *hi = 4 * (c->nseq + 1); return c->varlen; }
+    if (b == FB_DESC) { *hi = 12; return 0; } /* placed only when a descale is set */
+    footprint(tensor_of(c, b), lo, hi);
+    return 1;
+}
+
+/* Point one buffer into another one's bytes (aliasing the library must
+ * refuse where an output is involved, or handle between inputs). */
+static void alias(fz_in *in, fz_fwd *c, const int64_t *lo, const int64_t *hi)
+{
+    static const int pairs[][2] = {{FB_O, FB_Q}, {FB_LSE, FB_O}, {FB_O, FB_V}, {FB_CUQ, FB_O},
+                                   {FB_CUK, FB_LSE}, {FB_K, FB_V}, {FB_CUQ, FB_Q}, {FB_LSE, FB_Q},
+                                   {FB_O, FB_CUK}, {FB_CUK, FB_O}};
+    const int *p = pairs[fz_range(in, 0, 9)];
+    const int cu = p[0] == FB_CUQ || p[0] == FB_CUK || p[1] == FB_CUQ || p[1] == FB_CUK;
+    const int into_out = cu && (p[0] == FB_O || p[0] == FB_LSE || p[1] == FB_O || p[1] == FB_LSE);
+    if (c->off[p[0]] < 0 || c->off[p[1]] < 0 || (into_out && (fz_skip & FZ_SKIP_CU_IN_OUT))) return;
+    const int64_t unit = p[0] <= FB_O ? (int64_t)fz_dtype_size(tensor_of(c, p[0])->dtype) : 4;
+    const int64_t span = hi[p[1]] / unit;
+    const int64_t off = c->off[p[1]] + unit * (span > 1 ? (int64_t)(fz_u32(in) % (uint64_t)span) : 0);
+    if (off + lo[p[0]] >= 0) c->off[p[0]] = off;
+}
+
+/* Offsets of every buffer, 64-byte gaps between them, then the odd ones
+ * out: misaligned, aliased, NULL. Returns the arena size. */
+static int64_t place(fz_in *in, fz_fwd *c)
+{
+    int64_t lo[FB_N], hi[FB_N], cursor = 0, size = 0;
+    const int has_lse = c->a.lse.ndim != 0;
+    const int with_desc = fz_chance(in, 2);
+    for (int b = 0; b < FB_N; b++) {
+        c->off[b] = -1;
+        hi[b] = 0;
+        if (!buffer_extent(c, b, has_lse, &lo[b], &hi[b]) && !(b == FB_DESC && with_desc)) continue;
+        int64_t mis = 0;
+        if (!(fz_skip & FZ_SKIP_MISALIGNED) && b != FB_DESC && fz_chance(in, 4)) mis = fz_range(in, 1, 3);
+        c->off[b] = ((cursor + 64 + 63) & ~(int64_t)63) + mis - lo[b];
+        cursor = c->off[b] + hi[b];
+    }
+    if (fz_chance(in, 8)) alias(in, c, lo, hi);
+    if (c->varlen && fz_chance(in, 2)) c->off[fz_range(in, FB_CUQ, FB_CUK)] = -1;
+    if (fz_chance(in, 3)) c->off[fz_range(in, FB_Q, FB_O)] = -1;
+    for (int b = 0; b < FB_N; b++)
+        if (c->off[b] >= 0 && c->off[b] + hi[b] > size) size = c->off[b] + hi[b];
+    return size + 64;
+}
+
+/* ---- fill --------------------------------------------------------------------- */
+
+static void fill_input(fz_fwd *c, int b, uint64_t *rng, double isc, int sparse, int special)
+{
+    const fc_tensor *t = tensor_of(c, b);
+    int64_t *offs, n = fz_tensor_offsets(t, &offs);
+    for (int64_t i = 0; i < n; i++) {
+        double x = kit_rand_normal(rng) * isc;
+        if (sparse && (kit_rand_u64(rng) & 7) == 0) x = 0.0;
+        fz_store(t->data, t->dtype, offs[i], (float)x);
+    }
+    if (special && n > 0) fz_store(t->data, t->dtype, offs[kit_rand_u64(rng) % (uint64_t)n],
+                                   (kit_rand_u64(rng) & 1) ? NAN : INFINITY);
+    free(offs);
+}
+
+static void poison_output(fz_fwd *c, int b)
+{
+    const fc_tensor *t = tensor_of(c, b);
+    int64_t *offs, n = fz_tensor_offsets(t, &offs);
+    const int64_t es = (int64_t)fz_dtype_size(t->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        fz_poison(t->data, t->dtype, offs[i]);
+        memset(c->ar.mask + ((uint8_t *)t->data - c->ar.base) + offs[i] * es, 1, (size_t)es);
+    }
+    free(offs);
+}
+
+/* Inputs first, then the outputs' poison, then cu_seqlens and descales, so
+ * offsets placed inside an output hold valid values when the call reads them. */
+static void fill(fz_in *in, fz_fwd *c, const int ok[FB_N])
+{
+    static const double isc[] = {1.0, 1.0, 1.0, 0.1, 4.0, 30.0};
+    uint64_t rng = fz_u64(in) ^ 0x243F6A8885A308D3ull;
+    const double qk_scale = isc[fz_range(in, 0, 5)];
+    const int sparse = fz_chance(in, 10), special = fz_chance(in, 2);
+    for (int b = FB_Q; b <= FB_V; b++)
+        if (ok[b] && c->off[b] >= 0) fill_input(c, b, &rng, b == FB_V ? 1.0 : qk_scale, sparse, special);
+    for (int b = FB_O; b <= FB_LSE; b++)
+        if (ok[b] && c->off[b] >= 0) poison_output(c, b);
+    for (int b = FB_CUQ; b <= FB_CUK; b++)
+        if (c->off[b] >= 0) memcpy(c->ar.base + c->off[b], c->cu[b - FB_CUQ], 4 * (size_t)(c->nseq + 1));
+    if (c->off[FB_DESC] >= 0) memcpy(c->ar.base + c->off[FB_DESC], (const float[]){1, 1, 1}, 12);
+}
+
+static void set_pointers(fz_in *in, fz_fwd *c)
+{
+    uint8_t *p[FB_N];
+    for (int b = 0; b < FB_N; b++) p[b] = c->off[b] >= 0 ? c->ar.base + c->off[b] : NULL;
+    for (int b = FB_Q; b <= FB_LSE; b++) tensor_of(c, b)->data = p[b];
+    c->a.cu_seqlens_q = (const int32_t *)p[FB_CUQ];
+    c->a.cu_seqlens_k = (const int32_t *)p[FB_CUK];
+    const float **desc[] = {&c->a.q_descale, &c->a.k_descale, &c->a.v_descale};
+    if (p[FB_DESC]) *desc[fz_range(in, 0, 2)] = (const float *)p[FB_DESC];
+}
+
+int fz_fwd_build(fz_in *in, fz_fwd *c)
+{
+    memset(c, 0, sizeof *c);
+    fc_attention_args_init(&c->a);
+    gen_context(in, c);
+    c->args_null = fz_chance(in, 1);
+    c->varlen = fz_chance(in, 35);
+    int ok[FB_N] = {0};
+    gen_tensors(in, c, ok);
+    gen_options(in, c);
+    const int64_t size = place(in, c);
+    if (fz_arena_init(&c->ar, (size_t)size)) return -1;
+    set_pointers(in, c);
+    fill(in, c, ok);
+    return 0;
+}
