@@ -6,6 +6,9 @@
 # (bench/ab_summary.py). Each side runs its own tree's binding and peers.py.
 #
 #   bash scripts/ab-bench.sh DIR_A DIR_B [PASSES] [peers.py args...]
+#   e.g. the base as a tree of its own, carried to the device (.ab/ is
+#   ignored): git archive REV | tar -x -C .ab/base (mkdir it first), then
+#   run(carry .ab): bash scripts/ab-bench.sh .ab/base . 4 --systems sm90,sm80,cudnn,FA2
 #   env: BUILD_A / BUILD_B (reuse a build dir, e.g. gpu-check's build-gpu),
 #        OUT (results; default ./out)
 set -uo pipefail
