@@ -12,7 +12,7 @@
 #   env: BUILD_A / BUILD_B (reuse a build dir, e.g. gpu-check's build-gpu),
 #        OUT (results; default ./out)
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n 2,10p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,13p "$0"; exit 2; }
 A=$(cd "$1" && pwd) B=$(cd "$2" && pwd)
 passes=${3:-2}
 shift $(($# < 3 ? $# : 3))
