@@ -98,7 +98,7 @@ void fc_tuning_init(fc_tuning *t)
 /* Rows of a path's table (0 in a build without CUDA). */
 static int table_rows(int path)
 {
-    fc_tile_row_info row;
+    fc_tile_row row;
     int n = 0;
     while (path == 90 ? fc_sm90_tile_row(n, &row) : fc_sm80_tile_row(n, &row)) n++;
     return n;

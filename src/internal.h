@@ -144,14 +144,10 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
 /* Tile rows/columns of sm90 config `config` (src/cuda/sm90/plan.cu; 1x1 for
  * an index outside the table). */
 void fc_sm90_tile_shape(int config, int *block_m, int *block_n);
-/* One row of a CUDA path's tile table, as tools list them (the CLI's
- * `flashcore rows`, scripts/gpu-check.sh forcing each row in turn): the
- * public fc_tile_row (flashcore.h, fc_tuning_row_info). */
-typedef fc_tile_row fc_tile_row_info;
 /* Row i of the Hopper / sm80-class table: 1 and *row filled, or 0 when i is
- * past the end (defined in each path's plan.cu). */
-int fc_sm90_tile_row(int i, fc_tile_row_info *row);
-int fc_sm80_tile_row(int i, fc_tile_row_info *row);
+ * past the end (sm90/tile_rows.cu, sm80/plan.cu). */
+int fc_sm90_tile_row(int i, fc_tile_row *row);
+int fc_sm80_tile_row(int i, fc_tile_row *row);
 /* Rows (M) and columns (N) of one tile of a planned config, so the split
  * count can be derived from the grid size. */
 void fc_cuda_tile_shape(const fc_cuda_choice *choice, int *block_m, int *block_n);

@@ -191,14 +191,14 @@ extern "C" void fc_sm80_tile_shape(int config, int *block_m, int *block_n)
     }
 }
 
-extern "C" int fc_sm80_tile_row(int i, fc_tile_row_info *row)
+extern "C" int fc_sm80_tile_row(int i, fc_tile_row *row)
 {
     if (i < 0 || i >= kNumTiles) return 0;
     const Tile &t = kTiles[i];
     static const int class_sm[fc::sm80::kNumArchClasses] = {80, 86, 90}; /* kClassSm80/86/90 */
     int kernel = 0;
     while (!fc::sm80::same_kernel(kTiles[kernel], t)) ++kernel;
-    *row = fc_tile_row_info{};
+    *row = fc_tile_row{};
     row->head_dim = t.head_dim;
     row->block_m = t.block_m;
     row->block_n = t.block_n;

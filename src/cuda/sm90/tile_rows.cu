@@ -4,7 +4,7 @@
 #include "cuda/sm90/tiles.cuh"
 #include "internal.h"
 
-int fc_sm90_tile_row(int i, fc_tile_row_info *row)
+int fc_sm90_tile_row(int i, fc_tile_row *row)
 {
     if (i < 0 || i >= fc90::kNumTiles) return 0;
     const fc90::TileRow &t = fc90::kTiles[i];
