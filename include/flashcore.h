@@ -1,6 +1,6 @@
 /*
  * flashcore.h -- the only public header of FlashCore, a fused exact attention
- * library (forward pass) with a plain C API.
+ * library (forward and backward pass) with a plain C API.
  *
  *     O = softmax(scale * Q K^T + mask) V
  *
@@ -28,7 +28,8 @@
  * Errors: every function that can fail returns an fc_status. On failure the
  * context's fc_last_error() names the argument and the limit. Argument checks
  * happen before any output is touched: a call that returns an error has not
- * written out or lse. The library never exits or aborts its host process.
+ * written out or lse (backward: dq, dk, dv). The library never exits or
+ * aborts its host process.
  */
 #ifndef FLASHCORE_H
 #define FLASHCORE_H
@@ -229,11 +230,63 @@ FC_API fc_status fc_attention_supported(fc_context *ctx, const fc_attention_args
 FC_API fc_status fc_attention_forward(fc_context *ctx, const fc_attention_args *args,
                                       void *stream, fc_kernel_info *info);
 
+/* ---- backward ------------------------------------------------------------ */
+/* Backward arguments: the gradients of a loss L with respect to q, k and v
+ * given dL/dout. Always start from fc_attention_backward_args_init().
+ *
+ *   fwd        the forward call's arguments, unchanged: q, k, v, out (the
+ *              forward's output, read here), lse (required: the forward's
+ *              natural-log lse, read here) and every option (scale, softcap,
+ *              causal, window, varlen, backend). The same checks apply.
+ *   dout       like out (shape, dtype, any strides): dL/dout, read.
+ *   dq, dk, dv like q, k, v (shape and dtype): written. Each is the full
+ *              gradient: dk/dv sum over the query heads that share a KV
+ *              head (GQA/MQA); keys no query sees get 0. Varlen tokens past
+ *              the last cu_seqlens offset are not written (as the forward).
+ *   deterministic  0: dq may be summed with atomics, so its last bits may
+ *              differ between runs; 1: dq, dk and dv are bitwise identical
+ *              across runs on the same device, build and inputs. The CPU
+ *              backends are always deterministic.
+ *   workspace, workspace_bytes  the scratch (fp32 dq accumulator, row sums
+ *              of dout*out): NULL/0 = the library allocates it (CUDA:
+ *              cudaMallocAsync/cudaFreeAsync on the call's stream; CPU:
+ *              inside the call) and frees it. Non-NULL: the caller's buffer,
+ *              owned by the caller, in the backend's memory space, 256-byte
+ *              aligned, at least the workspace_bytes that
+ *              fc_attention_backward_supported reports for these arguments,
+ *              overlapping nothing else of the call; the call's work owns it
+ *              until it has run on the stream.
+ * dq, dk, dv and the workspace overlap nothing the call reads, nor each
+ * other. */
+typedef struct fc_attention_backward_args {
+    fc_attention_args fwd;
+    fc_tensor dout;
+    fc_tensor dq, dk, dv;
+    int32_t deterministic;
+    void *workspace;
+    int64_t workspace_bytes;
+} fc_attention_backward_args;
+
+/* Defaults: fwd as fc_attention_args_init, no tensors, deterministic 0, no
+ * workspace. Thread-safe. */
+FC_API void fc_attention_backward_args_init(fc_attention_backward_args *args);
+
+/* Would fc_attention_backward accept args, and with which kernel? The same
+ * checks and selection as the call; launches nothing. info->workspace_bytes
+ * is the scratch the call needs (the size a caller's workspace must have). */
+FC_API fc_status fc_attention_backward_supported(fc_context *ctx,
+                                                 const fc_attention_backward_args *args,
+                                                 fc_kernel_info *info);
+
+/* Compute dq, dk, dv. stream, asynchrony and info as fc_attention_forward. */
+FC_API fc_status fc_attention_backward(fc_context *ctx, const fc_attention_backward_args *args,
+                                       void *stream, fc_kernel_info *info);
+
 /* ---- profiling ---------------------------------------------------------- */
 /* Where the host time of a call goes (CLOCK_MONOTONIC, microseconds), for
- * the context's last fc_attention_forward that returned FC_OK: on the CUDA
- * backend this is what the CPU spends before the GPU can start. The CPU
- * backends compute inside the launch phase. */
+ * the context's last fc_attention_forward or fc_attention_backward that
+ * returned FC_OK: on the CUDA backend this is what the CPU spends before the
+ * GPU can start. The CPU backends compute inside the launch phase. */
 typedef struct fc_host_profile {
     double check_us;  /* argument checks and translation                     */
     double select_us; /* backend and kernel selection: device query, memory-

@@ -1,7 +1,7 @@
 /*
  * api.c -- the public entry points: version, build and status strings, and
- * the two attention calls (checks, then the one selection function, then the
- * run). The context lives in context.c, the checks in validate.c, the
+ * the attention calls, forward and backward (checks, then the one selection
+ * function, then the run). The context lives in context.c, the checks in validate.c, the
  * selection and the run in dispatch.c.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -90,7 +90,7 @@ static fc_status prepare(fc_context *ctx, const fc_attention_args *args, void *s
     fc_status st = fc_build_params(ctx, args, p, nothing_to_do);
     if (st) return st;
     if (t_checked) *t_checked = now_us();
-    return fc_select(ctx, p, args->backend, stream, plan);
+    return fc_select(ctx, p, NULL, args->backend, stream, plan);
 }
 
 fc_status fc_attention_supported(fc_context *ctx, const fc_attention_args *args, fc_kernel_info *info)
@@ -106,6 +106,14 @@ fc_status fc_attention_supported(fc_context *ctx, const fc_attention_args *args,
     return st;
 }
 
+static void record_profile(fc_context *ctx, double t0, double t1, double t2, double t3)
+{
+    ctx->prof.check_us = t1 - t0;
+    ctx->prof.select_us = t2 - t1;
+    ctx->prof.launch_us = t3 - t2;
+    ctx->prof.total_us = t3 - t0;
+}
+
 static fc_status forward(fc_context *ctx, const fc_attention_args *args, void *stream, fc_kernel_info *info)
 {
     const double t0 = now_us();
@@ -119,11 +127,7 @@ static fc_status forward(fc_context *ctx, const fc_attention_args *args, void *s
     const double t2 = now_us();
     if (!nothing) st = fc_run(ctx, &p, &plan, stream);
     if (st) return st;
-    const double t3 = now_us();
-    ctx->prof.check_us = t1 - t0;
-    ctx->prof.select_us = t2 - t1;
-    ctx->prof.launch_us = t3 - t2;
-    ctx->prof.total_us = t3 - t0;
+    record_profile(ctx, t0, t1, t2, now_us());
     return FC_OK;
 }
 
@@ -133,6 +137,68 @@ fc_status fc_attention_forward(fc_context *ctx, const fc_attention_args *args, v
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
     FC_RANGE_PUSH("fc_attention_forward");
     const fc_status st = forward(ctx, args, stream, info);
+    FC_RANGE_POP();
+    return st;
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+void fc_attention_backward_args_init(fc_attention_backward_args *args)
+{
+    if (!args) return;
+    memset(args, 0, sizeof *args);
+    fc_attention_args_init(&args->fwd);
+}
+
+/* The backward's checks, then the same selection function as the forward. */
+static fc_status prepare_bwd(fc_context *ctx, const fc_attention_backward_args *args, void *stream,
+                             fc_bwd_params *p, fc_plan *plan, int *nothing_to_do, double *t_checked)
+{
+    ctx->err[0] = 0;
+    fc_status st = fc_build_bwd_params(ctx, args, p, nothing_to_do);
+    if (st) return st;
+    if (t_checked) *t_checked = now_us();
+    return fc_select(ctx, &p->f, p, args->fwd.backend, stream, plan);
+}
+
+fc_status fc_attention_backward_supported(fc_context *ctx, const fc_attention_backward_args *args,
+                                          fc_kernel_info *info)
+{
+    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    FC_RANGE_PUSH("fc_attention_backward_supported");
+    fc_bwd_params p;
+    fc_plan plan;
+    int nothing;
+    fc_status st = prepare_bwd(ctx, args, NULL, &p, &plan, &nothing, NULL);
+    if (st == FC_OK) fill_info(info, &plan);
+    FC_RANGE_POP();
+    return st;
+}
+
+static fc_status backward(fc_context *ctx, const fc_attention_backward_args *args, void *stream,
+                          fc_kernel_info *info)
+{
+    const double t0 = now_us();
+    fc_bwd_params p;
+    fc_plan plan;
+    int nothing;
+    double t1 = t0;
+    fc_status st = prepare_bwd(ctx, args, stream, &p, &plan, &nothing, &t1);
+    if (st) return st;
+    fill_info(info, &plan);
+    const double t2 = now_us();
+    if (!nothing) st = fc_run_backward(ctx, &p, &plan, stream);
+    if (st) return st;
+    record_profile(ctx, t0, t1, t2, now_us());
+    return FC_OK;
+}
+
+fc_status fc_attention_backward(fc_context *ctx, const fc_attention_backward_args *args, void *stream,
+                                fc_kernel_info *info)
+{
+    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    FC_RANGE_PUSH("fc_attention_backward");
+    const fc_status st = backward(ctx, args, stream, info);
     FC_RANGE_POP();
     return st;
 }

@@ -62,3 +62,17 @@ fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
 }
 
 int64_t fc_cuda_split_workspace_bytes(const fc_fwd_params *p, int splits) { return 0; }
+
+fc_status fc_sm80_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                           fc_cuda_choice *choice, char *why, size_t why_len)
+{
+    snprintf(why, why_len, "%s", k_no_cuda);
+    return FC_ERR_UNSUPPORTED;
+}
+
+fc_status fc_cuda_backward(const fc_bwd_params *p, const fc_cuda_choice *choice,
+                           const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
+{
+    snprintf(err, err_len, "%s", k_no_cuda);
+    return FC_ERR_NO_DEVICE;
+}

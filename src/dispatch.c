@@ -45,8 +45,10 @@ static const char *backend_name(fc_backend b)
     return "?";
 }
 
-/* Every pointer a call reads or writes, with its name, for the memory-space check. */
-static int list_pointers(const fc_fwd_params *p, const void *ptrs[7], const char *names[7])
+/* Every pointer a call reads or writes, with its name, for the memory-space
+ * check; b: the backward's params (p is then &b->f), else NULL. */
+static int list_pointers(const fc_fwd_params *p, const fc_bwd_params *b, const void *ptrs[12],
+                         const char *names[12])
 {
     int n = 0;
     ptrs[n] = p->q; names[n++] = "q";
@@ -58,6 +60,13 @@ static int list_pointers(const fc_fwd_params *p, const void *ptrs[7], const char
         ptrs[n] = p->cu_seqlens_q; names[n++] = "cu_seqlens_q";
         ptrs[n] = p->cu_seqlens_k; names[n++] = "cu_seqlens_k";
     }
+    if (b) {
+        ptrs[n] = b->dout; names[n++] = "dout";
+        ptrs[n] = b->dq; names[n++] = "dq";
+        ptrs[n] = b->dk; names[n++] = "dk";
+        ptrs[n] = b->dv; names[n++] = "dv";
+        if (b->workspace) { ptrs[n] = b->workspace; names[n++] = "workspace"; }
+    }
     return n;
 }
 
@@ -65,12 +74,13 @@ static int list_pointers(const fc_fwd_params *p, const void *ptrs[7], const char
  * CUDA runtime is compiled in; without it every pointer is host memory.
  * q_known: q's memory space was already established (AUTO asked it), so it
  * is not queried again (each query is a driver call on the hot path). */
-static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, int want_device, int q_known)
+static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b,
+                                    int want_device, int q_known)
 {
     if (!fc_cuda_compiled()) return FC_OK;
-    const void *ptrs[7];
-    const char *names[7];
-    int n = list_pointers(p, ptrs, names);
+    const void *ptrs[12];
+    const char *names[12];
+    int n = list_pointers(p, b, ptrs, names);
     for (int i = q_known ? 1 : 0; i < n; i++) { /* q is ptrs[0] */
         int dev = fc_cuda_pointer_is_device(ptrs[i]);
         if (dev != want_device)
@@ -82,7 +92,8 @@ static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, int
     return FC_OK;
 }
 
-static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, fc_backend b, int q_known, fc_plan *plan)
+static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *bwd, fc_backend b,
+                            int q_known, fc_plan *plan)
 {
     if (p->dtype != FC_DTYPE_F32 && p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "dtype %d is not supported by the cpu backend",
@@ -91,7 +102,7 @@ static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, fc_backend 
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "head_dim %d is not supported by the cpu backend: supported 1 to %d",
                             (int)p->head_dim, FC_CPU_MAX_HEAD_DIM);
-    fc_status st = check_memory_space(ctx, p, 0, q_known);
+    fc_status st = check_memory_space(ctx, p, bwd, 0, q_known);
     if (st) return st;
     /* Always validated on the host (cheap), even when nothing is to be done:
      * "nothing" may rest on max_seqlen_q == 0, which only cu_seqlens confirm. */
@@ -121,19 +132,59 @@ static fc_status check_device_varlen(fc_context *ctx, const fc_fwd_params *p, vo
     return st;
 }
 
-static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stream, int q_known,
+/* What every CUDA plan needs: the device, every pointer in device memory,
+ * a dtype the kernels take. */
+static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *bwd, int q_known,
                              fc_plan *plan)
 {
     fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
     if (st) return st;
-    st = check_memory_space(ctx, p, 1, q_known);
+    st = check_memory_space(ctx, p, bwd, 1, q_known);
     if (st) return st;
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "dtype %s is not supported by the cuda kernels: supported f16, bf16 (the cpu "
                             "backend takes f32)", p->dtype == FC_DTYPE_F32 ? "f32" : "fp8");
+    return FC_OK;
+}
 
+/* The backward on CUDA: the sm80-class kernels (they run on sm_90 too; the
+ * Hopper backward is not built yet, so a forced path 90 is unsupported). */
+static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, void *stream, fc_plan *plan)
+{
+    const fc_fwd_params *p = &b->f;
+    if (ctx->cuda_path == 90)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "the Hopper (sm90) path has no backward yet: use cuda path 0 (auto) or 80");
+    fc_cuda_choice *ch = &plan->cuda;
+    memset(ch, 0, sizeof *ch);
+    char why[FC_ERRMSG_LEN] = "";
+    fc_status st = fc_sm80_bwd_plan(b, &plan->dev, &ctx->tuning, ch, why, sizeof why);
+    if (st) return fc_set_error(ctx, st, "%s", why);
+    ch->path = FC_CUDA_PATH_SM80;
+    ch->num_splits = 1;
+    /* dk/dv are written for every key token, so varlen offsets are checked
+     * whenever either side has tokens. */
+    if (p->cu_seqlens_q && (p->total_q > 0 || p->total_k > 0)) {
+        st = check_device_varlen(ctx, p, stream);
+        if (st) return st;
+    }
+    if (b->workspace && b->workspace_bytes < ch->workspace_bytes)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "workspace_bytes %lld is too small: this call needs %lld (see "
+                            "fc_attention_backward_supported)", (long long)b->workspace_bytes,
+                            (long long)ch->workspace_bytes);
+    plan->backend = FC_BACKEND_CUDA;
+    plan->num_splits = 1;
+    plan->workspace_bytes = ch->workspace_bytes;
+    snprintf(plan->name, sizeof plan->name, "%s", ch->name);
+    return FC_OK;
+}
+
+static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stream, fc_plan *plan)
+{
     const fc_cuda_device *dev = &plan->dev;
+    fc_status st;
     const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
     const int try90 = ctx->cuda_path == 90 || (ctx->cuda_path == 0 && hopper);
     const int try80 = ctx->cuda_path != 90;
@@ -205,8 +256,8 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
     return FC_OK;
 }
 
-fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requested, void *stream,
-                    fc_plan *plan)
+fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *bwd, fc_backend requested,
+                    void *stream, fc_plan *plan)
 {
     memset(plan, 0, sizeof *plan);
     fc_backend b = requested;
@@ -215,8 +266,12 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requeste
     if (b == FC_BACKEND_AUTO) b = (q_known && fc_cuda_pointer_is_device(p->q)) ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
     switch (b) {
     case FC_BACKEND_CPU:
-    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, b, q_known, plan);
-    case FC_BACKEND_CUDA: return select_cuda(ctx, p, stream, q_known, plan);
+    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, bwd, b, q_known, plan);
+    case FC_BACKEND_CUDA: {
+        fc_status st = cuda_common(ctx, p, bwd, q_known, plan);
+        if (st) return st;
+        return bwd ? select_cuda_bwd(ctx, bwd, stream, plan) : select_cuda(ctx, p, stream, plan);
+    }
     default: return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %s is invalid", backend_name(b));
     }
 }
@@ -231,6 +286,17 @@ fc_status fc_run(fc_context *ctx, const fc_fwd_params *p, const fc_plan *plan, v
         q.num_splits = plan->num_splits;
         return fc_cuda_forward(&q, &plan->cuda, &plan->dev, stream, ctx->err, sizeof ctx->err);
     }
+    default:
+        return fc_set_error(ctx, FC_ERR_INTERNAL, "plan has no backend (%s)", backend_name(plan->backend));
+    }
+}
+
+fc_status fc_run_backward(fc_context *ctx, const fc_bwd_params *p, const fc_plan *plan, void *stream)
+{
+    switch (plan->backend) {
+    case FC_BACKEND_CPU_REFERENCE: return fc_cpu_reference_backward(p, ctx->err, sizeof ctx->err);
+    case FC_BACKEND_CPU: return fc_cpu_tiled_backward(p, ctx->num_threads, ctx->err, sizeof ctx->err);
+    case FC_BACKEND_CUDA: return fc_cuda_backward(p, &plan->cuda, &plan->dev, stream, ctx->err, sizeof ctx->err);
     default:
         return fc_set_error(ctx, FC_ERR_INTERNAL, "plan has no backend (%s)", backend_name(plan->backend));
     }

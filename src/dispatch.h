@@ -18,10 +18,13 @@ typedef struct fc_plan {
     fc_cuda_device dev;       /* idem                                             */
 } fc_plan;
 
-/* Backend, kernel, splits for p under ctx's settings; or the reason none fits. */
-fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, fc_backend requested, void *stream,
-                    fc_plan *plan);
+/* Backend, kernel, splits for p under ctx's settings; or the reason none
+ * fits. bwd: the backward's params (p is then &bwd->f), NULL for the forward. */
+fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *bwd, fc_backend requested,
+                    void *stream, fc_plan *plan);
 /* Run a plan made by fc_select. */
 fc_status fc_run(fc_context *ctx, const fc_fwd_params *p, const fc_plan *plan, void *stream);
+/* Run a backward plan made by fc_select. */
+fc_status fc_run_backward(fc_context *ctx, const fc_bwd_params *p, const fc_plan *plan, void *stream);
 
 #endif /* FC_DISPATCH_H */

@@ -57,6 +57,23 @@ typedef struct fc_fwd_params {
     float *lse_accum; /* [num_splits, batch*heads_q, seqlen_q] fp32            */
 } fc_fwd_params;
 
+/* The backward's plain-data params. f carries q, k, v, out (f.o, read here),
+ * lse (f.lse, read, never NULL), the shapes and the resolved options, all as
+ * in the forward; dout has out's layout, dq q's, dk and dv k's/v's (same
+ * index convention, own strides). Filled after every check, like f. */
+typedef struct fc_bwd_params {
+    fc_fwd_params f;
+    const void *dout;
+    void *dq, *dk, *dv;
+    int64_t do_batch_stride, do_row_stride, do_head_stride;
+    int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+    int32_t deterministic;  /* 1: bitwise-reproducible dq/dk/dv             */
+    void *workspace;        /* the caller's scratch, or NULL (library's)    */
+    int64_t workspace_bytes;
+} fc_bwd_params;
+
 /* The visibility rule, shared by every backend so they cannot disagree.
  * i: query row within its sequence, j: key column, sq/sk: that sequence's
  * lengths. Returns 1 if key j contributes to query i. */
@@ -80,6 +97,11 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
 /* Tiled online-softmax path, multithreaded over (batch, head, query tile).
  * num_threads <= 0 means one per online core. */
 fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *err, size_t err_len);
+
+/* Backward: the fp64 oracle (dq, dk, dv each rounded once) and the tiled
+ * multithreaded path. Both deterministic; both allocate their own scratch. */
+fc_status fc_cpu_reference_backward(const fc_bwd_params *p, char *err, size_t err_len);
+fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *err, size_t err_len);
 
 /* ---- CUDA layer (src/cuda/, or src/cuda_stub.c without CUDA) -------------- */
 typedef struct fc_cuda_device {
@@ -164,6 +186,17 @@ fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
  * and the launch error. */
 fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
                           const fc_cuda_device *dev, void *stream, char *err, size_t err_len);
+
+/* Backward planner of the sm80-class path (runs on sm_80 and newer): as the
+ * forward planners, for p; fills choice->config/name and workspace_bytes
+ * (the scratch the run needs, from p's shapes and p->deterministic). */
+fc_status fc_sm80_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                           fc_cuda_choice *choice, char *why, size_t why_len);
+/* Run a planned backward: uses p->workspace when the caller gave one, else
+ * allocates choice->workspace_bytes stream-ordered and frees it after the
+ * launches; checks every return code and the last error after each launch. */
+fc_status fc_cuda_backward(const fc_bwd_params *p, const fc_cuda_choice *choice,
+                           const fc_cuda_device *dev, void *stream, char *err, size_t err_len);
 
 /* Bytes of the fp32 split-KV workspace (o_accum + lse_accum) for p with
  * `splits` splits; computed in one place for dispatch and launcher. */

@@ -154,8 +154,8 @@ static void set_strides(const fc_tensor *t, int o, int64_t *batch, int64_t *row,
 }
 
 /* q, k, v, out (and their dtypes), dense 4-d or varlen 3-d, and how their
- * shapes relate. */
-static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int varlen)
+ * shapes relate. bwd: out is the forward's output, read, not written. */
+static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int varlen, int bwd)
 {
     const int dt = a->q.dtype;
     if (!dtype_known(dt))
@@ -176,7 +176,7 @@ static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int 
     if ((st = check_tensor(ctx, "q", &a->q, nd, dq, e0, 0))) return st;
     if ((st = check_tensor(ctx, "k", &a->k, nd, dkv, e0, 0))) return st;
     if ((st = check_tensor(ctx, "v", &a->v, nd, dkv, e0, 0))) return st;
-    if ((st = check_tensor(ctx, "out", &a->out, nd, dq, e0, 1))) return st;
+    if ((st = check_tensor(ctx, "out", &a->out, nd, dq, e0, !bwd))) return st;
 
     const int o = varlen ? 1 : 0; /* index shift: varlen tensors have no batch dim */
     const int64_t hq = a->q.shape[2 - o], hkv = a->k.shape[2 - o], d = a->q.shape[3 - o];
@@ -225,16 +225,20 @@ static fc_status check_options(fc_context *ctx, const fc_attention_args *a)
     return FC_OK;
 }
 
-/* The optional lse: f32, [batch, heads_q, seqlen_q] or varlen [heads_q, total_q]. */
-static fc_status check_lse(fc_context *ctx, const fc_attention_args *a, int varlen)
+/* lse: f32, [batch, heads_q, seqlen_q] or varlen [heads_q, total_q]; optional
+ * output of the forward, required input of the backward. */
+static fc_status check_lse(fc_context *ctx, const fc_attention_args *a, int varlen, int bwd)
 {
+    if (!a->lse.data && bwd)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "lse.data is NULL: the backward needs the forward's lse");
     if (!a->lse.data) return FC_OK;
     if (a->lse.dtype != FC_DTYPE_F32)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "lse.dtype is %s: must be f32",
                             dtype_name(a->lse.dtype));
     /* varlen lse is [heads_q, total_q]: its dim 1 may be 0 */
     fc_status st = check_tensor(ctx, "lse", &a->lse, varlen ? 2 : 3, varlen ? dims_lse_var : dims_lse,
-                                varlen ? 1 : -1, 1);
+                                varlen ? 1 : -1, !bwd);
     if (st) return st;
     const int64_t hq = a->q.shape[varlen ? 1 : 2];
     int ok = varlen ? (a->lse.shape[0] == hq && a->lse.shape[1] == a->q.shape[0])
@@ -257,6 +261,39 @@ static fc_status check_varlen_args(fc_context *ctx, const fc_attention_args *a)
     if (a->max_seqlen_q < 0 || a->max_seqlen_k < 0)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "max_seqlen_q/k must be >= 0 (got %d, %d)",
                             (int)a->max_seqlen_q, (int)a->max_seqlen_k);
+    return FC_OK;
+}
+
+/* The backward's dout (like out, read) and dq, dk, dv (like q, k, v, written). */
+static fc_status check_grads(fc_context *ctx, const fc_attention_backward_args *b, int varlen)
+{
+    const fc_attention_args *a = &b->fwd;
+    const fc_tensor *g[4] = {&b->dout, &b->dq, &b->dk, &b->dv};
+    const fc_tensor *like[4] = {&a->out, &a->q, &a->k, &a->v};
+    static const char *const gn[4] = {"dout", "dq", "dk", "dv"};
+    static const char *const ln[4] = {"out", "q", "k", "v"};
+    const int nd = varlen ? 3 : 4, e0 = varlen ? 0 : -1;
+    for (int i = 0; i < 4; i++) {
+        if ((int)g[i]->dtype != (int)a->q.dtype)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.dtype is %s: must equal q's (%s)", gn[i],
+                                dtype_name(g[i]->dtype), dtype_name(a->q.dtype));
+        const char *const *dims = i == 2 || i == 3 ? (varlen ? dims_kv_var : dims_kv)
+                                                   : (varlen ? dims_q_var : dims_q);
+        fc_status st = check_tensor(ctx, gn[i], g[i], nd, dims, e0, i > 0);
+        if (st) return st;
+        if (!same_shape(g[i], like[i]))
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.shape must equal %s.shape", gn[i], ln[i]);
+    }
+    if (b->deterministic != 0 && b->deterministic != 1)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "deterministic is %d: use 0 or 1",
+                            (int)b->deterministic);
+    if (b->workspace_bytes < 0 || (!b->workspace) != (b->workspace_bytes == 0))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "workspace %p with workspace_bytes %lld: give both (a buffer and its size > 0) "
+                            "or neither", b->workspace, (long long)b->workspace_bytes);
+    if ((uintptr_t)b->workspace % 256 != 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "workspace (%p) is not 256-byte aligned",
+                            b->workspace);
     return FC_OK;
 }
 
@@ -293,7 +330,7 @@ static int spans_overlap(const span *a, const span *b)
 
 /* Everything the call reads: q, k, v, then the int32/float arrays (varlen
  * cu_seqlens of num_seqs + 1 entries, the per-tensor descales where set). */
-static int read_spans(const fc_attention_args *a, int varlen, span in[8])
+static int read_spans(const fc_attention_args *a, int varlen, span in[11])
 {
     int n = 0;
     in[n++] = span_of_tensor("q", &a->q);
@@ -311,28 +348,52 @@ static int read_spans(const fc_attention_args *a, int varlen, span in[8])
     return n;
 }
 
-/* The arrays are 4-byte aligned, and no output overlaps an input or the
- * other output. */
-static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a, int varlen)
+/* What the call writes: the forward's out and lse (when requested); the
+ * backward's dq, dk, dv and the caller's workspace. The backward reads out,
+ * lse and dout: they join the inputs. */
+static int write_spans(const fc_attention_args *a, const fc_attention_backward_args *b, span in[11],
+                       int *ni, span out[4])
 {
-    span in[8], out[2];
-    const int ni = read_spans(a, varlen, in);
+    int no = 0;
+    if (!b) {
+        out[no++] = span_of_tensor("out", &a->out);
+        if (a->lse.data) out[no++] = span_of_tensor("lse", &a->lse);
+        return no;
+    }
+    in[(*ni)++] = span_of_tensor("out", &a->out);
+    in[(*ni)++] = span_of_tensor("lse", &a->lse);
+    in[(*ni)++] = span_of_tensor("dout", &b->dout);
+    out[no++] = span_of_tensor("dq", &b->dq);
+    out[no++] = span_of_tensor("dk", &b->dk);
+    out[no++] = span_of_tensor("dv", &b->dv);
+    if (b->workspace) out[no++] = span_of_bytes("workspace", b->workspace, (uint64_t)b->workspace_bytes);
+    return no;
+}
+
+/* The arrays are 4-byte aligned, and no output overlaps an input or another
+ * output. b: the backward's arguments (a is then b->fwd), NULL for the forward. */
+static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
+                                const fc_attention_backward_args *b, int varlen)
+{
+    span in[11], out[4];
+    int ni = read_spans(a, varlen, in);
     for (int i = 3; i < ni; i++) /* past q, k, v: int32 and float arrays */
         if (in[i].lo % 4 != 0)
             return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to its 4-byte elements",
                                 in[i].name, (const void *)(uintptr_t)in[i].lo);
-    int no = 0;
-    out[no++] = span_of_tensor("out", &a->out);
-    if (a->lse.data) out[no++] = span_of_tensor("lse", &a->lse);
+    const int no = write_spans(a, b, in, &ni, out);
     for (int o = 0; o < no; o++)
         for (int i = 0; i < ni; i++)
             if (spans_overlap(&out[o], &in[i]))
                 return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                                     "%s overlaps %s in memory: outputs must not alias inputs", out[o].name,
                                     in[i].name);
-    if (no == 2 && spans_overlap(&out[1], &out[0]))
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "lse overlaps out in memory: outputs must not alias each other");
+    for (int o = 1; o < no; o++)
+        for (int e = 0; e < o; e++)
+            if (spans_overlap(&out[o], &out[e]))
+                return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                    "%s overlaps %s in memory: outputs must not alias each other",
+                                    out[o].name, out[e].name);
     return FC_OK;
 }
 
@@ -380,12 +441,12 @@ static void fill_params(const fc_attention_args *a, int varlen, fc_fwd_params *p
     }
 }
 
-fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_params *p,
-                          int *nothing_to_do)
+/* The checks of both calls, in one order; b is NULL for the forward. */
+static fc_status check_call(fc_context *ctx, const fc_attention_args *a, const fc_attention_backward_args *b,
+                            fc_fwd_params *p, int *nothing_to_do)
 {
     memset(p, 0, sizeof *p);
     *nothing_to_do = 0;
-    if (!a) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "args is NULL");
     if (a->backend < FC_BACKEND_AUTO || a->backend > FC_BACKEND_CPU_REFERENCE)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %d is not a valid fc_backend",
                             (int)a->backend);
@@ -394,16 +455,50 @@ fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_pa
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "cu_seqlens_q and cu_seqlens_k must be both set (varlen) or both NULL");
     fc_status st;
-    if ((st = check_tensors(ctx, a, varlen))) return st;
+    if ((st = check_tensors(ctx, a, varlen, b != NULL))) return st;
     if ((st = check_options(ctx, a))) return st;
-    if ((st = check_lse(ctx, a, varlen))) return st;
+    if ((st = check_lse(ctx, a, varlen, b != NULL))) return st;
+    if (b && (st = check_grads(ctx, b, varlen))) return st;
     if (varlen && (st = check_varlen_args(ctx, a))) return st;
-    if ((st = check_pointers(ctx, a, varlen))) return st;
+    if ((st = check_pointers(ctx, a, b, varlen))) return st;
     /* after the pointer checks, so a descale that aliases an output is named */
     if (a->q_descale || a->k_descale || a->v_descale)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "q/k/v_descale are reserved for FP8, which no backend supports yet");
     fill_params(a, varlen, p, nothing_to_do);
+    return FC_OK;
+}
+
+fc_status fc_build_params(fc_context *ctx, const fc_attention_args *a, fc_fwd_params *p,
+                          int *nothing_to_do)
+{
+    if (!a) {
+        memset(p, 0, sizeof *p);
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "args is NULL");
+    }
+    return check_call(ctx, a, NULL, p, nothing_to_do);
+}
+
+fc_status fc_build_bwd_params(fc_context *ctx, const fc_attention_backward_args *b, fc_bwd_params *p,
+                              int *nothing_to_do)
+{
+    memset(p, 0, sizeof *p);
+    *nothing_to_do = 0;
+    if (!b) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "args is NULL");
+    fc_status st = check_call(ctx, &b->fwd, b, &p->f, nothing_to_do);
+    if (st) return st;
+    const int o = b->fwd.cu_seqlens_q ? 1 : 0;
+    p->dout = b->dout.data; p->dq = b->dq.data; p->dk = b->dk.data; p->dv = b->dv.data;
+    set_strides(&b->dout, o, &p->do_batch_stride, &p->do_row_stride, &p->do_head_stride);
+    set_strides(&b->dq, o, &p->dq_batch_stride, &p->dq_row_stride, &p->dq_head_stride);
+    set_strides(&b->dk, o, &p->dk_batch_stride, &p->dk_row_stride, &p->dk_head_stride);
+    set_strides(&b->dv, o, &p->dv_batch_stride, &p->dv_row_stride, &p->dv_head_stride);
+    p->deterministic = b->deterministic;
+    p->workspace = b->workspace;
+    p->workspace_bytes = b->workspace_bytes;
+    /* No query row still leaves dk and dv to write (zeros) unless there is
+     * no key token either. */
+    if (*nothing_to_do && p->f.total_k > 0 && p->f.seqlen_k > 0) *nothing_to_do = 0;
     return FC_OK;
 }
 
