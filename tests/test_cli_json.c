@@ -254,6 +254,31 @@ static void test_bench_files(void)
         kit_bench_file_free(&f);
     }
 
+    /* the pass: a row's own, else meta's, else "fwd"; anything else is refused */
+    const char *passes = "{\"meta\": {\"pass\": \"bwd\"}, \"rows\": ["
+                         "{\"shape\": \"gqa-train\", \"system\": \"flashcore-cuda\", \"p50_us\": 1},"
+                         "{\"shape\": \"gqa-train\", \"system\": \"flashcore-cuda\", \"pass\": \"fwd\", \"p50_us\": 2}]}";
+    rc = kit_bench_file_parse(passes, strlen(passes), &f, err, sizeof(err));
+    CHECK(rc == 0 && f.n == 2, "pass rows: %s", err);
+    if (rc == 0) {
+        CHECK(strcmp(f.rows[0].pass, "bwd") == 0, "pass from meta: '%s'", f.rows[0].pass);
+        CHECK(strcmp(f.rows[1].pass, "fwd") == 0, "a row's pass over meta's: '%s'", f.rows[1].pass);
+        kit_bench_file_free(&f);
+    }
+    rc = kit_bench_file_parse(ours, strlen(ours), &f, err, sizeof(err));
+    CHECK(rc == 0 && strcmp(f.rows[0].pass, "fwd") == 0, "no pass anywhere reads as fwd");
+    if (rc == 0) kit_bench_file_free(&f);
+    const char *bad_pass[] = {
+        "{\"meta\": {\"pass\": \"backward\"}, \"rows\": []}",
+        "{\"rows\": [{\"shape\": \"x\", \"pass\": \"both\"}]}",
+        "{\"rows\": [{\"shape\": \"x\", \"pass\": 2}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad_pass) / sizeof(bad_pass[0]); i++) {
+        err[0] = '\0';
+        rc = kit_bench_file_parse(bad_pass[i], strlen(bad_pass[i]), &f, err, sizeof(err));
+        CHECK(rc != 0 && f.rows == NULL && strstr(err, "pass"), "bad pass %zu: rc %d '%s'", i, rc, err);
+    }
+
     /* the bwd anchor file: the root is an array of rows */
     const char *bwd = "[{\"shape\": \"s512-d64\", \"torch-cudnn\": {\"us\": 921.0, \"tflops\": 186.5}}]";
     rc = kit_bench_file_parse(bwd, strlen(bwd), &f, err, sizeof(err));

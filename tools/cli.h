@@ -88,11 +88,17 @@ void cli_progress(int i, int n, const char *what);
 void cli_progress_done(void);
 
 /* ---- named shapes (cli_shapes.c) ------------------------------------------------ */
+/* Which default set (`bench --all`, `bench --all --bwd`) a benchmark shape
+ * belongs to; --shape names any of them for either pass. */
+#define CLI_SET_FWD 1
+#define CLI_SET_BWD 2
+
 /* The benchmark shapes (docs/PERF.md). */
 typedef struct cli_named_shape {
     const char *name;
     int B, Hq, Hkv, Sq, Sk, D, causal;
     fc_dtype dtype;
+    int sets; /* CLI_SET_* bits (0 outside the benchmark table) */
 } cli_named_shape;
 extern const cli_named_shape cli_bench_shapes[];
 extern const int cli_num_bench_shapes;
@@ -104,34 +110,54 @@ kit_shape cli_shape_from_named(const cli_named_shape *n);
 int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name_buf, size_t n);
 
 /* ---- running a case on a backend (cli_run.c) ---------------------------------------- */
-/* A case prepared for one backend: for CUDA its inputs live in device
- * buffers and args points at them; for the CPU backends args points at the
- * case's host buffers. */
+/* A case prepared for one backend and one pass: for CUDA its tensors live in
+ * device buffers and args/bargs point at them; for the CPU backends at the
+ * case's host buffers. A backward exec (b set) runs fc_attention_backward
+ * with bargs, whose fwd is args; a forward exec runs fc_attention_forward. */
 typedef struct cli_exec {
     kit_case *c;
+    kit_bwd_case *b;        /* backward: the case (c = &b->c); NULL: forward */
     fc_backend backend;     /* resolved: CPU, CUDA or CPU_REFERENCE */
     fc_attention_args args; /* pointers in the backend's memory     */
+    fc_attention_backward_args bargs; /* backward: the same, and the gradients */
     void *stream;           /* CUDA: the stream all work goes on    */
     void *dq, *dk, *dv, *dout, *dlse, *dcu_q, *dcu_k; /* device buffers */
+    struct { void *dout, *dq, *dk, *dv; } grad;       /* device: the backward's */
 } cli_exec;
 
-/* Prepare (for CUDA: allocate, upload; err names the failing call). On an
- * error return nothing stays allocated. */
+/* Prepare a forward exec (for CUDA: allocate, upload; err names the failing
+ * call). On an error return nothing stays allocated. */
 int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_t err_len);
+/* Prepare a backward exec: the forward's tensors as cli_exec_init, dout
+ * uploaded, the gradients' buffers. out and lse are filled by
+ * cli_exec_bwd_forward. */
+int cli_exec_init_bwd(cli_exec *e, kit_bwd_case *b, fc_backend backend, char *err, size_t err_len);
 void cli_exec_free(cli_exec *e);
-/* Poison out/lse where the backend writes them (host and, for CUDA, device). */
+/* The forward on the exec's backend (out/lse poisoned first, then fetched
+ * into the case's host buffers): the out and lse the backward reads, the
+ * same on the backend and, for the reference, on the host. */
+fc_status cli_exec_bwd_forward(fc_context *ctx, cli_exec *e, char *err, size_t err_len);
+/* Poison what the pass writes (out/lse, or dq/dk/dv) on the host and, for
+ * CUDA, on the device. */
 int cli_exec_poison(cli_exec *e, char *err, size_t err_len);
-/* One forward call; for CUDA also waits for the stream and checks it. */
+/* The pass's supported() query: same checks and selection as the call. */
+fc_status cli_exec_supported(fc_context *ctx, const cli_exec *e, fc_kernel_info *info);
+/* The pass's one library call on the exec's stream; no wait, no message. */
+fc_status cli_exec_call(fc_context *ctx, cli_exec *e, fc_kernel_info *info);
+/* cli_exec_call, then for CUDA a wait for the stream and its check; the
+ * library's message in err on failure. */
 fc_status cli_exec_run(fc_context *ctx, cli_exec *e, fc_kernel_info *info, char *err, size_t err_len);
-/* Copy out/lse back into the case's host buffers (no-op on the CPU). */
+/* Copy what the pass wrote back into the case's host buffers (no-op on the CPU). */
 int cli_exec_fetch(cli_exec *e, char *err, size_t err_len);
 
 /* Outcome of checking one case against the reference. */
 typedef enum cli_verdict { CLI_PASS = 0, CLI_FAIL = 1, CLI_SKIP = 2 } cli_verdict;
 typedef struct cli_check_result {
     cli_verdict verdict;
-    kit_metrics m;
+    kit_metrics m;          /* forward                                  */
     kit_gate g;
+    kit_bwd_metrics bm[3];  /* backward: dq, dk, dv                     */
+    kit_bwd_gate bg;
     fc_kernel_info info;
     char note[512];         /* why it failed or was skipped */
 } cli_check_result;
@@ -139,6 +165,10 @@ typedef struct cli_check_result {
 /* Run c on backend and on FC_BACKEND_CPU_REFERENCE, compare with the dtype's
  * gates. UNSUPPORTED on the backend gives SKIP with the library's message. */
 void cli_check_case(fc_context *ctx, kit_case *c, fc_backend backend, cli_check_result *r);
+/* The same for the backward: the forward on backend gives out and lse, then
+ * the backward there and the reference backward on the same out and lse,
+ * judged by the backward's gates (kit_bwd_gate_for, the backend's path). */
+void cli_check_bwd_case(fc_context *ctx, kit_bwd_case *b, fc_backend backend, cli_check_result *r);
 
 /* ---- timing (cli_time.c) ----------------------------------------------------------- */
 typedef struct cli_time_opts {

@@ -1,8 +1,9 @@
 /*
- * cli_bench.c -- `flashcore bench`: the timing runner. Benchmark shapes by
- * name or custom shapes, random inputs, warm-up, per-call times (p50, p90,
- * mean, std), graph-timed calls on CUDA, TFLOP/s by the docs/PERF.md
- * convention, and a JSON record with the build and machine it was taken on.
+ * cli_bench.c -- `flashcore bench`: the timing runner, forward or (--bwd)
+ * backward. Benchmark shapes by name or custom shapes, random inputs,
+ * warm-up, per-call times (p50, p90, mean, std), graph-timed calls on CUDA,
+ * TFLOP/s by the docs/PERF.md convention, and a JSON record with the build
+ * and machine it was taken on.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -29,21 +30,24 @@ typedef struct bench_row {
 static void help(void)
 {
     printf("usage: flashcore bench [--shape NAME[,NAME...]]... [--all] [--custom B,Hq,Hkv,Sq,Sk,D[,causal][,dtype]]...\n"
-           "                       [--backend auto|cpu|cuda|reference] [--dtype T] [--warmup-ms MS] [--iters N]\n"
+           "                       [--bwd] [--backend auto|cpu|cuda|reference] [--dtype T] [--warmup-ms MS] [--iters N]\n"
            "                       [--max-ms MS] [--no-graph] [--flush-l2] [--threads N] [--force]\n"
            "                       [--cuda-path 0|80|90]\n"
            "                       [--cpu-budget GFLOP] [--json FILE] [--list]\n\n"
-           "Times the forward pass on random inputs (N(0,1), never zeros). Per shape: warm-up,\n"
-           "then up to --iters timed calls (CUDA events on the GPU, the monotonic clock on\n"
-           "the CPU; stops early after --max-ms, keeping at least 3), reported as p50/p90/\n"
-           "mean/std in microseconds. On CUDA also graph-timed: %d calls captured into a CUDA\n"
-           "graph, replays timed, divided by %d (graph_us); a kernel that cannot be captured\n"
-           "says why. host_us (CUDA) is the median CPU time spent inside the call; the JSON\n"
+           "Times the forward pass (the backward with --bwd) on random inputs (N(0,1), never\n"
+           "zeros). Per shape: warm-up, then up to --iters timed calls (CUDA events on the\n"
+           "GPU, the monotonic clock on the CPU; stops early after --max-ms, keeping at least\n"
+           "3), reported as p50/p90/mean/std in microseconds. On CUDA also graph-timed: %d\n"
+           "calls captured into a CUDA graph, replays timed, divided by %d (graph_us); a\n"
+           "kernel that cannot be captured says why. host_us (CUDA) is the median CPU time spent inside the call; the JSON\n"
            "splits it into checks, selection and launch (fc_last_host_profile).\n"
            "TFLOP/s = 4*B*Hq*Sq*Sk*D (halved for causal with Sq == Sk) over graph_us when\n"
-           "measured, else over p50.\n\n"
+           "measured, else over p50; the backward counts 2.5x that (five matrix products\n"
+           "against the forward's two).\n\n"
            "  --shape NAME     a benchmark shape (repeatable, or comma-separated); default --all\n"
-           "  --all            every benchmark shape\n"
+           "  --all            every benchmark shape of the pass (--list: the sets)\n"
+           "  --bwd            time the backward: each shape's forward runs once on the backend\n"
+           "                   first (its out and lse are what the backward reads); not timed\n"
            "  --custom SPEC    B,Hq,Hkv,Sq,Sk,D with optional 'causal' and dtype (default f16)\n"
            "  --backend B      auto (default: cuda if usable, else cpu), cpu, cuda, reference\n"
            "  --cuda-path P    CUDA: run only the sm80-class path (80) or the Hopper path (90),\n"
@@ -59,7 +63,7 @@ static void help(void)
            "  --cpu-budget G   on the CPU backends skip shapes above G GFLOP per call (default 20)\n"
            "  --force          run every shape, whatever its cost\n"
            "  --json FILE      write the results (meta + rows) to FILE\n"
-           "  --list           print the benchmark shapes and exit\n\n"
+           "  --list           print the benchmark shapes (GFLOP of the pass, sets) and exit\n\n"
            "Exit status: 0 all selected shapes timed or skipped, 1 a run failed, 2 bad usage.\n",
            CLI_GRAPH_CALLS, CLI_GRAPH_CALLS);
 }
@@ -103,14 +107,36 @@ static int add_named(const char *list, bench_item **items, int *n, int *cap)
     return 0;
 }
 
-/* Every logical output element written and finite: a kernel that returns
- * without writing must not be timed as if it had worked. */
-static int output_sane(const kit_case *c, char *note, size_t n)
+/* Count of elements of buf (a case's dtype) that hold the poison, and of
+ * those that are not finite. */
+static void count_bad(const void *buf, size_t bytes, fc_dtype dt, int64_t *unwritten, int64_t *nonfinite)
 {
-    int64_t elems = (int64_t)(c->out_bytes / kit_dtype_size(c->s.dtype)), unwritten = 0, nonfinite = 0;
+    const int64_t elems = (int64_t)(bytes / kit_dtype_size(dt));
     for (int64_t i = 0; i < elems; i++) {
-        if (kit_is_poison(c->out, c->s.dtype, i)) unwritten++;
-        else if (!isfinite(kit_load(c->out, c->s.dtype, i))) nonfinite++;
+        if (kit_is_poison(buf, dt, i)) (*unwritten)++;
+        else if (!isfinite(kit_load(buf, dt, i))) (*nonfinite)++;
+    }
+}
+
+/* Every output element of the pass (out; or dq, dk, dv) written and finite:
+ * a kernel that returns without writing must not be timed as if it had
+ * worked. The benchmark layouts have no padding: every element is logical. */
+static int output_sane(const cli_exec *e, char *note, size_t n)
+{
+    const kit_case *c = e->c;
+    const kit_bwd_case *b = e->b;
+    const void *bufs[3] = {c->out};
+    size_t bytes[3] = {c->out_bytes};
+    int nb = 1;
+    if (b) {
+        nb = 3;
+        bufs[0] = b->dq, bufs[1] = b->dk, bufs[2] = b->dv;
+        bytes[0] = b->dq_bytes, bytes[1] = b->dk_bytes, bytes[2] = b->dv_bytes;
+    }
+    int64_t unwritten = 0, nonfinite = 0, elems = 0;
+    for (int i = 0; i < nb; i++) {
+        count_bad(bufs[i], bytes[i], c->s.dtype, &unwritten, &nonfinite);
+        elems += (int64_t)(bytes[i] / kit_dtype_size(c->s.dtype));
     }
     if (!unwritten && !nonfinite) return 1;
     snprintf(note, n, "output check failed: %lld of %lld elements unwritten, %lld non-finite", (long long)unwritten,
@@ -118,7 +144,40 @@ static int output_sane(const kit_case *c, char *note, size_t n)
     return 0;
 }
 
-static void run_one(fc_context *ctx, const bench_item *it, fc_backend be, const cli_time_opts *o,
+static double pass_flops(const kit_shape *s, int bwd) { return bwd ? kit_flops_backward(s) : kit_flops_nominal(s); }
+
+/* The row's case and exec for the pass; for the backward also the forward
+ * on the backend (out, lse). On failure row says why, nothing is left
+ * allocated and -1 is returned. b is a backward case or, for the forward,
+ * only its forward case c is used. */
+static int prepare(fc_context *ctx, const bench_item *it, fc_backend be, int bwd, kit_bwd_case *b, cli_exec *e,
+                   bench_row *row)
+{
+    char err[400];
+    memset(b, 0, sizeof(*b));
+    if (bwd ? kit_bwd_case_init(b, &it->s, 42) : kit_case_init(&b->c, &it->s, 42)) {
+        row->status = 2;
+        snprintf(row->note, sizeof(row->note), "out of host memory building the inputs");
+        return -1;
+    }
+    if (bwd ? cli_exec_init_bwd(e, b, be, err, sizeof(err)) : cli_exec_init(e, &b->c, be, err, sizeof(err))) {
+        row->status = 2;
+        snprintf(row->note, sizeof(row->note), "%s", err);
+        kit_bwd_case_free(b);
+        return -1;
+    }
+    fc_status st = bwd ? cli_exec_bwd_forward(ctx, e, err, sizeof(err)) : FC_OK;
+    if (st != FC_OK) {
+        row->status = st == FC_ERR_UNSUPPORTED ? 1 : 2;
+        snprintf(row->note, sizeof(row->note), "forward: %s", err);
+        cli_exec_free(e);
+        kit_bwd_case_free(b);
+        return -1;
+    }
+    return 0;
+}
+
+static void run_one(fc_context *ctx, const bench_item *it, fc_backend be, int bwd, const cli_time_opts *o,
                     double cpu_budget, int force, bench_row *row)
 {
     char err[400];
@@ -127,7 +186,7 @@ static void run_one(fc_context *ctx, const bench_item *it, fc_backend be, const 
     row->backend = be;
     row->t.graph_us = NAN;
     row->tflops = NAN;
-    double flops = kit_flops_nominal(&it->s);
+    double flops = pass_flops(&it->s, bwd);
     if (be != FC_BACKEND_CUDA && flops > cpu_budget && !force) {
         row->status = 1;
         snprintf(row->note, sizeof(row->note), "%.3g %s on %s (budget %.3g GFLOP), pass --force",
@@ -135,20 +194,10 @@ static void run_one(fc_context *ctx, const bench_item *it, fc_backend be, const 
                  cli_backend_name(be), cpu_budget / 1e9);
         return;
     }
-    kit_case c;
-    if (kit_case_init(&c, &it->s, 42)) {
-        row->status = 2;
-        snprintf(row->note, sizeof(row->note), "out of host memory building the inputs");
-        return;
-    }
+    kit_bwd_case b;
     cli_exec e;
-    if (cli_exec_init(&e, &c, be, err, sizeof(err))) {
-        row->status = 2;
-        snprintf(row->note, sizeof(row->note), "%s", err);
-        kit_case_free(&c);
-        return;
-    }
-    fc_status st = fc_attention_supported(ctx, &e.args, &row->info);
+    if (prepare(ctx, it, be, bwd, &b, &e, row)) return;
+    fc_status st = cli_exec_supported(ctx, &e, &row->info);
     if (st == FC_ERR_UNSUPPORTED) {
         row->status = 1;
         snprintf(row->note, sizeof(row->note), "%s: %s", fc_status_string(st), fc_last_error(ctx));
@@ -167,7 +216,7 @@ static void run_one(fc_context *ctx, const bench_item *it, fc_backend be, const 
         snprintf(row->note, sizeof(row->note), "%s", err);
         goto done;
     }
-    if (!output_sane(&c, row->note, sizeof(row->note))) {
+    if (!output_sane(&e, row->note, sizeof(row->note))) {
         row->status = 2;
         goto done;
     }
@@ -181,7 +230,7 @@ static void run_one(fc_context *ctx, const bench_item *it, fc_backend be, const 
     row->tflops = flops / (us * 1e-6) / 1e12;
 done:
     cli_exec_free(&e);
-    kit_case_free(&c);
+    kit_bwd_case_free(&b);
 }
 
 static void print_row(const bench_row *r)
@@ -206,6 +255,20 @@ static void print_row(const bench_row *r)
         printf("    graph: %s\n", r->t.graph_note);
 }
 
+/* The benchmark shapes, the pass's GFLOP and the default sets they are in. */
+static void print_list(int bwd)
+{
+    printf("%-18s %4s %4s %4s %6s %6s %4s %-6s %-5s %10s  %s\n", "name", "B", "Hq", "Hkv", "Sq", "Sk", "D", "causal",
+           "dtype", bwd ? "bwd GFLOP" : "GFLOP", "sets");
+    for (int i = 0; i < cli_num_bench_shapes; i++) {
+        const cli_named_shape *s = &cli_bench_shapes[i];
+        kit_shape ks = cli_shape_from_named(s);
+        const char *sets = s->sets == (CLI_SET_FWD | CLI_SET_BWD) ? "fwd bwd" : s->sets == CLI_SET_BWD ? "bwd" : "fwd";
+        printf("%-18s %4d %4d %4d %6d %6d %4d %-6s %-5s %10.1f  %s\n", s->name, s->B, s->Hq, s->Hkv, s->Sq, s->Sk,
+               s->D, s->causal ? "yes" : "no", kit_dtype_name(s->dtype), pass_flops(&ks, bwd) / 1e9, sets);
+    }
+}
+
 /* Times to the nanosecond, rates to 1e-6 TFLOP/s: more digits are noise. */
 static double round_to(double v, double unit) { return isfinite(v) ? round(v / unit) * unit : v; }
 
@@ -214,6 +277,7 @@ typedef struct bench_meta {
     char gpu_before[64], gpu_after[64];
     int threads;
     int cuda_path; /* --cuda-path: 0 the selection function's choice, 80 or 90 forced */
+    int bwd;       /* the pass timed: 0 forward, 1 backward */
 } bench_meta;
 
 static int write_json(const char *path, const bench_meta *m, fc_backend be, const cli_time_opts *o,
@@ -230,6 +294,7 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
     kit_jw_kv_string(&w, "compiler", cli_compiler());
     kit_jw_kv_string(&w, "library_version", fc_version_string());
     kit_jw_kv_string(&w, "backend", cli_backend_name(be));
+    kit_jw_kv_string(&w, "pass", m->bwd ? "bwd" : "fwd");
     kit_jw_kv_int(&w, "cuda_path", m->cuda_path);
     kit_jw_kv_string(&w, "device_name", m->device);
     kit_jw_kv_string(&w, "driver", m->driver);
@@ -248,6 +313,8 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
     kit_jw_kv_bool(&w, "flush_l2", o->flush_l2);
     kit_jw_kv_string(&w, "clock", be == FC_BACKEND_CUDA ? "cuda events" : "clock_gettime(CLOCK_MONOTONIC)");
     kit_jw_kv_string(&w, "tflops_from", "graph_us when measured, else p50_us");
+    kit_jw_kv_string(&w, "flops", m->bwd ? "2.5 x 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk"
+                                         : "4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk");
     kit_jw_object_end(&w);
     kit_jw_object_end(&w);
 
@@ -262,6 +329,7 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
         kit_jw_object_begin(&w);
         kit_jw_kv_string(&w, "shape", r->it->name);
         kit_jw_kv_string(&w, "system", system);
+        kit_jw_kv_string(&w, "pass", m->bwd ? "bwd" : "fwd");
         kit_jw_kv_int(&w, "B", s->batch);
         kit_jw_kv_int(&w, "Hq", s->heads_q);
         kit_jw_kv_int(&w, "Hkv", s->heads_kv);
@@ -273,7 +341,8 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
         kit_jw_kv_string(&w, "backend", cli_backend_name(r->backend));
         kit_jw_kv_string(&w, "kernel", r->info.name);
         kit_jw_kv_int(&w, "num_splits", r->info.num_splits);
-        kit_jw_kv_number(&w, "flops", kit_flops_nominal(s));
+        if (m->bwd) kit_jw_kv_bool(&w, "deterministic", 0); /* the kit's cases: the default mode */
+        kit_jw_kv_number(&w, "flops", pass_flops(s, m->bwd));
         kit_jw_kv_number(&w, "p50_us", round_to(r->t.p50_us, 1e-3));
         kit_jw_kv_number(&w, "p90_us", round_to(r->t.p90_us, 1e-3));
         kit_jw_kv_number(&w, "mean_us", round_to(r->t.mean_us, 1e-3));
@@ -326,7 +395,7 @@ int cli_bench(int argc, char **argv)
     fc_backend backend = FC_BACKEND_AUTO;
     long long iters = -1, threads = 0, cuda_path = 0;
     double warmup_ms = -1, max_ms = 3000, cpu_budget_g = 20;
-    int all = 0, force = 0, graph = 1, flush_l2 = 0, have_dtype = 0, list = 0;
+    int all = 0, force = 0, graph = 1, flush_l2 = 0, have_dtype = 0, list = 0, bwd = 0;
     fc_dtype dtype = FC_DTYPE_F16;
     const char *json = NULL;
     bench_item *items = NULL;
@@ -365,6 +434,9 @@ int cli_bench(int argc, char **argv)
         } else if (cli_is(&a, arg, "--all")) {
             if (cli_no_value(&a, arg)) goto out;
             all = 1;
+        } else if (cli_is(&a, arg, "--bwd")) {
+            if (cli_no_value(&a, arg)) goto out;
+            bwd = 1;
         } else if (cli_is(&a, arg, "--list")) {
             if (cli_no_value(&a, arg)) goto out;
             list = 1;
@@ -409,20 +481,15 @@ int cli_bench(int argc, char **argv)
         }
     }
     if (list) {
-        printf("%-18s %4s %4s %4s %6s %6s %4s %-6s %-5s %10s\n", "name", "B", "Hq", "Hkv", "Sq", "Sk", "D", "causal",
-               "dtype", "GFLOP");
-        for (int i = 0; i < cli_num_bench_shapes; i++) {
-            const cli_named_shape *s = &cli_bench_shapes[i];
-            kit_shape ks = cli_shape_from_named(s);
-            printf("%-18s %4d %4d %4d %6d %6d %4d %-6s %-5s %10.1f\n", s->name, s->B, s->Hq, s->Hkv, s->Sq, s->Sk,
-                   s->D, s->causal ? "yes" : "no", kit_dtype_name(s->dtype), kit_flops_nominal(&ks) / 1e9);
-        }
+        print_list(bwd);
         rc = CLI_EXIT_OK;
         goto out;
     }
     if (all || n == 0) {
         for (int i = 0; i < cli_num_bench_shapes; i++)
-            if (add_named(cli_bench_shapes[i].name, &items, &n, &cap)) goto out;
+            if ((cli_bench_shapes[i].sets & (bwd ? CLI_SET_BWD : CLI_SET_FWD)) &&
+                add_named(cli_bench_shapes[i].name, &items, &n, &cap))
+                goto out;
     }
     if (have_dtype)
         for (int i = 0; i < n; i++) items[i].s.dtype = dtype;
@@ -457,6 +524,7 @@ int cli_bench(int argc, char **argv)
     cli_utc_now_iso8601(m.date, sizeof(m.date));
     m.threads = threads ? (int)threads : cli_online_cpus();
     m.cuda_path = (int)cuda_path;
+    m.bwd = bwd;
     if (cuda) {
         if (fc_cuda_device_info(ctx, m.device, sizeof(m.device)) != FC_OK)
             snprintf(m.device, sizeof(m.device), "%s", fc_last_error(ctx));
@@ -468,7 +536,8 @@ int cli_bench(int argc, char **argv)
         snprintf(m.driver, sizeof(m.driver), "none");
     }
 
-    printf("flashcore %s bench: %s, %s, git %s\n", fc_version_string(), cli_backend_name(be), m.device, m.git_sha);
+    printf("flashcore %s bench%s: %s, %s, git %s\n", fc_version_string(), bwd ? " (backward)" : "",
+           cli_backend_name(be), m.device, m.git_sha);
     if (m.gpu_before[0]) printf("gpu before: %s\n", m.gpu_before);
     printf("%-18s %-36s %10s %10s %10s %8s %10s %8s %9s %6s\n", "shape", "backend/kernel", "p50_us", "p90_us", "mean_us",
            "std_us", "graph_us", "host_us", "TFLOP/s", "iters");
@@ -483,7 +552,7 @@ int cli_bench(int argc, char **argv)
         cli_progress(i + 1, n, items[i].name);
         /* one profiler range per shape, named for it (nsys/ncu timelines) */
         CLI_RANGE_PUSH(items[i].name);
-        run_one(ctx, &items[i], be, &o, cpu_budget_g * 1e9, force, &rows[i]);
+        run_one(ctx, &items[i], be, bwd, &o, cpu_budget_g * 1e9, force, &rows[i]);
         CLI_RANGE_POP();
         cli_progress_done();
         print_row(&rows[i]);

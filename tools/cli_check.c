@@ -45,6 +45,7 @@ static const check_named k_named[] = {
     {{"s4k-d256/small",           1, 1,  1,   512,  512,   256, 0, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"gqa-prefill/small",        1, 8,  2,   512,  512,   128, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"gqa-decode/b4",            4, 32, 8,   1,    8192,  128, 0, BF16},          1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"gqa-train/small",          2, 8,  2,   384,  384,   128, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
     /* sequence lengths */
     {{"seqlen-1",                 2, 4,  4,   1,    1,     64,  0, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"seqlen-17",                1, 4,  2,   17,   17,    64,  0, F16},           1, -1,  -1, 0,   0,  BSHD, 0,     0},
@@ -180,104 +181,236 @@ static void describe(const kit_shape *s, char *buf, size_t n)
 
 static void help(void)
 {
-    printf("usage: flashcore check [--quick] [--seeds N] [--backend auto|cpu|cuda] [--dtype f32|f16|bf16]\n"
+    printf("usage: flashcore check [--bwd] [--quick] [--seeds N] [--backend B[,B...]] [--dtype f32|f16|bf16]\n"
            "                       [--filter TEXT] [--threads N] [--list]\n\n"
            "Runs named shapes and random configurations on a backend and compares each\n"
            "output (and lse) with the fp64 reference through the per-dtype gates (max abs\n"
-           "error, rel L2, %% elements over tolerance, unwritten elements, lse).\n"
+           "error, rel L2, %% elements over tolerance, unwritten elements, lse). With --bwd\n"
+           "the same cases check the backward: the backend's forward gives out and lse,\n"
+           "then its dq, dk, dv are compared with the fp64 reference backward on that out\n"
+           "and lse through the backward's gates (error relative to the largest reference\n"
+           "gradient, rel L2, %% elements over tolerance; every element written, nothing\n"
+           "past it); the row shows the worst of dq, dk, dv.\n"
            "Named shapes: the benchmark shapes (scaled down where the reference would be\n"
            "too slow; the name says how) and edge shapes: seqlen 1/17/1000, sq != sk\n"
            "causal, windows, softcap, GQA 4/8, MQA, varlen with empty sequences, BHSD and\n"
            "padded layouts, f32/f16/bf16, head dims 32..256.\n\n"
+           "  --bwd            check the backward instead of the forward\n"
            "  --quick          a subset of the named shapes and 5 random configurations\n"
            "  --seeds N        random configurations rand-1..rand-N (default 20; 5 with --quick)\n"
-           "  --backend B      auto (default: cuda if usable, else cpu), cpu, cuda, reference\n"
+           "  --backend B      auto (default: cuda if usable, else cpu), cpu, cuda, reference;\n"
+           "                   several comma-separated: every case on each\n"
            "  --dtype T        run every case in this dtype instead of its own\n"
            "  --filter TEXT    only cases whose name contains TEXT\n"
            "  --threads N      CPU worker threads (default 0 = one per core)\n"
            "  --list           print the selected cases and exit\n\n"
            "A combination the library does not support (FC_ERR_UNSUPPORTED) is a SKIP with\n"
-           "the library's message, not a failure. Output: one row per case, then\n"
-           "'(K skipped)' and 'N passed, M failed'. Exit status 1 if any case failed.\n");
+           "the library's message, not a failure. Output: one row per case and backend,\n"
+           "then '(K skipped)' and 'N passed, M failed'. Exit status 1 if any case failed.\n");
 }
 
-int cli_check(int argc, char **argv)
+#define MAX_BACKENDS 4
+
+typedef struct check_opts {
+    fc_backend backends[MAX_BACKENDS];
+    int num_backends;
+    long long seeds, threads;
+    int quick, list, have_dtype, bwd;
+    fc_dtype dtype;
+    const char *filter;
+} check_opts;
+
+/* "cpu,cuda" -> backends; -1 with a message on error. */
+static int parse_backends(const char *v, check_opts *o)
 {
-    fc_backend backend = FC_BACKEND_AUTO;
-    long long seeds = -1, threads = 0;
-    int quick = 0, list = 0, have_dtype = 0;
-    fc_dtype dtype = FC_DTYPE_F16;
-    const char *filter = NULL;
+    o->num_backends = 0;
+    for (;;) {
+        char name[32];
+        size_t len = strcspn(v, ",");
+        if (len == 0 || len >= sizeof(name) || o->num_backends == MAX_BACKENDS) {
+            fprintf(stderr, "flashcore check: --backend: expected up to %d comma-separated backends\n", MAX_BACKENDS);
+            return -1;
+        }
+        memcpy(name, v, len);
+        name[len] = '\0';
+        if (cli_parse_backend("check", name, &o->backends[o->num_backends++])) return -1;
+        if (!v[len]) return 0;
+        v += len + 1; /* past the comma: a name must follow */
+    }
+}
+
+/* 0, or the exit status (usage error, or --help done). */
+static int parse_opts(int argc, char **argv, check_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->backends[0] = FC_BACKEND_AUTO;
+    o->num_backends = 1;
+    o->seeds = -1;
+    o->dtype = FC_DTYPE_F16;
     cli_args a;
     cli_args_init(&a, "check", argc, argv);
     for (const char *arg; (arg = cli_next(&a));) {
         if (cli_is(&a, arg, "--help") || cli_is(&a, arg, "-h")) {
             help();
-            return CLI_EXIT_OK;
-        } else if (cli_is(&a, arg, "--quick")) {
+            return -1;
+        } else if (cli_is(&a, arg, "--quick") || cli_is(&a, arg, "--list") || cli_is(&a, arg, "--bwd")) {
             if (cli_no_value(&a, arg)) return CLI_EXIT_USAGE;
-            quick = 1;
-        } else if (cli_is(&a, arg, "--list")) {
-            if (cli_no_value(&a, arg)) return CLI_EXIT_USAGE;
-            list = 1;
+            int *flag = cli_is(&a, arg, "--quick") ? &o->quick : cli_is(&a, arg, "--list") ? &o->list : &o->bwd;
+            *flag = 1;
         } else if (cli_is(&a, arg, "--seeds")) {
-            if (cli_int(&a, arg, 0, 100000, &seeds)) return CLI_EXIT_USAGE;
+            if (cli_int(&a, arg, 0, 100000, &o->seeds)) return CLI_EXIT_USAGE;
         } else if (cli_is(&a, arg, "--threads")) {
-            if (cli_int(&a, arg, 0, 4096, &threads)) return CLI_EXIT_USAGE;
+            if (cli_int(&a, arg, 0, 4096, &o->threads)) return CLI_EXIT_USAGE;
         } else if (cli_is(&a, arg, "--backend")) {
             const char *v = cli_value(&a, arg);
-            if (!v || cli_parse_backend("check", v, &backend)) return CLI_EXIT_USAGE;
+            if (!v || parse_backends(v, o)) return CLI_EXIT_USAGE;
         } else if (cli_is(&a, arg, "--dtype")) {
             const char *v = cli_value(&a, arg);
             if (!v) return CLI_EXIT_USAGE;
-            if (kit_dtype_parse(v, &dtype)) {
+            if (kit_dtype_parse(v, &o->dtype)) {
                 fprintf(stderr, "flashcore check: --dtype: expected f32, f16 or bf16, got '%s'\n", v);
                 return CLI_EXIT_USAGE;
             }
-            have_dtype = 1;
+            o->have_dtype = 1;
         } else if (cli_is(&a, arg, "--filter")) {
-            if (!(filter = cli_value(&a, arg))) return CLI_EXIT_USAGE;
+            if (!(o->filter = cli_value(&a, arg))) return CLI_EXIT_USAGE;
         } else {
             return cli_unknown(&a, arg);
         }
     }
-    if (seeds < 0) seeds = quick ? 5 : 20;
+    if (o->seeds < 0) o->seeds = o->quick ? 5 : 20;
+    return 0;
+}
 
-    /* the case list */
-    int cap = NUM_NAMED + (int)seeds, n = 0;
+/* The selected cases (named, then random); *n of them, NULL on no memory. */
+static check_case *select_cases(const check_opts *o, int *n)
+{
+    int cap = NUM_NAMED + (int)o->seeds;
     check_case *cases = calloc((size_t)cap, sizeof(*cases));
-    if (!cases) {
-        fprintf(stderr, "flashcore check: out of memory\n");
-        return CLI_EXIT_FAIL;
-    }
+    *n = 0;
+    if (!cases) return NULL;
     for (int i = 0; i < NUM_NAMED; i++) {
-        if (quick && !k_named[i].quick) continue;
-        if (filter && !strstr(k_named[i].dims.name, filter)) continue;
-        check_case *c = &cases[n++];
+        if (o->quick && !k_named[i].quick) continue;
+        if (o->filter && !strstr(k_named[i].dims.name, o->filter)) continue;
+        check_case *c = &cases[(*n)++];
         snprintf(c->name, sizeof(c->name), "%s", k_named[i].dims.name);
         c->s = shape_of(&k_named[i]);
         c->seed = 1000 + (uint64_t)i;
     }
-    for (long long i = 1; i <= seeds; i++) {
+    for (long long i = 1; i <= o->seeds; i++) {
         char name[32];
         snprintf(name, sizeof(name), "rand-%lld", i);
-        if (filter && !strstr(name, filter)) continue;
-        check_case *c = &cases[n++];
+        if (o->filter && !strstr(name, o->filter)) continue;
+        check_case *c = &cases[(*n)++];
         snprintf(c->name, sizeof(c->name), "%s", name);
         c->s = random_shape((uint64_t)i);
         c->seed = (uint64_t)i;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < *n; i++) {
         cases[i].s.name = cases[i].name;
-        if (have_dtype) cases[i].s.dtype = dtype;
+        if (o->have_dtype) cases[i].s.dtype = o->dtype;
+    }
+    return cases;
+}
+
+/* The row's error figures: the forward's, or the worst gradient's. 0 if none. */
+static int row_figures(const cli_check_result *r, int bwd, double v[3])
+{
+    if (!bwd) {
+        v[0] = r->m.max_abs, v[1] = r->m.rel_l2, v[2] = r->m.pct_bad;
+        return r->m.n > 0;
+    }
+    int64_t n = 0;
+    v[0] = v[1] = v[2] = 0;
+    for (int i = 0; i < 3; i++) {
+        n += r->bm[i].n;
+        v[0] = r->bm[i].max_rel > v[0] ? r->bm[i].max_rel : v[0];
+        v[1] = r->bm[i].rel_l2 > v[1] ? r->bm[i].rel_l2 : v[1];
+        v[2] = r->bm[i].pct_bad > v[2] ? r->bm[i].pct_bad : v[2];
+    }
+    return n > 0;
+}
+
+static void print_result(const check_case *cc, fc_backend be, int bwd, const cli_check_result *r)
+{
+    char kern[160];
+    double v[3];
+    snprintf(kern, sizeof(kern), "%s/%s", cli_backend_name(be), r->info.name[0] ? r->info.name : "-");
+    const char *verdict = r->verdict == CLI_PASS ? "PASS" : r->verdict == CLI_SKIP ? "SKIP" : "FAIL";
+    if (row_figures(r, bwd, v))
+        printf("%-26s %-36s %-5s %10.3e %10.3e %7.3f  %s\n", cc->name, kern, kit_dtype_name(cc->s.dtype), v[0], v[1],
+               v[2], verdict);
+    else
+        printf("%-26s %-36s %-5s %10s %10s %7s  %s\n", cc->name, kern, kit_dtype_name(cc->s.dtype), "-", "-", "-",
+               verdict);
+    if (r->verdict != CLI_PASS) {
+        char d[256];
+        describe(&cc->s, d, sizeof(d));
+        printf("    %s: %s\n    case: %s (seed %llu)\n", verdict, r->note, d, (unsigned long long)cc->seed);
+    }
+    fflush(stdout);
+}
+
+/* One case on one backend, its inputs built from the case's seed. */
+static void check_one(fc_context *ctx, const check_case *cc, fc_backend be, int bwd, cli_check_result *r)
+{
+    kit_bwd_case b;
+    memset(&b, 0, sizeof(b));
+    if (bwd ? kit_bwd_case_init(&b, &cc->s, cc->seed) : kit_case_init(&b.c, &cc->s, cc->seed)) {
+        memset(r, 0, sizeof(*r));
+        r->verdict = CLI_FAIL;
+        snprintf(r->note, sizeof(r->note), "case init failed (out of host memory or bad shape)");
+        return;
+    }
+    if (bwd) cli_check_bwd_case(ctx, &b, be, r);
+    else cli_check_case(ctx, &b.c, be, r);
+    kit_bwd_case_free(&b);
+}
+
+/* Runs every case on every backend; the number that failed. */
+static int run_cases(fc_context *ctx, const check_opts *o, const check_case *cases, int n)
+{
+    printf("flashcore %s check%s: %d cases on backend", fc_version_string(), o->bwd ? " --bwd" : "", n);
+    for (int j = 0; j < o->num_backends; j++) printf("%s %s", j ? "," : "", cli_backend_name(o->backends[j]));
+    printf(", vs the fp64 reference%s\n", o->bwd ? " backward" : "");
+    printf("%-26s %-36s %-5s %10s %10s %7s  %s\n", "name", "backend/kernel", "dtype", o->bwd ? "max_rel" : "max_abs",
+           "rel_l2", "%bad", "result");
+    int passed = 0, failed = 0, skipped = 0;
+    double t0 = kit_now();
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < o->num_backends; j++) {
+            cli_check_result r;
+            cli_progress(i * o->num_backends + j + 1, n * o->num_backends, cases[i].name);
+            check_one(ctx, &cases[i], o->backends[j], o->bwd, &r);
+            cli_progress_done();
+            print_result(&cases[i], o->backends[j], o->bwd, &r);
+            passed += r.verdict == CLI_PASS;
+            skipped += r.verdict == CLI_SKIP;
+            failed += r.verdict == CLI_FAIL;
+        }
+    }
+    printf("(%d skipped, %.1f s)\n%d passed, %d failed\n", skipped, kit_now() - t0, passed, failed);
+    return failed;
+}
+
+int cli_check(int argc, char **argv)
+{
+    check_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc < 0 ? CLI_EXIT_OK : rc;
+    int n = 0;
+    check_case *cases = select_cases(&o, &n);
+    if (!cases) {
+        fprintf(stderr, "flashcore check: out of memory\n");
+        return CLI_EXIT_FAIL;
     }
     if (n == 0) {
-        fprintf(stderr, "flashcore check: no case selected%s%s%s\n", filter ? " (--filter '" : "",
-                filter ? filter : "", filter ? "')" : "");
+        fprintf(stderr, "flashcore check: no case selected%s%s%s\n", o.filter ? " (--filter '" : "",
+                o.filter ? o.filter : "", o.filter ? "')" : "");
         free(cases);
         return CLI_EXIT_USAGE;
     }
-    if (list) {
+    if (o.list) {
         char d[256];
         for (int i = 0; i < n; i++) {
             describe(&cases[i].s, d, sizeof(d));
@@ -286,60 +419,14 @@ int cli_check(int argc, char **argv)
         free(cases);
         return CLI_EXIT_OK;
     }
-
-    fc_context *ctx = cli_context("check", (int)threads);
-    if (!ctx) {
-        free(cases);
-        return CLI_EXIT_FAIL;
+    fc_context *ctx = cli_context("check", (int)o.threads);
+    rc = ctx ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    for (int j = 0; j < o.num_backends && rc == CLI_EXIT_OK; j++) {
+        o.backends[j] = cli_resolve_backend(o.backends[j]);
+        if (cli_require_backend("check", ctx, o.backends[j])) rc = CLI_EXIT_FAIL;
     }
-    fc_backend be = cli_resolve_backend(backend);
-    if (cli_require_backend("check", ctx, be)) {
-        fc_context_free(ctx);
-        free(cases);
-        return CLI_EXIT_FAIL;
-    }
-
-    printf("flashcore %s check: %d cases on backend %s, vs the fp64 reference\n", fc_version_string(), n,
-           cli_backend_name(be));
-    printf("%-26s %-36s %-5s %10s %10s %7s  %s\n", "name", "backend/kernel", "dtype", "max_abs", "rel_l2",
-           "%bad", "result");
-    int passed = 0, failed = 0, skipped = 0;
-    double t0 = kit_now();
-    for (int i = 0; i < n; i++) {
-        check_case *cc = &cases[i];
-        cli_progress(i + 1, n, cc->name);
-        kit_case c;
-        cli_check_result r;
-        if (kit_case_init(&c, &cc->s, cc->seed)) {
-            memset(&r, 0, sizeof(r));
-            r.verdict = CLI_FAIL;
-            snprintf(r.note, sizeof(r.note), "kit_case_init failed (out of host memory or bad shape)");
-        } else {
-            cli_check_case(ctx, &c, be, &r);
-            kit_case_free(&c);
-        }
-        cli_progress_done();
-        char kern[160];
-        snprintf(kern, sizeof(kern), "%s/%s", cli_backend_name(be), r.info.name[0] ? r.info.name : "-");
-        const char *verdict = r.verdict == CLI_PASS ? "PASS" : r.verdict == CLI_SKIP ? "SKIP" : "FAIL";
-        if (r.m.n > 0)
-            printf("%-26s %-36s %-5s %10.3e %10.3e %7.3f  %s\n", cc->name, kern, kit_dtype_name(cc->s.dtype),
-                   r.m.max_abs, r.m.rel_l2, r.m.pct_bad, verdict);
-        else
-            printf("%-26s %-36s %-5s %10s %10s %7s  %s\n", cc->name, kern, kit_dtype_name(cc->s.dtype), "-",
-                   "-", "-", verdict);
-        if (r.verdict != CLI_PASS) {
-            char d[256];
-            describe(&cc->s, d, sizeof(d));
-            printf("    %s: %s\n    case: %s (seed %llu)\n", verdict, r.note, d, (unsigned long long)cc->seed);
-        }
-        fflush(stdout);
-        if (r.verdict == CLI_PASS) passed++;
-        else if (r.verdict == CLI_SKIP) skipped++;
-        else failed++;
-    }
-    printf("(%d skipped, %.1f s)\n%d passed, %d failed\n", skipped, kit_now() - t0, passed, failed);
+    if (rc == CLI_EXIT_OK && run_cases(ctx, &o, cases, n)) rc = CLI_EXIT_FAIL;
     fc_context_free(ctx);
     free(cases);
-    return failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    return rc;
 }

@@ -8,6 +8,8 @@
  * files call "mission" "seed-mission"). When the two files share no system
  * (flashcore against a peer), rows pair by shape alone, provided each file has
  * one row per shape; otherwise --system-a/--system-b pick the systems.
+ * A forward row pairs only with a forward row, a backward (pass "bwd") only
+ * with a backward one: their FLOP counts differ.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -24,7 +26,9 @@ static void help(void)
            "over A per shape: time(A) / time(B) for p50, p90 and graph-timed calls, and\n"
            "TFLOP/s(B) / TFLOP/s(A); > 1 means B is faster. The verdict line counts the\n"
            "shapes B wins and the geometric-mean speedup, graph-timed when every pair has\n"
-           "graph times, else p50; pairs whose run recorded a failed check are left out.\n\n"
+           "graph times, else p50; pairs whose run recorded a failed check are left out.\n"
+           "Rows pair within a pass: forward with forward, backward (\"pass\": \"bwd\", as\n"
+           "flashcore bench --bwd and bench/peers.py --bwd write) with backward.\n\n"
            "  --system-a NAME  use only A's rows of this system (e.g. flashcore-cuda)\n"
            "  --system-b NAME  use only B's rows of this system (e.g. torch-cudnn)\n\n"
            "Exit status: 0 compared, 1 no rows matched, 2 bad usage or malformed input.\n");
@@ -63,6 +67,7 @@ static int find_pair(const kit_bench_file *A, const char *sys_a, const kit_bench
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < A->n; i++) {
             const kit_bench_row *a = &A->rows[i];
+            if (strcmp(a->pass, b->pass) != 0) continue;
             if (sys_a && strcmp(a->system, sys_a) != 0) continue;
             if (match_system && strcmp(a->system, b->system) != 0) continue;
             if (pass == 0 ? strcmp(a->shape, b->shape) == 0 : same_dims(a, b)) return i;
@@ -71,14 +76,15 @@ static int find_pair(const kit_bench_file *A, const char *sys_a, const kit_bench
     return -1;
 }
 
-/* 1 if some shape has more than one row (of the selected system). */
+/* 1 if some shape has more than one row of a pass (of the selected system). */
 static int has_duplicate_shapes(const kit_bench_file *f, const char *sys)
 {
     for (int i = 0; i < f->n; i++) {
         if (sys && strcmp(f->rows[i].system, sys) != 0) continue;
         for (int j = i + 1; j < f->n; j++) {
             if (sys && strcmp(f->rows[j].system, sys) != 0) continue;
-            if (strcmp(f->rows[i].shape, f->rows[j].shape) == 0) return 1;
+            if (strcmp(f->rows[i].shape, f->rows[j].shape) == 0 && strcmp(f->rows[i].pass, f->rows[j].pass) == 0)
+                return 1;
         }
     }
     return 0;
@@ -101,6 +107,20 @@ static int has_system(const kit_bench_file *f, const char *sys)
     for (int i = 0; i < f->n; i++)
         if (strcmp(f->rows[i].system, sys) == 0) return 1;
     return 0;
+}
+
+/* The passes a file holds: 1 forward, 2 backward (bits). */
+static int passes_of(const kit_bench_file *f)
+{
+    int p = 0;
+    for (int i = 0; i < f->n; i++) p |= strcmp(f->rows[i].pass, "bwd") == 0 ? 2 : 1;
+    return p;
+}
+
+static const char *pass_label(const kit_bench_file *f)
+{
+    int p = passes_of(f);
+    return p == 3 ? " [forward and backward]" : p == 2 ? " [backward]" : "";
 }
 
 static void cell_us(char *buf, size_t n, double v)
@@ -220,7 +240,11 @@ int cli_compare(int argc, char **argv)
         }
     }
     if (npairs == 0) {
-        fprintf(stderr, "flashcore compare: no shape of %s matches one of %s\n", path[1], path[0]);
+        if (A->n && B->n && !(passes_of(A) & passes_of(B)))
+            fprintf(stderr, "flashcore compare: %s times the %s and %s the %s: rows pair within a pass\n", path[0],
+                    passes_of(A) == 2 ? "backward" : "forward", path[1], passes_of(B) == 2 ? "backward" : "forward");
+        else
+            fprintf(stderr, "flashcore compare: no shape of %s matches one of %s\n", path[1], path[0]);
         goto out;
     }
 
@@ -228,8 +252,9 @@ int cli_compare(int argc, char **argv)
     for (int j = 0; j < B->n; j++)
         if (pair[j] >= 0 && isfinite(A->rows[pair[j]].graph_us) && isfinite(B->rows[j].graph_us)) any_graph = 1;
 
-    printf("A: %s%s%s%s\nB: %s%s%s%s\n\n", path[0], A->device[0] ? " (" : "", A->device, A->device[0] ? ")" : "",
-           path[1], B->device[0] ? " (" : "", B->device, B->device[0] ? ")" : "");
+    printf("A: %s%s%s%s%s\nB: %s%s%s%s%s\n\n", path[0], A->device[0] ? " (" : "", A->device,
+           A->device[0] ? ")" : "", pass_label(A), path[1], B->device[0] ? " (" : "", B->device,
+           B->device[0] ? ")" : "", pass_label(B));
     printf("| shape | A | B | A p50 us | B p50 us | p50 speedup | A p90 us | B p90 us | p90 speedup |");
     if (any_graph) printf(" A graph us | B graph us | graph speedup |");
     printf(" A TFLOP/s | B TFLOP/s | TFLOP/s ratio |\n");

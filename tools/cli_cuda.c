@@ -72,7 +72,7 @@ void cli_cuda_stream_destroy(void *stream)
 int cli_cuda_stream_sync(void *stream, char *err, size_t n)
 {
     CK(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
-    CK(cudaGetLastError(), "after the forward call");
+    CK(cudaGetLastError(), "after the library call");
     return 0;
 }
 

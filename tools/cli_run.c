@@ -1,8 +1,8 @@
 /*
- * cli_run.c -- running a kit case on a backend: host pointers for the CPU
- * backends, device copies for CUDA (inputs uploaded, outputs poisoned on the
- * device, copied back), and the check of one case against the double
- * precision reference with the kit's gates.
+ * cli_run.c -- running a kit case on a backend, forward or backward: host
+ * pointers for the CPU backends, device copies for CUDA (inputs uploaded,
+ * outputs poisoned on the device, copied back). The checks of a case
+ * against the double precision reference are in cli_verify.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +11,9 @@
 
 void cli_exec_free(cli_exec *e)
 {
-    cli_cuda_free(e->dq);
-    cli_cuda_free(e->dk);
-    cli_cuda_free(e->dv);
-    cli_cuda_free(e->dout);
-    cli_cuda_free(e->dlse);
-    cli_cuda_free(e->dcu_q);
-    cli_cuda_free(e->dcu_k);
+    void *bufs[] = {e->dq, e->dk, e->dv, e->dout, e->dlse, e->dcu_q, e->dcu_k,
+                    e->grad.dout, e->grad.dq, e->grad.dk, e->grad.dv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cli_cuda_free(bufs[i]);
     cli_cuda_stream_destroy(e->stream);
     memset(e, 0, sizeof(*e));
 }
@@ -60,19 +56,77 @@ int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_
     return 0;
 }
 
-int cli_exec_poison(cli_exec *e, char *err, size_t err_len)
+int cli_exec_init_bwd(cli_exec *e, kit_bwd_case *b, fc_backend backend, char *err, size_t err_len)
 {
-    kit_case *c = e->c;
-    kit_poison(c->out, c->out_bytes, c->s.dtype, c->lse, c->lse_bytes);
+    if (cli_exec_init(e, &b->c, backend, err, err_len)) return -1;
+    e->b = b;
+    e->bargs = b->args;
+    e->bargs.fwd = e->args;
     if (e->backend != FC_BACKEND_CUDA) return 0;
-    if (cli_cuda_h2d(e->dout, c->out, c->out_bytes, e->stream, err, err_len)) return -1;
-    if (c->lse && cli_cuda_h2d(e->dlse, c->lse, c->lse_bytes, e->stream, err, err_len)) return -1;
+    if (cli_cuda_malloc(&e->grad.dout, b->dout_bytes, "dout", err, err_len) ||
+        cli_cuda_malloc(&e->grad.dq, b->dq_bytes, "dq", err, err_len) ||
+        cli_cuda_malloc(&e->grad.dk, b->dk_bytes, "dk", err, err_len) ||
+        cli_cuda_malloc(&e->grad.dv, b->dv_bytes, "dv", err, err_len) ||
+        cli_cuda_h2d(e->grad.dout, b->dout, b->dout_bytes, e->stream, err, err_len)) {
+        cli_exec_free(e);
+        return -1;
+    }
+    e->bargs.dout.data = e->grad.dout;
+    e->bargs.dq.data = e->grad.dq;
+    e->bargs.dk.data = e->grad.dk;
+    e->bargs.dv.data = e->grad.dv;
     return 0;
 }
 
-fc_status cli_exec_run(fc_context *ctx, cli_exec *e, fc_kernel_info *info, char *err, size_t err_len)
+/* ---- what each pass writes --------------------------------------------------------- */
+
+/* The host buffers a pass writes, their device twins and sizes; n of them. */
+typedef struct pass_outputs {
+    int n;
+    void *host[3], *dev[3];
+    size_t bytes[3];
+} pass_outputs;
+
+static pass_outputs outputs_of(const cli_exec *e, int bwd)
 {
-    fc_status st = fc_attention_forward(ctx, &e->args, e->stream, info);
+    pass_outputs o;
+    memset(&o, 0, sizeof(o));
+    if (bwd) {
+        const kit_bwd_case *b = e->b;
+        o = (pass_outputs){3, {b->dq, b->dk, b->dv}, {e->grad.dq, e->grad.dk, e->grad.dv},
+                           {b->dq_bytes, b->dk_bytes, b->dv_bytes}};
+    } else {
+        const kit_case *c = e->c;
+        o = (pass_outputs){c->lse ? 2 : 1, {c->out, c->lse}, {e->dout, e->dlse}, {c->out_bytes, c->lse_bytes}};
+    }
+    return o;
+}
+
+static int poison_pass(cli_exec *e, int bwd, char *err, size_t err_len)
+{
+    kit_case *c = e->c;
+    if (bwd) kit_bwd_poison(e->b);
+    else kit_poison(c->out, c->out_bytes, c->s.dtype, c->lse, c->lse_bytes);
+    if (e->backend != FC_BACKEND_CUDA) return 0;
+    pass_outputs o = outputs_of(e, bwd);
+    for (int i = 0; i < o.n; i++)
+        if (cli_cuda_h2d(o.dev[i], o.host[i], o.bytes[i], e->stream, err, err_len)) return -1;
+    return 0;
+}
+
+static int fetch_pass(cli_exec *e, int bwd, char *err, size_t err_len)
+{
+    if (e->backend != FC_BACKEND_CUDA) return 0;
+    pass_outputs o = outputs_of(e, bwd);
+    for (int i = 0; i < o.n; i++)
+        if (cli_cuda_d2h(o.host[i], o.dev[i], o.bytes[i], e->stream, err, err_len)) return -1;
+    return 0;
+}
+
+/* A call's status into err with the library's message; for CUDA, a wait
+ * for the stream and its check. */
+static fc_status settle(fc_context *ctx, cli_exec *e, fc_status st, char *err, size_t err_len)
+{
     if (st != FC_OK) {
         snprintf(err, err_len, "%s%s%s", fc_status_string(st), fc_last_error(ctx)[0] ? ": " : "",
                  fc_last_error(ctx));
@@ -82,112 +136,33 @@ fc_status cli_exec_run(fc_context *ctx, cli_exec *e, fc_kernel_info *info, char 
     return FC_OK;
 }
 
-int cli_exec_fetch(cli_exec *e, char *err, size_t err_len)
+/* ---- the pass's calls --------------------------------------------------------------- */
+
+int cli_exec_poison(cli_exec *e, char *err, size_t err_len) { return poison_pass(e, e->b != NULL, err, err_len); }
+
+int cli_exec_fetch(cli_exec *e, char *err, size_t err_len) { return fetch_pass(e, e->b != NULL, err, err_len); }
+
+fc_status cli_exec_supported(fc_context *ctx, const cli_exec *e, fc_kernel_info *info)
 {
-    kit_case *c = e->c;
-    if (e->backend != FC_BACKEND_CUDA) return 0;
-    if (cli_cuda_d2h(c->out, e->dout, c->out_bytes, e->stream, err, err_len)) return -1;
-    if (c->lse && cli_cuda_d2h(c->lse, e->dlse, c->lse_bytes, e->stream, err, err_len)) return -1;
-    return 0;
+    if (e->b) return fc_attention_backward_supported(ctx, &e->bargs, info);
+    return fc_attention_supported(ctx, &e->args, info);
 }
 
-/* ---- check against the reference ------------------------------------------------- */
-
-/* The reference on the case's host inputs, into separate buffers. */
-static fc_status run_reference(fc_context *ctx, const kit_case *c, void *ref_out, float *ref_lse)
+fc_status cli_exec_call(fc_context *ctx, cli_exec *e, fc_kernel_info *info)
 {
-    fc_attention_args a = c->args;
-    a.out.data = ref_out;
-    a.lse.data = ref_lse;
-    a.backend = FC_BACKEND_CPU_REFERENCE;
-    return fc_attention_forward(ctx, &a, NULL, NULL);
+    if (e->b) return fc_attention_backward(ctx, &e->bargs, e->stream, info);
+    return fc_attention_forward(ctx, &e->args, e->stream, info);
 }
 
-void cli_check_case(fc_context *ctx, kit_case *c, fc_backend backend, cli_check_result *r)
+fc_status cli_exec_run(fc_context *ctx, cli_exec *e, fc_kernel_info *info, char *err, size_t err_len)
 {
-    char err[400];
-    memset(r, 0, sizeof(*r));
-    r->g = kit_gate_for(c->s.dtype);
-    r->verdict = CLI_FAIL;
-    cli_exec e;
-    if (cli_exec_init(&e, c, backend, err, sizeof(err))) {
-        snprintf(r->note, sizeof(r->note), "setup: %s", err);
-        return;
-    }
-    r->info.backend = e.backend;
-    /* supported() and forward() run the same selection: they must agree */
-    fc_kernel_info planned;
-    memset(&planned, 0, sizeof(planned));
-    fc_status st = fc_attention_supported(ctx, &e.args, &planned);
-    if (st == FC_ERR_UNSUPPORTED || st == FC_ERR_NO_DEVICE) {
-        r->verdict = CLI_SKIP;
-        snprintf(r->note, sizeof(r->note), "%s", fc_last_error(ctx));
-        goto done;
-    }
-    if (st != FC_OK) {
-        snprintf(r->note, sizeof(r->note), "fc_attention_supported: %s: %s", fc_status_string(st),
-                 fc_last_error(ctx));
-        goto done;
-    }
-    if (cli_exec_poison(&e, err, sizeof(err))) {
-        snprintf(r->note, sizeof(r->note), "poison: %s", err);
-        goto done;
-    }
-    st = cli_exec_run(ctx, &e, &r->info, err, sizeof(err));
-    if (st == FC_ERR_UNSUPPORTED) {
-        /* supported() said yes: forward() disagreeing is a library bug */
-        snprintf(r->note, sizeof(r->note), "supported() accepted but forward() refused: %s", err);
-        goto done;
-    }
-    if (st != FC_OK) {
-        snprintf(r->note, sizeof(r->note), "%s", err);
-        goto done;
-    }
-    if (strcmp(planned.name, r->info.name) != 0) {
-        snprintf(r->note, sizeof(r->note), "supported() chose %s but forward() ran %s", planned.name,
-                 r->info.name);
-        goto done;
-    }
-    if (cli_exec_fetch(&e, err, sizeof(err))) {
-        snprintf(r->note, sizeof(r->note), "fetch: %s", err);
-        goto done;
-    }
+    return settle(ctx, e, cli_exec_call(ctx, e, info), err, err_len);
+}
 
-    void *ref_out = malloc(c->out_bytes);
-    float *ref_lse = c->lse ? malloc(c->lse_bytes) : NULL;
-    if (!ref_out || (c->lse && !ref_lse)) {
-        snprintf(r->note, sizeof(r->note), "out of host memory for the reference (%zu bytes)", c->out_bytes);
-        free(ref_out);
-        free(ref_lse);
-        goto done;
-    }
-    /* poison the reference too: a reference that skips an element must not
-     * pass by comparing uninitialised memory */
-    kit_poison(ref_out, c->out_bytes, c->s.dtype, ref_lse, c->lse_bytes);
-    st = run_reference(ctx, c, ref_out, ref_lse);
-    if (st != FC_OK) {
-        snprintf(r->note, sizeof(r->note), "reference: %s: %s", fc_status_string(st), fc_last_error(ctx));
-    } else {
-        kit_compare(c, c->out, c->lse, ref_out, ref_lse, &r->g, &r->m);
-        if (kit_gate_pass(&r->m, &r->g)) {
-            r->verdict = CLI_PASS;
-        } else {
-            int k = 0;
-            const kit_metrics *m = &r->m;
-            const kit_gate *g = &r->g;
-            r->note[0] = '\0';
-#define NOTE(...) k += snprintf(r->note + k, sizeof(r->note) - (size_t)k, __VA_ARGS__); if (k >= (int)sizeof(r->note)) k = (int)sizeof(r->note) - 1
-            if (m->unwritten) { NOTE("%lld unwritten; ", (long long)m->unwritten); }
-            if (m->nonfinite) { NOTE("%lld non-finite; ", (long long)m->nonfinite); }
-            if (m->lse_bad) { NOTE("%lld lse out of tolerance (max %.3g); ", (long long)m->lse_bad, m->lse_max_abs); }
-            if (m->max_abs > g->max_abs) { NOTE("max_abs %.3g > %.3g; ", m->max_abs, g->max_abs); }
-            if (m->rel_l2 > g->rel_l2) { NOTE("rel_l2 %.3g > %.3g; ", m->rel_l2, g->rel_l2); }
-            if (m->pct_bad > g->pct_bad) { NOTE("%%bad %.3g > %.3g; ", m->pct_bad, g->pct_bad); }
-#undef NOTE
-        }
-    }
-    free(ref_out);
-    free(ref_lse);
-done:
-    cli_exec_free(&e);
+fc_status cli_exec_bwd_forward(fc_context *ctx, cli_exec *e, char *err, size_t err_len)
+{
+    if (poison_pass(e, 0, err, err_len)) return FC_ERR_CUDA;
+    fc_status st = settle(ctx, e, fc_attention_forward(ctx, &e->args, e->stream, NULL), err, err_len);
+    if (st == FC_OK && fetch_pass(e, 0, err, err_len)) st = FC_ERR_CUDA;
+    return st;
 }

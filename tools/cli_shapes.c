@@ -8,21 +8,26 @@
 
 #include "cli.h"
 
+#define FWD CLI_SET_FWD
+#define BWD CLI_SET_BWD
+
 /* Names as in docs/PERF.md (the anchors prefix some with "seed-"/"fa3-";
- * compare matches those by dimensions). */
+ * compare matches those by dimensions). The backward's set is the prefill
+ * shapes (a decode step has no backward) and a GQA training shape. */
 const cli_named_shape cli_bench_shapes[] = {
-    /* name               B   Hq  Hkv  Sq     Sk     D    causal dtype */
-    {"mission",           1,  8,  8,   512,   512,   64,  0, FC_DTYPE_F16},
-    {"mission-causal",    1,  8,  8,   512,   512,   64,  1, FC_DTYPE_F16},
-    {"s512-d64",          32, 32, 32,  512,   512,   64,  0, FC_DTYPE_BF16},
-    {"s2k-d128",          8,  16, 16,  2048,  2048,  128, 0, FC_DTYPE_BF16},
-    {"s2k-d128-causal",   8,  16, 16,  2048,  2048,  128, 1, FC_DTYPE_BF16},
-    {"s8k-d128",          2,  16, 16,  8192,  8192,  128, 0, FC_DTYPE_BF16},
-    {"s8k-d128-causal",   2,  16, 16,  8192,  8192,  128, 1, FC_DTYPE_BF16},
-    {"s16k-d64",          1,  32, 32,  16384, 16384, 64,  0, FC_DTYPE_F16},
-    {"s4k-d256",          4,  8,  8,   4096,  4096,  256, 0, FC_DTYPE_BF16},
-    {"gqa-prefill",       1,  32, 8,   4096,  4096,  128, 1, FC_DTYPE_BF16},
-    {"gqa-decode",        32, 32, 8,   1,     8192,  128, 0, FC_DTYPE_BF16},
+    /* name               B   Hq  Hkv  Sq     Sk     D    causal dtype         sets */
+    {"mission",           1,  8,  8,   512,   512,   64,  0, FC_DTYPE_F16,  FWD | BWD},
+    {"mission-causal",    1,  8,  8,   512,   512,   64,  1, FC_DTYPE_F16,  FWD | BWD},
+    {"s512-d64",          32, 32, 32,  512,   512,   64,  0, FC_DTYPE_BF16, FWD | BWD},
+    {"s2k-d128",          8,  16, 16,  2048,  2048,  128, 0, FC_DTYPE_BF16, FWD | BWD},
+    {"s2k-d128-causal",   8,  16, 16,  2048,  2048,  128, 1, FC_DTYPE_BF16, FWD | BWD},
+    {"s8k-d128",          2,  16, 16,  8192,  8192,  128, 0, FC_DTYPE_BF16, FWD | BWD},
+    {"s8k-d128-causal",   2,  16, 16,  8192,  8192,  128, 1, FC_DTYPE_BF16, FWD | BWD},
+    {"s16k-d64",          1,  32, 32,  16384, 16384, 64,  0, FC_DTYPE_F16,  FWD | BWD},
+    {"s4k-d256",          4,  8,  8,   4096,  4096,  256, 0, FC_DTYPE_BF16, FWD | BWD},
+    {"gqa-prefill",       1,  32, 8,   4096,  4096,  128, 1, FC_DTYPE_BF16, FWD | BWD},
+    {"gqa-decode",        32, 32, 8,   1,     8192,  128, 0, FC_DTYPE_BF16, FWD},
+    {"gqa-train",         4,  32, 8,   4096,  4096,  128, 1, FC_DTYPE_BF16, BWD},
 };
 const int cli_num_bench_shapes = (int)(sizeof(cli_bench_shapes) / sizeof(cli_bench_shapes[0]));
 

@@ -1,9 +1,10 @@
 /*
- * cli_time.c -- timing one prepared case: warm-up for a fixed wall time (the
- * GPU needs a second or more of load to reach its clock), then per-call
- * times (CUDA events on the GPU, the monotonic clock on the CPU), and on the
- * GPU also a captured graph of CLI_GRAPH_CALLS calls replayed, which removes
- * launch gaps (docs/PERF.md, Method).
+ * cli_time.c -- timing one prepared case, forward or backward (the exec's
+ * pass): warm-up for a fixed wall time (the GPU needs a second or more of
+ * load to reach its clock), then per-call times (CUDA events on the GPU,
+ * the monotonic clock on the CPU), and on the GPU also a captured graph of
+ * CLI_GRAPH_CALLS calls replayed, which removes launch gaps (docs/PERF.md,
+ * Method).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -53,7 +54,7 @@ static void time_graph(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cli
         return;
     }
     for (int i = 0; i < CLI_GRAPH_CALLS; i++) {
-        fc_status st = fc_attention_forward(ctx, &e->args, e->stream, NULL);
+        fc_status st = cli_exec_call(ctx, e, NULL);
         if (st != FC_OK) {
             snprintf(t->graph_note, sizeof(t->graph_note), "capture failed: %s: %s", fc_status_string(st),
                      fc_last_error(ctx));
@@ -134,7 +135,7 @@ fc_status cli_time_exec(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cl
                 st = FC_ERR_CUDA;
                 goto done;
             }
-            st = fc_attention_forward(ctx, &e->args, e->stream, NULL);
+            st = cli_exec_call(ctx, e, NULL);
             if (st != FC_OK) {
                 snprintf(err, err_len, "%s: %s", fc_status_string(st), fc_last_error(ctx));
                 goto done;
@@ -152,7 +153,7 @@ fc_status cli_time_exec(fc_context *ctx, cli_exec *e, const cli_time_opts *o, cl
             us[n++] = ms * 1e3;
         } else {
             double a = kit_now();
-            st = fc_attention_forward(ctx, &e->args, NULL, NULL);
+            st = cli_exec_call(ctx, e, NULL);
             double b = kit_now();
             if (st != FC_OK) {
                 snprintf(err, err_len, "%s: %s", fc_status_string(st), fc_last_error(ctx));

@@ -419,6 +419,8 @@ double kit_flops_nominal(const kit_shape *s)
     return f;
 }
 
+double kit_flops_backward(const kit_shape *s) { return 2.5 * kit_flops_nominal(s); }
+
 double kit_now(void)
 {
     struct timespec ts;

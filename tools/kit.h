@@ -169,6 +169,9 @@ const char *kit_grad_name(int i); /* "dq", "dk", "dv" */
 /* FLOPs by the docs/PERF.md convention: 4*B*Hq*Sq*Sk*D, halved for causal
  * with Sq == Sk (masks and varlen lengths are not counted). */
 double kit_flops_nominal(const kit_shape *s);
+/* The backward's FLOPs by the same convention: 2.5x the forward's, its five
+ * matrix products (S recomputed, dV, dP, dQ, dK) against the forward's two. */
+double kit_flops_backward(const kit_shape *s);
 
 /* Monotonic clock in seconds. */
 double kit_now(void);

@@ -27,6 +27,7 @@ typedef struct bf_ctx {
     char *err;
     size_t err_len;
     char where[64]; /* "rows[3]" or "rows[3].torch-cudnn" */
+    char pass[4];   /* the file's: meta.pass, else "fwd" */
 } bf_ctx;
 
 static void copy_str(char *dst, size_t n, const char *src)
@@ -57,6 +58,20 @@ static int bf_num(bf_ctx *c, const kit_json *o, const char *key, double *dst)
         return -1;
     }
     *dst = v->number;
+    return 0;
+}
+
+/* A "pass" member of o (a row or meta) into dst: absent keeps dst. */
+static int bf_pass(bf_ctx *c, const kit_json *o, char *dst, size_t n)
+{
+    char v[8] = "";
+    if (bf_str(c, o, "pass", v, sizeof(v))) return -1;
+    if (!v[0]) return 0;
+    if (strcmp(v, "fwd") != 0 && strcmp(v, "bwd") != 0) {
+        snprintf(c->err, c->err_len, "%s.pass: expected \"fwd\" or \"bwd\", got \"%s\"", c->where, v);
+        return -1;
+    }
+    copy_str(dst, n, v);
     return 0;
 }
 
@@ -134,11 +149,13 @@ static int bf_row(bf_ctx *c, const kit_json *o, kit_bench_file *f, int *cap)
         return -1;
     }
     copy_str(base.shape, sizeof(base.shape), shape->string);
+    copy_str(base.pass, sizeof(base.pass), c->pass);
     char dtype[32] = "";
     if (bf_str(c, o, "system", base.system, sizeof(base.system)) ||
         bf_str(c, o, "backend", base.backend, sizeof(base.backend)) ||
         bf_str(c, o, "kernel", base.kernel, sizeof(base.kernel)) ||
-        bf_str(c, o, "dtype", dtype, sizeof(dtype)) || bf_dim(c, o, "B", &base.B) ||
+        bf_str(c, o, "dtype", dtype, sizeof(dtype)) || bf_pass(c, o, base.pass, sizeof(base.pass)) ||
+        bf_dim(c, o, "B", &base.B) ||
         bf_dim(c, o, "Hq", &base.Hq) || bf_dim(c, o, "Hkv", &base.Hkv) ||
         bf_dim(c, o, "Sq", &base.Sq) || bf_dim(c, o, "Sk", &base.Sk) || bf_dim(c, o, "D", &base.D))
         return -1;
@@ -193,7 +210,7 @@ int kit_bench_file_parse(const char *text, size_t len, kit_bench_file *f, char *
         snprintf(err, err_len, "malformed JSON: %s", msg);
         return -1;
     }
-    bf_ctx c = {err, err_len, ""};
+    bf_ctx c = {err, err_len, "", "fwd"};
     int cap = 0, rc = -1;
     const kit_json *rows = root;
     if (root->type == KIT_JSON_OBJECT) {
@@ -203,6 +220,8 @@ int kit_bench_file_parse(const char *text, size_t len, kit_bench_file *f, char *
         if (dev && dev->type == KIT_JSON_STRING) copy_str(f->device, sizeof(f->device), dev->string);
         const kit_json *sha = meta ? kit_json_get(meta, "git_sha") : NULL;
         if (sha && sha->type == KIT_JSON_STRING) copy_str(f->git_sha, sizeof(f->git_sha), sha->string);
+        snprintf(c.where, sizeof(c.where), "meta");
+        if (meta && meta->type == KIT_JSON_OBJECT && bf_pass(&c, meta, c.pass, sizeof(c.pass))) goto done;
     }
     if (!rows || rows->type != KIT_JSON_ARRAY) {
         snprintf(err, err_len, "not a bench file: expected an object with a \"rows\" array (or an array of rows)");

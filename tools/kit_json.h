@@ -104,6 +104,9 @@ typedef struct kit_bench_row {
     char backend[32];
     char kernel[96];
     char dtype[16];       /* normalised: "f16", "bf16", "f32" or as written   */
+    char pass[4];         /* "fwd" or "bwd": the row's "pass", else the file's
+                           * meta.pass, else "fwd" (files from before the
+                           * backward timed the forward)                     */
     int B, Hq, Hkv, Sq, Sk, D;
     int causal;           /* 0/1, -1 unknown                                  */
     double p50_us, p90_us, mean_us, std_us, graph_us, tflops;
@@ -128,7 +131,8 @@ typedef struct kit_bench_file {
  *    {"us", "us_graph", "tflops"} or {"error"}), with "rows" at the top or
  *    the root an array.
  * Rows (or system entries) carrying an "error" are counted in n_errors and
- * not loaded. A "check" member other than "ok" sets check_failed.
+ * not loaded. A "check" member other than "ok" sets check_failed. "pass"
+ * (a row's or meta's) must be "fwd" or "bwd".
  * Returns 0, or -1 with err set ("rows[3].p50_us: expected a number"). */
 int kit_bench_file_parse(const char *text, size_t len, kit_bench_file *f, char *err,
                          size_t err_len);
