@@ -9,8 +9,9 @@
  *      softcap, scales, GQA/MQA ratios, BSHD/BHSD/padded, varlen with empty
  *      sequences and tokens past the last offset;
  *   2. named edges: decode (sq 1), sq > sk causal (rows without keys),
- *      window (0,0), keys no query sees, large logits, varlen with no query
- *      token, a row whose lse is -inf while it sees keys;
+ *      window (0,0), keys no query sees, large logits, head_dim 511/512,
+ *      varlen with no query token, a row whose lse is -inf while it sees
+ *      keys;
  *   3. bitwise identity across runs and thread counts 1, 3 and the default.
  *
  * Both backward runs read the same out and lse (from the tiled forward).
@@ -202,6 +203,11 @@ static void edge_cases(fc_context *ctx)
         s.softcap = 30.0f;
         snprintf(name, sizeof name, "large logits (scale 1000) softcap 30 causal %s", tn);
         run_case(ctx, name, &s, 16, NULL);
+        s = test_shape(1, 2, 1, 40, 150, t == FC_DTYPE_F16 ? 511 : 512, t);
+        s.causal = 1;
+        s.layout = KIT_LAYOUT_PADDED;
+        snprintf(name, sizeof name, "head_dim %d (the cpu limit) causal %s", s.head_dim, tn);
+        run_case(ctx, name, &s, 19, NULL);
         s = test_shape(3, 4, 1, 0, 150, 48, t);
         s.varlen = 1;
         snprintf(name, sizeof name, "varlen no query token (dk = dv = 0) %s", tn);
