@@ -139,6 +139,8 @@ fc_status kit_bwd_reference(fc_context *ctx, const kit_bwd_case *b, void *const 
  * gradient (atol_rel 1e-5); atol is f16's subnormal quantum 2^-24. No
  * element may fail (pct_bad 0). f32 takes the forward's f32 gate
  * (kit_gate_for) in relative form: only summation order is left.
+ * Measured by tests/test_cpu_bwd_tiled.c (worst max_rel): f32 2.6e-6,
+ * f16 5.0e-4, bf16 3.3e-3.
  *
  * CUDA: provisional, the forward's f16/bf16 gates in relative form, until
  * they are set to 2x the error of PyTorch's own backward in the same dtype
