@@ -362,8 +362,14 @@ static void check_one(fc_context *ctx, const check_case *cc, fc_backend be, int 
         snprintf(r->note, sizeof(r->note), "case init failed (out of host memory or bad shape)");
         return;
     }
-    if (bwd) cli_check_bwd_case(ctx, &b, be, r);
-    else cli_check_case(ctx, &b.c, be, r);
+    if (bwd) {
+        /* varlen: an empty sequence on each side and tokens past the last
+         * offset, which the backward must leave alone */
+        kit_bwd_varlen_edges(&b);
+        cli_check_bwd_case(ctx, &b, be, r);
+    } else {
+        cli_check_case(ctx, &b.c, be, r);
+    }
     kit_bwd_case_free(&b);
 }
 
