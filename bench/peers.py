@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""FlashCore beside its peers: attention forward on the benchmark shapes (docs/PERF.md),
-in one process on the GPU machine.
+"""FlashCore beside its peers: attention forward (or, with --bwd, backward) on the
+benchmark shapes (docs/PERF.md), in one process on the GPU machine.
 
 Systems: FlashCore on each CUDA path it has (forced with cuda_path=90 / 80),
 PyTorch SDPA's flash (FA2), cuDNN and memory-efficient backends, compiled
@@ -24,16 +24,31 @@ Outputs in --out (default $OUT, else ./out): peers.json (meta + one row per
 p50_us, tflops, ...), peers.md (TFLOP/s table with FlashCore / best peer per
 shape) and peers.png (bar chart).
 
+--bwd times the backward instead, into peers-bwd.{json,md,png} (rows carry
+"pass": "bwd", as `flashcore bench --bwd` writes them): FlashCore's
+flashcore.attention_backward (deterministic 0, and 1 as flashcore-cuda-det)
+on the out and lse of its own forward, and SDPA's cuDNN and flash (FA2)
+backwards through torch.autograd.grad on a forward kept from outside the
+timing. The shapes: the forward's prefill shapes and gqa-train. Each
+system's dq, dk, dv are checked against float64 gradients of the first and
+last batch and KV head (with every query head of their groups, all rows),
+rel L2 per gradient. TFLOP/s count 2.5x the forward's FLOPs (five matrix
+products against two). The peers' backward runs where their forward ran
+(autograd follows the forward's stream): the shape's work all goes on one
+side stream, which the graphs are captured on.
+
     python3 bench/peers.py                        # every shape (GPU machine)
     python3 bench/peers.py --quick                # 2 small shapes, few rounds
     python3 bench/peers.py --shapes mission,gqa-decode --systems flashcore,cudnn
     python3 bench/peers.py --dry-run              # no GPU: CPU smoke + fake rows
+    python3 bench/peers.py --bwd --quick          # the backward, 2 shapes
 
 The binding is found as python/flashcore (this checkout) and the library via
 FLASHCORE_LIBRARY or build/ (see python/flashcore/_lib.py).
 """
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -74,6 +89,7 @@ class Shape:
     D: int
     causal: bool
     dtype: str  # "f16" | "bf16" | "f32"
+    sets: str = "fwd bwd"  # the default runs it is in: "fwd", "bwd" or both (as tools/cli_shapes.c)
 
     @property
     def flops(self):
@@ -92,17 +108,31 @@ SHAPES = [
     Shape("s16k-d64", 1, 32, 32, 16384, 16384, 64, False, "f16"),
     Shape("s4k-d256", 4, 8, 8, 4096, 4096, 256, False, "bf16"),
     Shape("gqa-prefill", 1, 32, 8, 4096, 4096, 128, True, "bf16"),
-    Shape("gqa-decode", 32, 32, 8, 1, 8192, 128, False, "bf16"),
+    Shape("gqa-decode", 32, 32, 8, 1, 8192, 128, False, "bf16", "fwd"),  # a decode step has no backward
+    Shape("gqa-train", 4, 32, 8, 4096, 4096, 128, True, "bf16", "bwd"),
 ]
-QUICK_SHAPES = ["mission", "s2k-d128-causal"]
+QUICK_SHAPES = {"fwd": ["mission", "s2k-d128-causal"], "bwd": ["mission", "gqa-train"]}
 # The CPU smoke of --dry-run: tiny, f32, GQA, causal.
 DRY_SHAPE = Shape("dry-cpu-tiny", 2, 4, 2, 64, 64, 64, True, "f32")
 
-# rel L2 gates per dtype: the project's (tools/kit.c kit_gate_for).
+# rel L2 gates per dtype: the project's (tools/kit.c kit_gate_for; the
+# backward: the rel_l2 of the CUDA rows of tools/kit_bwd.c, the same figures).
 GATES = {"f32": 2e-5, "f16": 2e-3, "bf16": 1.6e-2}
+BWD_GATES = {"f32": 2e-5, "f16": 2e-3, "bf16": 1.6e-2}
+# The backward's FLOPs against the forward's: five matrix products (S
+# recomputed, dV, dP, dQ, dK) against two (kit_flops_backward).
+BWD_FLOP_FACTOR = 2.5
 
-SYSTEM_ORDER = ["flashcore-sm90", "flashcore-sm80", "torch-cudnn", "torch-flash(FA2)",
-                "torch-efficient", "torch-flex(Triton)", "fa4", "flashinfer"]
+SYSTEM_ORDER = ["flashcore-sm90", "flashcore-sm80", "flashcore-cuda", "flashcore-cuda-det", "torch-cudnn",
+                "torch-flash(FA2)", "torch-efficient", "torch-flex(Triton)", "fa4", "flashinfer", "torch-math"]
+
+
+def pass_name(bwd):
+    return "bwd" if bwd else "fwd"
+
+
+def pass_flops(shape, bwd):
+    return shape.flops * (BWD_FLOP_FACTOR if bwd else 1.0)
 
 
 def is_flashcore(name):
@@ -146,24 +176,37 @@ class Inputs:
     """n_sets independent random (q, k, v) sets of one shape. bshd[i] holds
     [B,S,H,D] contiguous tensors (the library's order, FA4's, FlashInfer's);
     bhsd(i) gives [B,H,S,D] contiguous copies (torch SDPA's / flex's order),
-    made once, outside any timing. Values are identical in both."""
+    made once, outside any timing. Values are identical in both. With
+    with_dout (the backward) each set also has dout[i] (like out, [B,Sq,Hq,D])
+    and dout_bhsd(i)."""
 
-    def __init__(self, torch, shape, n_sets, device, seed):
+    def __init__(self, torch, shape, n_sets, device, seed, with_dout=False):
         dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[shape.dtype]
         self.torch, self.dtype = torch, dt
         g = torch.Generator(device=device).manual_seed(seed)
         s = shape
-        self.bshd = []
+
+        def randn(dims):
+            return torch.randn(dims, generator=g, device=device, dtype=torch.float32).to(dt)
+
+        self.bshd, self.dout = [], []
         for _ in range(n_sets):
-            self.bshd.append(tuple(
-                torch.randn(dims, generator=g, device=device, dtype=torch.float32).to(dt)
-                for dims in ((s.B, s.Sq, s.Hq, s.D), (s.B, s.Sk, s.Hkv, s.D), (s.B, s.Sk, s.Hkv, s.D))))
+            self.bshd.append(tuple(randn(d) for d in ((s.B, s.Sq, s.Hq, s.D), (s.B, s.Sk, s.Hkv, s.D),
+                                                      (s.B, s.Sk, s.Hkv, s.D))))
+            if with_dout:
+                self.dout.append(randn((s.B, s.Sq, s.Hq, s.D)))
         self._bhsd = {}
 
     def bhsd(self, i):
         if i not in self._bhsd:
             self._bhsd[i] = tuple(t.transpose(1, 2).contiguous() for t in self.bshd[i])
         return self._bhsd[i]
+
+    def dout_bhsd(self, i):
+        key = ("dout", i)
+        if key not in self._bhsd:
+            self._bhsd[key] = self.dout[i].transpose(1, 2).contiguous()
+        return self._bhsd[key]
 
     @property
     def n_sets(self):
@@ -206,13 +249,96 @@ class Reference:
             del sc, p
         self.out = torch.stack(out)  # [nb, R, Hs, D] float64
 
+    def describe(self):
+        return "%d batch x %d heads x %d rows" % (len(self.batches), len(self.heads), len(self.rows))
+
     def rel_err(self, o):
         """||o - ref|| / ||ref|| on the subset; o is [B,Sq,Hq,D]-indexed."""
-        torch = sys.modules["torch"]
-        sub = torch.stack([o[b].index_select(0, self.rows)[:, self.heads] for b in self.batches]).double()
-        num = torch.linalg.vector_norm(sub - self.out)
-        den = torch.linalg.vector_norm(self.out)
-        return float(num / den) if float(den) > 0 else float(num)
+        sub = [o[b].index_select(0, self.rows)[:, self.heads] for b in self.batches]
+        return rel_l2(sub, self.out)
+
+    def details(self, o):
+        return {}
+
+
+def rel_l2(parts, ref):
+    """||stack(parts) - ref|| / ||ref|| in float64 (||.|| alone when ref is 0)."""
+    torch = sys.modules["torch"]
+    num = torch.linalg.vector_norm(torch.stack(parts).double() - ref)
+    den = torch.linalg.vector_norm(ref)
+    return float(num / den) if float(den) > 0 else float(num)
+
+
+def attention_grads(torch, q, k, v, do, scale, causal, max_elems):
+    """float64 dq, dk, dv of one KV head's group: q, do [Sq, G, D] (the G
+    query heads sharing k, v [Sk, D]), bottom-right causal. Query rows go in
+    blocks of at most max_elems scores; out, the softmax and D = rowsum(dO*O)
+    are the block's own (exact), so nothing depends on a system's lse."""
+    Sq, G, _ = q.shape
+    Sk = k.shape[0]
+    dq = torch.empty_like(q)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    step = max(1, max_elems // max(1, G * Sk))
+    for r0 in range(0, Sq, step):
+        r1 = min(Sq, r0 + step)
+        qb, dob = q[r0:r1], do[r0:r1]
+        s = torch.einsum("rgd,kd->grk", qb, k) * scale
+        if causal:
+            diag = torch.arange(r0, r1, device=q.device) + (Sk - Sq)
+            hidden = torch.arange(Sk, device=q.device)[None, :] > diag[:, None]
+            s = s.masked_fill(hidden[None], float("-inf"))
+        p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row with no key: p = 0
+        o = torch.einsum("grk,kd->rgd", p, v)
+        dv += torch.einsum("grk,rgd->kd", p, dob)
+        dp = torch.einsum("rgd,kd->grk", dob, v)
+        ds = p * (dp - (dob * o).sum(-1).transpose(0, 1)[:, :, None])
+        dq[r0:r1] = torch.einsum("grk,kd->rgd", ds, k) * scale
+        dk += torch.einsum("grk,rgd->kd", ds, qb) * scale
+        del s, p, dp, ds
+    return dq, dk, dv
+
+
+class BwdReference:
+    """float64 gradients of set 0 on a subset: the first and last batch, the
+    first and last KV head with every query head of their groups and every
+    row (dk and dv sum over all of them), from q, k, v and dout alone."""
+
+    def __init__(self, torch, shape, inputs, max_elems=1 << 24):
+        s = shape
+        q, k, v = inputs.bshd[0]
+        do = inputs.dout[0]
+        group = s.Hq // s.Hkv
+        self.batches = sorted({0, s.B - 1})
+        self.kv_heads = sorted({0, s.Hkv - 1})
+        self.heads = [g * group + j for g in self.kv_heads for j in range(group)]
+        scale = 1.0 / math.sqrt(s.D)
+        per_batch = []
+        for b in self.batches:
+            per_kv = []
+            for g in self.kv_heads:
+                hs = slice(g * group, (g + 1) * group)
+                per_kv.append(attention_grads(torch, q[b][:, hs].double(), k[b][:, g].double(),
+                                              v[b][:, g].double(), do[b][:, hs].double(), scale, s.causal,
+                                              max_elems))
+            per_batch.append((torch.cat([x[0] for x in per_kv], dim=1),   # [Sq, heads, D]
+                              torch.stack([x[1] for x in per_kv], dim=1),  # [Sk, kv_heads, D]
+                              torch.stack([x[2] for x in per_kv], dim=1)))
+        self.grads = [torch.stack([pb[i] for pb in per_batch]) for i in range(3)]
+
+    def describe(self):
+        return "%d batch x %d KV heads (%d query heads), every row" % (len(self.batches), len(self.kv_heads),
+                                                                      len(self.heads))
+
+    def errors(self, grads):
+        """rel L2 of dq, dk, dv on the subset; grads are [B,S,H,D]-indexed."""
+        heads = (self.heads, self.kv_heads, self.kv_heads)
+        return [rel_l2([g[b][:, h] for b in self.batches], ref) for g, h, ref in zip(grads, heads, self.grads)]
+
+    def rel_err(self, grads):
+        return max(self.errors(grads))
+
+    def details(self, grads):
+        return {"rel_err_" + n: e for n, e in zip(("dq", "dk", "dv"), self.errors(grads))}
 
 
 # ---- systems ------------------------------------------------------------------
@@ -312,13 +438,20 @@ class TorchSDPA(System):
     def __init__(self, name):
         self.name = name
 
-    def prepare(self, shape, inputs):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        import torch.nn.functional as F
+    def check_shape(self, shape):
         if shape.causal and shape.Sq != shape.Sk:
             raise SkipSystem("torch SDPA is_causal is top-left aligned; FlashCore's is bottom-right "
                              "(they differ when Sq != Sk)")
-        backend = getattr(SDPBackend, self.BACKENDS[self.name])
+
+    def backend(self):
+        from torch.nn.attention import SDPBackend
+        return getattr(SDPBackend, self.BACKENDS[self.name])
+
+    def prepare(self, shape, inputs):
+        from torch.nn.attention import sdpa_kernel
+        import torch.nn.functional as F
+        self.check_shape(shape)
+        backend = self.backend()
         gqa = shape.Hq != shape.Hkv
         outs = {}
 
@@ -328,6 +461,74 @@ class TorchSDPA(System):
                 outs[i] = F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal, enable_gqa=gqa)
 
         return run, lambda i: outs[i].transpose(1, 2)
+
+
+class FlashCoreBwd(FlashCore):
+    """FlashCore's backward (flashcore.attention_backward), deterministic or
+    not, on the out and lse of its own forward, computed once per input set
+    before any timing; dq, dk, dv are preallocated per set."""
+
+    def __init__(self, deterministic=False, backend="cuda"):
+        super().__init__(0, backend)
+        self.det = deterministic
+        self.name += "-det" if deterministic else ""
+
+    def available(self):
+        why = super().available()
+        if why is None and not hasattr(self.fc, "attention_backward"):
+            why = "unavailable: this flashcore binding has no attention_backward"
+        return why
+
+    def prepare(self, shape, inputs):
+        torch, fc = inputs.torch, self.fc
+        kw = dict(causal=shape.causal, backend=self.backend)
+        ok, why = fc.supported(*inputs.bshd[0], **kw)
+        if not ok:
+            raise SkipSystem("unsupported (forward): " + why)
+        saved = [fc.attention(*inputs.bshd[i], return_lse=True, **kw) for i in range(inputs.n_sets)]
+        grads = [tuple(torch.empty_like(t) for t in inputs.bshd[i]) for i in range(inputs.n_sets)]
+
+        def call(fn, i):
+            dq, dk, dv = grads[i]
+            return fn(inputs.dout[i], *inputs.bshd[i], *saved[i], dq=dq, dk=dk, dv=dv,
+                      deterministic=self.det, **kw)
+
+        ok, why = call(fc.attention_backward_supported, 0)
+        if not ok:
+            raise SkipSystem("unsupported: " + why)
+        self.kernel = why
+        self.info = None
+
+        def run(i):
+            call(fc.attention_backward, i)
+            self.info = fc.kernel_info
+
+        return run, lambda i: grads[i]
+
+
+class TorchSDPABwd(TorchSDPA):
+    """The backward of one SDPA backend through autograd: per input set the
+    forward once (leaves that require grad, its graph kept), then each call
+    is torch.autograd.grad(out, (q, k, v), dout, retain_graph=True): the
+    backend's backward alone."""
+
+    def prepare(self, shape, inputs):
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import sdpa_kernel
+        self.check_shape(shape)
+        backend = self.backend()
+        gqa = shape.Hq != shape.Hkv
+        leaves, outs, grads = [], [], {}
+        with torch.enable_grad(), sdpa_kernel([backend]):
+            for i in range(inputs.n_sets):
+                leaves.append(tuple(t.detach().requires_grad_() for t in inputs.bhsd(i)))
+                outs.append(F.scaled_dot_product_attention(*leaves[i], is_causal=shape.causal, enable_gqa=gqa))
+
+        def run(i):
+            grads[i] = torch.autograd.grad(outs[i], leaves[i], inputs.dout_bhsd(i), retain_graph=True)
+
+        return run, lambda i: tuple(g.transpose(1, 2) for g in grads[i])
 
 
 class Flex(System):
@@ -441,12 +642,22 @@ class FlashInfer(System):
         return run, lambda i: outs[i]
 
 
+def select_systems(systems, selected):
+    """The systems whose names contain one of the comma-separated keys."""
+    if not selected:
+        return systems
+    keys = [k.strip().lower() for k in selected.split(",") if k.strip()]
+    return [s for s in systems if any(k in s.name.lower() for k in keys)]
+
+
+def make_bwd_systems(selected):
+    return select_systems([FlashCoreBwd(), FlashCoreBwd(deterministic=True), TorchSDPABwd("torch-cudnn"),
+                           TorchSDPABwd("torch-flash(FA2)")], selected)
+
+
 def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None, sm80_env=None):
-    systems = [FlashCore(90), FlashCore(80), TorchSDPA("torch-cudnn"), TorchSDPA("torch-flash(FA2)"),
-               TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()]
-    if selected:
-        keys = [k.strip().lower() for k in selected.split(",") if k.strip()]
-        systems = [s for s in systems if any(k in s.name.lower() for k in keys)]
+    systems = select_systems([FlashCore(90), FlashCore(80), TorchSDPA("torch-cudnn"), TorchSDPA("torch-flash(FA2)"),
+                              TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()], selected)
     if sm90_rows:
         systems += [FlashCoreRow(int(r)) for r in sm90_rows.split(",") if r.strip()]
     for path, specs in ((90, sm90_env), (80, sm80_env)):
@@ -463,16 +674,25 @@ def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None, sm80_e
 # ---- timing ---------------------------------------------------------------------
 
 class GraphTimer:
-    """CUDA graphs of n_calls calls; replays timed with CUDA events."""
+    """CUDA graphs of n_calls calls; replays timed with CUDA events. With a
+    stream, streamed() makes it the current stream (a shape's whole work
+    goes there: inputs, forwards, checks, replays) and graphs are captured
+    on it: autograd runs a backward on its forward's stream, so a peer's
+    backward is captured only where its forward ran."""
 
-    def __init__(self, torch):
-        self.torch = torch
+    def __init__(self, torch, stream=None):
+        self.torch, self.stream = torch, stream
+
+    def streamed(self):
+        if self.stream is None:
+            return contextlib.nullcontext()
+        return self.torch.cuda.stream(self.stream)
 
     def capture(self, run, n_calls, n_sets):
         torch = self.torch
         g = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
-        with torch.cuda.graph(g):
+        with torch.cuda.graph(g, stream=self.stream):
             for c in range(n_calls):
                 run(c % n_sets)
         torch.cuda.synchronize()
@@ -519,6 +739,9 @@ class GraphTimer:
 class WallTimer:
     """The CPU stand-in of --dry-run: eager loops, wall clock."""
 
+    def streamed(self):
+        return contextlib.nullcontext()
+
     def capture(self, run, n_calls, n_sets):
         def replay():
             for c in range(n_calls):
@@ -547,33 +770,34 @@ class WallTimer:
 
 # ---- one shape --------------------------------------------------------------------
 
-def base_row(shape, system):
-    return {"system": system, "shape": shape.name, "B": shape.B, "Hq": shape.Hq, "Hkv": shape.Hkv,
-            "Sq": shape.Sq, "Sk": shape.Sk, "D": shape.D, "causal": shape.causal, "dtype": shape.dtype,
-            "flops": shape.flops}
+def base_row(shape, system, bwd=False):
+    return {"system": system, "shape": shape.name, "pass": pass_name(bwd), "B": shape.B, "Hq": shape.Hq,
+            "Hkv": shape.Hkv, "Sq": shape.Sq, "Sk": shape.Sk, "D": shape.D, "causal": shape.causal,
+            "dtype": shape.dtype, "flops": pass_flops(shape, bwd)}
 
 
 def run_shape(torch, shape, systems, unavailable, timer, device, args, l2_bytes):
     rows = {}
     for s in systems:
-        rows[s.name] = base_row(shape, s.name)
+        rows[s.name] = base_row(shape, s.name, args.bwd)
         if s.name in unavailable:
             rows[s.name]["error"] = unavailable[s.name]
     live = [s for s in systems if s.name not in unavailable]
     if not live:
         return list(rows.values())
 
-    elem = 4 if shape.dtype == "f32" else 2
+    # bytes a call touches: q, k, v, out (the backward also dout, dq, dk, dv)
+    elem = (4 if shape.dtype == "f32" else 2) * (2 if args.bwd else 1)
     set_bytes = elem * shape.D * (2 * shape.B * shape.Sq * shape.Hq + 2 * shape.B * shape.Sk * shape.Hkv)
     n_sets = 1
     if args.rotate and l2_bytes:  # inputs of all sets together >= 2x L2: none stays cached
         n_sets = int(min(args.max_sets, max(1, math.ceil(2 * l2_bytes / set_bytes))))
     t0 = time.perf_counter()
-    inputs = Inputs(torch, shape, n_sets, device, args.seed)
-    ref = Reference(torch, shape, inputs)
-    log("  inputs: %d set(s) of %.1f MB; reference on %d batch x %d heads x %d rows (%.1f s)"
-        % (n_sets, set_bytes / 1e6, len(ref.batches), len(ref.heads), len(ref.rows),
-           time.perf_counter() - t0))
+    inputs = Inputs(torch, shape, n_sets, device, args.seed, with_dout=args.bwd)
+    ref = (BwdReference if args.bwd else Reference)(torch, shape, inputs)
+    gate = (BWD_GATES if args.bwd else GATES)[shape.dtype]
+    log("  inputs: %d set(s) of %.1f MB; reference on %s (%.1f s)"
+        % (n_sets, set_bytes / 1e6, ref.describe(), time.perf_counter() - t0))
 
     # Prepare, check, estimate.
     ready = []
@@ -586,8 +810,9 @@ def run_shape(torch, shape, systems, unavailable, timer, device, args, l2_bytes)
             timer.sync()
             err = ref.rel_err(output(0))
             row["rel_err"] = err
-            row["gate"] = GATES[shape.dtype]
-            row["check"] = "ok" if err <= GATES[shape.dtype] else "FAIL"
+            row.update(ref.details(output(0)))
+            row["gate"] = gate
+            row["check"] = "ok" if err <= gate else "FAIL"
             if s.kernel:
                 row["kernel"] = s.kernel
             est = timer.estimate(run, n_sets)
@@ -656,7 +881,7 @@ def run_shape(torch, shape, systems, unavailable, timer, device, args, l2_bytes)
             "mean_us": statistics.fmean(v) * 1e6,
             "std_us": (statistics.stdev(v) if len(v) > 1 else 0.0) * 1e6,
             "graph_us": p50 * 1e6,  # p50_us is graph-timed already (flashcore bench's key)
-            "tflops": shape.flops / p50 / 1e12,
+            "tflops": pass_flops(shape, args.bwd) / p50 / 1e12,
             "iters": len(v),
             "calls_per_replay": n_calls,
             "input_sets": n_sets,
@@ -687,6 +912,11 @@ def best(rows, flashcore_side):
     return max(ok, key=lambda r: r["tflops"]) if ok else None
 
 
+def pass_title(meta):
+    """"forward" or "backward": what a result timed."""
+    return "backward" if meta.get("pass") == "bwd" else "forward"
+
+
 def markdown(result):
     meta, rows = result["meta"], result["rows"]
     systems = [s for s in SYSTEM_ORDER if any(r["system"] == s for r in rows)]
@@ -696,16 +926,16 @@ def markdown(result):
         if r["shape"] not in shapes:
             shapes.append(r["shape"])
     by = {(r["shape"], r["system"]): r for r in rows}
-    out = ["## FlashCore beside its peers: attention forward, TFLOP/s",
+    out = ["## FlashCore beside its peers: attention %s, TFLOP/s" % pass_title(meta),
            "",
            "%s; flashcore %s (git %s); torch %s, cuDNN %s; %s. "
            % (meta.get("device_name"), meta.get("flashcore_version"), meta.get("git_sha"),
               meta.get("torch"), meta.get("cudnn"), meta.get("date")),
            "Median of interleaved CUDA-graph replays; FC/peer = best FlashCore path over best "
            "peer (both correct). `!` = rel_err over the dtype gate; `-` = not applicable / "
-           "unsupported; `err` = failed (see notes). SM clock/temp before: %s; after: %s. "
+           "unsupported; `err` = failed (see notes). FLOPs: %s. SM clock/temp before: %s; after: %s. "
            "Ceilings this run: %s."
-           % (meta.get("gpu_before"), meta.get("gpu_after"), meta.get("ceilings")),
+           % (meta.get("flops"), meta.get("gpu_before"), meta.get("gpu_after"), meta.get("ceilings")),
            ""]
     if meta.get("dry_run"):
         out.insert(2, "**DRY RUN: the numbers below are fake (table/chart plumbing check).**\n")
@@ -773,10 +1003,10 @@ def chart(result, path):
                     ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels(shapes, rotation=30, ha="right")
-    ax.set_ylabel("TFLOP/s (4·B·Hq·Sq·Sk·D / t; causal halved)")
     m = result["meta"]
-    title = "Attention forward on %s (flashcore %s, git %s)" % (m.get("device_name"), m.get("flashcore_version"),
-                                                               m.get("git_sha"))
+    ax.set_ylabel("TFLOP/s (%s4·B·Hq·Sq·Sk·D / t; causal halved)" % ("2.5·" if m.get("pass") == "bwd" else ""))
+    title = "Attention %s on %s (flashcore %s, git %s)" % (pass_title(m), m.get("device_name"),
+                                                          m.get("flashcore_version"), m.get("git_sha"))
     if m.get("dry_run"):
         title = "DRY RUN (fake numbers): " + title
     ax.set_title(title, fontsize=10)
@@ -795,25 +1025,26 @@ def chart(result, path):
 
 def write_outputs(result, out_dir, final=True):
     """peers.json and peers.md (also after each shape: final=False), and the
-    chart and a printed table at the end."""
+    chart and a printed table at the end; peers-bwd.* for the backward."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "peers-bwd" if result["meta"].get("pass") == "bwd" else "peers"
     for r in result["rows"]:
         for k in ("p50_us", "p90_us", "min_us", "mean_us", "std_us", "graph_us"):
             if isinstance(r.get(k), float):
                 r[k] = round(r[k], 3)
         if isinstance(r.get("tflops"), float):
             r["tflops"] = float("%.6g" % r["tflops"])
-    (out_dir / "peers.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (out_dir / (stem + ".json")).write_text(json.dumps(result, indent=1, default=str) + "\n")
     md = markdown(result)
-    (out_dir / "peers.md").write_text(md)
+    (out_dir / (stem + ".md")).write_text(md)
     if not final:
         return
     try:
-        chart(result, out_dir / "peers.png")
+        chart(result, out_dir / (stem + ".png"))
     except Exception as e:  # no matplotlib: the JSON and table still stand
         log("chart not written: %s" % short_error(e))
     log("\n" + md)
-    log("wrote %s/peers.json, peers.md, peers.png" % out_dir)
+    log("wrote %s/%s.json, %s.md, %s.png" % (out_dir, stem, stem, stem))
 
 
 # ---- meta ---------------------------------------------------------------------------
@@ -898,6 +1129,9 @@ def parse_args(argv):
     ap.add_argument("--sm80-rows", help="comma-separated rows of src/cuda/sm80/tiles.cuh to time as extra "
                     "systems sm80-row<N>, each forced with FLASHCORE_SM80_CONFIG (A/B of tile rows and "
                     "code variants; a row that does not fit a shape falls back to the planned one)")
+    ap.add_argument("--bwd", action="store_true",
+                    help="time the backward (FlashCore, cuDNN, FA2) into peers-bwd.{json,md,png}; default "
+                         "shapes: the prefill shapes and gqa-train")
     ap.add_argument("--out", help="output folder (default $OUT, else ./out)")
     ap.add_argument("--quick", action="store_true", help="2 small shapes, few rounds (smoke run)")
     ap.add_argument("--dry-run", action="store_true",
@@ -919,16 +1153,20 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--list", action="store_true", help="list shapes and systems, then exit")
     ap.add_argument("--render", metavar="PEERS_JSON",
-                    help="no run: redraw peers.md and peers.png from a peers.json into --out")
+                    help="no run: redraw peers.md and peers.png (peers-bwd.*) from a peers.json into --out")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failing systems")
     a = ap.parse_args(argv)
+    if a.bwd and (a.sm90_rows or a.sm90_env or a.sm80_rows or a.sm80_env):
+        ap.error("--sm90-rows/--sm90-env/--sm80-rows/--sm80-env are forward variants: not with --bwd")
     if a.quick:
         a.repeats, a.min_repeats, a.budget_s, a.warmup_s = min(a.repeats, 8), 4, 4.0, 1.0
     return a
 
 
 def select_shapes(args):
-    names = args.shapes.split(",") if args.shapes else (QUICK_SHAPES if args.quick else [s.name for s in SHAPES])
+    run = pass_name(args.bwd)
+    names = (args.shapes.split(",") if args.shapes else QUICK_SHAPES[run] if args.quick
+             else [s.name for s in SHAPES if run in s.sets.split()])
     known = {s.name: s for s in SHAPES}
     bad = [n for n in names if n not in known]
     if bad:
@@ -936,21 +1174,21 @@ def select_shapes(args):
     return [known[n] for n in names]
 
 
-def fake_rows(shapes, systems):
+def fake_rows(shapes, systems, bwd):
     """Deterministic made-up rows (dry run): exercises table/chart/JSON code."""
     rows = []
     for i, sh in enumerate(shapes):
         for j, s in enumerate(systems):
-            r = base_row(sh, s)
+            r = base_row(sh, s, bwd)
             if s == "torch-efficient" and sh.Hq != sh.Hkv:
                 r["error"] = "RuntimeError: No available kernel. Aborting execution. (fake)"
             elif s in ("fa4", "flashinfer"):
                 r["error"] = "unavailable: ModuleNotFoundError (fake)"
             else:
                 tf = 50.0 + 40.0 * ((i * 7 + j * 3) % 11)
-                r.update(p50_us=sh.flops / tf / 1e6, tflops=tf, rel_err=1e-3 * (1 + j % 3),
+                r.update(p50_us=pass_flops(sh, bwd) / tf / 1e6, tflops=tf, rel_err=1e-3 * (1 + j % 3),
                          gate=GATES[sh.dtype], check="ok", iters=10, calls_per_replay=20, input_sets=1)
-                if s == "flashcore-sm80" and i == 1:
+                if s in ("flashcore-sm80", "flashcore-cuda-det") and i == 1:
                     r.update(check="FAIL", rel_err=0.5)
             rows.append(r)
     return rows
@@ -974,8 +1212,15 @@ def main(argv=None):
             "timing": "CUDA events over CUDA-graph replays of calls_per_replay calls cycling input_sets "
                       "input sets; warm-up >= %.1f s; systems interleaved per round; p50 over rounds"
                       % args.warmup_s,
+            "pass": pass_name(args.bwd),
             "reference": "float64 on a subset (first/last batch, first/middle/last head, <=1024 rows)",
             "flops": "4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk"}
+    if args.bwd:
+        meta.update(reference="float64 dq, dk, dv on a subset (first/last batch, first/last KV head with "
+                              "their query heads, every row), rel L2 per gradient; rel_err is the largest",
+                    flops="2.5 x 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk",
+                    timing=meta["timing"] + "; one side stream for all of a shape's work (autograd runs a "
+                                            "backward on its forward's stream)")
     meta.update(flashcore_meta())
     meta["gpu_before"] = gpu_state()
     log("peers.py: %s; gpu: %s" % (meta.get("flashcore_build", meta.get("flashcore_error")), meta["gpu_before"]))
@@ -989,36 +1234,36 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     meta.update(torch_meta(torch, cuda=True))
-    systems = make_systems(args.systems, args.sm90_rows, args.sm90_env, args.sm80_rows, args.sm80_env)
+    if args.bwd:
+        systems = make_bwd_systems(args.systems)
+    else:
+        systems = make_systems(args.systems, args.sm90_rows, args.sm90_env, args.sm80_rows, args.sm80_env)
     unavailable = {}
     for s in systems:
         why = s.available()
         if why:
             unavailable[s.name] = why
             log("%-20s %s" % (s.name, why))
-    timer = GraphTimer(torch)
+    timer = GraphTimer(torch, torch.cuda.Stream() if args.bwd else None)
     rows = []
     t0 = time.perf_counter()
     with torch.no_grad():
         for sh in shapes:
             if time.perf_counter() - t0 > args.max_total_s:
                 log("\n== %s skipped: --max-total-s %.0f reached" % (sh.name, args.max_total_s))
-                for s in systems:
-                    r = base_row(sh, s.name)
-                    r["error"] = "not run: --max-total-s reached"
-                    rows.append(r)
+                rows += error_rows(sh, systems, args.bwd, "not run: --max-total-s reached")
                 continue
-            log("\n== %s  B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d causal=%s %s  (%.1f GFLOP)"
-                % (sh.name, sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D, sh.causal, sh.dtype, sh.flops / 1e9))
+            log("\n== %s  B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d causal=%s %s  (%.1f GFLOP %s)"
+                % (sh.name, sh.B, sh.Hq, sh.Hkv, sh.Sq, sh.Sk, sh.D, sh.causal, sh.dtype,
+                   pass_flops(sh, args.bwd) / 1e9, pass_title(meta)))
             try:
-                rows += run_shape(torch, sh, systems, unavailable, timer, "cuda", args,
-                                  meta.get("l2_bytes") or 0)
+                with timer.streamed():
+                    rows += run_shape(torch, sh, systems, unavailable, timer, "cuda", args,
+                                      meta.get("l2_bytes") or 0)
             except Exception as e:  # a shape-level failure (e.g. out of memory for inputs)
                 log("  shape FAILED: %s" % short_error(e))
-                for s in systems:
-                    r = base_row(sh, s.name)
-                    r["error"] = "shape: " + short_error(e)
-                    rows.append(r)
+                rows += error_rows(sh, systems, args.bwd, "shape: " + short_error(e))
+            torch.cuda.synchronize()  # the side stream's work, before its memory is reused
             gc.collect()
             torch.cuda.empty_cache()
             write_outputs({"meta": meta, "rows": rows}, out_dir, final=False)
@@ -1027,6 +1272,14 @@ def main(argv=None):
     write_outputs({"meta": meta, "rows": rows}, out_dir)
     bad = [r for r in rows if is_flashcore(r["system"]) and r.get("check") == "FAIL"]
     return 1 if bad else 0
+
+
+def error_rows(shape, systems, bwd, why):
+    rows = []
+    for s in systems:
+        rows.append(base_row(shape, s.name, bwd))
+        rows[-1]["error"] = why
+    return rows
 
 
 def dry_run(args, meta, shapes, out_dir):
@@ -1038,7 +1291,10 @@ def dry_run(args, meta, shapes, out_dir):
     try:
         import torch
         meta.update(torch_meta(torch, cuda=False))
-        systems = [FlashCore(0, backend="cpu"), TorchSDPA("torch-math")]
+        if args.bwd:
+            systems = [FlashCoreBwd(backend="cpu"), TorchSDPABwd("torch-math")]
+        else:
+            systems = [FlashCore(0, backend="cpu"), TorchSDPA("torch-math")]
         unavailable = {s.name: s.available() for s in systems if s.available()}
         a = argparse.Namespace(**vars(args))
         a.repeats, a.min_repeats, a.budget_s, a.warmup_s, a.rotate = 3, 1, 1.0, 0.05, False
@@ -1057,7 +1313,7 @@ def dry_run(args, meta, shapes, out_dir):
         log("CPU smoke skipped: %s" % short_error(e))
     meta.setdefault("device_name", "dry-run (no GPU)")
     meta["gpu_after"] = gpu_state()
-    rows += fake_rows(shapes, SYSTEM_ORDER)
+    rows += fake_rows(shapes, [s.name for s in make_bwd_systems(None)] if args.bwd else SYSTEM_ORDER, args.bwd)
     write_outputs({"meta": meta, "rows": rows}, out_dir)
     return 0 if meta.get("dry_run_smoke", "").startswith(("ok", "skipped")) else 1
 

@@ -2,18 +2,22 @@
 # Everything GPU-side in one device call: build, GPU tests (both CUDA paths),
 # compute-sanitizer on small cases of every kernel variant, SASS check for
 # HGMMA in the Hopper kernels, and the benchmark beside the peers in the same
-# run. Prints a short summary table last. Logs and JSON go to $OUT (or out/).
+# run, forward and backward. Prints a short summary table last. Logs and JSON
+# go to $OUT (or out/).
 #
 #   bash scripts/gpu-check.sh [all|STAGE[,STAGE...]] [--quick]
-#   stages: build test sanitize sass bench, and (not in `all`) trace: a
+#   stages: build test sanitize sass bench (the forward, then the backward),
+#   and (not in `all`) bench-bwd: the backward's benchmark alone; trace: a
 #   trace build of the Hopper kernels (-DFC_SM90_TRACE=1, in $BUILD-trace)
 #   timing each tile's phases on TRACE_SHAPES (bench/trace_sm90.py); profile:
 #   Nsight Compute on one call per system (PROFILE_SYSTEMS, default our two
 #   paths, cuDNN, FA2) on PROFILE_SHAPES (bench/profile_peers.py), summarised
 #   by bench/ncu_summary.py (duration, throughput, tensor pipe, stalls)
 #   env: BUILD (build dir, default build-gpu), ARCHS (default 90a),
-#        PEERS_MAX_S (bench time cap; default: what is left of 500 s, so that
-#        `all` fits one 600 s device call), PEERS_EXTRA (more bench/peers.py args)
+#        PEERS_MAX_S (bench time cap; default: what is left of 440 s, so that
+#        `all` fits one 600 s device call), PEERS_EXTRA (more bench/peers.py args),
+#        PEERS_BWD_MAX_S (the backward's cap, default 150 s or what is left;
+#        0: not run), PEERS_BWD_EXTRA (more bench/peers.py --bwd args)
 #   .git-sha: the commit this tree is, written by the sender before the call
 #        (`git rev-parse --short HEAD > .git-sha`, carried); the build info,
 #        the bench JSON and the summary line record it
@@ -22,7 +26,8 @@
 # no build yet. --quick trims tests and bench
 # (for a smoke run). Exit code: non-zero if any stage failed. At the end the
 # logs are packed into $OUT/logs.tgz so that what comes back from the device
-# (at most 8 files) is: summary.txt, logs.tgz, peers.json, peers.md, peers.png.
+# (at most 8 files) is: summary.txt, logs.tgz, peers.json, peers.md, peers.png,
+# peers-bwd.json, peers-bwd.md (the backward's chart is in logs.tgz).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -206,6 +211,14 @@ if want sass; then
   else result[sass]="ok: every sm90 object has HGMMA"; fi
 fi
 
+# run_peers LOG ARGS...: bench/peers.py on the library just built, its log in $OUT/LOG
+run_peers() {
+  local logf=$1
+  shift
+  FLASHCORE_PEER_SITE="${peer_path:-}" FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
+    python3 bench/peers.py --out "$OUT" "$@" >"$OUT/$logf" 2>&1
+}
+
 if want bench; then
   log "benchmark beside the peers"
   # Optional peers (FlashAttention-4, FlashInfer) come as carried wheels in
@@ -220,14 +233,15 @@ if want bench; then
   args=()
   [ $quick = 1 ] && args+=(--quick)
   # One device call may last 600 s: without PEERS_MAX_S the benchmark's
-  # timed rounds get what is left of ~500 s after the earlier stages, less
+  # timed rounds get what is left of ~440 s after the earlier stages, less
   # ~60 s that peers.py spends beyond --max-total-s (torch start-up, the
-  # ceilings, warm-ups) and the demo. Under 60 s left it does not start: a
+  # ceilings, warm-ups) and the demo (the backward's run below has the
+  # next 105 s at least). Under 60 s left it does not start: a
   # cold 'all' with more kernel instances to build and load once ran past
   # 600 s and lost every log; then run `bench` in a second call on the warm
   # machine.
   used=$(($(date +%s) - t0))
-  left=$((500 - used))
+  left=$((440 - used))
   if [ -z "${PEERS_MAX_S:-}" ] && [ "$left" -lt 60 ]; then
     result[bench]="skipped: ${used} s used of the 600 s call; run the bench stage in a second call"
   else
@@ -235,11 +249,38 @@ if want bench; then
     # PEERS_EXTRA: more peers.py arguments, e.g. "--sm90-rows 0,7 --shapes s16k-d64"
     read -r -a extra <<< "${PEERS_EXTRA:-}"
     args+=("${extra[@]}")
-    if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
-         python3 bench/peers.py --out "$OUT" "${args[@]}" >"$OUT/peers.log" 2>&1; then result[bench]=ok
+    if run_peers peers.log "${args[@]}"; then result[bench]=ok
     else result[bench]=FAIL; tail -30 "$OUT/peers.log"; fi
     "$BUILD/flashcore" demo > "$OUT/demo.txt" 2>&1 && result[demo]="ok" || result[demo]=FAIL
     tail -6 "$OUT/demo.txt"
+  fi
+fi
+
+if want bench || want_explicit bench-bwd; then
+  # The backward beside cuDNN's and FA2's (peers.py --bwd), in files of its
+  # own (peers-bwd.json and .md come back; its chart goes into logs.tgz) and
+  # with a cap of its own: PEERS_BWD_MAX_S (default 150 s; 0: not run), less
+  # where the call has less left of 545 s, less the ~45 s peers.py runs past
+  # its cap (torch start-up, the ceilings, the shape in progress). Shorter
+  # rounds than the forward's (--budget-s 4): its shapes in about two
+  # minutes. Under 30 s left it does not start: run `bench-bwd` in a second
+  # call on the warm machine.
+  used=$(($(date +%s) - t0))
+  bwd_max=${PEERS_BWD_MAX_S:-150}
+  cap=$((545 - 45 - used))
+  [ "$bwd_max" -lt "$cap" ] && cap=$bwd_max
+  if [ "$bwd_max" = 0 ]; then
+    result[bench-bwd]="skipped: PEERS_BWD_MAX_S=0"
+  elif [ "$cap" -lt 30 ]; then
+    result[bench-bwd]="skipped: ${used} s used of the 600 s call; run the bench-bwd stage in a second call"
+  else
+    log "backward beside the peers (cap ${cap} s)"
+    bargs=(--bwd --budget-s 4 --min-repeats 6 --max-total-s "$cap")
+    [ $quick = 1 ] && bargs+=(--quick)
+    read -r -a extra <<< "${PEERS_BWD_EXTRA:-}"
+    bargs+=("${extra[@]}")
+    if run_peers peers-bwd.log "${bargs[@]}"; then result[bench-bwd]=ok
+    else result[bench-bwd]=FAIL; tail -30 "$OUT/peers-bwd.log"; fi
   fi
 fi
 
@@ -285,12 +326,13 @@ nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv,noheader | sed 's/
 echo
 echo "== gpu-check summary ($(head -1 "$OUT/gpu.txt" | cut -d, -f1), $(cat .git-sha 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo nogit), $(($(date +%s) - t0)) s)"
 [ -f "$OUT/peers.md" ] && cat "$OUT/peers.md"
+[ -f "$OUT/peers-bwd.md" ] && cat "$OUT/peers-bwd.md"
 status=0
 for k in $(echo "${!result[@]}" | tr ' ' '\n' | sort); do
   printf '| %-22s | %s |\n' "$k" "${result[$k]}"
   case "${result[$k]}" in FAIL*) status=1 ;; esac
 done | tee "$OUT/summary.txt"
 grep -q "| FAIL" "$OUT/summary.txt" && status=1
-(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|logs.tgz)$') &&
+(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|peers-bwd\.(json|md)|logs.tgz)$') &&
   [ -n "$logs" ] && tar czf logs.tgz $logs && rm -f $logs)
 exit $status

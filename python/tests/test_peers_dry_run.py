@@ -42,6 +42,36 @@ def test_dry_run_writes_json_table_and_chart(tmp_path):
 
 
 @pytest.mark.skipif(not PEERS.is_file(), reason="not in a source checkout")
+def test_bwd_dry_run_writes_its_own_files(tmp_path):
+    """--bwd: peers-bwd.{json,md}, rows with "pass": "bwd" and 2.5x the
+    forward's FLOPs, the backward's default shapes (no decode, gqa-train),
+    and with torch the CPU smoke's gradients checked per dq, dk, dv."""
+    res = subprocess.run([sys.executable, str(PEERS), "--bwd", "--dry-run", "--out", str(tmp_path)],
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert not (tmp_path / "peers.json").exists()
+    data = json.loads((tmp_path / "peers-bwd.json").read_text())
+    assert data["meta"]["pass"] == "bwd"
+    rows = data["rows"]
+    shapes = {r["shape"] for r in rows}
+    assert "gqa-train" in shapes and "s2k-d128" in shapes and "gqa-decode" not in shapes
+    for r in rows:
+        assert r["pass"] == "bwd"
+        fwd = 4.0 * r["B"] * r["Hq"] * r["Sq"] * r["Sk"] * r["D"] / (2 if r["causal"] and r["Sq"] == r["Sk"] else 1)
+        assert r["flops"] == 2.5 * fwd
+        if "tflops" in r:
+            assert abs(r["tflops"] - r["flops"] / r["p50_us"] / 1e6) <= 1e-3 * r["tflops"]
+    if data["meta"].get("dry_run_smoke") == "ok":  # torch was there
+        smoke = {r["system"]: r for r in rows if r["shape"] == "dry-cpu-tiny"}
+        assert set(smoke) == {"flashcore-cpu", "torch-math"}
+        for r in smoke.values():  # FlashCore may lack attention_backward in an older binding
+            if not r.get("error", "").startswith("unavailable"):
+                assert r["check"] == "ok" and {"rel_err_dq", "rel_err_dk", "rel_err_dv"} <= set(r)
+    md = (tmp_path / "peers-bwd.md").read_text()
+    assert "attention backward" in md and "2.5 x" in md and "DRY RUN" in md
+
+
+@pytest.mark.skipif(not PEERS.is_file(), reason="not in a source checkout")
 def test_render_compares_with_peers_only(tmp_path):
     """FC/peer: the best FlashCore path over the best other library. A/B
     variants of our own paths (--sm90-env NAME, --sm90-rows N: systems
