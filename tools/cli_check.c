@@ -253,10 +253,15 @@ static int parse_opts(int argc, char **argv, check_opts *o)
         if (cli_is(&a, arg, "--help") || cli_is(&a, arg, "-h")) {
             help();
             return -1;
-        } else if (cli_is(&a, arg, "--quick") || cli_is(&a, arg, "--list") || cli_is(&a, arg, "--bwd")) {
+        } else if (cli_is(&a, arg, "--quick")) {
             if (cli_no_value(&a, arg)) return CLI_EXIT_USAGE;
-            int *flag = cli_is(&a, arg, "--quick") ? &o->quick : cli_is(&a, arg, "--list") ? &o->list : &o->bwd;
-            *flag = 1;
+            o->quick = 1;
+        } else if (cli_is(&a, arg, "--list")) {
+            if (cli_no_value(&a, arg)) return CLI_EXIT_USAGE;
+            o->list = 1;
+        } else if (cli_is(&a, arg, "--bwd")) {
+            if (cli_no_value(&a, arg)) return CLI_EXIT_USAGE;
+            o->bwd = 1;
         } else if (cli_is(&a, arg, "--seeds")) {
             if (cli_int(&a, arg, 0, 100000, &o->seeds)) return CLI_EXIT_USAGE;
         } else if (cli_is(&a, arg, "--threads")) {

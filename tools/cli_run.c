@@ -89,17 +89,12 @@ typedef struct pass_outputs {
 
 static pass_outputs outputs_of(const cli_exec *e, int bwd)
 {
-    pass_outputs o;
-    memset(&o, 0, sizeof(o));
-    if (bwd) {
-        const kit_bwd_case *b = e->b;
-        o = (pass_outputs){3, {b->dq, b->dk, b->dv}, {e->grad.dq, e->grad.dk, e->grad.dv},
-                           {b->dq_bytes, b->dk_bytes, b->dv_bytes}};
-    } else {
-        const kit_case *c = e->c;
-        o = (pass_outputs){c->lse ? 2 : 1, {c->out, c->lse}, {e->dout, e->dlse}, {c->out_bytes, c->lse_bytes}};
-    }
-    return o;
+    const kit_case *c = e->c;
+    const kit_bwd_case *b = e->b;
+    if (bwd)
+        return (pass_outputs){3, {b->dq, b->dk, b->dv}, {e->grad.dq, e->grad.dk, e->grad.dv},
+                              {b->dq_bytes, b->dk_bytes, b->dv_bytes}};
+    return (pass_outputs){c->lse ? 2 : 1, {c->out, c->lse}, {e->dout, e->dlse}, {c->out_bytes, c->lse_bytes}};
 }
 
 static int poison_pass(cli_exec *e, int bwd, char *err, size_t err_len)
