@@ -341,7 +341,10 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
         kit_jw_kv_string(&w, "backend", cli_backend_name(r->backend));
         kit_jw_kv_string(&w, "kernel", r->info.name);
         kit_jw_kv_int(&w, "num_splits", r->info.num_splits);
-        if (m->bwd) kit_jw_kv_bool(&w, "deterministic", 0); /* the kit's cases: the default mode */
+        if (m->bwd) { /* the kit's cases: the default mode; the scratch the library allocated */
+            kit_jw_kv_bool(&w, "deterministic", 0);
+            kit_jw_kv_int(&w, "workspace_bytes", r->info.workspace_bytes);
+        }
         kit_jw_kv_number(&w, "flops", pass_flops(s, m->bwd));
         kit_jw_kv_number(&w, "p50_us", round_to(r->t.p50_us, 1e-3));
         kit_jw_kv_number(&w, "p90_us", round_to(r->t.p90_us, 1e-3));
