@@ -8,9 +8,9 @@
  * over the query blocks of block_m rows (and the query heads of its GQA
  * group) that see those keys, double-buffering Q, dO, lse and D.
  * Budgets a row must meet (bwd_shape.cuh for the kernel's shape):
- *  - registers per thread: dK + dV head_dim, S^T + dP^T block_m (fp32),
- *    plus ~50 more; 255 is the cap, no row may spill, and `ctas` CTAs must
- *    fit 64 K registers.
+ *  - registers per thread: dK + dV head_dim, S^T + dP^T sub_m (fp32, one
+ *    pass of sub_m query rows at a time), plus ~60 more; 255 is the cap, no
+ *    row may spill, and `ctas` CTAs must fit 64 K registers.
  *  - smem per CTA: bwd_smem_bytes (K and V, two Q and dO buffers, dS^T,
  *    lse and D), plus FC_SMEM_RESERVED_PER_CTA per CTA on the SM.
  *  - the dQ GEMM spreads block_m/16 row groups over the warps: warps must
@@ -55,9 +55,9 @@ constexpr BwdTile kBwdTiles[] = {
     {kClassSm86, 128,  32,  64, 4, 1,  32}, /* 69 KB: 64x64 would need 105 KB                          */
 
     /* --------------- SM90 running mma.sync: 228 KB smem per SM, 227 KB per block --------------- */
-    /* (H200, same run: 64x128 in passes of 32 beat 32x128 by 8-15% at d128,
+    /* (H200, same runs: 64x128 in passes of 32 beat 32x128 by 8-15% at d128,
      * 128x128 in passes of 64 beat 64x128 by 9% at d64; 2 CTAs of 4 warps
-     * lost 10-40% at both) */
+     * lost 3-23% at both; docs/design-sm80.md lists the rest) */
     {kClassSm90,  32,  64,  64, 4, 2,  64}, /* = SM80                                                 */
     {kClassSm90,  64, 128, 128, 8, 1,  64}, /* = SM80                                                 */
     {kClassSm90,  96,  64, 128, 8, 1,  64}, /* = SM80                                                 */
