@@ -5,8 +5,9 @@ cuDNN backward, in one process on the GPU machine.
 Per shape: the same bf16 inputs for every system (torch's [B,H,S,D] order;
 FlashCore takes it as layout="bhsd", no copy), the forward once (FlashCore's
 own forward gives its out and lse; the peers keep their autograd graph), then
-each system's backward alone, timed with CUDA events: warm-up calls, then
---reps calls in rounds alternating the systems, the median per system.
+each system's backward alone, timed with CUDA events: --warmup-s seconds
+of calls, warm-up calls, then --reps calls in rounds alternating the
+systems, the median per system.
 FlashCore runs in both modes (deterministic 0 and 1). A check per shape:
 FlashCore's gradients against FA2's (rel L2). Needs the binding's
 flashcore.attention_backward; the library is found as in bench/peers.py.
@@ -80,7 +81,16 @@ def flashcore_system(fc, q, k, v, dout, causal, det):
     return run
 
 
-def time_systems(systems, reps, warmup):
+def time_systems(systems, reps, warmup, warmup_s):
+    """Median seconds per system; first warmup_s seconds of calls (the
+    clocks ramp from idle: without it the first shape's figures moved by
+    up to 15%), then warmup calls each."""
+    import time
+    t_end = time.perf_counter() + warmup_s
+    while time.perf_counter() < t_end:
+        for fn in systems.values():
+            fn()
+        torch.cuda.synchronize()
     for fn in systems.values():
         for _ in range(warmup):
             fn()
@@ -107,6 +117,7 @@ def main():
     ap.add_argument("--shapes", default=DEFAULT, help="any of: " + ", ".join(SHAPES))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--warmup-s", type=float, default=2.0, help="seconds of calls before each shape's timing")
     args = ap.parse_args()
     import flashcore as fc
     if not hasattr(fc, "attention_backward"):
@@ -132,7 +143,7 @@ def main():
         if "torch-flash(FA2)" in systems:
             ref = systems["torch-flash(FA2)"]()
             check = " vs FA2 rel_l2 dq %.1e dk %.1e dv %.1e" % tuple(rel_l2(a, b) for a, b in zip(ours, ref))
-        t = time_systems(systems, args.reps, args.warmup)
+        t = time_systems(systems, args.reps, args.warmup, args.warmup_s)
         f = flops(B, Hq, S, D, causal)
         print("%s [%s]%s" % (name, kernel, check))
         fa2 = t.get("torch-flash(FA2)")
