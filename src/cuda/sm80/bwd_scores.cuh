@@ -1,15 +1,16 @@
 /*
  * bwd_scores.cuh -- the elementwise middle of a backward block: from a
- * warp's S^T (16 keys x block_m queries, raw q.k) and dP^T (dO V^T, same
+ * warp's S^T (16 keys x sub_m queries, raw q.k) and dP^T (dO V^T, same
  * shape) to the probabilities P^T and the score gradients dS^T, in place:
  *
  *   t  = softcap on ? tanh(q.k * scale/softcap) : q.k
  *   P  = 2^(t * sl2 - lse2[i])           (= exp(s - lse), lse2 = lse * log2 e)
  *   dS = P * (dP - D[i])  [* (1 - t^2) with softcap: d tanh]
  *
- * (MASK, SOFTCAP: compile-time, so that each block runs only its own code;
- * with a run-time softcap test the d128 kernel spilled) masked pairs (outside the band or either sequence) get P = 0, so dS = 0;
+ * Masked pairs (outside the band or either sequence) get P = 0, so dS = 0;
  * rows without any visible key arrive with lse2 = +inf (preprocess), P = 0.
+ * MASK and SOFTCAP are compile-time, so that each block runs only its own
+ * code (with a run-time softcap test the d128 kernel spilled).
  * The factor scale of dQ and dK is applied once at the end (convert,
  * epilogue). A thread holds keys g and g + 8 of its warp's 16 (C fragment
  * rows) and queries q0 + 8 nt + 2 t, + 1 of each n8 tile nt (q0: the
@@ -44,6 +45,8 @@ __device__ __forceinline__ void p_and_ds(float (&s)[1][S_::QTL][4], float (&dp)[
 #pragma unroll
     for (int nt = 0; nt < S_::QTL; ++nt) {
         const uint32_t col = 4 * (q0 + 8 * nt + 2 * th.t);
+        /* volatile loads, each where it is used: hoisted, the pairs of all
+         * n8 tiles were live at once and the d128 kernel spilled */
         const uint64_t lw = dev::lds64(SM::lse2(buf) + col), dw = dev::lds64(SM::dsum(buf) + col);
         const float2 l2 = make_float2(__uint_as_float((uint32_t)lw), __uint_as_float((uint32_t)(lw >> 32)));
         const float2 dd = make_float2(__uint_as_float((uint32_t)dw), __uint_as_float((uint32_t)(dw >> 32)));

@@ -18,16 +18,16 @@ namespace fc {
 namespace sm80 {
 
 /* Panel constants of a tile COLS 16-bit columns wide, as layout.cuh's
- * Shape defines them (the ldmatrix helpers read these members). With PC 8
- * the GEMMs re-derive their lane offsets from a fresh %tid.x (layout.cuh,
- * loop_lane): holding the four XOR variants of each spilled here too. */
-template <int COLS, bool FRESH = false>
+ * Shape defines them (the ldmatrix helpers read these members). The lane
+ * offsets are held, not re-derived (a fresh %tid.x at each GEMM spilled
+ * more at d128, not less). */
+template <int COLS>
 struct Panels {
     static constexpr int PC = (COLS == 64 || COLS == 128) ? 8 : 4;
     static constexpr int LPC = panel_log2(PC);
     static constexpr int PB = PC * 16;
     static constexpr int KPP = PC / 2;
-    static constexpr bool FRESH_LANE_OFFS = FRESH && PC == 8;
+    static constexpr bool FRESH_LANE_OFFS = false;
 };
 
 /* The forward's gemm_qk / gemm_pv (mma.cuh) seen as generic warp GEMMs on
@@ -51,7 +51,7 @@ struct BwdShape : Panels<HD_> {
     /* S^T, P, dS and their dV/dK GEMMs run in passes of SUB query rows (the
      * accumulators of one pass in registers); loads, barriers and the dQ
      * GEMM per block of BM. */
-    static constexpr int SUB = SUB_, NSUB = BM / SUB;
+    static constexpr int SUB = SUB_;
     static constexpr int QTL = SUB / 8; /* n8 tiles of S^T, dP^T (query columns)   */
     static constexpr int DTL = HD / 8;  /* n8 tiles of dK, dV                       */
     /* dQ = dS K: BM/16 row groups of 16 queries, DQ_CW warps per group, each
@@ -91,16 +91,6 @@ struct BwdSmem {
     static __device__ __forceinline__ uint32_t dout(int b) { return q(b) + S_::Q_BYTES; }
     static __device__ __forceinline__ uint32_t lse2(int b) { return base() + RBUF + b * R_STEP; }
     static __device__ __forceinline__ uint32_t dsum(int b) { return lse2(b) + S_::ROWVEC_BYTES; }
-    /* the fp32 pair at byte offset `off` of buffer b's lse2 (D: dsum_f2),
-     * by a plain C load that the compiler may schedule */
-    static __device__ __forceinline__ float2 lse2_f2(int b, uint32_t off)
-    {
-        return *reinterpret_cast<const float2 *>(fc_bwd_smem + RBUF + b * R_STEP + off);
-    }
-    static __device__ __forceinline__ float2 dsum_f2(int b, uint32_t off)
-    {
-        return *reinterpret_cast<const float2 *>(fc_bwd_smem + RBUF + b * R_STEP + S_::ROWVEC_BYTES + off);
-    }
 };
 
 } /* namespace sm80 */
