@@ -32,7 +32,8 @@ from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentEr
 __all__ = [
     "attention", "supported", "attention_backward", "attention_backward_supported",
     "build_info", "cuda_available", "device_info", "version_number",
-    "library_path", "set_num_threads", "set_tuning", "get_tuning", "last_kernel_info", "last_host_profile", "KernelInfo",
+    "library_path", "set_num_threads", "set_tuning", "get_tuning", "last_kernel_info",
+    "last_host_profile", "KernelInfo",
     "FlashCoreError",
     "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "CudaError", "NoDeviceError",
     "InternalError", "LibraryNotFoundError",

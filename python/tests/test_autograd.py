@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 lib_np = ref.torch_to_lib  # float64 numpy in the library's order
+ERR = flashcore.InvalidArgumentError
 
 
 def leaves(shapes, dtype, seed, requires_grad=True):
@@ -73,7 +74,8 @@ def test_gradients_match_torch_sdpa_backward_in_float64():
     ref.check_grads([x.grad.numpy() for x in (q, k, v)], [x.grad.numpy() for x in (q64, k64, v64)], "f32")
 
 
-@pytest.mark.parametrize("opts", [dict(causal=True), dict(softcap=1.5, window=(2, 1))], ids=["causal", "softcap"])
+@pytest.mark.parametrize("opts", [dict(causal=True), dict(softcap=1.5, window=(2, 1))],
+                         ids=["causal", "softcap"])
 def test_gradcheck_float32(opts):
     # The library has no float64: central differences in float32 with a
     # step that keeps rounding (~1e-7 / eps) well under the tolerance.
@@ -114,7 +116,7 @@ def test_untracked_calls_and_refusals():
     q, k, v = leaves([(1, 8, 2, 16)] * 3, "f32", seed=6)
     with torch.no_grad():
         assert not flashcore.attention(q, k, v).requires_grad
-    with pytest.raises(flashcore.InvalidArgumentError, match=r"^out: not supported when q, k or v require grad"):
+    with pytest.raises(ERR, match=r"^out: not supported when q, k or v require grad"):
         flashcore.attention(q, k, v, out=torch.empty(q.shape))
     out = flashcore.attention(q, k, v)
     g, = torch.autograd.grad(out.sum(), q, create_graph=True)
@@ -137,10 +139,10 @@ def test_attention_backward_with_torch_tensors(dtype):
     r = ref.attention_backward(*(lib_np(x, "bhsd") for x in (q, k, v, dout)), window=(5, -1))
     ref.check_grads([lib_np(x, "bhsd") for x in res], r, dtype)
     leaf = torch.zeros(q.shape, dtype=q.dtype, requires_grad=True)
-    with pytest.raises(flashcore.InvalidArgumentError, match=r"^dq: a leaf tensor that requires grad"):
+    with pytest.raises(ERR, match=r"^dq: a leaf tensor that requires grad"):
         flashcore.attention_backward(dout, q, k, v, out, lse, layout="bhsd", dq=leaf)
-    with pytest.raises(flashcore.InvalidArgumentError, match=r"^lse: is a numpy object on cpu but q is a torch"):
+    with pytest.raises(ERR, match=r"^lse: is a numpy object on cpu but q is a torch"):
         flashcore.attention_backward(dout, q, k, v, out, lse.numpy(), layout="bhsd")
-    with pytest.raises(flashcore.InvalidArgumentError, match=r"^lse: dtype torch.float16"):
+    with pytest.raises(ERR, match=r"^lse: dtype torch.float16"):
         flashcore.attention_backward(dout, q, k, v, out, lse.half(), layout="bhsd")
     assert torch.all(leaf == 0)

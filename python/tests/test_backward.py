@@ -174,7 +174,8 @@ def _error_cases(q, k, v, out, lse, dout):
         (dict(out=None), r"^out: expected a numpy array or a torch tensor, got NoneType"),
         (dict(out=out[..., :16]), r"^out: shape"),
         (dict(lse=None), r"^lse: the backward needs the forward's lse"),
-        (dict(lse=lse[:, :2]), r"^lse: shape \(1, 2, 8\), expected \[batch, heads_q, seqlen_q\] = \(1, 4, 8\)"),
+        (dict(lse=lse[:, :2]),
+         r"^lse: shape \(1, 2, 8\), expected \[batch, heads_q, seqlen_q\] = \(1, 4, 8\)"),
         (dict(lse=lse.astype(np.float64)), r"^lse: dtype float64: the forward's lse is float32"),
         (dict(lse=lse.astype(">f4")), r"^lse: dtype float32 is big-endian"),
         (dict(dq=ro), r"^dq: the array is read-only"),
@@ -196,7 +197,7 @@ def _error_cases(q, k, v, out, lse, dout):
 
 def test_refused_arguments_leave_the_gradients_untouched():
     rng = np.random.default_rng(48)
-    q, k, v = randn(rng, (1, 8, 4, 32), "f32"), randn(rng, (1, 8, 2, 32), "f32"), randn(rng, (1, 8, 2, 32), "f32")
+    q, k, v = (randn(rng, s, "f32") for s in ((1, 8, 4, 32), (1, 8, 2, 32), (1, 8, 2, 32)))
     out, lse, dout = forward_and_dout(rng, q, k, v, "f32")
     for kw, msg in _error_cases(q, k, v, out, lse, dout):
         a = dict(dout=dout, q=q, k=k, v=v, out=out, lse=lse)
