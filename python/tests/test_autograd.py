@@ -46,11 +46,14 @@ def test_loss_backward_matches_reference(case, dtype):
     q, k, v = leaves(shapes(layout, B, Sq, Sk, Hq, Hkv, D), dtype, seed=len(name) * 31 + D)
     out = flashcore.attention(q, k, v, layout=layout, **opts)
     assert out.requires_grad and out.grad_fn is not None
+    with torch.no_grad():  # the out and lse the backward was given (the CPU forward is deterministic)
+        o, lse = flashcore.attention(q, k, v, layout=layout, return_lse=True, **opts)
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(5)).to(out.dtype)
     (out.float() * dout.float()).sum().backward()
     for x in (q, k, v):
         assert x.grad is not None and x.grad.shape == x.shape and x.grad.dtype == x.dtype
-    r = ref.attention_backward(*(lib_np(x, layout) for x in (q, k, v, dout)), **opts)
+    r = ref.attention_backward(*(lib_np(x, layout) for x in (q, k, v, dout)), out=lib_np(o, layout),
+                               lse=lse.numpy(), **opts)
     ref.check_grads([lib_np(x.grad, layout) for x in (q, k, v)], r, dtype)
 
 
@@ -97,7 +100,7 @@ def test_varlen_autograd_with_tensor_offsets(dtype):
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(2)).to(out.dtype)
     out.backward(dout)
     r = ref.attention_backward_varlen(*(lib_np(x) for x in (q, k, v, dout)), cu_q.tolist(),
-                                      cu_k.tolist(), causal=True)
+                                      cu_k.tolist(), out=lib_np(out), lse=lse.numpy(), causal=True)
     ref.check_grads([lib_np(x.grad) for x in (q, k, v)], r, dtype)
     assert torch.all(k.grad[6:8] == 0) and torch.all(q.grad[13:] == 0)  # unseen keys, keyless rows
 
@@ -136,7 +139,8 @@ def test_attention_backward_with_torch_tensors(dtype):
     res = flashcore.attention_backward(dout, q, k, v, out, lse, layout="bhsd", window=(5, -1),
                                        dq=dq, dk=dk, dv=dv)
     assert res[0] is dq and res[1] is dk and res[2] is dv
-    r = ref.attention_backward(*(lib_np(x, "bhsd") for x in (q, k, v, dout)), window=(5, -1))
+    r = ref.attention_backward(*(lib_np(x, "bhsd") for x in (q, k, v, dout)), out=lib_np(out, "bhsd"),
+                               lse=lse.numpy(), window=(5, -1))
     ref.check_grads([lib_np(x, "bhsd") for x in res], r, dtype)
     leaf = torch.zeros(q.shape, dtype=q.dtype, requires_grad=True)
     with pytest.raises(ERR, match=r"^dq: a leaf tensor that requires grad"):

@@ -59,7 +59,8 @@ def test_dense_gradients_match_reference(case, dtype, layout):
     res = flashcore.attention_backward(dout, q, k, v, out, lse, layout=layout, dq=dq, dk=dk, dv=dv,
                                        **opts)
     assert res[0] is dq and res[1] is dk and res[2] is dv
-    r = ref.attention_backward(*(to_lib(x, layout) for x in (q, k, v, dout)), **opts)
+    r = ref.attention_backward(*(to_lib(x, layout) for x in (q, k, v, dout)), out=to_lib(out, layout),
+                               lse=lse, **opts)
     ref.check_grads([to_lib(x, layout) for x in res], r, dtype)
     assert flashcore.kernel_info.backend == "cpu"
 
@@ -72,7 +73,8 @@ def test_new_gradients_have_the_operands_kind_shape_and_dtype(dtype):
     grads = flashcore.attention_backward(dout, q, k, v, out, lse, layout="bhsd", window=(3, 2))
     for g, x in zip(grads, (q, k, v)):
         assert isinstance(g, np.ndarray) and g.shape == x.shape and g.dtype == x.dtype
-    r = ref.attention_backward(*(to_lib(x, "bhsd") for x in (q, k, v, dout)), window=(3, 2))
+    r = ref.attention_backward(*(to_lib(x, "bhsd") for x in (q, k, v, dout)), out=to_lib(out, "bhsd"),
+                               lse=lse, window=(3, 2))
     ref.check_grads([to_lib(x, "bhsd") for x in grads], r, dtype)
 
 
@@ -93,7 +95,8 @@ def test_varlen_gradients(dtype):
     out, lse, dout = forward_and_dout(rng, q, k, v, dtype, **opts)
     dq, dk, dv = poisoned(q, k, v)
     flashcore.attention_backward(dout, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, **opts)
-    r = ref.attention_backward_varlen(q, k, v, dout, list(cu_q), list(cu_k), causal=True, window=(6, -1))
+    r = ref.attention_backward_varlen(q, k, v, dout, list(cu_q), list(cu_k), out=out, lse=lse,
+                                      causal=True, window=(6, -1))
     ref.check_grads((dq, dk, dv), r, dtype)
     assert np.all(dk[8:11] == 0) and np.all(dv[8:11] == 0)   # the sequence with no query
     assert np.all(dq[22] == 0)                                # the query with no key
@@ -137,7 +140,8 @@ def test_cpu_reference_backend(dtype):
     out, lse, dout = forward_and_dout(rng, q, k, v, dtype, **opts)
     grads = flashcore.attention_backward(dout, q, k, v, out, lse, **opts)
     assert flashcore.kernel_info.backend == "cpu_reference"
-    ref.check_grads(grads, ref.attention_backward(q, k, v, dout, causal=True, softcap=3.0), dtype)
+    r = ref.attention_backward(q, k, v, dout, out=out, lse=lse, causal=True, softcap=3.0)
+    ref.check_grads(grads, r, dtype)
 
 
 def test_cpu_backward_is_deterministic():
@@ -243,4 +247,4 @@ def test_big_endian_dout_is_refused(dtype):
         flashcore.attention_backward(swapped, q, k, v, out, lse)
     native = swapped.astype(np.dtype(np_dtype(dtype)))
     grads = flashcore.attention_backward(native, q, k, v, out, lse)
-    ref.check_grads(grads, ref.attention_backward(q, k, v, native), dtype)
+    ref.check_grads(grads, ref.attention_backward(q, k, v, native, out=out, lse=lse), dtype)

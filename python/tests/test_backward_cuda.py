@@ -57,8 +57,9 @@ def test_backward_matches_reference(case, dtype, layout):
     flashcore.attention_backward(dout, q, k, v, out, lse, layout=layout, dq=dq, dk=dk, dv=dv, **opts)
     torch.cuda.synchronize()
     assert flashcore.kernel_info.backend == "cuda"
-    r = ref.attention_backward(*(lib_np(x, layout) for x in (q, k, v, dout)), **opts)
-    ref.check_grads([lib_np(x, layout) for x in (dq, dk, dv)], r, dtype)
+    r = ref.attention_backward(*(lib_np(x, layout) for x in (q, k, v, dout)), out=lib_np(out, layout),
+                               lse=lse.cpu().numpy(), **opts)
+    ref.check_grads([lib_np(x, layout) for x in (dq, dk, dv)], r, dtype, "cuda")
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
@@ -72,8 +73,10 @@ def test_autograd_on_cuda(dtype):
     out = flashcore.attention(q, k, v, layout="bhsd", causal=True)
     out.backward(dout)
     torch.cuda.synchronize()
-    r = ref.attention_backward(*(lib_np(x, "bhsd") for x in (q, k, v, dout)), causal=True)
-    ref.check_grads([lib_np(x.grad, "bhsd") for x in (q, k, v)], r, dtype)
+    # o, lse: what the recorded forward gave the backward (same kernel, same inputs)
+    r = ref.attention_backward(*(lib_np(x, "bhsd") for x in (q, k, v, dout)), out=lib_np(o, "bhsd"),
+                               lse=lse.cpu().numpy(), causal=True)
+    ref.check_grads([lib_np(x.grad, "bhsd") for x in (q, k, v)], r, dtype, "cuda")
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
@@ -91,8 +94,8 @@ def test_varlen_backward_with_device_offsets(dtype):
     flashcore.attention_backward(dout, q, k, v, out, lse, dq=dq, dk=dk, dv=dv, **opts)
     torch.cuda.synchronize()
     r = ref.attention_backward_varlen(*(lib_np(x) for x in (q, k, v, dout)), cu_q.tolist(),
-                                      cu_k.tolist(), causal=True)
-    ref.check_grads([lib_np(x) for x in (dq, dk, dv)], r, dtype)
+                                      cu_k.tolist(), out=lib_np(out), lse=lse.cpu().numpy(), causal=True)
+    ref.check_grads([lib_np(x) for x in (dq, dk, dv)], r, dtype, "cuda")
 
 
 def test_current_stream_and_deterministic():
@@ -111,8 +114,9 @@ def test_current_stream_and_deterministic():
     side.synchronize()
     for a, b in zip(first, again):
         assert torch.equal(a, b)
-    r = ref.attention_backward(*(lib_np(x) for x in (q, k, v, dout)), causal=True)
-    ref.check_grads([lib_np(x) for x in first], r, "bf16")
+    r = ref.attention_backward(*(lib_np(x) for x in (q, k, v, dout)), out=lib_np(out),
+                               lse=lse.cpu().numpy(), causal=True)
+    ref.check_grads([lib_np(x) for x in first], r, "bf16", "cuda")
 
 
 def test_cuda_refusals():
