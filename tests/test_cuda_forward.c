@@ -433,18 +433,22 @@ static void edge_cases(runner *r)
         s.softcap = 30.0f;
         run(r, "edge:scale1000-softcap", &s, 110);
         /* the edges of the accepted scale/softcap ranges (constants.h): every
-         * fp32 intermediate finite, the capped logits within the gates. At
-         * scale 1e25 the q.k of inputs * 1e-13 keeps the logits moderate (the
-         * kernels' exponent is accurate only for |logit| * log2 e below about
-         * 2^14, docs/API.md); f16 cannot hold such inputs, so bf16 only. */
+         * fp32 intermediate finite, the capped logits within the gates. Scale
+         * 1e5 and 1e7 on unit inputs: |logit| * log2 e up to ~2^21 and ~2^28,
+         * the softmax an argmax, inside the kernels' exact range (docs/API.md:
+         * the rounding of max * c must not push the row's largest term past
+         * f16). At scale 1e25 the q.k of inputs * 1e-13 (bf16 only: f16
+         * cannot hold them) keeps the logits moderate. */
         static const struct { const char *tag; float scale, softcap; int causal; float in; } ranges[] = {
+            {"edge:scale1e5", 1e5f, 0.0f, 0, 0.0f},
+            {"edge:scale1e7", 1e7f, 0.0f, 1, 0.0f},
             {"edge:scale1e25-inputs1e-13", 1e25f, 0.0f, 0, 1e-13f},
             {"edge:scale1e-25-causal", 1e-25f, 0.0f, 1},
             {"edge:softcap1e3-scale100", 100.0f, 1e3f, 0},
             {"edge:softcap1e3-scale-1e-25", -1e-25f, 1e3f, 0},
             {"edge:softcap1e-13-scale1e25", 1e25f, 1e-13f, 1},
         };
-        for (int j = 0; j < 5; j++) {
+        for (int j = 0; j < 7; j++) {
             if (ranges[j].in > 0.0f && dt == FC_DTYPE_F16) continue;
             s = test_shape(2, 4, 2, 96, 300, 64 << (j & 1), dt); /* head dims 64, 128 in turn */
             s.input_scale = ranges[j].in;
@@ -556,6 +560,39 @@ static void varlen_next_inf(runner *r)
 }
 
 /* --quick: every (dtype, head_dim) with each kernel variant, small sizes. */
+/* scale < 0 without softcap: FC_ERR_UNSUPPORTED on every path (the kernels
+ * take exponents against the largest raw score), out and lse untouched. */
+static void negative_scale(runner *r)
+{
+    kit_shape s = test_shape(1, 2, 2, 40, 50, 64, FC_DTYPE_F16);
+    s.scale = -0.5f;
+    kit_case c;
+    dev_case d;
+    char err[300];
+    if (kit_case_init(&c, &s, 131) != 0) { CHECK(0, "negative scale: kit_case_init"); return; }
+    kit_poison(c.out, c.out_bytes, s.dtype, c.lse, c.lse_bytes);
+    if (dev_upload(&c, &d, err, sizeof err) != 0) {
+        CHECK(0, "negative scale: %s", err);
+        kit_case_free(&c);
+        return;
+    }
+    const int paths[3] = {0, 80, 90};
+    for (int i = 0; i < 3; i++) {
+        fc_context_set_cuda_path(r->ctx, paths[i]);
+        fc_status st = fc_attention_forward(r->ctx, &d.args, NULL, NULL);
+        CHECK(st == FC_ERR_UNSUPPORTED && strstr(fc_last_error(r->ctx), "scale"),
+              "negative scale on path %d: %s (%s)", paths[i], fc_status_string(st), fc_last_error(r->ctx));
+    }
+    fc_context_set_cuda_path(r->ctx, 0);
+    void *out = malloc(c.out_bytes);
+    CHECK(out && cudaMemcpy(out, d.out, c.out_bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
+              memcmp(out, c.out, c.out_bytes) == 0,
+          "negative scale: out was written by a failing call");
+    free(out);
+    dev_free(&d);
+    kit_case_free(&c);
+}
+
 static void quick_cases(runner *r)
 {
     static const int dims[] = {32, 64, 96, 128, 192, 256};
@@ -679,6 +716,7 @@ int main(int argc, char **argv)
         quick_cases(&r);
     } else {
         edge_cases(&r);
+        negative_scale(&r);
         varlen_next_inf(&r);
         uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 7;
         for (int n = 0; n < ncases; n++) {

@@ -99,6 +99,73 @@ void kit_compare(const kit_case *c, const void *out, const float *lse, const voi
 /* 1 if every gate holds (and nothing unwritten / non-finite). */
 int kit_gate_pass(const kit_metrics *m, const kit_gate *g);
 
+/* ---- backward cases (tools/kit_bwd.c) -------------------------------------------- */
+
+/* A backward problem: a forward case c (lse always requested) plus dout
+ * (laid out like out, N(0,1) from the seed) and the gradients dq, dk, dv,
+ * each with the layout, strides and allocation size of q, k, v (BSHD, BHSD,
+ * padded, varlen). args.fwd is c.args; args.dout/dq/dk/dv point at the
+ * buffers; deterministic 0, no workspace. The forward's out and lse are not
+ * computed by init: run kit_bwd_forward (or fill them some other way). */
+typedef struct kit_bwd_case {
+    kit_case c;
+    fc_attention_backward_args args;
+    void *dout, *dq, *dk, *dv;
+    size_t dout_bytes, dq_bytes, dk_bytes, dv_bytes; /* = out, q, k, v bytes */
+} kit_bwd_case;
+
+/* Allocate and fill (inputs and dout random, dq/dk/dv poisoned). 0, or -1
+ * on allocation failure / bad shape (nothing left allocated). */
+int kit_bwd_case_init(kit_bwd_case *b, const kit_shape *s, uint64_t seed);
+void kit_bwd_case_free(kit_bwd_case *b);
+/* The forward on the case's host buffers with this backend (out and lse
+ * poisoned first): what the backward reads as out and lse. */
+fc_status kit_bwd_forward(fc_context *ctx, kit_bwd_case *b, fc_backend backend);
+/* Fill dq, dk and dv with the poison pattern. */
+void kit_bwd_poison(kit_bwd_case *b);
+/* The fp64 reference backward of b's inputs into ref[0..2] (dq, dk, dv;
+ * buffers of dq_bytes/dk_bytes/dv_bytes in b's layouts), poisoned first.
+ * b's own buffers are not touched. */
+fc_status kit_bwd_reference(fc_context *ctx, const kit_bwd_case *b, void *const ref[3]);
+
+/* Errors of one gradient against the reference, over its logical elements.
+ * Relative figures are taken against ref_max, the largest |reference|
+ * element of that gradient (gradients have no natural unit). */
+typedef struct kit_bwd_metrics {
+    int64_t n;          /* logical elements compared                          */
+    double max_abs;     /* max |g - ref|                                      */
+    double ref_max;     /* max |ref|                                          */
+    double max_rel;     /* max_abs / ref_max (max_abs when ref_max is 0)      */
+    double rel_l2;      /* ||g - ref|| / ||ref||                              */
+    double pct_bad;     /* % elements over atol + atol_rel*ref_max + rtol*|ref| */
+    int64_t unwritten;  /* logical elements still holding the poison          */
+    int64_t nonfinite;  /* NaN/Inf where the reference is finite              */
+    int64_t stray;      /* elements outside the logical ones (padding, varlen
+                         * tokens past the last offset) that were written     */
+} kit_bwd_metrics;
+
+/* The backward's gates: the project's error bounds for gradients (the
+ * table and how each row was derived: kit_bwd.c). Never loosened to pass. */
+typedef struct kit_bwd_gate {
+    double max_rel, rel_l2, pct_bad; /* limits on the metrics                     */
+    double atol, atol_rel, rtol;     /* per-element tolerance for pct_bad          */
+} kit_bwd_gate;
+/* Which implementation is judged: the CPU paths accumulate in fp32 and
+ * round once; the CUDA kernels also round P and dS to the dtype. */
+typedef enum kit_bwd_path { KIT_BWD_CPU = 0, KIT_BWD_CUDA = 1 } kit_bwd_path;
+kit_bwd_gate kit_bwd_gate_for(fc_dtype dtype, kit_bwd_path path);
+
+/* Compare got[i] with ref[i] (i = 0 dq, 1 dk, 2 dv; buffers laid out as in
+ * b, poisoned before the runs) into m[i]. */
+void kit_bwd_compare(const kit_bwd_case *b, const void *const got[3], const void *const ref[3],
+                     const kit_bwd_gate *g, kit_bwd_metrics m[3]);
+/* 1 if all three gradients pass every gate (nothing unwritten, non-finite
+ * or stray). */
+int kit_bwd_gate_pass(const kit_bwd_metrics m[3], const kit_bwd_gate *g);
+/* "dq max_rel .. rel_l2 .. bad ..% [unwritten/nonfinite/stray] | dk .. | dv .." */
+void kit_bwd_describe(const kit_bwd_metrics m[3], char *buf, size_t len);
+const char *kit_grad_name(int i); /* "dq", "dk", "dv" */
+
 /* FLOPs by the docs/PERF.md convention: 4*B*Hq*Sq*Sk*D, halved for causal
  * with Sq == Sk (masks and varlen lengths are not counted). */
 double kit_flops_nominal(const kit_shape *s);

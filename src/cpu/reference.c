@@ -9,59 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cpu_dtype.h"
 #include "internal.h"
-
-/* Elements off .. off+n-1 of a q/k/v tensor of the given dtype, exactly, as
- * doubles (the dtype switch is outside the loop so the conversion runs at
- * memory speed: the reference is slow enough as it is). */
-static void load_row(const void *base, int32_t dtype, int64_t off, int64_t n, double *dst)
-{
-    if (dtype == FC_DTYPE_F16) {
-        const uint16_t *s = (const uint16_t *)base + off;
-        for (int64_t x = 0; x < n; x++) dst[x] = fc_f16_to_f32(s[x]);
-    } else if (dtype == FC_DTYPE_BF16) {
-        const uint16_t *s = (const uint16_t *)base + off;
-        for (int64_t x = 0; x < n; x++) dst[x] = fc_bf16_to_f32(s[x]);
-    } else {
-        const float *s = (const float *)base + off;
-        for (int64_t x = 0; x < n; x++) dst[x] = s[x];
-    }
-}
-
-/* d rounded to the nearest number with `mant` fraction bits, normal exponents
- * >= emin (below that: the subnormal quantum 2^(emin-mant)) and <= emax,
- * ties to even; past the largest finite value: infinity. The result is exact
- * in the target format (and so in float). Done in integer-valued doubles so
- * that it rounds once, from double, whatever the FPU rounding mode. */
-static double round_to_format(double d, int mant, int emin, int emax)
-{
-    if (!isfinite(d) || d == 0.0) return d;
-    int e;
-    (void)frexp(d, &e); /* |d| = f * 2^e, f in [0.5, 1): leading bit at 2^(e-1) */
-    int ex = e - 1 < emin ? emin : e - 1;
-    double x = ldexp(fabs(d), mant - ex); /* |d| in units of the quantum, < 2^(mant+1) */
-    double whole = floor(x);
-    double frac = x - whole; /* exact: x has at most 53 significant bits */
-    if (frac > 0.5 || (frac == 0.5 && fmod(whole, 2.0) != 0.0)) whole += 1.0;
-    double r = ldexp(whole, ex - mant);
-    if (r >= ldexp(1.0, emax + 1)) r = INFINITY;
-    return copysign(r, d);
-}
-
-/* Store d into element idx of out, rounded once to the out dtype. */
-static void store(void *base, int32_t dtype, int64_t idx, double d)
-{
-    switch (dtype) {
-    case FC_DTYPE_F16:
-        ((uint16_t *)base)[idx] = fc_f32_to_f16((float)round_to_format(d, 10, -14, 15));
-        break;
-    case FC_DTYPE_BF16:
-        ((uint16_t *)base)[idx] = fc_f32_to_bf16((float)round_to_format(d, 7, -126, 127));
-        break;
-    default: ((float *)base)[idx] = (float)round_to_format(d, 23, -126, 127); break;
-    }
-}
+#include "ref_io.h"
 
 fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err_len)
 {
@@ -113,12 +62,12 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
             for (int64_t i = 0; i < sq; i++) {
                 const int64_t qrow0 = q0 + i * p->q_row_stride + h * p->q_head_stride;
                 const int64_t orow = o0 + i * p->o_row_stride + h * p->o_head_stride;
-                load_row(p->q, p->dtype, qrow0, D, qrow);
+                fc_ref_load_row(p->q, p->dtype, qrow0, D, qrow);
                 int64_t visible = 0;
                 double mx = -INFINITY;
                 for (int64_t j = 0; j < sk; j++) {
                     if (!fc_key_visible(i, j, sq, sk, p->window_left, p->window_right)) continue;
-                    load_row(p->k, p->dtype, k0 + j * p->k_row_stride + hk * p->k_head_stride, D, kvrow);
+                    fc_ref_load_row(p->k, p->dtype, k0 + j * p->k_row_stride + hk * p->k_head_stride, D, kvrow);
                     double dot = 0.0;
                     for (int64_t d = 0; d < D; d++) dot += qrow[d] * kvrow[d];
                     double s = (double)p->scale * dot;
@@ -128,7 +77,7 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                     visible++;
                 }
                 if (visible == 0) { /* nothing to attend to: defined as 0 and -inf */
-                    for (int64_t d = 0; d < D; d++) store(p->o, p->dtype, orow + d, 0.0);
+                    for (int64_t d = 0; d < D; d++) fc_ref_store(p->o, p->dtype, orow + d, 0.0);
                     if (p->lse) p->lse[l0 + h * p->lse_head_stride + i * p->lse_row_stride] = -INFINITY;
                     continue;
                 }
@@ -136,12 +85,12 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                 for (int64_t d = 0; d < D; d++) acc[d] = 0.0;
                 for (int64_t j = 0; j < sk; j++) {
                     if (!fc_key_visible(i, j, sq, sk, p->window_left, p->window_right)) continue;
-                    load_row(p->v, p->dtype, v0 + j * p->v_row_stride + hk * p->v_head_stride, D, kvrow);
+                    fc_ref_load_row(p->v, p->dtype, v0 + j * p->v_row_stride + hk * p->v_head_stride, D, kvrow);
                     double w = exp(score[j] - mx);
                     sum += w;
                     for (int64_t d = 0; d < D; d++) acc[d] += w * kvrow[d];
                 }
-                for (int64_t d = 0; d < D; d++) store(p->o, p->dtype, orow + d, acc[d] / sum);
+                for (int64_t d = 0; d < D; d++) fc_ref_store(p->o, p->dtype, orow + d, acc[d] / sum);
                 if (p->lse)
                     p->lse[l0 + h * p->lse_head_stride + i * p->lse_row_stride] = (float)(mx + log(sum));
             }
