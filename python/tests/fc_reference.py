@@ -21,12 +21,13 @@ GATES = {
 
 
 # The backward's gates, mirrored from tools/kit_bwd.c (kit_bwd_gate_for):
-# per path and dtype, on each of dq, dk, dv. max_rel: the largest error over
-# the largest |reference| element (gradient sizes grow with the sequence,
-# so an absolute bound would mean nothing); rel_l2 over the tensor; an
-# element fails beyond atol + atol_rel * max|ref| + rtol * |ref|, and at
-# most pct_bad percent may. The CPU rows: one rounding to the dtype plus
-# fp32 sums (1 ulp); the CUDA rows are the kit's provisional ones.
+# per path and dtype, on each of dq, dk, dv against the reference rounded
+# to the dtype. max_rel: the largest error over the largest |reference|
+# element (gradient sizes grow with the sequence, so an absolute bound would
+# mean nothing); rel_l2 over the tensor; an element fails beyond atol +
+# atol_rel * max|ref| + rtol * |ref|, and at most pct_bad percent may. The
+# CPU rows: one rounding to the dtype plus fp32 sums (1 ulp); the CUDA rows:
+# 1.5x PyTorch's own backward error on the same inputs (the kit says how).
 GRAD_GATES = {
     "cpu": {
         "f32": dict(max_rel=1e-4, rel_l2=2e-5, pct_bad=0.0, atol=0.0, atol_rel=1e-5, rtol=1e-4),
@@ -35,8 +36,8 @@ GRAD_GATES = {
     },
     "cuda": {
         "f32": dict(max_rel=1e-4, rel_l2=2e-5, pct_bad=0.0, atol=0.0, atol_rel=1e-5, rtol=1e-4),
-        "f16": dict(max_rel=5e-3, rel_l2=2e-3, pct_bad=1.0, atol=0.0, atol_rel=1e-3, rtol=2e-3),
-        "bf16": dict(max_rel=3e-2, rel_l2=1.6e-2, pct_bad=1.0, atol=0.0, atol_rel=8e-3, rtol=1.6e-2),
+        "f16": dict(max_rel=1.48e-3, rel_l2=6.45e-4, pct_bad=0.0, atol=1.6e-5, atol_rel=1.48e-3, rtol=0.0),
+        "bf16": dict(max_rel=1.15e-2, rel_l2=5.13e-3, pct_bad=0.0, atol=8.0e-6, atol_rel=1.15e-2, rtol=0.0),
     },
 }
 
@@ -199,26 +200,53 @@ def check(out, lse, ref_out, ref_lse, dtype):
         assert np.all(d <= tol), "lse off by up to %g" % (float(d.max()) if d.size else 0.0)
 
 
+def round_to(x, dtype):
+    """x rounded to the dtype (nearest even), as float64."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "f16":
+        return x.astype(np.float16).astype(np.float64)
+    f = x.astype(np.float32)
+    if dtype == "bf16":  # keep the top 16 bits of the float32, rounding to nearest even
+        u = f.view(np.uint32).astype(np.uint64)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+        f = u.view(np.float32)
+    return f.astype(np.float64)
+
+
+def unseen(sq, sk, causal=False, window=(-1, -1)):
+    """(rows that see no key [sq], keys that no row sees [sk]): where dq, and
+    dk and dv, must be exactly 0."""
+    vis = visible_mask(sq, sk, causal, window)
+    return ~vis.any(axis=1), ~vis.any(axis=0)
+
+
+def check_unseen_zero(dq, dk, dv, causal=False, window=(-1, -1), **_):
+    """Dense gradients in the library's order: exact zeros where unseen()
+    says (dk, dv sum over heads: a key's zeros hold for every head). Other
+    options of the call are ignored."""
+    rows, keys = unseen(np.shape(dq)[1], np.shape(dk)[1], causal, window)
+    assert np.all(np.asarray(dq)[:, rows] == 0), "dq of rows that see no key is not 0"
+    assert np.all(np.asarray(dk)[:, keys] == 0) and np.all(np.asarray(dv)[:, keys] == 0), \
+        "dk/dv of keys that no row sees are not 0"
+
+
 def check_grads(grads, refs, dtype, path="cpu", names=("dq", "dk", "dv")):
     """Assert the gradients (dq, dk, dv; or those names) meet the path's
-    gates for dtype against refs, as the kit's comparison does; elements the
-    reference holds at exactly 0 (rows with no key, keys no query sees)
-    must be exactly 0."""
+    gates for dtype against refs rounded to the dtype, as the kit's
+    comparison does (every element finite: none left unwritten)."""
     g = GRAD_GATES[path][dtype]
     assert len(grads) == len(refs) == len(names)
     for name, x, r in zip(names, grads, refs):
         x = np.asarray(x, dtype=np.float64)
+        r = round_to(r, dtype)
         assert x.shape == r.shape, "%s: shape %s, reference %s" % (name, x.shape, r.shape)
         assert np.all(np.isfinite(x)), "%s: non-finite elements (unwritten?)" % name
-        zero = r == 0
-        assert np.all(x[zero] == 0), "%s: %d elements the reference holds at 0 are not 0" % (
-            name, int(np.count_nonzero(x[zero])))
-        if not np.any(r):
+        if not r.size:
             continue
         err = np.abs(x - r)
         top = float(np.max(np.abs(r)))
-        assert err.max() / top <= g["max_rel"], "%s: max |err| / max |ref| = %g > %g" % (
-            name, err.max() / top, g["max_rel"])
+        worst = float(err.max()) / top if top > 0 else float(err.max())
+        assert worst <= g["max_rel"], "%s: max |err| / max |ref| = %g > %g" % (name, worst, g["max_rel"])
         rl = rel_l2(x, r)
         assert rl <= g["rel_l2"], "%s: rel L2 = %g > %g" % (name, rl, g["rel_l2"])
         bad = 100.0 * np.count_nonzero(err > g["atol"] + g["atol_rel"] * top + g["rtol"] * np.abs(r)) / r.size

@@ -55,6 +55,7 @@ def test_loss_backward_matches_reference(case, dtype):
     r = ref.attention_backward(*(lib_np(x, layout) for x in (q, k, v, dout)), out=lib_np(o, layout),
                                lse=lse.numpy(), **opts)
     ref.check_grads([lib_np(x.grad, layout) for x in (q, k, v)], r, dtype)
+    ref.check_unseen_zero(*(lib_np(x.grad, layout) for x in (q, k, v)), **opts)
 
 
 def _sdpa_f64(q, k, v, causal):

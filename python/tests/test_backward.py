@@ -62,6 +62,7 @@ def test_dense_gradients_match_reference(case, dtype, layout):
     r = ref.attention_backward(*(to_lib(x, layout) for x in (q, k, v, dout)), out=to_lib(out, layout),
                                lse=lse, **opts)
     ref.check_grads([to_lib(x, layout) for x in res], r, dtype)
+    ref.check_unseen_zero(*(to_lib(x, layout) for x in res), **opts)
     assert flashcore.kernel_info.backend == "cpu"
 
 

@@ -60,6 +60,7 @@ def test_backward_matches_reference(case, dtype, layout):
     r = ref.attention_backward(*(lib_np(x, layout) for x in (q, k, v, dout)), out=lib_np(out, layout),
                                lse=lse.cpu().numpy(), **opts)
     ref.check_grads([lib_np(x, layout) for x in (dq, dk, dv)], r, dtype, "cuda")
+    ref.check_unseen_zero(*(lib_np(x, layout) for x in (dq, dk, dv)), **opts)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
@@ -96,6 +97,8 @@ def test_varlen_backward_with_device_offsets(dtype):
     r = ref.attention_backward_varlen(*(lib_np(x) for x in (q, k, v, dout)), cu_q.tolist(),
                                       cu_k.tolist(), out=lib_np(out), lse=lse.cpu().numpy(), causal=True)
     ref.check_grads([lib_np(x) for x in (dq, dk, dv)], r, dtype, "cuda")
+    assert torch.all(dk[10:15] == 0) and torch.all(dv[10:15] == 0)  # the sequence with no query
+    assert torch.all(dq[cu_q[-2]:] == 0)                              # the sequence with no key
 
 
 def test_current_stream_and_deterministic():
