@@ -1,4 +1,4 @@
-"""FlashCore: fused exact attention (forward pass), Python binding.
+"""FlashCore: fused exact attention (forward and backward), Python binding.
 
 A thin ctypes layer over the shared library libflashcore (no compiled
 extension, no build against torch). numpy arrays and torch tensors (CPU or
@@ -7,6 +7,9 @@ CUDA) go straight to the C API as pointers with strides; nothing is copied.
     import flashcore
     out = flashcore.attention(q, k, v, causal=True)              # [B,S,H,D]
     out, lse = flashcore.attention(q, k, v, layout="bhsd", return_lse=True)
+    dq, dk, dv = flashcore.attention_backward(dout, q, k, v, out, lse, layout="bhsd")
+    out = flashcore.attention(q, k, v)   # torch tensors that require grad:
+    out.sum().backward()                 # autograd runs the library's backward
     ok, why = flashcore.supported(q, k, v, cuda_path=90)
     flashcore.kernel_info       # what the last call on this thread ran
     flashcore.last_host_profile()  # its host time in the library, per phase
@@ -19,15 +22,18 @@ from FLASHCORE_VERSION_STRING in include/flashcore.h).
 
 import ctypes
 
-from . import _lib, _limits
-from ._attention import KernelInfo, attention, last_host_profile, last_kernel_info, supported
-from ._attention import context as _context
+from . import _context, _lib, _limits
+from ._attention import attention, supported
+from ._backward import attention_backward, attention_backward_supported
+from ._context import KernelInfo, last_host_profile, last_kernel_info
 from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentError,
                      LibraryNotFoundError, NoDeviceError, OutOfMemoryError, UnsupportedError)
 
 __all__ = [
-    "attention", "supported", "build_info", "cuda_available", "device_info", "version_number",
-    "library_path", "set_num_threads", "set_tuning", "get_tuning", "last_kernel_info", "last_host_profile", "KernelInfo",
+    "attention", "supported", "attention_backward", "attention_backward_supported",
+    "build_info", "cuda_available", "device_info", "version_number",
+    "library_path", "set_num_threads", "set_tuning", "get_tuning", "last_kernel_info",
+    "last_host_profile", "KernelInfo",
     "FlashCoreError",
     "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "CudaError", "NoDeviceError",
     "InternalError", "LibraryNotFoundError",
@@ -54,7 +60,7 @@ def device_info():
     """Description of the CUDA device the library would use; raises
     NoDeviceError (with the library's reason) when there is none."""
     lib = _lib.load()
-    ctx = _context()
+    ctx = _context.context()
     buf = ctypes.create_string_buffer(1024)
     ctx.check(lib.fc_cuda_device_info(ctx.handle, buf, len(buf)))
     return buf.value.decode("utf-8", "replace")
@@ -63,7 +69,7 @@ def device_info():
 def set_num_threads(n):
     """CPU backend worker threads for calls made from this thread (0 = one
     per online core, the default)."""
-    _context().set_num_threads(_limits.int32(n, "num_threads"))
+    _context.context().set_num_threads(_limits.int32(n, "num_threads"))
 
 
 def set_tuning(**fields):
@@ -72,12 +78,12 @@ def set_tuning(**fields):
     sm80_config, sm90_rotate, sm90_tail, sm90_grid, splits, pdl,
     sm90_trace_file), every other one at its default. A new thread starts
     from the FLASHCORE_* variables of the environment."""
-    _context().set_tuning(**fields)
+    _context.context().set_tuning(**fields)
 
 
 def get_tuning():
     """Experimental: this thread's tuning hooks, as a dict of fields."""
-    return _context().get_tuning()
+    return _context.context().get_tuning()
 
 
 def library_path():

@@ -48,6 +48,24 @@ class View:
         return "cpu" if self.device[0] == "cpu" else "cuda:%d" % self.device[1]
 
 
+def is_float32(x):
+    """x is a float32 numpy array or torch tensor (any byte order: view()
+    names a foreign one)."""
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind == "f" and x.dtype.itemsize == 4
+    return is_torch(x) and x.dtype == _torch().float32
+
+
+def zero(x):
+    """Set every element of the array/tensor x to 0 (CUDA: on torch's
+    current stream, like the library's own work)."""
+    if isinstance(x, np.ndarray):
+        x[...] = 0
+    else:
+        with _torch().no_grad():
+            x.zero_()
+
+
 def _numpy_dtype_code(dt, name):
     # The library reads native-order elements; a big-endian array of a
     # supported type would be read as other numbers.

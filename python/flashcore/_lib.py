@@ -4,8 +4,8 @@ The structs below mirror include/flashcore.h field for field (ctypes applies
 the same natural alignment as the C compiler, so offsets match on every
 platform the library builds for). Keep them in step with the header: the
 binding's tests compare the field names, in order, with the header's; and
-new_args() leaves slack after the struct so that a library whose struct grew
-cannot write past the buffer in fc_attention_args_init.
+new_args() and new_bwd_args() leave slack after the struct so that a library
+whose struct grew cannot write past the buffer in its *_init function.
 
 Where the library is looked for, in order:
   1. the path in the environment variable FLASHCORE_LIBRARY (no fallback if set),
@@ -61,6 +61,19 @@ class fc_attention_args(ctypes.Structure):
     ]
 
 
+class fc_attention_backward_args(ctypes.Structure):
+    _fields_ = [
+        ("fwd", fc_attention_args),  # the forward's arguments; out and lse are read
+        ("dout", fc_tensor),
+        ("dq", fc_tensor),
+        ("dk", fc_tensor),
+        ("dv", fc_tensor),
+        ("deterministic", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),  # NULL: the library allocates its scratch
+        ("workspace_bytes", ctypes.c_int64),
+    ]
+
+
 class fc_kernel_info(ctypes.Structure):
     _fields_ = [
         ("backend", ctypes.c_int),
@@ -113,14 +126,24 @@ def tuning_from_env():
     return out
 
 
-def new_args(lib):
-    """An fc_attention_args filled by fc_attention_args_init, in a buffer with
-    slack behind it (see the module doc)."""
-    buf = ctypes.create_string_buffer(ctypes.sizeof(fc_attention_args) + 256)
-    args = fc_attention_args.from_buffer(buf)
+def _new(struct, init):
+    """A struct filled by its C init function, in a buffer with slack behind
+    it (see the module doc)."""
+    buf = ctypes.create_string_buffer(ctypes.sizeof(struct) + 256)
+    args = struct.from_buffer(buf)
     args._buf = buf  # keep the storage alive with the struct
-    lib.fc_attention_args_init(ctypes.byref(args))
+    init(ctypes.byref(args))
     return args
+
+
+def new_args(lib):
+    """An fc_attention_args filled by fc_attention_args_init."""
+    return _new(fc_attention_args, lib.fc_attention_args_init)
+
+
+def new_bwd_args(lib):
+    """An fc_attention_backward_args filled by fc_attention_backward_args_init."""
+    return _new(fc_attention_backward_args, lib.fc_attention_backward_args_init)
 
 
 def _library_filename():
@@ -164,6 +187,11 @@ def _declare(lib):
             c.c_int, [P, c.POINTER(fc_attention_args), c.POINTER(fc_kernel_info)]),
         "fc_attention_forward": (
             c.c_int, [P, c.POINTER(fc_attention_args), P, c.POINTER(fc_kernel_info)]),
+        "fc_attention_backward_args_init": (None, [c.POINTER(fc_attention_backward_args)]),
+        "fc_attention_backward_supported": (
+            c.c_int, [P, c.POINTER(fc_attention_backward_args), c.POINTER(fc_kernel_info)]),
+        "fc_attention_backward": (
+            c.c_int, [P, c.POINTER(fc_attention_backward_args), P, c.POINTER(fc_kernel_info)]),
         "fc_last_host_profile": (c.c_int, [P, c.POINTER(fc_host_profile)]),
         "fc_cuda_available": (c.c_int, []),
         "fc_cuda_device_info": (c.c_int, [P, c.c_char_p, c.c_size_t]),

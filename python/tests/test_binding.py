@@ -265,7 +265,8 @@ def _c_fields(struct_name):
 
 
 @pytest.mark.skipif(not HEADER.is_file(), reason="not in a source checkout")
-@pytest.mark.parametrize("struct", ["fc_tensor", "fc_attention_args", "fc_kernel_info", "fc_host_profile"])
+@pytest.mark.parametrize("struct", ["fc_tensor", "fc_attention_args", "fc_attention_backward_args",
+                                    "fc_kernel_info", "fc_host_profile"])
 def test_ctypes_structs_mirror_the_header(struct):
     py = [f[0] for f in getattr(_lib, struct)._fields_]
     assert py == _c_fields(struct), "update flashcore/_lib.py to match include/flashcore.h"
@@ -310,7 +311,7 @@ def test_one_context_per_thread_and_concurrent_calls():
             flashcore.set_num_threads(1 + i % 2)
             for _ in range(3):
                 results[i] = flashcore.attention(q, k, v, causal=True)
-            contexts[i] = flashcore._attention.context().handle.value
+            contexts[i] = flashcore._context.context().handle.value
         except Exception as e:  # reported below: threads cannot raise into pytest
             errors.append(e)
         alive.wait(timeout=60)

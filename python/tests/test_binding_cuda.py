@@ -9,17 +9,14 @@ import pytest
 
 import flashcore
 
+import cuda_only
 import fc_reference as ref
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device visible to torch", allow_module_level=True)
-if not flashcore.cuda_available():
-    pytest.skip("this libflashcore has no CUDA backend or no device of a compiled architecture",
-                allow_module_level=True)
+torch = cuda_only.torch_with_cuda()
 
 DT = {"bf16": torch.bfloat16, "f16": torch.float16}
 DEV = torch.device("cuda")
+lib_np = ref.torch_to_lib  # float64 numpy in the library's order
 
 
 def qkv(B, Sq, Sk, Hq, Hkv, D, dtype, layout, seed):
@@ -29,12 +26,6 @@ def qkv(B, Sq, Sk, Hq, Hkv, D, dtype, layout, seed):
     else:
         shapes = [(B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)]
     return [torch.randn(s, generator=g, device=DEV, dtype=DT[dtype]) for s in shapes]
-
-
-def lib_np(t, layout):
-    """A tensor in the library's [B,S,H,D] order, as float64 numpy."""
-    x = t.detach().double().cpu().numpy()
-    return x.transpose(0, 2, 1, 3) if layout == "bhsd" and x.ndim == 4 else x
 
 
 def sdpa_fp32(q, k, v, causal, layout):

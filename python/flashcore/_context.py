@@ -1,0 +1,158 @@
+"""The per-thread fc_context, and running a checked request through it: the
+forward and the backward call (and their *_supported questions) go through
+run() and ask() here, so both record kernel info and map errors one way."""
+
+import collections
+import ctypes
+import threading
+
+from . import _arrays, _lib, _limits
+from .errors import InvalidArgumentError, NoDeviceError, UnsupportedError, error_for_status
+
+KernelInfo = collections.namedtuple("KernelInfo", "backend name num_splits workspace_bytes")
+
+_CUDA_PATHS = (0, 80, 90)
+
+# The C API: "an fc_context may be used by one thread at a time". Each Python
+# thread gets its own, created on first use and freed with the thread-local.
+_tls = threading.local()
+
+
+class _Context:
+    def __init__(self, lib):
+        self._lib = lib
+        handle = ctypes.c_void_p()
+        status = lib.fc_context_create(ctypes.byref(handle))
+        if status != 0:
+            raise error_for_status(status, "fc_context_create failed")
+        self.handle = handle
+        self.device = -1     # what the C context holds now (library defaults)
+        self.cuda_path = 0
+        self.num_threads = 0
+        env = _lib.tuning_from_env()
+        if env:
+            self.set_tuning(**env)
+
+    def last_error(self):
+        msg = self._lib.fc_last_error(self.handle)
+        return msg.decode("utf-8", "replace") if msg else ""
+
+    def check(self, status):
+        if status != 0:
+            raise error_for_status(status, self.last_error())
+
+    def set_device(self, device):
+        if device != self.device:
+            self.check(self._lib.fc_context_set_device(self.handle, device))
+            self.device = device
+
+    def set_cuda_path(self, path):
+        if path != self.cuda_path:
+            self.check(self._lib.fc_context_set_cuda_path(self.handle, path))
+            self.cuda_path = path
+
+    def set_num_threads(self, n):
+        self.check(self._lib.fc_context_set_num_threads(self.handle, n))
+        self.num_threads = n
+
+    def set_tuning(self, **fields):
+        """Set the experimental tuning hooks: the given fields, every other
+        field at its default (fc_tuning_init)."""
+        t = _lib.fc_tuning()
+        self._lib.fc_tuning_init(ctypes.byref(t))
+        for name, value in fields.items():
+            if name not in _lib.TUNING_ENV:
+                raise InvalidArgumentError("tuning: no field %r (fields: %s)"
+                                           % (name, ", ".join(_lib.TUNING_ENV)))
+            if name == "sm90_trace_file":
+                value = value.encode() if isinstance(value, str) else value
+            else:
+                value = _limits.int32(value, "tuning %s" % name)
+            setattr(t, name, value)
+        self.check(self._lib.fc_context_set_tuning(self.handle, ctypes.byref(t)))
+
+    def get_tuning(self):
+        t = _lib.fc_tuning()
+        self.check(self._lib.fc_context_get_tuning(self.handle, ctypes.byref(t)))
+        out = {name: getattr(t, name) for name, _ in t._fields_}
+        if out["sm90_trace_file"] is not None:
+            out["sm90_trace_file"] = out["sm90_trace_file"].decode("utf-8", "replace")
+        return out
+
+    def __del__(self):
+        try:
+            self._lib.fc_context_free(self.handle)
+        except Exception:  # interpreter shutdown: nothing useful to do
+            pass
+
+
+def context():
+    """This thread's context (created on first use)."""
+    ctx = getattr(_tls, "ctx", None)
+    if ctx is None:
+        ctx = _Context(_lib.load())
+        _tls.ctx = ctx
+    return ctx
+
+
+def last_kernel_info():
+    """KernelInfo of this thread's last successful attention() or
+    attention_backward() call, or None."""
+    return getattr(_tls, "info", None)
+
+
+def last_host_profile():
+    """Host time of this thread's last successful call inside the library, as
+    a dict of microseconds: check_us, select_us, launch_us, total_us
+    (fc_last_host_profile; zeros before the first call)."""
+    ctx = context()
+    prof = _lib.fc_host_profile()
+    ctx.check(ctx._lib.fc_last_host_profile(ctx.handle, ctypes.byref(prof)))
+    return {name: float(getattr(prof, name)) for name, _ in _lib.fc_host_profile._fields_}
+
+
+def _kernel_info(info):
+    return KernelInfo(_lib.BACKEND_NAMES.get(info.backend, str(info.backend)),
+                      info.name.decode("utf-8", "replace"), int(info.num_splits),
+                      int(info.workspace_bytes))
+
+
+def _setup(ctx, call, cuda_path):
+    path = 0 if cuda_path is None else cuda_path
+    if path not in _CUDA_PATHS:
+        raise InvalidArgumentError("cuda_path: expected None/0 (automatic), 80 or 90, got %r" % (cuda_path,))
+    ctx.set_cuda_path(path)
+    ctx.set_device(call.device[1] if call.device[0] == "cuda" else -1)
+
+
+def _stream(call):
+    if call.device[0] != "cuda":
+        return None
+    torch = _arrays._torch()
+    return torch.cuda.current_stream(torch.device("cuda", call.device[1])).cuda_stream
+
+
+def run(entry, call, cuda_path):
+    """Run a checked call (a _request.Call) through the C entry point
+    (fc_attention_forward or fc_attention_backward) on this thread's
+    context, on torch's current stream for CUDA tensors; raises on failure."""
+    ctx = context()
+    _setup(ctx, call, cuda_path)
+    info = _lib.fc_kernel_info()
+    ctx.check(entry(ctx.handle, ctypes.byref(call.args), _stream(call), ctypes.byref(info)))
+    _tls.info = _kernel_info(info)
+
+
+def ask(entry, prepare, cuda_path):
+    """(True, kernel name) or (False, reason) for the request prepare()
+    builds, from the C *_supported entry point; nothing is launched."""
+    ctx = context()
+    try:
+        call = prepare()
+        _setup(ctx, call, cuda_path)
+    except (InvalidArgumentError, UnsupportedError, NoDeviceError) as e:
+        return False, str(e)
+    info = _lib.fc_kernel_info()
+    if entry(ctx.handle, ctypes.byref(call.args), ctypes.byref(info)) != 0:
+        return False, ctx.last_error()
+    return True, info.name.decode("utf-8", "replace")

@@ -1,0 +1,197 @@
+"""Checked requests: the arguments of attention() and attention_backward()
+put into the C structs. Each check lives here once and both calls use it:
+names and options, the q/k/v operands, tensors that must match another one
+(out, dout, the gradients), lse, varlen offsets, dense calls without rows."""
+
+from . import _arrays, _lib, _limits
+from .errors import InvalidArgumentError
+
+
+class Call:
+    """A fully checked request: the C args struct (`args`, what the entry
+    point takes), the objects it points into (kept alive until the call
+    returns), the results to hand back and the outputs the binding zeroes
+    itself (`zero`: see finish())."""
+
+    __slots__ = ("args", "keep", "device", "layout", "varlen", "views", "seqlens",
+                 "no_rows", "results", "zero")
+
+
+def _check_names(layout, backend):
+    if not isinstance(layout, str) or layout.lower() not in ("bshd", "bhsd"):
+        raise InvalidArgumentError("layout: expected 'bshd' ([B,S,H,D]) or 'bhsd' ([B,H,S,D]), got %r"
+                                   % (layout,))
+    if not isinstance(backend, str) or backend.lower() not in _lib.BACKENDS:
+        raise InvalidArgumentError("backend: expected one of %s, got %r"
+                                   % (", ".join(sorted(_lib.BACKENDS)), backend))
+    return layout.lower(), backend.lower()
+
+
+def _fill_options(args, causal, window, softcap, scale):
+    """The scalar options, range-checked before ctypes narrows them."""
+    if window is None:
+        window = (-1, -1)
+    try:
+        wl, wr = window
+    except (TypeError, ValueError):
+        raise InvalidArgumentError("window: expected (left, right) integers, -1 = unbounded, got %r"
+                                   % (window,)) from None
+    args.window_left = _limits.int32(wl, "window left")
+    args.window_right = _limits.int32(wr, "window right")
+    args.scale = 0.0 if scale is None else _limits.float32(scale, "scale", "1/sqrt(head_dim)")
+    args.softcap = _limits.float32(softcap or 0.0, "softcap", "no cap")
+    args.causal = 1 if causal else 0
+
+
+def _check_operands(vq, vk, vv, varlen, layout, backend):
+    want = 3 if varlen else 4
+    what = "[total, heads, head_dim] (varlen)" if varlen else (
+        "[batch, seqlen, heads, head_dim]" if layout == "bshd" else "[batch, heads, seqlen, head_dim]")
+    for name, x in (("q", vq), ("k", vk), ("v", vv)):
+        if len(x.shape) != want:
+            raise InvalidArgumentError("%s: expected a %d-D tensor %s, got shape %s"
+                                       % (name, want, what, x.user_shape))
+        if x.kind != vq.kind:
+            raise InvalidArgumentError("%s: is a %s object but q is a %s object" % (name, x.kind, vq.kind))
+        if x.device != vq.device:
+            raise InvalidArgumentError("%s: is on %s but q is on %s"
+                                       % (name, x.device_str(), vq.device_str()))
+        if x.dtype != vq.dtype:
+            raise InvalidArgumentError("%s: dtype %s differs from q's %s"
+                                       % (name, x.elem_dtype, vq.elem_dtype))
+    on_cuda = vq.device[0] == "cuda"
+    if on_cuda and backend in ("cpu", "cpu_reference"):
+        raise InvalidArgumentError("backend=%r: q, k, v are CUDA tensors; the CPU backends read host memory"
+                                   % backend)
+    if not on_cuda and backend == "cuda":
+        raise InvalidArgumentError("backend='cuda': q, k, v are in host memory; pass CUDA tensors")
+
+
+def common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+           backend, layout):
+    """The keyword arguments that forward and backward share, for start()."""
+    return dict(causal=causal, window=window, softcap=softcap, scale=scale,
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k, backend=backend, layout=layout)
+
+
+def start(args, q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
+          max_seqlen_q, max_seqlen_k, backend, layout):
+    """The checks both calls share, in one order: names, varlen, options
+    (into args, an fc_attention_args), then q, k, v. Returns the Call to
+    complete with the call's own tensors and finish()."""
+    layout, backend = _check_names(layout, backend)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise InvalidArgumentError("cu_seqlens_q and cu_seqlens_k: give both or neither")
+    if varlen and layout != "bshd":
+        raise InvalidArgumentError("layout: variable-length tensors are [total, heads, head_dim]; "
+                                   "layout='bhsd' applies to 4-D tensors only")
+    _fill_options(args, causal, window, softcap, scale)
+    args.backend = _lib.BACKENDS[backend]
+    views = tuple(_arrays.view(x, n, layout) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    _check_operands(*views, varlen, layout, backend)
+    call = Call()
+    call.args, call.layout, call.varlen, call.views = args, layout, varlen, views
+    call.seqlens = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    call.device = views[0].device
+    call.keep = list(views)
+    call.zero = ()
+    return call
+
+
+def _same_place(vx, name, like, like_name):
+    if vx.kind != like.kind or vx.device != like.device:
+        raise InvalidArgumentError("%s: is a %s object on %s but %s is a %s object on %s"
+                                   % (name, vx.kind, vx.device_str(), like_name, like.kind,
+                                      like.device_str()))
+
+
+def view_like(x, name, like, like_name, layout, written=False):
+    """A view of x, which must have like's kind, device, dtype and shape."""
+    vx = _arrays.view(x, name, layout, written=written)
+    _same_place(vx, name, like, like_name)
+    if vx.dtype != like.dtype:
+        raise InvalidArgumentError("%s: dtype %s differs from %s's %s"
+                                   % (name, vx.elem_dtype, like_name, like.elem_dtype))
+    if vx.user_shape != like.user_shape:
+        raise InvalidArgumentError("%s: shape %s differs from %s's %s"
+                                   % (name, vx.user_shape, like_name, like.user_shape))
+    return vx
+
+
+def output(x, name, like, like_name, layout):
+    """The caller's output x (checked writable and like `like`), or a new one."""
+    if x is None:
+        return _arrays.empty(like, like.user_shape, layout=layout)
+    return view_like(x, name, like, like_name, layout, written=True)
+
+
+def lse_shape(vq, varlen):
+    """[heads_q, total_q] (varlen) or [batch, heads_q, seqlen_q]."""
+    return (vq.shape[1], vq.shape[0]) if varlen else (vq.shape[0], vq.shape[2], vq.shape[1])
+
+
+def lse_input(lse, vq, varlen):
+    """The forward's lse, read by the backward: float32, lse_shape, q's place."""
+    if lse is None:
+        raise InvalidArgumentError("lse: the backward needs the forward's lse: "
+                                   "flashcore.attention(..., return_lse=True) returns it")
+    if not _arrays.is_float32(lse):
+        raise InvalidArgumentError("lse: dtype %s: the forward's lse is float32"
+                                   % getattr(lse, "dtype", type(lse).__name__))
+    vl = _arrays.view(lse, "lse")
+    _same_place(vl, "lse", vq, "q")
+    want = lse_shape(vq, varlen)
+    if vl.shape != want:
+        raise InvalidArgumentError("lse: shape %s, expected %s = %s (the forward's lse)"
+                                   % (vl.user_shape, "[heads_q, total_q]" if varlen
+                                      else "[batch, heads_q, seqlen_q]", want))
+    return vl
+
+
+def _fill_varlen(args, call, vq, vk, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    kq, pq, nq, mq = _arrays.seqlens(cu_seqlens_q, "cu_seqlens_q", vq, vq.shape[0])
+    kk, pk, nk, mk = _arrays.seqlens(cu_seqlens_k, "cu_seqlens_k", vq, vk.shape[0])
+    if nq != nk:
+        raise InvalidArgumentError("cu_seqlens_q has %d entries but cu_seqlens_k has %d "
+                                   "(both are batch+1)" % (nq, nk))
+    call.keep += [kq, kk]
+    if max_seqlen_q is None:
+        max_seqlen_q = mq if mq is not None else _arrays.device_seqlens_max(kq, "cu_seqlens_q", vq.shape[0])
+    if max_seqlen_k is None:
+        max_seqlen_k = mk if mk is not None else _arrays.device_seqlens_max(kk, "cu_seqlens_k", vk.shape[0])
+    args.cu_seqlens_q, args.cu_seqlens_k = pq, pk
+    args.num_seqs = _limits.int32(nq - 1, "cu_seqlens_q entries - 1 (batch)")
+    args.max_seqlen_q = _limits.int32(max_seqlen_q, "max_seqlen_q")
+    args.max_seqlen_k = _limits.int32(max_seqlen_k, "max_seqlen_k")
+
+
+def finish(call, fwd, tensors):
+    """Put q, k, v and tensors [(view or None, fc_tensor field, is_lse)] into
+    fwd (call's fc_attention_args) and the fields, with the varlen offsets.
+
+    A dense call whose q has no row (batch or seqlen_q 0) cannot be dense in
+    the C API (every dimension >= 1): it goes in as a varlen call of one
+    empty sequence, which the library checks in full (heads, head_dim,
+    options, outputs) and answers without work. Only what that form drops is
+    checked here; the shapes it drops were matched to q, k, v in Python."""
+    vq, vk, vv = call.views
+    call.keep += [t[0] for t in tensors]
+    call.no_rows = not call.varlen and (vq.shape[0] == 0 or vq.shape[1] == 0)
+    if call.no_rows:
+        if vk.shape[0] != vq.shape[0]:
+            raise InvalidArgumentError("k: batch %d differs from q's %d" % (vk.shape[0], vq.shape[0]))
+        if vv.shape != vk.shape:
+            raise InvalidArgumentError("v: shape %s differs from k's %s" % (vv.user_shape, vk.user_shape))
+        vq, vk, vv = (_arrays.no_rows(x) for x in (vq, vk, vv))
+        tensors = [(_arrays.no_rows(x, lse) if x is not None else None, f, lse) for x, f, lse in tensors]
+        _fill_varlen(fwd, call, vq, vk, [0, 0], [0, 0], 0, 0)
+    elif call.varlen:
+        _fill_varlen(fwd, call, vq, vk, *call.seqlens)
+    for x, field in ((vq, fwd.q), (vk, fwd.k), (vv, fwd.v)):
+        x.fill(field)
+    for x, field, _ in tensors:
+        if x is not None:
+            x.fill(field)
+    return call
