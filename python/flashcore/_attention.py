@@ -1,9 +1,10 @@
 """attention() and supported(): the forward call (fc_attention_forward /
 fc_attention_supported). Its arguments are checked in _request, the call
-runs through _context; torch tensors that autograd tracks go through
-_autograd, whose backward is _backward."""
+runs through _context; torch tensors that autograd records, and calls that
+torch.compile traces, go through the flashcore::attention_fwd op
+(_torch_ops), whose backward is _backward."""
 
-from . import _arrays, _autograd, _context, _lib, _request
+from . import _arrays, _context, _lib, _request
 
 
 def _prepare(q, k, v, return_lse, out, common):
@@ -18,6 +19,18 @@ def _prepare(q, k, v, return_lse, out, common):
     _request.finish(call, args, [(vo, args.out, False), (vl, args.lse, True)])
     call.results = (vo.obj, vl.obj if vl is not None else None)
     return call
+
+
+_ops = None
+
+
+def _torch_ops():
+    # Imported on first use: only a caller holding torch tensors gets here.
+    global _ops
+    if _ops is None:
+        from . import _torch_ops
+        _ops = _torch_ops
+    return _ops
 
 
 def _forward(q, k, v, return_lse, out, cuda_path, common):
@@ -41,20 +54,27 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     layout as q), and lse ([B,Hq,Sq] float32; varlen [Hq,total_q]) when
     return_lse. cuda_path=80/90 forces one CUDA kernel family (tests, peers).
 
-    Differentiable: with torch tensors that require grad (and grad mode on)
-    the call is recorded by autograd, and loss.backward() runs the library's
-    backward (flashcore.attention_backward) with these options; lse is then
-    not differentiable, out= is refused, cuda_path applies to the forward
-    only, and deterministic=True asks for a bitwise-reproducible backward.
+    Differentiable and traceable: with torch tensors that require grad (and
+    grad mode on), under torch.compile, or on the meta device, the call is
+    the custom op flashcore::attention_fwd (_torch_ops), whose backward runs
+    the library's (flashcore.attention_backward) with these options; lse is
+    then not differentiable, out= is refused, cuda_path applies to the
+    forward only, and deterministic=True asks for a bitwise-reproducible
+    backward.
 
     Raises a FlashCoreError subclass with the library's message on failure;
     a failed call has not written out.
     """
+    if _arrays.is_torch(q):
+        ops = _torch_ops()
+        if ops.routes(q, k, v):
+            return ops.attention(q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
+                                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                 return_lse=return_lse, backend=backend, out=out, layout=layout,
+                                 cuda_path=cuda_path, deterministic=deterministic)
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, backend, layout)
-    if _autograd.tracks(q, k, v):
-        return _autograd.attention(_forward, q, k, v, return_lse, out, cuda_path, deterministic,
-                                   common)
     res, lse = _forward(q, k, v, return_lse, out, cuda_path, common)
     return (res, lse) if return_lse else res
 
