@@ -123,10 +123,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # window_right = L - S; L < S drops the keys past L, which no query
         # sees (a view: their gradients are 0, as torch's).
         sq, sk = q.shape[2], k.shape[2]
+        causal = sq <= sk
         if sq > sk:
             window = (-1, sq - sk)
-        else:
-            k, v, causal = k[:, :, :sq], v[:, :, :sq], True
+        elif sq < sk:
+            k, v = k[:, :, :sq], v[:, :, :sq]
     out = _attention.attention(q, k, v, layout="bhsd", causal=causal, window=window,
                                scale=_scale("scale", scale))
     return out.squeeze(0) if query.dim() == 3 else out
