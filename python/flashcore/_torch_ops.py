@@ -15,7 +15,7 @@ import collections
 
 import torch
 
-from . import _attention, _backward, _limits
+from . import _attention, _backward, _request
 from .errors import InvalidArgumentError, UnsupportedError
 
 # The options both ops take, after their tensors. scale 0 = 1/sqrt(head_dim);
@@ -111,17 +111,6 @@ def routes(q, k, v):
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
-def _window(window):
-    if window is None:
-        return -1, -1
-    try:
-        wl, wr = window
-    except (TypeError, ValueError):
-        raise InvalidArgumentError("window: expected (left, right) integers, -1 = unbounded, got %r"
-                                   % (window,)) from None
-    return _limits.int32(wl, "window left"), _limits.int32(wr, "window right")
-
-
 def _offsets(x):
     return x if x is None or isinstance(x, torch.Tensor) else torch.as_tensor(x)
 
@@ -133,13 +122,11 @@ def attention(q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqle
         raise InvalidArgumentError(
             "out: not supported when q, k or v require grad or under torch.compile (the op "
             "returns a new output); pass no out, or call eagerly under torch.no_grad()")
-    if not isinstance(layout, str) or layout.lower() not in ("bshd", "bhsd"):
-        raise InvalidArgumentError("layout: expected 'bshd' ([B,S,H,D]) or 'bhsd' ([B,H,S,D]), got %r"
-                                   % (layout,))
-    wl, wr = _window(window)
+    layout, backend = _request.check_names(layout, backend)
+    wl, wr = _request.window_pair(window)
     res, lse = torch.ops.flashcore.attention_fwd(
         q, k, v, _offsets(cu_seqlens_q), _offsets(cu_seqlens_k),
         -1 if max_seqlen_q is None else max_seqlen_q, -1 if max_seqlen_k is None else max_seqlen_k,
         0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal), wl, wr,
-        layout.lower() == "bhsd", backend, cuda_path or 0, bool(deterministic))
+        layout == "bhsd", backend, cuda_path or 0, bool(deterministic))
     return (res, lse) if return_lse else res
