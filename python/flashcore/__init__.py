@@ -30,7 +30,7 @@ torch, else on the first call with torch tensors.
 import ctypes
 import sys
 
-from . import _context, _lib, _limits
+from . import _attention, _context, _lib, _limits
 from ._attention import attention, supported
 from ._backward import attention_backward, attention_backward_supported
 from ._context import KernelInfo, last_host_profile, last_kernel_info
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 if "torch" in sys.modules:  # register the ops now, before torch.compile traces a call
-    from . import _torch_ops  # noqa: F401
+    _attention._torch_ops()
 
 
 def build_info():

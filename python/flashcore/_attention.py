@@ -20,11 +20,14 @@ def _prepare(q, k, v, return_lse, out, common):
     return call
 
 
-_ops = None
+_ops = None  # flashcore._torch_ops, once _torch_ops() has run
 
 
 def _torch_ops():
-    # Imported on first use: only a caller holding torch tensors gets here.
+    """flashcore._torch_ops, imported on first use (only a caller holding
+    torch tensors gets here). torch.compile guards on _ops: flashcore/__init__
+    calls this when torch was imported first, so no compiled call sees _ops
+    change (else the first compiled call is compiled once more)."""
     global _ops
     if _ops is None:
         from . import _torch_ops

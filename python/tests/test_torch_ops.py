@@ -15,7 +15,10 @@ import pytest
 import flashcore
 
 torch = pytest.importorskip("torch")
-from flashcore import _torch_ops  # noqa: E402  (needs torch)
+# flashcore was imported before torch here: what flashcore/__init__ does for
+# torch users who import it after torch (else the first compiled call of a
+# function is compiled twice: test_compile_when_flashcore_was_imported_before_torch).
+_torch_ops = flashcore._attention._torch_ops()
 
 OPS = torch.ops.flashcore
 
@@ -110,6 +113,28 @@ def test_compile_fullgraph_no_graph_break():
     assert torch.equal(y0, y1)
     for a, b in zip(g0, g1):
         assert torch.equal(a, b)
+
+
+def test_compile_dynamic_shapes():
+    # One graph for every sequence length: the fake implementation's shapes
+    # are symbolic, varlen's max_seqlen a SymInt.
+    def f(q, k, v, cu, mx):
+        a = flashcore.flash_attn_func(q, k, v, causal=True)
+        b = flashcore.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, mx, mx, causal=True)
+        return a[0] + b
+
+    from torch._dynamo.testing import CompileCounterWithBackend
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(f, fullgraph=True, dynamic=True, backend=counter)
+    compiles = []
+    for S in (7, 12, 5):
+        q, k, v = rand((1, S, 2, 16), (1, S, 2, 16), (1, S, 2, 16), seed=S)
+        cu = torch.tensor([0, S - 2, S], dtype=torch.int32)
+        got = compiled(q, k, v, cu, S - 2)
+        got.sum().backward()
+        assert torch.equal(got, f(q, k, v, cu, S - 2))
+        compiles.append(counter.frame_count)
+    assert compiles[0] >= 1 and compiles[1:] == compiles[:1] * 2  # no recompile for a new S
 
 
 def test_compile_inductor_matches_eager():
