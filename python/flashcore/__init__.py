@@ -10,6 +10,8 @@ CUDA) go straight to the C API as pointers with strides; nothing is copied.
     dq, dk, dv = flashcore.attention_backward(dout, q, k, v, out, lse, layout="bhsd")
     out = flashcore.attention(q, k, v)   # torch tensors that require grad:
     out.sum().backward()                 # autograd runs the library's backward
+    out = flashcore.flash_attn_func(q, k, v, causal=True)            # flash-attn's signature
+    out = flashcore.scaled_dot_product_attention(q, k, v, is_causal=True)  # torch's
     ok, why = flashcore.supported(q, k, v, cuda_path=90)
     flashcore.kernel_info       # what the last call on this thread ran
     flashcore.last_host_profile()  # its host time in the library, per phase
@@ -18,19 +20,27 @@ The library is loaded on first use (see flashcore._lib for where it is
 looked for; FLASHCORE_LIBRARY overrides). __version__ is the loaded
 library's fc_version_string(), which is also the package version (both come
 from FLASHCORE_VERSION_STRING in include/flashcore.h).
+
+With torch, the calls are the custom ops flashcore::attention_fwd and
+flashcore::attention_bwd (flashcore._torch_ops): torch.compile traces them
+without a graph break. They are registered when flashcore is imported after
+torch, else on the first call with torch tensors.
 """
 
 import ctypes
+import sys
 
-from . import _context, _lib, _limits
+from . import _attention, _context, _lib, _limits
 from ._attention import attention, supported
 from ._backward import attention_backward, attention_backward_supported
 from ._context import KernelInfo, last_host_profile, last_kernel_info
+from ._dropin import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
 from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentError,
                      LibraryNotFoundError, NoDeviceError, OutOfMemoryError, UnsupportedError)
 
 __all__ = [
     "attention", "supported", "attention_backward", "attention_backward_supported",
+    "flash_attn_func", "flash_attn_varlen_func", "scaled_dot_product_attention",
     "build_info", "cuda_available", "device_info", "version_number",
     "library_path", "set_num_threads", "set_tuning", "get_tuning", "last_kernel_info",
     "last_host_profile", "KernelInfo",
@@ -38,6 +48,9 @@ __all__ = [
     "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "CudaError", "NoDeviceError",
     "InternalError", "LibraryNotFoundError",
 ]
+
+if "torch" in sys.modules:  # register the ops now, before torch.compile traces a call
+    _attention._torch_ops()
 
 
 def build_info():

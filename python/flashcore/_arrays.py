@@ -14,10 +14,6 @@ import numpy as np
 from . import _lib
 from .errors import InvalidArgumentError
 
-# [B,H,S,D] (torch's order) -> [B,S,H,D] (the library's order).
-_BHSD_TO_LIB = (0, 2, 1, 3)
-
-
 def _torch():
     return sys.modules.get("torch")
 
@@ -86,14 +82,19 @@ def _numpy_dtype_code(dt, name):
         "for numpy, torch.bfloat16 for torch)" % (name, dt))
 
 
+_torch_codes = {}  # torch dtype -> fc_dtype, filled on the first torch tensor
+
+
 def _torch_dtype_code(torch, dt, name):
-    codes = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
-             torch.bfloat16: _lib.DTYPE_BF16}
-    if dt not in codes:
+    if not _torch_codes:
+        _torch_codes.update({torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
+                             torch.bfloat16: _lib.DTYPE_BF16})
+    code = _torch_codes.get(dt)
+    if code is None:
         raise InvalidArgumentError(
             "%s: dtype %s is not supported: use torch.float32, torch.float16 or "
             "torch.bfloat16" % (name, dt))
-    return codes[dt]
+    return code
 
 
 def _writable(x, name):
@@ -130,6 +131,39 @@ def _numpy_strides(x, name):
     return tuple(s // item for s in x.strides)
 
 
+_CPU = ("cpu", -1)
+
+
+def _torch_view(v, x, name):
+    """Fill v from the torch tensor x; returns (shape, strides). Every query
+    here is one of torch's cheapest (is_cuda, get_device, not x.device.type):
+    this runs for each operand of every call."""
+    torch = _torch()
+    v.kind = "torch"
+    if x.layout is not torch.strided:
+        raise InvalidArgumentError("%s: only strided (dense) tensors are supported, got %s"
+                                   % (name, x.layout))
+    if x.is_cuda:
+        v.device = ("cuda", x.get_device())
+    elif x.is_cpu:
+        v.device = _CPU
+    else:
+        raise InvalidArgumentError("%s: tensors on device '%s' are not supported (cpu or cuda)"
+                                   % (name, x.device))
+    v.elem_dtype = x.dtype
+    v.dtype = _torch_dtype_code(torch, x.dtype, name)
+    v.ptr = x.data_ptr()
+    shape = tuple(x.shape)
+    if 0 not in shape:
+        return shape, x.stride()
+    if not v.ptr:
+        # An empty tensor may have no storage; the library wants a non-NULL
+        # pointer in the right memory space, and reads none.
+        v.pad = torch.empty(1, dtype=x.dtype, device=x.device)
+        v.ptr = v.pad.data_ptr()
+    return shape, _c_order(shape)
+
+
 def view(x, name, layout="bshd", written=False):
     """A View of x (numpy array or torch tensor). layout 'bhsd' applies to 4-D
     operands: the strides are permuted into the library's [B,S,H,D] order.
@@ -153,36 +187,14 @@ def view(x, name, layout="bshd", written=False):
         v.ptr = x.ctypes.data
         shape = tuple(int(n) for n in x.shape)
     elif is_torch(x):
-        torch = _torch()
-        v.kind = "torch"
-        if x.layout != torch.strided:
-            raise InvalidArgumentError("%s: only strided (dense) tensors are supported, got %s"
-                                       % (name, x.layout))
-        if x.device.type == "cuda":
-            idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
-            v.device = ("cuda", idx)
-        elif x.device.type == "cpu":
-            v.device = ("cpu", -1)
-        else:
-            raise InvalidArgumentError("%s: tensors on device '%s' are not supported (cpu or cuda)"
-                                       % (name, x.device))
-        v.elem_dtype = x.dtype
-        v.dtype = _torch_dtype_code(torch, x.dtype, name)
-        v.ptr = x.data_ptr()
-        if not v.ptr and x.numel() == 0:
-            # An empty tensor may have no storage; the library wants a
-            # non-NULL pointer in the right memory space, and reads none.
-            v.pad = torch.empty(1, dtype=x.dtype, device=x.device)
-            v.ptr = v.pad.data_ptr()
-        shape = tuple(int(n) for n in x.shape)
-        strides = _c_order(shape) if x.numel() == 0 else tuple(int(s) for s in x.stride())
+        shape, strides = _torch_view(v, x, name)
     else:
         raise InvalidArgumentError("%s: expected a numpy array or a torch tensor, got %s"
                                    % (name, type(x).__name__))
     v.user_shape = shape
-    if layout == "bhsd" and len(shape) == 4:
-        shape = tuple(shape[i] for i in _BHSD_TO_LIB)
-        strides = tuple(strides[i] for i in _BHSD_TO_LIB)
+    if layout == "bhsd" and len(shape) == 4:  # [B,H,S,D] -> the library's [B,S,H,D]
+        shape = (shape[0], shape[2], shape[1], shape[3])
+        strides = (strides[0], strides[2], strides[1], strides[3])
     if len(shape) >= 1 and shape[-1] == 1:
         strides = strides[:-1] + (1,)  # any stride is fine over one element
     if len(shape) >= 1 and strides[-1] != 1:
@@ -210,11 +222,8 @@ def empty(like, user_shape, float32=False, layout="bshd"):
     API."""
     if like.kind == "numpy":
         obj = np.empty(user_shape, dtype=np.float32 if float32 else like.elem_dtype)
-    else:
-        torch = _torch()
-        dev = "cpu" if like.device[0] == "cpu" else torch.device("cuda", like.device[1])
-        obj = torch.empty(user_shape, dtype=torch.float32 if float32 else like.elem_dtype,
-                          device=dev)
+    else:  # new_empty: like's device without building a torch.device (half the cost)
+        obj = like.obj.new_empty(user_shape, dtype=_torch().float32 if float32 else like.elem_dtype)
     return view(obj, "out", layout)
 
 

@@ -1,14 +1,14 @@
 """attention() and supported(): the forward call (fc_attention_forward /
 fc_attention_supported). Its arguments are checked in _request, the call
-runs through _context; torch tensors that autograd tracks go through
-_autograd, whose backward is _backward."""
+runs through _context; torch tensors that autograd records, and calls that
+torch.compile traces, go through the flashcore::attention_fwd op
+(_torch_ops), whose backward is _backward."""
 
-from . import _arrays, _autograd, _context, _lib, _request
+from . import _arrays, _call_cache, _context, _lib, _request
 
 
 def _prepare(q, k, v, return_lse, out, common):
-    lib = _lib.load()
-    args = _lib.new_args(lib)
+    args = _context.context().args()
     call = _request.start(args, q, k, v, **common)
     vq = call.views[0]
     vo = _request.output(out, "out", vq, "q", call.layout)
@@ -20,10 +20,31 @@ def _prepare(q, k, v, return_lse, out, common):
     return call
 
 
+_ops = None  # flashcore._torch_ops, once _torch_ops() has run
+
+
+def _torch_ops():
+    """flashcore._torch_ops, imported on first use (only a caller holding
+    torch tensors gets here). torch.compile guards on _ops: flashcore/__init__
+    calls this when torch was imported first, so no compiled call sees _ops
+    change (else the first compiled call is compiled once more)."""
+    global _ops
+    if _ops is None:
+        from . import _torch_ops
+        _ops = _torch_ops
+    return _ops
+
+
 def _forward(q, k, v, return_lse, out, cuda_path, common):
     """The library's forward, untracked: (out, lse or None)."""
+    sig = _call_cache.key(q, k, v, return_lse, out, cuda_path, common) if _arrays.is_torch(q) else None
+    if sig is not None:
+        res = _call_cache.run(sig, q, k, v, out, cuda_path)
+        if res is not None:
+            return res
     call = _prepare(q, k, v, return_lse, out, common)
     _context.run(_lib.load().fc_attention_forward, call, cuda_path)
+    _call_cache.keep(sig, call)
     return call.results
 
 
@@ -41,20 +62,27 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     layout as q), and lse ([B,Hq,Sq] float32; varlen [Hq,total_q]) when
     return_lse. cuda_path=80/90 forces one CUDA kernel family (tests, peers).
 
-    Differentiable: with torch tensors that require grad (and grad mode on)
-    the call is recorded by autograd, and loss.backward() runs the library's
-    backward (flashcore.attention_backward) with these options; lse is then
-    not differentiable, out= is refused, cuda_path applies to the forward
-    only, and deterministic=True asks for a bitwise-reproducible backward.
+    Differentiable and traceable: with torch tensors that require grad (and
+    grad mode on), under torch.compile, or on the meta device, the call is
+    the custom op flashcore::attention_fwd (_torch_ops), whose backward runs
+    the library's (flashcore.attention_backward) with these options; lse is
+    then not differentiable, out= is refused, cuda_path applies to the
+    forward only, and deterministic=True asks for a bitwise-reproducible
+    backward.
 
     Raises a FlashCoreError subclass with the library's message on failure;
     a failed call has not written out.
     """
+    if _arrays.is_torch(q):
+        ops = _torch_ops()
+        if ops.routes(q, k, v):
+            return ops.attention(q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
+                                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                 return_lse=return_lse, backend=backend, out=out, layout=layout,
+                                 cuda_path=cuda_path, deterministic=deterministic)
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, backend, layout)
-    if _autograd.tracks(q, k, v):
-        return _autograd.attention(_forward, q, k, v, return_lse, out, cuda_path, deterministic,
-                                   common)
     res, lse = _forward(q, k, v, return_lse, out, cuda_path, common)
     return (res, lse) if return_lse else res
 

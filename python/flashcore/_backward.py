@@ -6,8 +6,7 @@ from . import _arrays, _context, _lib, _request
 
 
 def _prepare(dout, q, k, v, out, lse, dq, dk, dv, deterministic, common):
-    lib = _lib.load()
-    bargs = _lib.new_bwd_args(lib)
+    bargs = _context.context().args(backward=True)
     fwd = bargs.fwd
     call = _request.start(fwd, q, k, v, **common)
     vq, vk, vv = call.views

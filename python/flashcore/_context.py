@@ -29,9 +29,22 @@ class _Context:
         self.device = -1     # what the C context holds now (library defaults)
         self.cuda_path = 0
         self.num_threads = 0
+        # One args struct per entry point and two kernel-info structs, made
+        # once: building them is a large share of a call's host time.
+        self._fwd_args = _lib.new_args(lib)
+        self._bwd_args = _lib.new_bwd_args(lib)
+        self.info_next = _lib.fc_kernel_info()
+        self.info_last = None  # that of the last successful call
         env = _lib.tuning_from_env()
         if env:
             self.set_tuning(**env)
+
+    def args(self, backward=False, init=None):
+        """This thread's fc_attention_args (or backward args), every field
+        back at its init value (or set to the bytes init, see _lib.reset)."""
+        a = self._bwd_args if backward else self._fwd_args
+        _lib.reset(a, init)
+        return a
 
     def last_error(self):
         msg = self._lib.fc_last_error(self.handle)
@@ -98,7 +111,10 @@ def context():
 def last_kernel_info():
     """KernelInfo of this thread's last successful attention() or
     attention_backward() call, or None."""
-    return getattr(_tls, "info", None)
+    ctx = getattr(_tls, "ctx", None)
+    if ctx is None or ctx.info_last is None:
+        return None
+    return _kernel_info(ctx.info_last)  # decoded on request, not on every call
 
 
 def last_host_profile():
@@ -129,6 +145,9 @@ def _stream(call):
     if call.device[0] != "cuda":
         return None
     torch = _arrays._torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:  # the cudaStream_t itself, no Stream object (as inductor's code gets it)
+        return raw(call.device[1])
     return torch.cuda.current_stream(torch.device("cuda", call.device[1])).cuda_stream
 
 
@@ -138,9 +157,10 @@ def run(entry, call, cuda_path):
     context, on torch's current stream for CUDA tensors; raises on failure."""
     ctx = context()
     _setup(ctx, call, cuda_path)
-    info = _lib.fc_kernel_info()
+    info = ctx.info_next
     ctx.check(entry(ctx.handle, ctypes.byref(call.args), _stream(call), ctypes.byref(info)))
-    _tls.info = _kernel_info(info)
+    # Swapped only on success: a failed call leaves the last one's info.
+    ctx.info_next, ctx.info_last = ctx.info_last or _lib.fc_kernel_info(), info
 
 
 def ask(entry, prepare, cuda_path):

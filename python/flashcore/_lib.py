@@ -133,7 +133,15 @@ def _new(struct, init):
     args = struct.from_buffer(buf)
     args._buf = buf  # keep the storage alive with the struct
     init(ctypes.byref(args))
+    args._init = buf.raw  # what reset() restores
     return args
+
+
+def reset(args, init=None):
+    """Put a struct from new_args/new_bwd_args back to its init values, or
+    to the bytes init (a struct of the same kind): a byte copy, cheaper than
+    calling the init function through ctypes."""
+    args._buf.raw = args._init if init is None else init
 
 
 def new_args(lib):

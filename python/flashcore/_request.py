@@ -17,7 +17,7 @@ class Call:
                  "no_rows", "results", "zero")
 
 
-def _check_names(layout, backend):
+def check_names(layout, backend):
     if not isinstance(layout, str) or layout.lower() not in ("bshd", "bhsd"):
         raise InvalidArgumentError("layout: expected 'bshd' ([B,S,H,D]) or 'bhsd' ([B,H,S,D]), got %r"
                                    % (layout,))
@@ -27,17 +27,21 @@ def _check_names(layout, backend):
     return layout.lower(), backend.lower()
 
 
-def _fill_options(args, causal, window, softcap, scale):
-    """The scalar options, range-checked before ctypes narrows them."""
+def window_pair(window):
+    """(left, right) from window, each within int32 (None: (-1, -1))."""
     if window is None:
-        window = (-1, -1)
+        return -1, -1
     try:
         wl, wr = window
     except (TypeError, ValueError):
         raise InvalidArgumentError("window: expected (left, right) integers, -1 = unbounded, got %r"
                                    % (window,)) from None
-    args.window_left = _limits.int32(wl, "window left")
-    args.window_right = _limits.int32(wr, "window right")
+    return _limits.int32(wl, "window left"), _limits.int32(wr, "window right")
+
+
+def _fill_options(args, causal, window, softcap, scale):
+    """The scalar options, range-checked before ctypes narrows them."""
+    args.window_left, args.window_right = window_pair(window)
     args.scale = 0.0 if scale is None else _limits.float32(scale, "scale", "1/sqrt(head_dim)")
     args.softcap = _limits.float32(softcap or 0.0, "softcap", "no cap")
     args.causal = 1 if causal else 0
@@ -80,7 +84,7 @@ def start(args, q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seq
     """The checks both calls share, in one order: names, varlen, options
     (into args, an fc_attention_args), then q, k, v. Returns the Call to
     complete with the call's own tensors and finish()."""
-    layout, backend = _check_names(layout, backend)
+    layout, backend = check_names(layout, backend)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
         raise InvalidArgumentError("cu_seqlens_q and cu_seqlens_k: give both or neither")

@@ -58,9 +58,10 @@ def visible_mask(sq, sk, causal=False, window=(-1, -1)):
     return vis
 
 
-def _scores(q, k, causal, window, softcap, scale):
+def _scores(q, k, causal, window, softcap, scale, mask=None):
     """(s, t, vis): the masked scores [B,Hq,Sq,Sk] (-inf where not visible),
-    tanh(raw/softcap) (None without softcap) and the visibility mask."""
+    tanh(raw/softcap) (None without softcap) and the visibility mask (mask,
+    an [Sq,Sk] bool array, replaces causal and window: torch's top-left)."""
     D = q.shape[3]
     scale = 1.0 / np.sqrt(D) if not scale else scale
     s = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
@@ -68,7 +69,7 @@ def _scores(q, k, causal, window, softcap, scale):
     if softcap:
         t = np.tanh(s / softcap)
         s = softcap * t
-    vis = visible_mask(q.shape[1], k.shape[1], causal, window)
+    vis = visible_mask(q.shape[1], k.shape[1], causal, window) if mask is None else mask
     return np.where(vis[None, None], s, -np.inf), t, vis
 
 
@@ -94,15 +95,15 @@ def _expand_kv(q, k, v):
     return q, np.repeat(k, group, axis=2), np.repeat(v, group, axis=2), group
 
 
-def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, scale=None):
+def attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, scale=None, mask=None):
     q, k, v, _ = _expand_kv(q, k, v)
-    s, _, _ = _scores(q, k, causal, window, softcap, scale)
+    s, _, _ = _scores(q, k, causal, window, softcap, scale, mask)
     p, lse = _probs(s)
     return np.einsum("bhqk,bkhd->bqhd", p, v), lse
 
 
 def attention_backward(q, k, v, dout, causal=False, window=(-1, -1), softcap=0.0, scale=None,
-                       out=None, lse=None):
+                       out=None, lse=None, mask=None):
     """(dq, dk, dv) of L = sum(out * dout), from the chain rule through
     softmax (dS = P * (dP - rowsum(dout * out))) and the cap (1 - tanh^2).
     out, lse: the forward's results the backward is given, as the C API
@@ -110,7 +111,7 @@ def attention_backward(q, k, v, dout, causal=False, window=(-1, -1), softcap=0.0
     nothing); None: exact, from q, k, v."""
     q, k, v, group = _expand_kv(q, k, v)
     dout = np.asarray(dout, dtype=np.float64)
-    s, t, _ = _scores(q, k, causal, window, softcap, scale)
+    s, t, _ = _scores(q, k, causal, window, softcap, scale, mask)
     p, exact_lse = _probs(s)
     if lse is not None:
         lse = np.asarray(lse, dtype=np.float64)[..., None]

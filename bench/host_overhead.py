@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Per-call host time of the Python binding, without a GPU: flashcore.attention,
+flash_attn_func and scaled_dot_product_attention on CPU torch tensors with
+the library's entry point replaced by a stub that returns FC_OK at once, so
+what is timed is the binding's own work (checks, views, ctypes structs,
+output allocation, kernel info) and not the kernel or the library's checks.
+
+The stub is a Python function: the foreign call itself (ctypes converting
+four pointer arguments, ~0.3-0.5 us) is not included. CUDA tensors add the
+stream lookup, which needs a GPU to time (bench/eager.py on the GPU machine).
+
+Each row: --repeats runs of --calls back-to-back calls, as wall time
+(perf_counter, the median run) and as this thread's CPU time (thread_time,
+the best run: on a loaded machine the least inflated figure). CPU outputs above glibc's mmap threshold
+(the mission's 512 KiB) cost an mmap and munmap per call, which CUDA's
+caching allocator does not: the out= row leaves the allocation out.
+
+    PYTHONPATH=python FLASHCORE_LIBRARY=build/libflashcore.so python3 bench/host_overhead.py
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import flashcore
+from flashcore import _lib
+
+
+class _StubLaunch:
+    """The loaded library with fc_attention_forward answering FC_OK at once."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    @staticmethod
+    def fc_attention_forward(ctx, args, stream, info):
+        return 0
+
+
+def calls():
+    """(name, zero-argument callable) for each timed row."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.float16
+    q, k, v = (torch.randn(1, 512, 8, 64, generator=g).to(h) for _ in range(3))     # mission
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))                            # [B,H,S,D] views
+    dq = torch.randn(8, 1, 32, 128, generator=g).to(h)                              # decode
+    dk, dv = (torch.randn(8, 4096, 8, 128, generator=g).to(h) for _ in range(2))
+    out = torch.empty_like(q)
+    rows = [
+        ("attention mission bshd", lambda: flashcore.attention(q, k, v)),
+        ("attention mission bshd, out=", lambda: flashcore.attention(q, k, v, out=out)),
+        ("attention mission bhsd", lambda: flashcore.attention(qt, kt, vt, layout="bhsd")),
+        ("attention decode gqa", lambda: flashcore.attention(dq, dk, dv)),
+    ]
+    if hasattr(flashcore, "flash_attn_func"):  # an older binding (a "before" run) has none
+        rows += [
+            ("flash_attn_func mission causal", lambda: flashcore.flash_attn_func(q, k, v, causal=True)),
+            ("scaled_dot_product_attention mission causal",
+             lambda: flashcore.scaled_dot_product_attention(qt, kt, vt, is_causal=True)),
+        ]
+    return rows
+
+
+def time_call(fn, n, repeats):
+    for _ in range(min(n, 2000)):
+        fn()
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(n):
+            fn()
+        c1, t1 = time.thread_time(), time.perf_counter()
+        wall.append((t1 - t0) / n * 1e6)
+        cpu.append((c1 - c0) / n * 1e6)
+    return statistics.median(wall), min(cpu)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calls", type=int, default=2000, help="calls per run")
+    ap.add_argument("--repeats", type=int, default=30, help="runs per row")
+    a = ap.parse_args()
+    _lib._lib = _StubLaunch(_lib.load())  # every later _lib.load() returns the stub
+    print("| call (CPU tensors, stub launch) | wall us/call (median) | CPU us/call (best) |")
+    print("|---|---|---|")
+    for name, fn in calls():
+        wall, cpu = time_call(fn, a.calls, a.repeats)
+        print("| %s | %.2f | %.2f |" % (name, wall, cpu))
+
+
+if __name__ == "__main__":
+    main()

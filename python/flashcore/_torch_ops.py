@@ -1,0 +1,132 @@
+"""FlashCore as torch operators: flashcore::attention_fwd and
+flashcore::attention_bwd (torch.library custom ops), their fake
+implementations (shapes, dtypes, the lse shape: what torch.compile and meta
+tensors need) and autograd (register_autograd), so a model that calls
+flashcore compiles with fullgraph=True and loss.backward() runs the
+library's backward.
+
+Imported only where torch already is (flashcore/__init__ when torch was
+imported first, else the first call that needs it), so importing flashcore
+never imports torch. The ops pass tensors as they are (any strides, no
+copy) and run on torch's current CUDA stream, like flashcore.attention.
+"""
+
+import collections
+
+import torch
+
+from . import _attention, _backward, _request
+from .errors import InvalidArgumentError, UnsupportedError
+
+# The options both ops take, after their tensors. scale 0 = 1/sqrt(head_dim);
+# max_seqlen -1 = found from the offsets; cuda_path 0 = automatic.
+_OPTIONS = ("Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, "
+            "float scale, float softcap, bool causal, int window_left, int window_right, "
+            "bool bhsd, str backend, int cuda_path, bool deterministic")
+Options = collections.namedtuple("Options", [p.split()[-1] for p in _OPTIONS.split(",")])
+
+# Inductor must hand the ops the strides eager mode would: the library reads
+# any layout but wants the last dimension contiguous.
+_TAGS = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
+
+
+def _common(o):
+    """Options o as the binding's keyword arguments (_request.common)."""
+    return dict(causal=o.causal, window=(o.window_left, o.window_right), softcap=o.softcap,
+                scale=o.scale or None, cu_seqlens_q=o.cu_seqlens_q, cu_seqlens_k=o.cu_seqlens_k,
+                max_seqlen_q=None if o.max_seqlen_q < 0 else o.max_seqlen_q,
+                max_seqlen_k=None if o.max_seqlen_k < 0 else o.max_seqlen_k,
+                backend=o.backend, layout="bhsd" if o.bhsd else "bshd")
+
+
+def _lse_shape(q, varlen, bhsd):
+    """[heads_q, total_q] (varlen) or [batch, heads_q, seqlen_q]."""
+    if varlen:
+        return (q.shape[1], q.shape[0])
+    return (q.shape[0], q.shape[1], q.shape[2]) if bhsd else (q.shape[0], q.shape[2], q.shape[1])
+
+
+@torch.library.custom_op("flashcore::attention_fwd", mutates_args=(), tags=_TAGS,
+                         schema="(Tensor q, Tensor k, Tensor v, %s) -> (Tensor, Tensor)" % _OPTIONS)
+def _fwd(q, k, v, *opts):
+    o = Options(*opts)
+    return _attention._forward(q, k, v, True, None, o.cuda_path or None, _common(o))
+
+
+@_fwd.register_fake
+def _fwd_fake(q, k, v, *opts):
+    o = Options(*opts)
+    lse = q.new_empty(_lse_shape(q, o.cu_seqlens_q is not None, o.bhsd), dtype=torch.float32)
+    return q.new_empty(q.shape), lse
+
+
+@torch.library.custom_op("flashcore::attention_bwd", mutates_args=(), tags=_TAGS,
+                         schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, %s)"
+                                " -> (Tensor, Tensor, Tensor)" % _OPTIONS)
+def _bwd(dout, q, k, v, out, lse, *opts):
+    o = Options(*opts)
+    # cuda_path is the forward's: the one CUDA backward runs on every device.
+    return _backward.attention_backward(dout, q, k, v, out, lse, deterministic=o.deterministic,
+                                        **_common(o))
+
+
+@_bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, *opts):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k = inputs[:5]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.opts = inputs[5:]
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_rule(ctx, dout, _dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    # out.sum().backward() hands a broadcast dout (stride 0 everywhere); the
+    # library reads any strides but a contiguous last dimension.
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    dq, dk, dv = torch.ops.flashcore.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.opts)
+    return (dq, dk, dv) + (None,) * len(Options._fields)
+
+
+def _no_double_backward(ctx, *grads):
+    raise UnsupportedError("double backward: the gradients of flashcore attention's gradients "
+                           "(create_graph=True, then backward again) are not implemented")
+
+
+_fwd.register_autograd(_backward_rule, setup_context=_setup_context)
+_bwd.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def routes(q, k, v):
+    """Does a call on q, k, v go through the op: torch tensors that autograd
+    records, a call being traced by torch.compile, or tensors with no data
+    (meta, fake) whose shapes only the fake implementation can give."""
+    if torch.compiler.is_compiling() or q.is_meta:
+        return True
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+def _offsets(x):
+    return x if x is None or isinstance(x, torch.Tensor) else torch.as_tensor(x)
+
+
+def attention(q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+              max_seqlen_k, return_lse, backend, out, layout, cuda_path, deterministic):
+    """flashcore.attention through flashcore::attention_fwd (see routes())."""
+    if out is not None:
+        raise InvalidArgumentError(
+            "out: not supported when q, k or v require grad or under torch.compile (the op "
+            "returns a new output); pass no out, or call eagerly under torch.no_grad()")
+    layout, backend = _request.check_names(layout, backend)
+    wl, wr = _request.window_pair(window)
+    res, lse = torch.ops.flashcore.attention_fwd(
+        q, k, v, _offsets(cu_seqlens_q), _offsets(cu_seqlens_k),
+        -1 if max_seqlen_q is None else max_seqlen_q, -1 if max_seqlen_k is None else max_seqlen_k,
+        0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal), wl, wr,
+        layout == "bhsd", backend, cuda_path or 0, bool(deterministic))
+    return (res, lse) if return_lse else res
