@@ -108,7 +108,8 @@ def routes(q, k, v):
     (meta, fake) whose shapes only the fake implementation can give."""
     if torch.compiler.is_compiling() or q.is_meta:
         return True
-    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    # k or v may be of another type (numpy): the direct path names that error
+    return torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v))
 
 
 def _offsets(x):
