@@ -1,7 +1,8 @@
 /*
  * arena.c -- the memory of one fuzzed call: one allocation holding every
  * buffer, poison bytes everywhere nothing was placed, a snapshot to tell
- * what the call changed, and a mask of the bytes it may change.
+ * what the call changed, and a mask of the bytes it may change. The call's
+ * arena is managed memory in the CUDA fuzz build (fuzz/device.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +14,12 @@
  * number, so reading it is harmless; writing it is not expected). */
 static const uint8_t k_fill[4] = {0xC3, 0xA5, 0x5A, 0x3C};
 
-int fz_arena_init(fz_arena *a, size_t size)
+int fz_arena_init(fz_arena *a, size_t size, int on_device)
 {
     memset(a, 0, sizeof *a);
     a->size = size ? size : 1;
-    a->base = malloc(a->size);
+    a->on_device = on_device;
+    a->base = on_device ? fz_device_alloc(a->size) : malloc(a->size);
     a->mask = calloc(a->size, 1);
     a->copy = malloc(a->size);
     if (!a->base || !a->mask || !a->copy) { fz_arena_free(a); return -1; }
@@ -27,7 +29,8 @@ int fz_arena_init(fz_arena *a, size_t size)
 
 void fz_arena_free(fz_arena *a)
 {
-    free(a->base);
+    if (a->on_device && a->base) fz_device_free(a->base);
+    else free(a->base);
     free(a->mask);
     free(a->copy);
     memset(a, 0, sizeof *a);

@@ -100,9 +100,6 @@ int main(int argc, char **argv)
     if (cur >= 0) { close(cur); unlink("fuzz-current.bin"); }
     printf("fuzz driver: seed %llu, %llu cases in %.1f s (%.0f exec/s), no failure\n", (unsigned long long)g_seed,
            (unsigned long long)g_case, dt, dt > 0 ? (double)g_case / dt : 0.0);
-    static const char *const names[] = {"ok", "invalid", "unsupported", "oom", "cuda", "no_device", "internal"};
-    printf("forward statuses:");
-    for (int s = FC_OK; s <= FC_ERR_INTERNAL; s++) printf(" %s %llu", names[s], (unsigned long long)fz_status_count[s]);
-    printf("\n");
+    fz_print_stats();
     return 0;
 }

@@ -20,6 +20,7 @@ typedef struct fz_fwd {
     int varlen, nseq;
     int32_t cu[2][4];        /* host copies of cu_seqlens_q / _k               */
     int32_t total_owned;     /* varlen: query tokens sequences own (cu_q[n])   */
+    int special;             /* q, k and v each hold one NaN or Inf            */
     fz_arena ar;
     int64_t off[FB_N];       /* byte offset of each buffer's data pointer; -1: NULL */
 } fz_fwd;

@@ -17,6 +17,28 @@
  * because the library must reject it without addressing anything). */
 #define FZ_ARENA_MAX ((int64_t)8 << 20)
 
+/* How often each kind of call comes: the CPU build's weights, and the CUDA
+ * fuzz build's, leaning toward what the CUDA backend takes (f16/bf16, its
+ * head dims, backend CUDA/AUTO, 16-byte layouts, forced paths and tuning,
+ * several tiles of keys) while every invalid class still comes. The CUDA
+ * build's extra decisions read bytes only there, so a CPU input means the
+ * same call it always did. */
+typedef struct fz_weights {
+    int path_pct, tuned_pct;  /* fc_context_set_cuda_path; fc_tuning set      */
+    int dtype[6];             /* f32, f16, bf16, e4m3, e5m2, not an fc_dtype  */
+    int head_dim[4];          /* 1-16, the CUDA list, 17-512, 513             */
+    int backend[6];           /* CPU, CPU_REFERENCE, AUTO, CUDA, -1, 4        */
+    int tokens_max;           /* varlen tokens a tensor may hold              */
+} fz_weights;
+
+static const fz_weights k_cpu = {10, 20, {30, 30, 30, 3, 3, 4}, {70, 20, 8, 2}, {70, 20, 5, 3, 1, 1}, 200};
+static const fz_weights k_cuda = {60, 40, {6, 42, 42, 3, 3, 4}, {15, 70, 12, 3}, {4, 4, 45, 45, 1, 1}, 1200};
+#define W (fz_cuda_mode ? &k_cuda : &k_cpu)
+
+/* CUDA build: the reference's work bound (B*H*Sq*Sk*D): a case stays well
+ * under a second on the CPU, however long its keys. */
+#define FZ_REF_WORK ((int64_t)1 << 26)
+
 static int pick(fz_in *in, const int *w, int n) /* index by weights summing to 100 */
 {
     int r = fz_range(in, 0, 99), i = 0;
@@ -30,10 +52,10 @@ static void gen_context(fz_in *in, fz_fwd *c)
 {
     static const int threads[] = {1, 2, 3, 0, 4, -1, 5000};
     c->threads = threads[pick(in, (const int[]){40, 25, 10, 10, 10, 3, 2}, 7)];
-    c->cuda_path = fz_chance(in, 10) ? (int[]){80, 90, 7, -1}[fz_range(in, 0, 3)] : 0;
+    c->cuda_path = fz_chance(in, W->path_pct) ? (int[]){80, 90, 7, -1}[fz_range(in, 0, 3)] : 0;
     c->device = fz_chance(in, 5) ? fz_range(in, -3, 2) : -1;
     fc_tuning_init(&c->tun);
-    c->tuned = fz_chance(in, 20);
+    c->tuned = fz_chance(in, W->tuned_pct);
     if (!c->tuned) return;
     int32_t *f[] = {&c->tun.sm90_config, &c->tun.sm80_config, &c->tun.sm90_rotate, &c->tun.sm90_tail,
                     &c->tun.sm90_grid, &c->tun.splits, &c->tun.pdl};
@@ -43,6 +65,14 @@ static void gen_context(fz_in *in, fz_fwd *c)
 }
 
 /* ---- tensors -------------------------------------------------------------- */
+
+/* Padding after a dim, in elements; the CUDA build mostly keeps strides a
+ * multiple of 8 (16 bytes), the CUDA kernels' layout limit. */
+static int64_t gen_pad(fz_in *in)
+{
+    if (fz_cuda_mode && fz_chance(in, 80)) return 8 * fz_range(in, 1, 2);
+    return fz_range(in, 1, 9);
+}
 
 /* Row-major strides with optional padding after each dim and, sometimes,
  * two outer dims swapped (BHSD and the like). */
@@ -55,7 +85,7 @@ static void gen_strides(fz_in *in, fc_tensor *t)
     t->stride[nd - 1] = 1;
     for (int i = 0; i < nd - 1; i++) {
         int k = order[i];
-        t->stride[k] = ext + (fz_chance(in, 25) ? fz_range(in, 1, 9) : 0);
+        t->stride[k] = ext + (fz_chance(in, 25) ? gen_pad(in) : 0);
         ext = t->stride[k] * (t->shape[k] > 0 ? t->shape[k] : 1);
     }
 }
@@ -127,13 +157,14 @@ static void gen_tensor(fz_in *in, fc_tensor *t, fc_dtype dt, int nd, const int64
 static int gen_dim(fz_in *in, int lo_invalid)
 {
     if (lo_invalid && fz_chance(in, 3)) return 0;
+    if (fz_cuda_mode && fz_chance(in, 15)) return fz_range(in, 65, 700); /* tiles, split-KV */
     return fz_chance(in, 25) ? fz_range(in, 1, 64) : fz_range(in, 1, 12);
 }
 
 static int gen_head_dim(fz_in *in)
 {
     static const int pow2ish[] = {32, 64, 96, 128, 192, 256};
-    switch (pick(in, (const int[]){70, 20, 8, 2}, 4)) {
+    switch (pick(in, W->head_dim, 4)) {
     case 0: return fz_range(in, 1, 16);
     case 1: return pow2ish[fz_range(in, 0, 5)];
     case 2: return fz_range(in, 17, 512);
@@ -170,11 +201,12 @@ static void gen_tensors(fz_in *in, fz_fwd *c, int ok[FB_N])
 {
     static const fc_dtype dts[] = {FC_DTYPE_F32, FC_DTYPE_F16, FC_DTYPE_BF16, FC_DTYPE_E4M3,
                                    FC_DTYPE_E5M2, (fc_dtype)7};
-    const fc_dtype dt = dts[pick(in, (const int[]){30, 30, 30, 3, 3, 4}, 6)];
+    const fc_dtype dt = dts[pick(in, W->dtype, 6)];
     const int B = fz_range(in, 1, 3), HQ = fz_range(in, 1, 4), D = gen_head_dim(in);
     int HKV = fz_chance(in, 95) ? HQ / (int[]){1, 2, 4}[fz_range(in, 0, 2)] : fz_range(in, 1, 4);
     if (HKV < 1) HKV = 1;
     int64_t SQ = gen_dim(in, !c->varlen), SK = gen_dim(in, !c->varlen);
+    while (fz_cuda_mode && SQ > 1 && B * HQ * SQ * SK * D > FZ_REF_WORK) SQ = (SQ + 1) / 2;
     fc_attention_args *a = &c->a;
     if (c->varlen) {
         c->nseq = B;
@@ -183,8 +215,9 @@ static void gen_tensors(fz_in *in, fz_fwd *c, int ok[FB_N])
         a->max_seqlen_q = gen_max_seqlen(in, tq);
         a->max_seqlen_k = gen_max_seqlen(in, tk);
         c->total_owned = c->cu[0][B];
-        SQ = c->cu[0][B] < 0 ? 0 : c->cu[0][B] > 200 ? 200 : c->cu[0][B];
-        SK = c->cu[1][B] < 0 ? 0 : c->cu[1][B] > 200 ? 200 : c->cu[1][B];
+        const int32_t top = W->tokens_max;
+        SQ = c->cu[0][B] < 0 ? 0 : c->cu[0][B] > top ? top : c->cu[0][B];
+        SK = c->cu[1][B] < 0 ? 0 : c->cu[1][B] > top ? top : c->cu[1][B];
         if (fz_chance(in, 15)) SQ += fz_range(in, 1, 3); /* tokens no sequence owns */
         if (fz_chance(in, 10)) SK += fz_range(in, 1, 3);
     }
@@ -224,13 +257,15 @@ static void gen_options(fz_in *in, fz_fwd *c)
                                           FC_BACKEND_CUDA, (fc_backend)-1, (fc_backend)4};
     fc_attention_args *a = &c->a;
     a->scale = gen_float(in, (const int[]){45, 35, 10, 7, 3}, -1.5f, 1.5f, ext_scale, 8);
+    /* the CUDA kernels refuse a negative scale without softcap: mostly positive there */
+    if (fz_cuda_mode && a->scale < 0.0f && fz_chance(in, 85)) a->scale = -a->scale;
     a->softcap = fabsf(gen_float(in, (const int[]){55, 30, 6, 6, 3}, 0.5f, 50.0f, ext_cap, 6));
     if (fz_chance(in, 2)) a->softcap = -1.0f;
     a->causal = fz_chance(in, 98) ? fz_chance(in, 25) : fz_range(in, -1, 2);
     int32_t *w[2] = {&a->window_left, &a->window_right};
     for (int i = 0; i < 2; i++)
         *w[i] = fz_chance(in, 70) ? -1 : fz_chance(in, 90) ? fz_range(in, 0, 70) : fz_chance(in, 50) ? -2 : INT32_MIN;
-    a->backend = backends[pick(in, (const int[]){70, 20, 5, 3, 1, 1}, 6)];
+    a->backend = backends[pick(in, W->backend, 6)];
 }
 
 /* ---- placement ------------------------------------------------------------ */
@@ -281,7 +316,8 @@ static int64_t place(fz_in *in, fz_fwd *c)
         hi[b] = 0;
         if (!buffer_extent(c, b, has_lse, &lo[b], &hi[b]) && !(b == FB_DESC && with_desc)) continue;
         int64_t mis = 0;
-        if (!(fz_skip & FZ_SKIP_MISALIGNED) && b != FB_DESC && fz_chance(in, 4)) mis = fz_range(in, 1, 3);
+        if (!(fz_skip & FZ_SKIP_MISALIGNED) && b != FB_DESC && fz_chance(in, 4))
+            mis = fz_cuda_mode ? (int[]){1, 2, 3, 4, 8}[fz_range(in, 0, 4)] : fz_range(in, 1, 3); /* 2-8: off 16 B */
         c->off[b] = ((cursor + 64 + 63) & ~(int64_t)63) + mis - lo[b];
         cursor = c->off[b] + hi[b];
     }
@@ -328,7 +364,7 @@ static void fill(fz_in *in, fz_fwd *c, const int ok[FB_N])
     static const double isc[] = {1.0, 1.0, 1.0, 0.1, 4.0, 30.0};
     uint64_t rng = fz_u64(in) ^ 0x243F6A8885A308D3ull;
     const double qk_scale = isc[fz_range(in, 0, 5)];
-    const int sparse = fz_chance(in, 10), special = fz_chance(in, 2);
+    const int sparse = fz_chance(in, 10), special = c->special = fz_chance(in, 2);
     for (int b = FB_Q; b <= FB_V; b++)
         if (ok[b] && c->off[b] >= 0) fill_input(c, b, &rng, b == FB_V ? 1.0 : qk_scale, sparse, special);
     for (int b = FB_O; b <= FB_LSE; b++)
@@ -360,7 +396,7 @@ int fz_fwd_build(fz_in *in, fz_fwd *c)
     gen_tensors(in, c, ok);
     gen_options(in, c);
     const int64_t size = place(in, c);
-    if (fz_arena_init(&c->ar, (size_t)size)) return -1;
+    if (fz_arena_init(&c->ar, (size_t)size, fz_cuda_mode)) return -1;
     set_pointers(in, c);
     fill(in, c, ok);
     return 0;

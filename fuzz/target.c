@@ -15,7 +15,6 @@ unsigned fz_skip;
 void (*fz_describe)(void);
 void (*fz_on_failure)(void);
 int fz_verbose;
-uint64_t fz_status_count[FC_ERR_INTERNAL + 1];
 
 /* Entry points, one function each; the first input byte picks one. */
 static const fz_entry_fn k_entries[] = {fz_entry_forward};
@@ -50,6 +49,10 @@ int fz_chance(fz_in *in, int pct) { return fz_byte(in) >= 256u - (unsigned)pct *
 
 void fz_init(void)
 {
+    if (fz_cuda_mode && !fc_cuda_available()) {
+        fprintf(stderr, "fuzz: this is the CUDA fuzz build and there is no usable CUDA device\n");
+        exit(2);
+    }
     const char *e = getenv("FC_FUZZ_SKIP");
     char buf[256];
     if (!e || !*e) return;
@@ -86,6 +89,8 @@ void fz_check_status(fc_context *ctx, fc_status st, const char *what)
         fz_fail("status", "%s returned %d, not an fc_status", what, (int)st);
     if (st == FC_ERR_INTERNAL)
         fz_fail("status", "%s returned FC_ERR_INTERNAL: %s", what, fc_last_error(ctx));
+    if (st == FC_ERR_CUDA) /* the harness's memory is valid: a failing CUDA call is a finding */
+        fz_fail("cuda", "%s returned FC_ERR_CUDA: %s", what, fc_last_error(ctx));
     if (st != FC_OK && !fc_last_error(ctx)[0])
         fz_fail("status", "%s returned %s with an empty fc_last_error", what, fc_status_string(st));
 }
