@@ -185,13 +185,6 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
 {
     const fc_cuda_device *dev = &plan->dev;
     fc_status st;
-    /* The kernels take each row's exponents against its largest raw score,
-     * the largest logit only when the exponent scale is positive (with
-     * softcap it is log2 e: the sign sits inside the tanh). */
-    if (p->scale < 0.0f && p->softcap == 0.0f)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "scale %g < 0 without softcap: the cuda forward kernels need scale > 0 (the cpu "
-                            "backends take any sign)", (double)p->scale);
     const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
     const int try90 = ctx->cuda_path == 90 || (ctx->cuda_path == 0 && hopper);
     const int try80 = ctx->cuda_path != 90;

@@ -364,49 +364,12 @@ static const row k_rows[] = {
 
 /* ---- running one row --------------------------------------------------------------- */
 
-/* Copies of every buffer of a case, to prove a failing call wrote nothing. */
-typedef struct snapshot {
-    void *buf[5];
-    size_t bytes[5];
-} snapshot;
-
-static void case_buffers(kit_case *c, void *buf[5], size_t bytes[5])
+/* Every buffer of a case, to prove a failing call wrote nothing. */
+static int snapshot_take(tu_snapshot *s, kit_case *c)
 {
-    buf[0] = c->q; bytes[0] = c->q_bytes;
-    buf[1] = c->k; bytes[1] = c->k_bytes;
-    buf[2] = c->v; bytes[2] = c->v_bytes;
-    buf[3] = c->out; bytes[3] = c->out_bytes;
-    buf[4] = c->lse; bytes[4] = c->lse ? c->lse_bytes : 0;
-}
-
-static int snapshot_take(snapshot *s, kit_case *c)
-{
-    void *buf[5];
-    memset(s, 0, sizeof *s);
-    case_buffers(c, buf, s->bytes);
-    for (int i = 0; i < 5; i++) {
-        if (!s->bytes[i]) continue;
-        s->buf[i] = malloc(s->bytes[i]);
-        if (!s->buf[i]) return -1;
-        memcpy(s->buf[i], buf[i], s->bytes[i]);
-    }
-    return 0;
-}
-
-/* Index of the first buffer that differs from the snapshot, or -1. */
-static int snapshot_diff(const snapshot *s, kit_case *c)
-{
-    void *buf[5];
-    size_t bytes[5];
-    case_buffers(c, buf, bytes);
-    for (int i = 0; i < 5; i++)
-        if (s->bytes[i] && memcmp(s->buf[i], buf[i], s->bytes[i]) != 0) return i;
-    return -1;
-}
-
-static void snapshot_free(snapshot *s)
-{
-    for (int i = 0; i < 5; i++) free(s->buf[i]);
+    void *buf[5] = {c->q, c->k, c->v, c->out, c->lse};
+    const size_t bytes[5] = {c->q_bytes, c->k_bytes, c->v_bytes, c->out_bytes, c->lse ? c->lse_bytes : 0};
+    return tu_snapshot_take(s, 5, buf, bytes);
 }
 
 static const char *const k_buf_names[5] = {"q", "k", "v", "out", "lse"};
@@ -430,10 +393,10 @@ static const char *backend_str(fc_backend b)
 static void expect_failure(fc_context *ctx, const char *what, kit_case *c, const fc_attention_args *a,
                            fc_status want, fc_status want2, const char *substr)
 {
-    snapshot snap;
+    tu_snapshot snap;
     if (snapshot_take(&snap, c)) {
         CHECK(0, "%s: out of host memory for the snapshot", what);
-        snapshot_free(&snap);
+        tu_snapshot_free(&snap);
         return;
     }
     fc_kernel_info info;
@@ -446,11 +409,11 @@ static void expect_failure(fc_context *ctx, const char *what, kit_case *c, const
     CHECK(msg[0] != 0, "%s: rejected with an empty last-error message", what);
     CHECK(!substr || strstr(msg, substr), "%s: message '%s' does not contain '%s'", what, msg,
           substr ? substr : "");
-    int d = snapshot_diff(&snap, c);
+    int d = tu_snapshot_diff(&snap);
     CHECK(d < 0, "%s: supported changed %s", what, d >= 0 ? k_buf_names[d] : "");
     if (st == FC_OK) {
         CHECK(0, "%s: forward not called: supported accepted the broken args", what);
-        snapshot_free(&snap);
+        tu_snapshot_free(&snap);
         return;
     }
 
@@ -458,9 +421,9 @@ static void expect_failure(fc_context *ctx, const char *what, kit_case *c, const
     const char *msg2 = fc_last_error(ctx);
     CHECK(st2 == st, "%s: forward returned %d, supported %d", what, (int)st2, (int)st);
     CHECK(strcmp(msg2, msg) == 0, "%s: forward says '%s', supported said '%s'", what, msg2, msg);
-    d = snapshot_diff(&snap, c);
+    d = tu_snapshot_diff(&snap);
     CHECK(d < 0, "%s: failing forward changed %s", what, d >= 0 ? k_buf_names[d] : "");
-    snapshot_free(&snap);
+    tu_snapshot_free(&snap);
 }
 
 static void run_row(fc_context *ctx, const row *r, uint64_t seed)
@@ -502,17 +465,17 @@ static void test_null_ctx_args(fc_context *ctx)
     kit_case c;
     if (kit_case_init(&c, &s, 7)) { CHECK(0, "kit_case_init failed"); return; }
     c.args.backend = FC_BACKEND_CPU;
-    snapshot snap;
+    tu_snapshot snap;
     if (snapshot_take(&snap, &c)) { CHECK(0, "snapshot failed"); kit_case_free(&c); return; }
     fc_kernel_info info;
     CHECK(fc_attention_forward(NULL, &c.args, NULL, &info) == FC_ERR_INVALID_ARGUMENT,
           "forward with ctx NULL is not FC_ERR_INVALID_ARGUMENT");
     CHECK(fc_attention_supported(NULL, &c.args, &info) == FC_ERR_INVALID_ARGUMENT,
           "supported with ctx NULL is not FC_ERR_INVALID_ARGUMENT");
-    CHECK(snapshot_diff(&snap, &c) < 0, "forward with ctx NULL wrote something");
+    CHECK(tu_snapshot_diff(&snap) < 0, "forward with ctx NULL wrote something");
     const char *m = fc_last_error(NULL);
     CHECK(m && m[0], "fc_last_error(NULL) is empty");
-    snapshot_free(&snap);
+    tu_snapshot_free(&snap);
 
     expect_failure(ctx, "args NULL", &c, NULL, FC_ERR_INVALID_ARGUMENT, FC_ERR_INVALID_ARGUMENT, "args");
     /* and NULL args with NULL ctx */

@@ -244,40 +244,6 @@ done:
     kit_bwd_case_free(&b);
 }
 
-/* Varlen offsets rewritten in place (same token total): sequence `empty`
- * gives its tokens to a neighbour, and the last non-empty sequence gives up
- * its last token, which then lies past the last offset. Returns the new
- * longest length. */
-static int reshape_varlen(int32_t *cu, int n, int empty)
-{
-    int32_t len[16];
-    for (int x = 0; x < n; x++) len[x] = cu[x + 1] - cu[x];
-    len[empty == 0 ? 1 : 0] += len[empty];
-    len[empty] = 0;
-    for (int x = n - 1; x >= 0; x--)
-        if (len[x] > 0) {
-            len[x]--;
-            break;
-        }
-    int longest = 0;
-    for (int x = 0; x < n; x++) {
-        cu[x + 1] = cu[x] + len[x];
-        if (len[x] > longest) longest = len[x];
-    }
-    return longest;
-}
-
-/* Query sequence 1 and key sequence 2 empty; a token past the last offset
- * on each side. */
-static void empty_sequences(kit_bwd_case *b)
-{
-    kit_case *c = &b->c;
-    c->s.seqlen_q = reshape_varlen(c->cu_q, c->s.batch, 1);
-    c->s.seqlen_k = reshape_varlen(c->cu_k, c->s.batch, 2);
-    c->args.max_seqlen_q = b->args.fwd.max_seqlen_q = c->s.seqlen_q;
-    c->args.max_seqlen_k = b->args.fwd.max_seqlen_k = c->s.seqlen_k;
-}
-
 /* One row of the case list: a small shape and its options. */
 typedef struct fd_row {
     const char *name;
@@ -302,9 +268,9 @@ static const fd_row k_rows[] = {
     {"mqa 4:1 causal", 2, 4, 1, 6, 4, 3, 1, -1, -1, 0, 0, KIT_LAYOUT_BSHD, 0, NULL},
     {"negative scale", 1, 2, 2, 5, 5, 4, 0, -1, -1, 0, -0.7f, KIT_LAYOUT_BSHD, 0, NULL},
     {"varlen empty seqs, tokens past the end", 5, 4, 2, 6, 7, 3, 0, -1, -1, 0, 0, KIT_LAYOUT_BSHD, 1,
-     empty_sequences},
+     kit_bwd_varlen_edges},
     {"varlen causal empty seqs, gqa, padded", 4, 4, 2, 7, 5, 4, 1, -1, -1, 0, 0, KIT_LAYOUT_PADDED, 1,
-     empty_sequences},
+     kit_bwd_varlen_edges},
     {"varlen no query token (dk = dv = 0)", 3, 2, 1, 0, 6, 4, 0, -1, -1, 0, 0, KIT_LAYOUT_BSHD, 1, NULL},
 };
 

@@ -560,8 +560,9 @@ static void varlen_next_inf(runner *r)
 }
 
 /* --quick: every (dtype, head_dim) with each kernel variant, small sizes. */
-/* scale < 0 without softcap: FC_ERR_UNSUPPORTED on every path (the kernels
- * take exponents against the largest raw score), out and lse untouched. */
+/* scale < 0 without softcap: FC_ERR_UNSUPPORTED on every path (the planners
+ * refuse it: the kernels take exponents against the largest raw score),
+ * out and lse untouched. */
 static void negative_scale(runner *r)
 {
     kit_shape s = test_shape(1, 2, 2, 40, 50, 64, FC_DTYPE_F16);

@@ -1,7 +1,7 @@
 /*
  * test_util.h -- what the test programs share: pass/fail counting (CHECK),
  * per-group lines, the closing summary line, a plain dense kit_shape, and the
- * fp64 reference of a case into buffers of its own.
+ * fp64 reference of a case into buffers of its own, snapshots of buffers.
  *
  * Header-only (static, static inline): every test is a single translation
  * unit, so each program gets its own counters. The closing line is exactly
@@ -12,6 +12,8 @@
 #define FC_TEST_UTIL_H
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "flashcore.h"
 #include "kit.h"
@@ -97,6 +99,49 @@ static inline fc_status test_reference(fc_context *ctx, const kit_case *c, void 
     a.backend = FC_BACKEND_CPU_REFERENCE;
     kit_poison(ref_out, c->out_bytes, c->s.dtype, ref_lse, c->lse_bytes);
     return fc_attention_forward(ctx, &a, NULL, NULL);
+}
+
+/* Copies of the buffers a call may touch, to prove that a failing call
+ * wrote nothing: take them before, compare after. */
+#define TU_SNAP_MAX 12
+typedef struct tu_snapshot {
+    int n;
+    const void *src[TU_SNAP_MAX];
+    void *copy[TU_SNAP_MAX];
+    size_t bytes[TU_SNAP_MAX];
+} tu_snapshot;
+
+static inline void tu_snapshot_free(tu_snapshot *s)
+{
+    for (int i = 0; i < s->n; i++) free(s->copy[i]);
+    s->n = 0;
+}
+
+/* Copy n (<= TU_SNAP_MAX) buffers of bytes[i] each (0: nothing to copy).
+ * 0, or -1 when out of memory (nothing kept). */
+static inline int tu_snapshot_take(tu_snapshot *s, int n, void *const *buf, const size_t *bytes)
+{
+    memset(s, 0, sizeof *s);
+    for (; s->n < n; s->n++) {
+        const int i = s->n;
+        s->src[i] = buf[i];
+        s->bytes[i] = bytes[i];
+        s->copy[i] = bytes[i] ? malloc(bytes[i]) : NULL;
+        if (bytes[i] && !s->copy[i]) {
+            tu_snapshot_free(s);
+            return -1;
+        }
+        if (bytes[i]) memcpy(s->copy[i], buf[i], bytes[i]);
+    }
+    return 0;
+}
+
+/* Index of the first buffer that differs from its copy, or -1. */
+static inline int tu_snapshot_diff(const tu_snapshot *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->bytes[i] && memcmp(s->copy[i], s->src[i], s->bytes[i]) != 0) return i;
+    return -1;
 }
 
 #endif /* FC_TEST_UTIL_H */

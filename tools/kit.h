@@ -118,6 +118,11 @@ typedef struct kit_bwd_case {
  * on allocation failure / bad shape (nothing left allocated). */
 int kit_bwd_case_init(kit_bwd_case *b, const kit_shape *s, uint64_t seed);
 void kit_bwd_case_free(kit_bwd_case *b);
+/* Varlen cases only (else nothing): query sequence 1 and key sequence 2
+ * made empty (their tokens go to a neighbour) and one token of each side
+ * left past the last offset (not written by a backward); max_seqlen_q/k
+ * follow. Call before kit_bwd_forward. */
+void kit_bwd_varlen_edges(kit_bwd_case *b);
 /* The forward on the case's host buffers with this backend (out and lse
  * poisoned first): what the backward reads as out and lse. */
 fc_status kit_bwd_forward(fc_context *ctx, kit_bwd_case *b, fc_backend backend);

@@ -63,6 +63,40 @@ void kit_bwd_case_free(kit_bwd_case *b)
     memset(b, 0, sizeof *b);
 }
 
+/* Offsets rewritten in place over the same tokens: sequence `empty` gives
+ * its tokens to a neighbour, and the last non-empty sequence gives up its
+ * last token, which then lies past the last offset. Returns the longest. */
+static int reshape_offsets(int32_t *cu, int n, int empty)
+{
+    for (int x = n; x > 0; x--) cu[x] -= cu[x - 1]; /* now cu[x + 1] is sequence x's length */
+    int32_t *len = cu + 1;
+    if (empty < n && n > 1) {
+        len[empty == 0 ? 1 : 0] += len[empty];
+        len[empty] = 0;
+    }
+    for (int x = n - 1; x >= 0; x--)
+        if (len[x] > 0) {
+            len[x]--;
+            break;
+        }
+    int longest = 0;
+    for (int x = 0; x < n; x++) {
+        if (len[x] > longest) longest = len[x];
+        cu[x + 1] += cu[x]; /* back to offsets */
+    }
+    return longest;
+}
+
+void kit_bwd_varlen_edges(kit_bwd_case *b)
+{
+    kit_case *c = &b->c;
+    if (!c->s.varlen) return;
+    c->s.seqlen_q = reshape_offsets(c->cu_q, c->s.batch, 1);
+    c->s.seqlen_k = reshape_offsets(c->cu_k, c->s.batch, 2);
+    c->args.max_seqlen_q = b->args.fwd.max_seqlen_q = c->s.seqlen_q;
+    c->args.max_seqlen_k = b->args.fwd.max_seqlen_k = c->s.seqlen_k;
+}
+
 fc_status kit_bwd_forward(fc_context *ctx, kit_bwd_case *b, fc_backend backend)
 {
     kit_case *c = &b->c;
@@ -105,6 +139,8 @@ fc_status kit_bwd_reference(fc_context *ctx, const kit_bwd_case *b, void *const 
  * gradient (atol_rel 1e-5); atol is f16's subnormal quantum 2^-24. No
  * element may fail (pct_bad 0). f32 takes the forward's f32 gate
  * (kit_gate_for) in relative form: only summation order is left.
+ * Measured by tests/test_cpu_bwd_tiled.c (worst max_rel): f32 2.6e-6,
+ * f16 5.0e-4, bf16 3.3e-3.
  *
  * CUDA: provisional, the forward's f16/bf16 gates in relative form, until
  * they are set to 2x the error of PyTorch's own backward in the same dtype

@@ -30,26 +30,17 @@
  * not depend on which thread runs it or on what ran before: results are
  * bitwise identical for any num_threads.
  */
-#define _POSIX_C_SOURCE 200809L /* sysconf */
-
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cpu_dtype.h"
 #include "internal.h"
+#include "pool.h"
+#include "tiled_common.h"
 #include "tiled_kernels.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h> /* for the avx2 variant, compiled under a target pragma below */
-#endif
-
-/* Below this many multiply-adds per thread, starting a thread costs more than it saves. */
-#define MIN_MACS_PER_THREAD ((int64_t)1 << 18)
 
 static const double k_log2e = 1.4426950408889634074;
 static const double k_ln2 = 0.69314718055994530942;
@@ -85,19 +76,6 @@ static void seq_view_of(const fc_fwd_params *p, int b, seq_view *sv)
     }
 }
 
-/* Keys visible to query i: exactly the j in [lo, hi) for which
- * fc_key_visible(i, j, sq, sk, wl, wr) holds (the rule is an interval). */
-static void visible_range(int64_t i, int64_t sq, int64_t sk, int wl, int wr, int64_t *lo, int64_t *hi)
-{
-    int64_t diag = i + sk - sq; /* bottom-right alignment, as fc_key_visible */
-    int64_t a = 0, e = sk;
-    if (wl >= 0 && diag - wl > a) a = diag - wl;
-    if (wr >= 0 && diag + wr + 1 < e) e = diag + wr + 1;
-    if (e < a) e = a;
-    *lo = a;
-    *hi = e;
-}
-
 /* ---- a work item -------------------------------------------------------------- */
 
 /* A worker's scratch, allocated before any work starts. The score-side
@@ -117,7 +95,6 @@ typedef struct tile_scratch {
     double *m;         /* [TILE_M]         running max (log2 units)                 */
     float *l;          /* [TILE_M]         running sum                              */
     int64_t *lo, *hi;  /* [TILE_M]         visible key range of each row            */
-    void *block;       /* the single allocation behind all of the above             */
 } tile_scratch;
 
 typedef struct tiled_job {
@@ -128,22 +105,11 @@ typedef struct tiled_job {
     double qscale;        /* times q.k: scale*log2e, or scale/softcap          */
     double cap;           /* softcap*log2e, 0 = no cap                         */
     const int64_t *first; /* [batch+1] first work item of each sequence        */
-    int64_t nitems;
-    atomic_llong next;    /* next unclaimed work item                          */
+    tile_scratch *scratch; /* [workers]                                        */
     /* the per-item code for this CPU's instruction set, the same for every
      * worker (so the thread count cannot change a result) */
     void (*run_item)(const struct tiled_job *job, tile_scratch *t, int b, int g, int64_t tile);
 } tiled_job;
-
-/* n elements of type T at offset *off of base (NULL when only measuring);
- * every piece starts 64-byte aligned. */
-#define CARVE(base, off, T, n) ((T *)carve(base, &(off), (size_t)(n) * sizeof(T)))
-static void *carve(char *base, size_t *off, size_t bytes)
-{
-    void *p = base ? base + *off : NULL;
-    *off += (bytes + 63) & ~(size_t)63;
-    return p;
-}
 
 /* Lay out a scratch block at base into *t, or (base NULL) only measure it.
  * Returns its size in bytes, a multiple of 64. */
@@ -169,19 +135,8 @@ static size_t scratch_layout(tile_scratch *t, char *base, int64_t dp, int f64)
     x.l = CARVE(base, off, float, TILE_M);
     x.lo = CARVE(base, off, int64_t, TILE_M);
     x.hi = CARVE(base, off, int64_t, TILE_M);
-    x.block = base;
     if (t) *t = x;
     return off;
-}
-
-static int scratch_alloc(tile_scratch *t, int64_t dp, int f64)
-{
-    const size_t bytes = scratch_layout(NULL, NULL, dp, f64); /* a multiple of 64 */
-    char *base = aligned_alloc(64, bytes);
-    if (!base) return -1;
-    memset(base, 0, bytes); /* pad rows/columns must read as 0 */
-    scratch_layout(t, base, dp, f64);
-    return 0;
 }
 
 /* ---- the per-item code, once per instruction set ---------------------------
@@ -192,63 +147,21 @@ static int scratch_alloc(tile_scratch *t, int64_t dp, int f64)
  * default -ffp-contract=on), and every accumulator keeps its order, so both
  * variants produce the same bits. (On AMD Zen, separate mul and add run on
  * separate pipes: fma would not be faster here.) */
-#define FC_ISA(name) name##_generic
-#include "tiled_item.h"
-#undef FC_ISA
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FC_HAVE_AVX2_VARIANT 1
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2")
-#endif
-#define FC_ISA(name) name##_avx2
-#define FC_ISA_AVX2 1 /* the explicit kernels of tiled_avx2.h */
-#include "tiled_item.h"
-#undef FC_ISA_AVX2
-#undef FC_ISA
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#endif
+#define FC_ITEM_HEADER "tiled_item.h"
+#include "tiled_variants.h"
+#undef FC_ITEM_HEADER
 
 /* ---- threads ------------------------------------------------------------------ */
 
-typedef struct worker {
-    tiled_job *job;
-    tile_scratch scratch;
-    pthread_t tid;
-} worker;
-
-/* Claim work items until none is left. */
-static void *worker_main(void *arg)
+/* Work item idx on worker `worker`'s scratch. */
+static void run_one(void *arg, int worker, int64_t idx)
 {
-    worker *w = arg;
-    tiled_job *job = w->job;
-    const int batch = job->p->batch, heads_kv = job->p->heads_kv;
-    for (;;) {
-        const int64_t idx = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
-        if (idx >= job->nitems) break;
-        int lo = 0, hi = batch; /* the sequence: first[b] <= idx < first[b+1] */
-        while (hi - lo > 1) {
-            int mid = lo + (hi - lo) / 2;
-            if (job->first[mid] <= idx) lo = mid;
-            else hi = mid;
-        }
-        const int b = lo;
-        const int64_t local = idx - job->first[b];
-        const int64_t tiles = (job->first[b + 1] - job->first[b]) / heads_kv;
-        const int g = (int)(local / tiles);
-        /* Last query tiles first: under a causal mask they see the most keys,
-         * and starting them early evens out the threads' finishing times. */
-        const int64_t tile = tiles - 1 - local % tiles;
-        job->run_item(job, &w->scratch, b, g, tile);
-    }
-    return NULL;
+    tiled_job *job = arg;
+    int b, g;
+    int64_t tile;
+    /* Last query tiles first: under a causal mask they see the most keys. */
+    item_of(job->first, job->p->batch, job->p->heads_kv, 1, idx, &b, &g, &tile);
+    job->run_item(job, &job->scratch[worker], b, g, tile);
 }
 
 fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *err, size_t err_len)
@@ -274,27 +187,20 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
     }
     const int64_t nitems = first[p->batch];
 
-    int64_t nt = num_threads > 0 ? num_threads : (int64_t)sysconf(_SC_NPROCESSORS_ONLN);
-    if (nt > MAX_THREADS) nt = MAX_THREADS;
-    if (nt > nitems) nt = nitems;
-    if (nt > macs / MIN_MACS_PER_THREAD) nt = macs / MIN_MACS_PER_THREAD;
-    if (nt < 1) nt = 1;
+    const int nt = fc_pool_threads(num_threads, MAX_THREADS, nitems, macs, FC_POOL_MIN_MACS);
 
     /* All scratch before any output is touched. */
-    worker *w = calloc((size_t)nt, sizeof(worker));
-    int64_t got = 0;
-    if (w)
-        for (; got < nt; got++)
-            if (scratch_alloc(&w[got].scratch, dp, f64) != 0) break;
-    if (!w || got < nt) {
-        for (int64_t x = 0; x < got; x++) free(w[x].scratch.block);
-        free(w);
+    const size_t bytes = scratch_layout(NULL, NULL, dp, f64);
+    void **blocks = fc_pool_blocks(nt, bytes);
+    tile_scratch *ts = blocks ? calloc((size_t)nt, sizeof *ts) : NULL;
+    if (!ts) {
+        fc_pool_blocks_free(blocks, nt);
         free(first);
-        snprintf(err, err_len,
-                 "cpu tiled: cannot allocate %lld scratch blocks of %zu bytes (head_dim %d)",
-                 (long long)nt, scratch_layout(NULL, NULL, dp, f64), p->head_dim);
+        snprintf(err, err_len, "cpu tiled: cannot allocate %d scratch blocks of %zu bytes (head_dim %d)", nt,
+                 bytes, p->head_dim);
         return FC_ERR_OUT_OF_MEMORY;
     }
+    for (int x = 0; x < nt; x++) scratch_layout(&ts[x], blocks[x], dp, f64);
 
     tiled_job job;
     job.p = p;
@@ -304,25 +210,15 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
     job.cap = p->softcap > 0.0f ? p->softcap * k_log2e : 0.0;
     job.qscale = p->softcap > 0.0f ? (double)p->scale / p->softcap : p->scale * k_log2e;
     job.first = first;
-    job.nitems = nitems;
-    atomic_init(&job.next, 0);
+    job.scratch = ts;
     job.run_item = run_item_generic;
 #ifdef FC_HAVE_AVX2_VARIANT
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) job.run_item = run_item_avx2;
+    if (fc_cpu_avx2()) job.run_item = run_item_avx2;
 #endif
+    fc_pool_run(nt, nitems, run_one, &job);
 
-    /* Workers 1..nt-1 on new threads, worker 0 on this one. A thread that
-     * cannot be created is no error: the others claim its share. */
-    int64_t started = 1;
-    for (int64_t x = 0; x < nt; x++) w[x].job = &job;
-    for (; started < nt; started++)
-        if (pthread_create(&w[started].tid, NULL, worker_main, &w[started]) != 0) break;
-    worker_main(&w[0]);
-    for (int64_t x = 1; x < started; x++) pthread_join(w[x].tid, NULL);
-
-    for (int64_t x = 0; x < nt; x++) free(w[x].scratch.block);
-    free(w);
+    free(ts);
+    fc_pool_blocks_free(blocks, nt);
     free(first);
     return FC_OK;
 }

@@ -1,13 +1,245 @@
 /*
- * tiled_bwd.c -- the tiled multithreaded CPU backward (placeholder until the
- * backward lands: answers FC_ERR_UNSUPPORTED).
+ * tiled_bwd.c -- the fast CPU backward: tiled, fp32 accumulation,
+ * multithreaded, deterministic. Two parallel passes over work items, each
+ * item owning the gradient rows it writes:
+ *
+ *   q pass   (sequence b, kv head g, tile of TILE_M packed query rows):
+ *            D = rowsum(dO * O) and lse (log2 units) of its rows, kept for
+ *            the kv pass; then over the visible key blocks S = Q K^T,
+ *            dP = dO V^T, P = 2^(S - lse), dS = P (dP - D), dQ += dS K.
+ *   kv pass  (sequence b, kv head g, tile of TILE_M keys): over the blocks
+ *            of packed query rows (every query head of the group) that see
+ *            its keys, S^T = K Q^T, dP^T = V dO^T, then P^T and dS^T the
+ *            same way, dV += P^T dO, dK += dS^T Q.
+ *
+ * Packed rows as in the forward (tiled.c): packed row r of sequence b is
+ * query r / G of head g*G + r % G. Both passes put their own rows in the
+ * register tile and stream the other side in blocks of TILE_N, so every
+ * product is one of the forward's kernels (tiled_kernels.h: scores_rows
+ * for S and dP, wsum_rows for the sums); S recomputed in the kv pass costs
+ * two products more than a pass with shared dS, the price of writing no
+ * gradient from two items (no atomics, no partial sums to reduce).
+ *
+ * Precision: S in double for every dtype: P = 2^(S - lse) multiplies the
+ * scores' absolute error into every gradient, and fp32 scores of logits
+ * near 1e3 already cost f16 a unit of rounding. dP and D in double for f32
+ * (their difference cancels where the softmax saturates), fp32 for
+ * f16/bf16. P, dS and the accumulators fp32; each gradient rounded once. A row whose lse
+ * is -inf adds nothing (its lse is taken as +inf, so its P is exactly 0),
+ * and masked pairs are skipped by ranges, never multiplied by 0.
+ *
+ * Determinism: every gradient element belongs to one item, the tiling and
+ * each item's summation order do not depend on the thread count or on
+ * which thread runs it, and both instruction-set builds give the same
+ * bits (see tiled.c): results are bitwise identical for any num_threads.
  */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "bwd_seq.h"
+#include "cpu_dtype.h"
 #include "internal.h"
+#include "pool.h"
+#include "tiled_common.h"
+#include "tiled_kernels.h"
+
+
+static const double k_log2e = 1.4426950408889634074;
+
+/* A worker's scratch. "a" buffers hold the item's own rows (keys in the kv
+ * pass, packed query rows in the q pass), "b" buffers one streamed block of
+ * the other side. The double dP operands only for f32 (else NULL). Pad rows
+ * and columns are zero when read. */
+typedef struct bwd_scratch {
+    double *a1d;      /* [TILE_M][dp]   K (kv pass) or Q rows: the S operand       */
+    float *a2;        /* [TILE_M][dp]   V or dO rows: the dP operand               */
+    double *a2d;      /* [TILE_M][dp]   the same in double (f32)                   */
+    float *acc1;      /* [TILE_M][dp]   dK or dQ                                   */
+    float *acc2;      /* [TILE_M][dp]   dV (kv pass)                               */
+    double *aL;       /* [TILE_M]       q pass: each row's lse, log2 units         */
+    double *aD;       /* [TILE_M]       q pass: each row's D                       */
+    int64_t *lo, *hi; /* [TILE_M]       each row's visible range on the other side */
+    double *b1td;     /* [dp][TILE_N]   Q^T or K^T: the S operand                  */
+    float *b2t;       /* [dp][TILE_N]   dO^T or V^T: the dP operand                */
+    double *b2td;     /* [dp][TILE_N]   the same in double (f32)                   */
+    float *b3;        /* [TILE_N][dp]   dO rows (kv pass, for dV)                  */
+    float *b4;        /* [TILE_N][dp]   Q or K rows (for dK or dQ)                 */
+    double *bL;       /* [TILE_N]       lse of each column (log2 units)            */
+    double *bD;       /* [TILE_N]       D of each column                           */
+    double *sd;       /* [ROWS][TILE_N] scores                                     */
+    float *s;         /* [ROWS][TILE_N] P                                          */
+    float *dpv;       /* [ROWS][TILE_N] dP, then dS                                */
+    double *dpd;      /* [ROWS][TILE_N] double dP (f32)                            */
+    float *cf;        /* [TILE_N]       softcap factor 1 - tanh^2 of one row       */
+    float *pt;        /* [TILE_N][ROWS] transposed weights (plain C kernels)       */
+    float *row;       /* [dp]           one row before it is scattered             */
+} bwd_scratch;
+
+/* Lay out a scratch block at base into *t, or (base NULL) only measure it. */
+static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
+{
+    size_t off = 0;
+    bwd_scratch x;
+    const int64_t am = TILE_M * dp, bn = TILE_N * dp, dn = dp64 ? 1 : 0;
+    x.a1d = CARVE(base, off, double, am);
+    x.a2 = CARVE(base, off, float, am);
+    x.a2d = CARVE(base, off, double, dn * am);
+    x.acc1 = CARVE(base, off, float, am);
+    x.acc2 = CARVE(base, off, float, am);
+    x.aL = CARVE(base, off, double, TILE_M);
+    x.aD = CARVE(base, off, double, TILE_M);
+    x.lo = CARVE(base, off, int64_t, TILE_M);
+    x.hi = CARVE(base, off, int64_t, TILE_M);
+    x.b1td = CARVE(base, off, double, bn);
+    x.b2t = CARVE(base, off, float, bn);
+    x.b2td = CARVE(base, off, double, dn * bn);
+    x.b3 = CARVE(base, off, float, bn);
+    x.b4 = CARVE(base, off, float, bn);
+    x.bL = CARVE(base, off, double, TILE_N);
+    x.bD = CARVE(base, off, double, TILE_N);
+    x.sd = CARVE(base, off, double, ROWS * TILE_N);
+    x.s = CARVE(base, off, float, ROWS * TILE_N);
+    x.dpv = CARVE(base, off, float, ROWS * TILE_N);
+    x.dpd = CARVE(base, off, double, dn * ROWS * TILE_N);
+    x.cf = CARVE(base, off, float, TILE_N);
+    x.pt = CARVE(base, off, float, TILE_N * ROWS);
+    x.row = CARVE(base, off, float, dp);
+    if (!dp64) x.a2d = x.b2td = x.dpd = NULL;
+    if (t) *t = x;
+    return off;
+}
+
+typedef struct bwd_job {
+    const fc_bwd_params *p;
+    int group;            /* query heads per kv head                            */
+    int dp64;             /* 1: dP and D in double (f32 inputs)                 */
+    int64_t dp;           /* head_dim rounded up to VEC_W                       */
+    double qscale;        /* times q.k: scale*log2e, or scale/softcap           */
+    double cap;           /* softcap*log2e, 0 = no cap                          */
+    double *L;            /* [rows][heads_q] lse in log2 units (+inf: lse -inf) */
+    double *D;            /* [rows][heads_q] rowsum(dout * out)                 */
+    const int64_t *row0;  /* [batch] first row of each sequence in L and D      */
+    const int64_t *first; /* the running pass: its work list, tile order, item   */
+    int reverse;
+    void (*item)(const struct bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile);
+    bwd_scratch *scratch; /* [workers]                                          */
+    /* the per-item code for this CPU's instruction set (see tiled.c) */
+    void (*q_item)(const struct bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile);
+    void (*kv_item)(const struct bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile);
+} bwd_job;
+
+/* ---- the per-item code, once per instruction set (see tiled.c) --------------- */
+#define FC_ITEM_HEADER "tiled_bwd_item.h"
+#include "tiled_variants.h"
+#undef FC_ITEM_HEADER
+
+/* ---- the two passes ------------------------------------------------------------ */
+
+/* Work item idx of the running pass on worker `worker`'s scratch. */
+static void run_one(void *arg, int worker, int64_t idx)
+{
+    bwd_job *job = arg;
+    int b, g;
+    int64_t tile;
+    item_of(job->first, job->p->f.batch, job->p->f.heads_kv, job->reverse, idx, &b, &g, &tile);
+    job->item(job, &job->scratch[worker], b, g, tile);
+}
+
+/* The work lists of both passes, each sequence's first row in L/D, and the
+ * call's multiply-adds; one allocation (lists[0] owns it). */
+typedef struct bwd_lists {
+    int64_t *first_q, *first_kv, *row0;
+    int64_t rows, macs;
+} bwd_lists;
+
+static int lists_build(const fc_bwd_params *p, int group, bwd_lists *l)
+{
+    const int n = p->f.batch;
+    l->first_q = malloc((size_t)(3 * n + 2) * sizeof(int64_t));
+    if (!l->first_q) return -1;
+    l->first_kv = l->first_q + n + 1;
+    l->row0 = l->first_kv + n + 1;
+    l->first_q[0] = l->first_kv[0] = 0;
+    l->rows = l->macs = 0;
+    for (int b = 0; b < n; b++) {
+        fc_bwd_seq s;
+        fc_bwd_seq_of(p, b, &s);
+        l->first_q[b + 1] = l->first_q[b] + (s.sq * group + TILE_M - 1) / TILE_M * p->f.heads_kv;
+        l->first_kv[b + 1] = l->first_kv[b] + (s.sk + TILE_M - 1) / TILE_M * p->f.heads_kv;
+        l->row0[b] = p->f.cu_seqlens_q ? p->f.cu_seqlens_q[b] : (int64_t)b * p->f.seqlen_q;
+        l->rows = l->row0[b] + s.sq;
+        l->macs += 7 * s.sq * s.sk * p->f.heads_q * (int64_t)p->f.head_dim; /* 7 products */
+    }
+    return 0;
+}
+
+static void job_init(bwd_job *job, const fc_bwd_params *p, int group, int64_t dp)
+{
+    memset(job, 0, sizeof *job);
+    job->p = p;
+    job->group = group;
+    job->dp = dp;
+    job->dp64 = p->f.dtype == FC_DTYPE_F32;
+    job->cap = p->f.softcap > 0.0f ? p->f.softcap * k_log2e : 0.0;
+    job->qscale = p->f.softcap > 0.0f ? (double)p->f.scale / p->f.softcap : p->f.scale * k_log2e;
+    job->q_item = q_item_generic;
+    job->kv_item = kv_item_generic;
+#ifdef FC_HAVE_AVX2_VARIANT
+    if (fc_cpu_avx2()) {
+        job->q_item = q_item_avx2;
+        job->kv_item = kv_item_avx2;
+    }
+#endif
+}
 
 fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *err, size_t err_len)
 {
-    snprintf(err, err_len, "the cpu backward is not implemented yet");
-    return FC_ERR_UNSUPPORTED;
+    const int group = p->f.heads_q / p->f.heads_kv;
+    const int64_t dp = ((int64_t)p->f.head_dim + VEC_W - 1) / VEC_W * VEC_W;
+    bwd_job job;
+    job_init(&job, p, group, dp);
+    bwd_lists l;
+    if (lists_build(p, group, &l) != 0) {
+        snprintf(err, err_len, "cpu tiled backward: cannot allocate the work lists (%d sequences)", p->f.batch);
+        return FC_ERR_OUT_OF_MEMORY;
+    }
+    const int64_t nq = l.first_q[p->f.batch], nkv = l.first_kv[p->f.batch];
+    const int nt = fc_pool_threads(num_threads, MAX_THREADS, nq > nkv ? nq : nkv, l.macs, FC_POOL_MIN_MACS);
+
+    /* All scratch before any output is touched. */
+    const size_t bytes = scratch_layout(NULL, NULL, dp, job.dp64);
+    const int64_t nrow = (l.rows > 0 ? l.rows : 1) * p->f.heads_q;
+    void **blocks = fc_pool_blocks(nt, bytes);
+    job.scratch = blocks ? calloc((size_t)nt, sizeof *job.scratch) : NULL;
+    job.L = malloc((size_t)nrow * sizeof(double));
+    job.D = malloc((size_t)nrow * sizeof(double));
+    fc_status st = FC_OK;
+    if (!job.scratch || !job.L || !job.D) {
+        snprintf(err, err_len,
+                 "cpu tiled backward: cannot allocate %d scratch blocks of %zu bytes and %lld row sums "
+                 "(head_dim %d)", nt, bytes, (long long)nrow, p->f.head_dim);
+        st = FC_ERR_OUT_OF_MEMORY;
+    } else {
+        for (int x = 0; x < nt; x++) scratch_layout(&job.scratch[x], blocks[x], dp, job.dp64);
+        job.row0 = l.row0;
+        /* The q pass, which also fills L and D for the kv pass: last query
+         * tiles first (under a causal mask they see the most keys). */
+        job.first = l.first_q;
+        job.reverse = 1;
+        job.item = job.q_item;
+        fc_pool_run(nt, nq, run_one, &job);
+        /* The kv pass: first key tiles first (seen by the most queries). */
+        job.first = l.first_kv;
+        job.reverse = 0;
+        job.item = job.kv_item;
+        fc_pool_run(nt, nkv, run_one, &job);
+    }
+    free(job.L);
+    free(job.D);
+    free(job.scratch);
+    fc_pool_blocks_free(blocks, nt);
+    free(l.first_q);
+    return st;
 }

@@ -11,62 +11,16 @@
 #error "tiled_item.h: define FC_ISA(name) before including"
 #endif
 
+#include "tiled_convert.h"
 #include "tiled_kernels.h"
-
-/* ---- conversion in and out --------------------------------------------------- */
-
-/* dst[x * dst_stride] = element off + x of src, for x < n, as float. */
-static void FC_ISA(load_f32)(const void *src, int32_t dtype, int64_t off, int64_t n, float *dst,
-                     int64_t dst_stride)
-{
-    if (dtype == FC_DTYPE_F16) {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_f16_to_f32(s[x]);
-    } else if (dtype == FC_DTYPE_BF16) {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_bf16_to_f32(s[x]);
-    } else {
-        const float *s = (const float *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = s[x];
-    }
-}
-
-/* Elements off .. off+n-1 of dst = src[x] / l, rounded once to the dtype;
- * src NULL: zeros (a row that sees no key). */
-static void FC_ISA(store_row)(void *dst, int32_t dtype, int64_t off, int64_t n, const float *src, float l)
-{
-    if (dtype == FC_DTYPE_F16) {
-        uint16_t *d = (uint16_t *)dst + off;
-        for (int64_t x = 0; x < n; x++) d[x] = fc_f32_to_f16(src ? src[x] / l : 0.0f);
-    } else if (dtype == FC_DTYPE_BF16) {
-        uint16_t *d = (uint16_t *)dst + off;
-        for (int64_t x = 0; x < n; x++) d[x] = fc_f32_to_bf16(src ? src[x] / l : 0.0f);
-    } else {
-        float *d = (float *)dst + off;
-        for (int64_t x = 0; x < n; x++) d[x] = src ? src[x] / l : 0.0f;
-    }
-}
-
 
 /* The rows [rg, rg+ROWS) of the item against the key block [j0, j0+nb). */
 static void FC_ISA(run_row_group)(const tiled_job *job, tile_scratch *t, int rg, int nr, int64_t j0, int nb)
 {
     const int64_t dp = job->dp;
-    int a[ROWS], e[ROWS];
-    int ua = TILE_N, ue = 0;
-    for (int x = 0; x < ROWS; x++) {
-        a[x] = e[x] = 0;
-        const int rr = rg + x;
-        if (rr >= nr) continue;
-        int64_t lo = t->lo[rr] > j0 ? t->lo[rr] : j0;
-        int64_t hi = t->hi[rr] < j0 + nb ? t->hi[rr] : j0 + nb;
-        if (lo >= hi) continue;
-        a[x] = (int)(lo - j0);
-        e[x] = (int)(hi - j0);
-        if (a[x] < ua) ua = a[x];
-        if (e[x] > ue) ue = e[x];
-    }
-    if (ua >= ue) return; /* no row of the group sees this block */
+    int a[ROWS], e[ROWS], ua, ue, same;
+    if (!tile_ranges(t->lo, t->hi, rg, nr, j0, nb, a, e, &ua, &ue, &same))
+        return; /* no row of the group sees this block */
 
     /* Scores over the union of the rows' ranges, whole register tiles; what a
      * row does not see is computed but never read. */
@@ -74,9 +28,7 @@ static void FC_ISA(run_row_group)(const tiled_job *job, tile_scratch *t, int rg,
     if (job->f64) FC_ISA(scores_rows_f64)(t->qd + rg * dp, dp, t->ktd, t->sd, c0, c1, job->qscale);
     else FC_ISA(scores_rows)(t->q + rg * dp, dp, t->kt, t->s, c0, c1, (float)job->qscale);
 
-    int same = rg + ROWS <= nr;
     for (int x = 0; x < ROWS; x++) {
-        if (a[x] != a[0] || e[x] != e[0]) same = 0;
         if (a[x] >= e[x]) continue;
         const int rr = rg + x;
         float *w = t->s + x * TILE_N;
@@ -84,23 +36,7 @@ static void FC_ISA(run_row_group)(const tiled_job *job, tile_scratch *t, int rg,
                                      : FC_ISA(shift_row)(w, a[x], e[x], (float)job->cap, &t->m[rr]);
         FC_ISA(finish_row)(w, a[x], e[x], alpha, &t->l[rr], t->o + rr * dp, dp);
     }
-#if defined(FC_ISA_AVX2) /* P.V broadcasts straight from the weight rows */
-    if (same) {
-        pv_rows_avx2(t->s, t->v, dp, t->o + rg * dp, a[0], e[0]);
-    } else {
-        for (int x = 0; x < ROWS; x++)
-            if (a[x] < e[x]) pv_row_avx2(t->s + x * TILE_N, 1, t->v, dp, t->o + (rg + x) * dp, a[x], e[x]);
-    }
-#else /* transpose the weights so the ROWS weights of a key are adjacent (see pv_rows) */
-    for (int x = 0; x < ROWS; x++)
-        for (int j = a[x]; j < e[x]; j++) t->pt[j * ROWS + x] = t->s[x * TILE_N + j];
-    if (same) {
-        FC_ISA(pv_rows)(t->pt, t->v, dp, t->o + rg * dp, a[0], e[0]);
-    } else {
-        for (int x = 0; x < ROWS; x++)
-            if (a[x] < e[x]) FC_ISA(pv_row)(t->pt + x, ROWS, t->v, dp, t->o + (rg + x) * dp, a[x], e[x]);
-    }
-#endif
+    FC_ISA(wsum_rows)(t->s, t->v, dp, t->o + rg * dp, a, e, same, t->pt);
 }
 
 /* Key rows [j0, j0+nb) of kv head g into the K^T and V blocks. */

@@ -230,4 +230,32 @@ static inline void FC_ISA(pv_row)(const float *restrict p, int ps, const float *
     }
 }
 
+/* o[x][:] += sum_{a[x] <= j < e[x]} w[x][j] v[j][:] for the ROWS rows x of a
+ * register tile: w rows TILE_N apart, v and o rows dp apart; a row with
+ * a[x] >= e[x] is left alone. same: every row has row 0's range, so the
+ * 4-row kernel serves all. pt: [TILE_N][ROWS] scratch for the transpose
+ * the plain C kernel needs (the AVX2 one broadcasts from the rows). */
+static inline void FC_ISA(wsum_rows)(const float *restrict w, const float *restrict v, int64_t dp,
+                                     float *restrict o, const int *a, const int *e, int same, float *pt)
+{
+#if defined(FC_ISA_AVX2)
+    (void)pt;
+    if (same) {
+        pv_rows_avx2(w, v, dp, o, a[0], e[0]);
+    } else {
+        for (int x = 0; x < ROWS; x++)
+            if (a[x] < e[x]) pv_row_avx2(w + x * TILE_N, 1, v, dp, o + x * dp, a[x], e[x]);
+    }
+#else
+    for (int x = 0; x < ROWS; x++)
+        for (int j = a[x]; j < e[x]; j++) pt[j * ROWS + x] = w[x * TILE_N + j];
+    if (same) {
+        FC_ISA(pv_rows)(pt, v, dp, o, a[0], e[0]);
+    } else {
+        for (int x = 0; x < ROWS; x++)
+            if (a[x] < e[x]) FC_ISA(pv_row)(pt + x, ROWS, v, dp, o + x * dp, a[x], e[x]);
+    }
+#endif
+}
+
 #endif /* FC_ISA */

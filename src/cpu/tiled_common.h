@@ -1,0 +1,123 @@
+/*
+ * tiled_common.h -- helpers shared by the tiled CPU forward (tiled.c) and
+ * backward (tiled_bwd.c): the visibility rule as ranges, scratch carving,
+ * the instruction-set choice. Plain C, not compiled per variant.
+ */
+#ifndef FC_CPU_TILED_COMMON_H
+#define FC_CPU_TILED_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashcore.h"
+#include "tiled_kernels.h" /* the tile table */
+
+/* Keys visible to query i: exactly the j in [lo, hi) for which
+ * fc_key_visible(i, j, sq, sk, wl, wr) holds (the rule is an interval). */
+static inline void visible_range(int64_t i, int64_t sq, int64_t sk, int wl, int wr, int64_t *lo, int64_t *hi)
+{
+    int64_t diag = i + sk - sq; /* bottom-right alignment, as fc_key_visible */
+    int64_t a = 0, e = sk;
+    if (wl >= 0 && diag - wl > a) a = diag - wl;
+    if (wr >= 0 && diag + wr + 1 < e) e = diag + wr + 1;
+    if (e < a) e = a;
+    *lo = a;
+    *hi = e;
+}
+
+/* The other way round: the queries i in [lo, hi) that see key j (the same
+ * rule solved for i: j - diag_offset - wr <= i <= j - diag_offset + wl). */
+static inline void visible_queries(int64_t j, int64_t sq, int64_t sk, int wl, int wr, int64_t *lo, int64_t *hi)
+{
+    int64_t off = sk - sq;
+    int64_t a = 0, e = sq;
+    if (wr >= 0 && j - off - wr > a) a = j - off - wr;
+    if (wl >= 0 && j - off + wl + 1 < e) e = j - off + wl + 1;
+    if (e < a) e = a;
+    *lo = a;
+    *hi = e;
+}
+
+/* The part of the block [j0, j0+nb) that each row rg+x (x < ROWS) of a
+ * register tile sees, from the rows' ranges [lo, hi): a[x], e[x] relative
+ * to j0 (0, 0 for a row past nr or seeing nothing of it). Returns 0 when no
+ * row sees the block; else the union's bounds in *ua, *ue and in *same
+ * whether all ROWS rows exist and share row 0's range. */
+static inline int tile_ranges(const int64_t *lo, const int64_t *hi, int rg, int nr, int64_t j0, int nb, int *a,
+                              int *e, int *ua, int *ue, int *same)
+{
+    *ua = TILE_N;
+    *ue = 0;
+    *same = rg + ROWS <= nr;
+    for (int x = 0; x < ROWS; x++) {
+        a[x] = e[x] = 0;
+        const int rr = rg + x;
+        if (rr < nr) {
+            int64_t l = lo[rr] > j0 ? lo[rr] : j0;
+            int64_t h = hi[rr] < j0 + nb ? hi[rr] : j0 + nb;
+            if (l < h) {
+                a[x] = (int)(l - j0);
+                e[x] = (int)(h - j0);
+                if (a[x] < *ua) *ua = a[x];
+                if (e[x] > *ue) *ue = e[x];
+            }
+        }
+        if (a[x] != a[0] || e[x] != e[0]) *same = 0;
+    }
+    return *ua < *ue;
+}
+
+/* Work item idx of a list where sequence b owns items first[b] ..
+ * first[b+1]-1, the same number of tiles for each of its heads_kv heads:
+ * its sequence *b, kv head *g and *tile. reverse: a head's tiles from the
+ * last one (see the callers for which tiles are heaviest: starting those
+ * early evens out the threads' finishing times). */
+static inline void item_of(const int64_t *first, int batch, int heads_kv, int reverse, int64_t idx, int *b,
+                           int *g, int64_t *tile)
+{
+    int lo = 0, hi = batch; /* the sequence: first[b] <= idx < first[b+1] */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (first[mid] <= idx) lo = mid;
+        else hi = mid;
+    }
+    const int64_t local = idx - first[lo];
+    const int64_t tiles = (first[lo + 1] - first[lo]) / heads_kv;
+    *b = lo;
+    *g = (int)(local / tiles);
+    *tile = reverse ? tiles - 1 - local % tiles : local % tiles;
+}
+
+/* Ask for the cache lines of the n elements at element off of src, a
+ * tensor of dtype (fc_dtype): rows of a block are strided (heads apart),
+ * which the hardware prefetcher does not follow. */
+static inline void prefetch_row(const void *src, int64_t off, int64_t n, int32_t dtype)
+{
+    const size_t es = dtype == FC_DTYPE_F32 ? 4 : 2;
+    const char *r = (const char *)src + (size_t)off * es;
+    for (size_t b = 0; b < (size_t)n * es; b += 64) __builtin_prefetch(r + b);
+}
+
+/* n elements of type T at offset *off of base (NULL when only measuring);
+ * every piece starts 64-byte aligned. */
+#define CARVE(base, off, T, n) ((T *)carve(base, &(off), (size_t)(n) * sizeof(T)))
+static inline void *carve(char *base, size_t *off, size_t bytes)
+{
+    void *p = base ? base + *off : NULL;
+    *off += (bytes + 63) & ~(size_t)63;
+    return p;
+}
+
+/* 1 when the AVX2 build of the per-item code can run on this CPU. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FC_HAVE_AVX2_VARIANT 1
+static inline int fc_cpu_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+#else
+static inline int fc_cpu_avx2(void) { return 0; }
+#endif
+
+#endif /* FC_CPU_TILED_COMMON_H */
