@@ -4,6 +4,7 @@
  * what the call changed, and a mask of the bytes it may change. The call's
  * arena is managed memory in the CUDA fuzz build (fuzz/device.c).
  */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,11 @@ int fz_arena_init(fz_arena *a, size_t size, int on_device)
     memset(a, 0, sizeof *a);
     a->size = size ? size : 1;
     a->on_device = on_device;
-    a->base = on_device ? fz_device_alloc(a->size) : malloc(a->size);
+    /* 256-byte aligned like cudaMallocManaged's (offsets place a workspace);
+     * the exact size, so that ASan sees a read past the end */
+    void *host = NULL;
+    if (!on_device && posix_memalign(&host, 256, a->size)) host = NULL;
+    a->base = on_device ? fz_device_alloc(a->size) : host;
     a->mask = calloc(a->size, 1);
     a->copy = malloc(a->size);
     if (!a->base || !a->mask || !a->copy) { fz_arena_free(a); return -1; }

@@ -19,7 +19,7 @@
 #include "fuzz.h"
 #include "kit.h"
 
-#if defined(__has_include)
+#if defined(FZ_SANITIZE) && defined(__has_include) /* the sanitized build links the runtime */
 #if __has_include(<sanitizer/common_interface_defs.h>)
 #include <sanitizer/common_interface_defs.h>
 #define FZ_HAVE_SANITIZER_HOOK 1
@@ -43,6 +43,7 @@ static void save_input(void)
     fprintf(stderr, "reproducer: %s (replay: FC_FUZZ_SKIP=%s fc_fuzz_driver %s)\n", name, skip ? skip : "", name);
 }
 
+#ifdef FZ_HAVE_SANITIZER_HOOK
 /* A sanitizer report: say which call it was, then keep the input. */
 static void on_death(void)
 {
@@ -50,6 +51,7 @@ static void on_death(void)
     fflush(stderr);
     if (fz_on_failure) fz_on_failure();
 }
+#endif
 
 static int replay(const char *path)
 {

@@ -93,8 +93,9 @@ typedef struct fz_stats {
                       * (and finiteness where defined) judged only          */
 } fz_stats;
 extern fz_stats fz_stats_of[FZ_N_KINDS];
-/* Count a kernel that ran (fc_kernel_info.name; a split count is folded). */
-void fz_note_kernel(const char *name);
+/* Count a kernel that ran for entry point kind (fc_kernel_info.name; a
+ * split count is folded). */
+void fz_note_kernel(int kind, const char *name);
 /* The statuses, judgements and kernels seen so far, on stdout. */
 void fz_print_stats(void);
 
@@ -105,6 +106,7 @@ void fz_check_status(fc_context *ctx, fc_status st, const char *what);
 /* One function per entry point: builds a call from the bytes and checks it. */
 typedef void (*fz_entry_fn)(fz_in *in);
 void fz_entry_forward(fz_in *in);
+void fz_entry_backward(fz_in *in);
 
 /* The target: one input, every check; returns 0 (failures stop the process). */
 int fz_run_one(const uint8_t *data, size_t size);

@@ -15,10 +15,12 @@ static struct { char name[96]; uint64_t n; } g_kernels[FZ_MAX_KERNELS];
 static int g_nkernels;
 static uint64_t g_other; /* kernels past the table's end */
 
-void fz_note_kernel(const char *name)
+static const char *const k_entry[FZ_N_KINDS] = {"forward", "backward"};
+
+void fz_note_kernel(int kind, const char *name)
 {
     char key[96];
-    snprintf(key, sizeof key, "%s", name);
+    snprintf(key, sizeof key, "%s %s", k_entry[kind], name);
     char *split = strstr(key, "+split"); /* +split2, +split17: one entry */
     if (split) split[6] = '\0';
     for (int i = 0; i < g_nkernels; i++)
@@ -30,11 +32,10 @@ void fz_note_kernel(const char *name)
 
 void fz_print_stats(void)
 {
-    static const char *const entry[FZ_N_KINDS] = {"forward", "backward"};
     static const char *const names[] = {"ok", "invalid", "unsupported", "oom", "cuda", "no_device", "internal"};
     for (int e = 0; e < FZ_N_KINDS; e++) {
         const fz_stats *s = &fz_stats_of[e];
-        printf("%s statuses:", entry[e]);
+        printf("%s statuses:", k_entry[e]);
         for (int st = FC_OK; st <= FC_ERR_INTERNAL; st++) printf(" %s %llu", names[st], (unsigned long long)s->status[st]);
         printf(" | ok judged: gated %llu, writes only %llu\n", (unsigned long long)s->gated,
                (unsigned long long)s->loose);

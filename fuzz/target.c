@@ -17,7 +17,7 @@ void (*fz_on_failure)(void);
 int fz_verbose;
 
 /* Entry points, one function each; the first input byte picks one. */
-static const fz_entry_fn k_entries[] = {fz_entry_forward};
+static const fz_entry_fn k_entries[] = {fz_entry_forward, fz_entry_backward};
 #define FZ_N_ENTRIES (sizeof k_entries / sizeof k_entries[0])
 
 static const struct { const char *name; unsigned bit; } k_skip_names[] = {
