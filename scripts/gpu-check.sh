@@ -112,8 +112,8 @@ fi
 
 if want test; then
   log "ctest"
-  # test_cuda_forward runs below, per path, with its own log
-  if ctest --test-dir "$BUILD" --output-on-failure -E "test_cuda_forward|python_binding" >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
+  # test_cuda_forward and test_cuda_backward run below, with their own logs
+  if ctest --test-dir "$BUILD" --output-on-failure -E "test_cuda_forward|test_cuda_backward|python_binding" >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
   tail -15 "$OUT/ctest.log"
   n=$([ $quick = 1 ] && echo 60 || echo 300)
   nr=$([ $quick = 1 ] && echo 12 || echo 40)
@@ -125,6 +125,11 @@ if want test; then
   # interleaved; no result depends on timing.
   log "GPU matrices side by side: paths 80 and 90 ($n cases), forced rows ($nr cases each), rotated, tail, pytest"
   for path in 80 90; do gpu_matrix $path --path $path --cases $n >"$OUT/t-$path.res" & done
+  # the backward (sm80-class kernels) against the reference backward
+  (if timeout 300 "$BUILD/tests/test_cuda_backward" --cases $n >"$OUT/gpu-test-bwd.log" 2>&1; then
+     echo "gpubwd ok: $(tail -1 "$OUT/gpu-test-bwd.log")"
+   else echo "gpubwd FAIL: $(tail -1 "$OUT/gpu-test-bwd.log")"; grep -m 15 -i fail "$OUT/gpu-test-bwd.log" >&2; fi
+  ) >"$OUT/t-bwd.res" &
   # Every row of the Hopper tile table (FLASHCORE_SM90_CONFIG) and every
   # sm90-class row of the sm80 table (FLASHCORE_SM80_CONFIG), forced, on
   # random cases of its head_dim: rows the planner picks only for some shapes
@@ -146,7 +151,7 @@ if want test; then
     else echo "pytest FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log" >&2; fi
   ) >"$OUT/t-pytest.res" &
   collect_results t-
-  for k in gpu80 gpu90 gpu90-rows gpu80-rows gpu90-rot gpu90-tail pytest; do
+  for k in gpu80 gpu90 gpubwd gpu90-rows gpu80-rows gpu90-rot gpu90-tail pytest; do
     [ -n "${result[$k]:-}" ] || result[$k]="FAIL: its job printed no result"
   done
   log "GPU matrices done"
@@ -159,18 +164,20 @@ if want sanitize; then
   # keeps `all` inside one 600 s device call (it ran out at 600 s with them in
   # sequence once the tail-balancing variants came). Each tool's
   # results come back through $OUT/san-TOOL.res, one "key value" line each.
-  san_run() { # [VAR=value...] san_run TOOL KEY ARGS...: one variant, its log in $OUT/KEY.log
+  san_run() { # [VAR=value...] [SAN_TEST=prog] san_run TOOL KEY ARGS...: one variant, its log in $OUT/KEY.log
     local tool=$1 key=$2
     shift 2
     log "compute-sanitizer $tool ${key#san-"$tool"-}" >&2
     if timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-         "$BUILD/tests/test_cuda_forward" --quick "$@" >"$OUT/$key.log" 2>&1
+         "$BUILD/tests/${SAN_TEST:-test_cuda_forward}" --quick "$@" >"$OUT/$key.log" 2>&1
     then echo "$key clean"
     else echo "$key FAIL ($(grep -c -i 'error' "$OUT/$key.log") error lines)"; tail -12 "$OUT/$key.log" >&2; fi
   }
   san_tool() { # san_tool TOOL: every variant of one tool
     local tool=$1 path row dim tall ctas kvs
     for path in 80 90; do san_run "$tool" "san-$tool-$path" --path $path; done
+    # the backward's kernels (preprocess, main in both dQ modes, convert)
+    SAN_TEST=test_cuda_backward san_run "$tool" "san-$tool-bwd"
     # the rotated tile loop (the planner takes it only for several tiles per CTA)
     FLASHCORE_SM90_ROTATE=1 san_run "$tool" "san-$tool-90rot" --path 90
     # tail balancing on a 5-CTA grid: split tiles, partials, the arrival

@@ -163,6 +163,7 @@ static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, void *
     if (st) return fc_set_error(ctx, st, "%s", why);
     ch->path = FC_CUDA_PATH_SM80;
     ch->num_splits = 1;
+    ch->pdl = plan->dev.cc_major >= 9 && ctx->tuning.pdl != 0; /* as the forward (select_cuda) */
     /* dk/dv are written for every key token, so varlen offsets are checked
      * whenever either side has tokens. */
     if (p->cu_seqlens_q && (p->total_q > 0 || p->total_k > 0)) {

@@ -192,6 +192,11 @@ fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
  * (the scratch the run needs, from p's shapes and p->deterministic). */
 fc_status fc_sm80_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
                            fc_cuda_choice *choice, char *why, size_t why_len);
+/* The sm80-class backward's path launcher (sm80/bwd_plan.cu): preprocess,
+ * main and convert kernels of the planned row, with `workspace` (at least
+ * choice->workspace_bytes, 256-byte aligned). */
+fc_status fc_sm80_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
+                           void *workspace, void *stream, char *err, size_t err_len);
 /* Run a planned backward: uses p->workspace when the caller gave one, else
  * allocates choice->workspace_bytes stream-ordered and frees it after the
  * launches; checks every return code and the last error after each launch. */

@@ -47,28 +47,7 @@ int main(void)
 }
 #else
 
-#define MAX_SKIP_REASONS 16
-
 static int g_verbose;
-static struct {
-    char why[200];
-    int count;
-} g_skips[MAX_SKIP_REASONS];
-static int g_nskips;
-
-static void note_skip(const char *why)
-{
-    g_skip++;
-    for (int i = 0; i < g_nskips; i++)
-        if (!strcmp(g_skips[i].why, why)) {
-            g_skips[i].count++;
-            return;
-        }
-    if (g_nskips < MAX_SKIP_REASONS) {
-        snprintf(g_skips[g_nskips].why, sizeof g_skips[g_nskips].why, "%s", why);
-        g_skips[g_nskips++].count = 1;
-    }
-}
 
 /* ---- device buffers ------------------------------------------------------------ */
 
@@ -260,7 +239,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
     for (int pi = 0; pi < npaths; pi++) {
         const int path = paths[pi];
         if (!path_ok[pi]) {
-            note_skip(path_why[pi]);
+            tu_note_skip(path_why[pi]);
             continue;
         }
         fc_context_set_cuda_path(ctx, path);
@@ -270,7 +249,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         if (st == FC_ERR_UNSUPPORTED && (path == 90 || !sm80_supports(s))) {
             char why[200];
             snprintf(why, sizeof why, "path %d: %.180s", path, fc_last_error(ctx));
-            note_skip(why);
+            tu_note_skip(why);
             if (g_verbose) printf("SKIP %s path%d %s: %s\n", tag, path, desc, err);
             continue;
         }
@@ -524,7 +503,7 @@ static void varlen_next_inf(runner *r)
         for (int pi = 0; pi < r->npaths; pi++) {
             const int path = r->paths[pi];
             if (!r->path_ok[pi]) {
-                note_skip(r->path_why[pi]);
+                tu_note_skip(r->path_why[pi]);
                 continue;
             }
             fc_context_set_cuda_path(r->ctx, path);
@@ -660,14 +639,10 @@ int main(int argc, char **argv)
         fc_context_free(ctx);
         return 1;
     }
-    char devbuf[512];
-    if (!fc_cuda_available()) {
-        fc_status st = fc_cuda_device_info(ctx, devbuf, sizeof devbuf);
-        printf("SKIP: no CUDA device (%s)\n", st == FC_OK ? "fc_cuda_available() is 0" : fc_last_error(ctx));
+    if (!tu_cuda_device(ctx)) {
         fc_context_free(ctx);
         return 77;
     }
-    if (fc_cuda_device_info(ctx, devbuf, sizeof devbuf) == FC_OK) printf("device: %s\n", devbuf);
 
     /* Which paths can run at all here: probe a shape both families cover. */
     const int all_paths[2] = {80, 90};
@@ -731,7 +706,7 @@ int main(int argc, char **argv)
     fc_context_free(ctx);
 
     printf("(%.1f s)\n", kit_now() - t0);
-    for (int i = 0; i < g_nskips; i++) printf("skipped %d x: %s\n", g_skips[i].count, g_skips[i].why);
+    tu_print_skips();
     return test_summary();
 }
 #endif

@@ -5,7 +5,9 @@
  *    of shared memory): which tile row, whether the tile loop rotates,
  *    whether the last round is tail-balanced, which mask instance;
  *  - sm80_plan: the sm80-class planner on A100- and H100-like devices:
- *    which tile row and whether query heads are packed.
+ *    which tile row and whether query heads are packed;
+ *  - bwd_plan: the sm80-class backward planner: the row per class and head
+ *    dim, the workspace size, the refusals.
  * Each expectation is a rule of src/cuda/sm90/plan.cu or sm80/plan.cu that
  * a same-run measurement chose (docs/PERF.md, docs/design-sm90.md,
  * docs/design-sm80.md); a change of rule must change this test on purpose. A
@@ -229,10 +231,101 @@ static int sm80_plan_group(void)
     return 1;
 }
 
+/* A backward problem over shape()'s forward: dout, dq, dk, dv laid out
+ * like out, q, k, v (the planner reads only pointers and strides). */
+static fc_bwd_params bwd_shape(int b, int hq, int hkv, int s, int d, int causal, int bf16)
+{
+    fc_bwd_params p;
+    memset(&p, 0, sizeof p);
+    p.f = shape(b, hq, hkv, s, d, causal, bf16);
+    p.f.lse = (float *)(uintptr_t)0x30000000u;
+    p.dout = (const void *)(uintptr_t)0x40000000u;
+    p.dq = (void *)(uintptr_t)0x50000000u;
+    p.dk = (void *)(uintptr_t)0x60000000u;
+    p.dv = (void *)(uintptr_t)0x70000000u;
+    p.do_batch_stride = p.dq_batch_stride = p.f.q_batch_stride;
+    p.do_row_stride = p.dq_row_stride = p.f.q_row_stride;
+    p.do_head_stride = p.dq_head_stride = p.f.q_head_stride;
+    p.dk_batch_stride = p.dv_batch_stride = p.f.k_batch_stride;
+    p.dk_row_stride = p.dv_row_stride = p.f.k_row_stride;
+    p.dk_head_stride = p.dv_head_stride = p.f.k_head_stride;
+    return p;
+}
+
+static int64_t r256(int64_t x) { return (x + 255) / 256 * 256; }
+
+/* 1: the sm80-class backward planner's choices checked; 0: skipped. Each
+ * class's row per head dim (src/cuda/sm80/bwd_tiles.cuh), the workspace
+ * (fp32 dQ, D and lse2, semaphores when deterministic), and what it
+ * refuses. */
+static int bwd_plan_group(void)
+{
+    int p0 = g_pass, f0 = g_fail;
+    const fc_cuda_device a100 = fake_device(8, 0, 108, 166912, 40 << 20, "A100-like test device");
+    const fc_cuda_device h100 = h100_like();
+    /* RTX 4090-like: sm_89, 99 KB of shared memory per block */
+    const fc_cuda_device ada = fake_device(8, 9, 128, 101376, 72 << 20, "Ada-like test device");
+    fc_cuda_choice c;
+    char why[256] = "";
+    fc_bwd_params p = bwd_shape(2, 16, 16, 2048, 128, 1, 1);
+    memset(&c, 0, sizeof c);
+    if (fc_sm80_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED && !fc_cuda_compiled()) {
+        printf("bwd_plan skipped: %s\n", why);
+        return 0;
+    }
+    const struct {
+        const fc_cuda_device *dev;
+        int d;
+        const char *name;
+    } rows[] = {
+        {&h100, 128, "sm80_bwd_bf16_d128_m64n128"}, {&h100, 64, "sm80_bwd_bf16_d64_m128n128"},
+        {&h100, 96, "sm80_bwd_bf16_d96_m64n128"},   {&h100, 32, "sm80_bwd_bf16_d32_m64n64"},
+        {&a100, 128, "sm80_bwd_bf16_d128_m64n128"}, {&a100, 64, "sm80_bwd_bf16_d64_m128n128"},
+        {&ada, 128, "sm80_bwd_bf16_d128_m32n64"},   {&ada, 64, "sm80_bwd_bf16_d64_m64n128"},
+        {&ada, 96, "sm80_bwd_bf16_d96_m64n64"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) {
+        p = bwd_shape(2, 16, 16, 2048, rows[i].d, 1, 1);
+        memset(&c, 0, sizeof c);
+        const fc_status st = fc_sm80_bwd_plan(&p, rows[i].dev, &k_tuning, &c, why, sizeof why);
+        CHECK(st == FC_OK && !strcmp(c.name, rows[i].name), "%s d%d: %s, expected %s (%s)", rows[i].dev->name,
+              rows[i].d, st == FC_OK ? c.name : "refused", rows[i].name, why);
+    }
+    /* workspace: rows x heads_q x head_dim fp32 + D + lse2 (+ semaphores:
+     * batch x heads_q x query blocks of 128 rows, the d64 row's) */
+    p = bwd_shape(2, 4, 2, 100, 64, 0, 0);
+    for (int det = 0; det < 2; det++) {
+        p.deterministic = det;
+        memset(&c, 0, sizeof c);
+        const fc_status st = fc_sm80_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why);
+        const int64_t rows_ = 2 * 100, want = r256(rows_ * 4 * 64 * 4) + 2 * r256(4 * rows_ * 4) + r256(det * 2 * 4 * 4);
+        CHECK(st == FC_OK && c.workspace_bytes == want, "workspace det %d: %lld, expected %lld (%s)", det,
+              (long long)c.workspace_bytes, (long long)want, why);
+        CHECK(st == FC_OK && (strstr(c.name, "_det") != NULL) == det, "det %d named: %s", det, c.name);
+    }
+    /* refusals, each naming what it refuses */
+    p = bwd_shape(1, 2, 2, 64, 256, 0, 1);
+    CHECK(fc_sm80_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
+              strstr(why, "supported 32, 64, 96, 128"),
+          "d256: %s", why);
+    p = bwd_shape(1, 2, 2, 64, 64, 0, 1);
+    p.dq_row_stride = 68;
+    CHECK(fc_sm80_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
+              strstr(why, "dq row stride"),
+          "dq stride 68: %s", why);
+    p = bwd_shape(1, 2, 2, 64, 64, 0, 1);
+    p.dout = (const void *)(uintptr_t)0x40000008u;
+    CHECK(fc_sm80_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
+              strstr(why, "dout.data"),
+          "dout misaligned: %s", why);
+    group_done("bwd_plan", p0, f0);
+    return 1;
+}
+
 int main(void)
 {
     fc_tuning_init(&k_tuning);
-    const int ran = sm90_plan_group() + sm80_plan_group();
+    const int ran = sm90_plan_group() + sm80_plan_group() + bwd_plan_group();
     if (!ran) return 77;
     return test_summary();
 }

@@ -1,7 +1,8 @@
 /*
  * test_util.h -- what the test programs share: pass/fail counting (CHECK),
- * per-group lines, the closing summary line, a plain dense kit_shape, and the
- * fp64 reference of a case into buffers of its own, snapshots of buffers.
+ * per-group lines, the closing summary line, skip reasons, a plain dense
+ * kit_shape, the fp64 reference of a case into buffers of its own, snapshots
+ * of buffers.
  *
  * Header-only (static, static inline): every test is a single translation
  * unit, so each program gets its own counters. The closing line is exactly
@@ -99,6 +100,61 @@ static inline fc_status test_reference(fc_context *ctx, const kit_case *c, void 
     a.backend = FC_BACKEND_CPU_REFERENCE;
     kit_poison(ref_out, c->out_bytes, c->s.dtype, ref_lse, c->lse_bytes);
     return fc_attention_forward(ctx, &a, NULL, NULL);
+}
+
+/* Why cases were skipped, each reason once with its count: tu_note_skip
+ * counts a skip (g_skip) under a reason, tu_print_skips lists them before
+ * the closing line. The table is a function's static, so a program that
+ * skips nothing carries no unused variable. */
+#define TU_MAX_SKIP_REASONS 16
+typedef struct tu_skips {
+    int n;
+    struct {
+        char why[200];
+        int count;
+    } r[TU_MAX_SKIP_REASONS];
+} tu_skips;
+
+static inline tu_skips *tu_skip_table(void)
+{
+    static tu_skips t;
+    return &t;
+}
+
+static inline void tu_note_skip(const char *why)
+{
+    tu_skips *t = tu_skip_table();
+    g_skip++;
+    for (int i = 0; i < t->n; i++)
+        if (!strcmp(t->r[i].why, why)) {
+            t->r[i].count++;
+            return;
+        }
+    if (t->n < TU_MAX_SKIP_REASONS) {
+        snprintf(t->r[t->n].why, sizeof t->r[t->n].why, "%s", why);
+        t->r[t->n++].count = 1;
+    }
+}
+
+static inline void tu_print_skips(void)
+{
+    const tu_skips *t = tu_skip_table();
+    for (int i = 0; i < t->n; i++) printf("skipped %d x: %s\n", t->r[i].count, t->r[i].why);
+}
+
+/* A GPU test's start: 1 with a "device: ..." line when a CUDA device is
+ * there, else 0 with the "SKIP: no CUDA device (...)" line (the caller
+ * then exits 77). */
+static inline int tu_cuda_device(fc_context *ctx)
+{
+    char buf[512];
+    if (!fc_cuda_available()) {
+        fc_status st = fc_cuda_device_info(ctx, buf, sizeof buf);
+        printf("SKIP: no CUDA device (%s)\n", st == FC_OK ? "fc_cuda_available() is 0" : fc_last_error(ctx));
+        return 0;
+    }
+    if (fc_cuda_device_info(ctx, buf, sizeof buf) == FC_OK) printf("device: %s\n", buf);
+    return 1;
 }
 
 /* Copies of the buffers a call may touch, to prove that a failing call

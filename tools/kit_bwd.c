@@ -142,17 +142,25 @@ fc_status kit_bwd_reference(fc_context *ctx, const kit_bwd_case *b, void *const 
  * Measured by tests/test_cpu_bwd_tiled.c (worst max_rel): f32 2.6e-6,
  * f16 5.0e-4, bf16 3.3e-3.
  *
- * CUDA: provisional, the forward's f16/bf16 gates in relative form, until
- * they are set to 2x the error of PyTorch's own backward in the same dtype
- * against the fp64 reference on the same cases (measured on the GPU; then
- * replace the row and say so here). */
+ * CUDA: 1.5x the worst error of PyTorch's own backward (SDPA's flash
+ * kernel, FA2) against the fp64 reference on the same inputs, measured by
+ * bench/bwd_gates.py on an H200 (74 cases per dtype: head dims 32-128, GQA,
+ * odd and unequal lengths, causal, a scale, inputs x1 and x3; the
+ * reference rounded to the dtype and taking each system's own out, as
+ * kit_bwd_reference does). PyTorch's worst, f16 / bf16: max_rel 9.87e-4 /
+ * 7.69e-3, rel_l2 4.30e-4 / 3.42e-3 (FlashCore's on the same inputs:
+ * 9.54e-4 / 7.69e-3 and 3.93e-4 / 2.89e-3). Gradients that are exactly 0
+ * (one visible key per row: dP - D cancels) keep fp32 noise: PyTorch's
+ * largest there 1.06e-5 / 5.33e-6, so atol = 1.5x that; every other
+ * element is held to max_rel of the largest gradient (atol_rel), and none
+ * may fail (pct_bad 0). */
 static const struct {
     fc_dtype dtype;
     kit_bwd_gate cpu, cuda; /* max_rel, rel_l2, pct_bad, atol, atol_rel, rtol */
 } k_bwd_gates[] = {
     {FC_DTYPE_F32, {1e-4, 2e-5, 0.0, 0.0, 1e-5, 1e-4}, {1e-4, 2e-5, 0.0, 0.0, 1e-5, 1e-4}},
-    {FC_DTYPE_F16, {1e-3, 5e-4, 0.0, 0x1p-24, 1e-5, 0x1p-10}, {5e-3, 2e-3, 1.0, 0.0, 1e-3, 2e-3}},
-    {FC_DTYPE_BF16, {8e-3, 4e-3, 0.0, 0.0, 1e-5, 0x1p-7}, {3e-2, 1.6e-2, 1.0, 0.0, 8e-3, 1.6e-2}},
+    {FC_DTYPE_F16, {1e-3, 5e-4, 0.0, 0x1p-24, 1e-5, 0x1p-10}, {1.48e-3, 6.45e-4, 0.0, 1.6e-5, 1.48e-3, 0.0}},
+    {FC_DTYPE_BF16, {8e-3, 4e-3, 0.0, 0.0, 1e-5, 0x1p-7}, {1.15e-2, 5.13e-3, 0.0, 8.0e-6, 1.15e-2, 0.0}},
 };
 
 kit_bwd_gate kit_bwd_gate_for(fc_dtype dtype, kit_bwd_path path)

@@ -1,6 +1,8 @@
 /*
  * launch.cu -- the CUDA layer's entry for running a planned kernel choice:
  *   fc_cuda_forward                 split-KV workspace + path launcher + combine
+ *   fc_cuda_backward                workspace (the caller's or stream-ordered) + the
+ *                                   sm80-class backward
  *   fc_cuda_tile_shape              block_m/block_n of a choice, either path
  *   fc_cuda_split_workspace_bytes   the one place the workspace size is computed
  * and, when the Hopper path is not compiled in (FC_HAVE_SM90 == 0), its stubs.
@@ -39,6 +41,31 @@ extern "C" void fc_cuda_tile_shape(const fc_cuda_choice *choice, int *block_m, i
 
 namespace {
 
+/* Scratch of `bytes` on the stream's pool, stream-ordered, so it works
+ * inside graph capture and is reused without a device-wide sync; `what`
+ * names it in the error. */
+fc_status ws_alloc(void **ws, int64_t bytes, void *stream, const char *what, char *err, size_t err_len)
+{
+    const cudaError_t e = cudaMallocAsync(ws, (size_t)bytes, (cudaStream_t)stream);
+    if (e == cudaSuccess) return FC_OK;
+    cudaGetLastError(); /* clear the non-sticky error */
+    *ws = nullptr;
+    snprintf(err, err_len, "cudaMallocAsync failed: %s (%lld bytes of %s)", cudaGetErrorString(e), (long long)bytes,
+             what);
+    return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
+}
+
+/* Free ws (if any) in stream order after the kernels that use it, also
+ * after an earlier failure; returns st, or the free's error when st is OK. */
+fc_status ws_free(void *ws, void *stream, fc_status st, char *err, size_t err_len)
+{
+    if (!ws) return st;
+    const cudaError_t e = cudaFreeAsync(ws, (cudaStream_t)stream);
+    if (st == FC_OK) return fc_cuda_check(e, "cudaFreeAsync", err, err_len);
+    if (e != cudaSuccess) cudaGetLastError();
+    return st;
+}
+
 fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev, void *stream,
                    char *err, size_t err_len)
 {
@@ -51,15 +78,10 @@ fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const f
     void *ws = nullptr;
     const int64_t ws_bytes = fc_cuda_split_workspace_bytes(p, splits);
     if (splits > 1 && ws_bytes > 0) {
-        /* Stream-ordered, so it works inside graph capture and is reused by
-         * the pool without a device-wide sync. */
-        const cudaError_t e = cudaMallocAsync(&ws, (size_t)ws_bytes, (cudaStream_t)stream);
-        if (e != cudaSuccess) {
-            cudaGetLastError(); /* clear the non-sticky error */
-            snprintf(err, err_len, "cudaMallocAsync failed: %s (%lld bytes of split-KV workspace for %d splits)",
-                     cudaGetErrorString(e), (long long)ws_bytes, splits);
-            return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
-        }
+        char what[64];
+        snprintf(what, sizeof what, "split-KV workspace for %d splits", splits);
+        const fc_status st = ws_alloc(&ws, ws_bytes, stream, what, err, err_len);
+        if (st != FC_OK) return st;
         lp.o_accum = static_cast<float *>(ws);
         lp.lse_accum = lp.o_accum + (int64_t)splits * p->batch * p->heads_q * p->seqlen_q * p->head_dim;
     } else {
@@ -77,12 +99,35 @@ fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const f
     }
     if (st == FC_OK && lp.num_splits > 1) st = fc_cuda_combine_splits(&lp, choice->pdl, stream, err, err_len);
 
-    if (ws) {
-        /* Freed in stream order after the kernels that use it; on an earlier
-         * failure it is still released. */
-        const cudaError_t e = cudaFreeAsync(ws, (cudaStream_t)stream);
-        if (st == FC_OK) st = fc_cuda_check(e, "cudaFreeAsync", err, err_len);
-        else if (e != cudaSuccess) cudaGetLastError();
+    return ws_free(ws, stream, st, err, err_len);
+}
+
+/* The backward: the caller's workspace or one of the library's, then the
+ * sm80-class path (the only backward). */
+fc_status run_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
+                       void *stream, char *err, size_t err_len)
+{
+    void *ws = p->workspace, *own = nullptr;
+    if (!ws && choice->workspace_bytes > 0) {
+        const fc_status st = ws_alloc(&own, choice->workspace_bytes, stream, "backward workspace", err, err_len);
+        if (st != FC_OK) return st;
+        ws = own;
+    }
+    const fc_status st = fc_sm80_backward(p, choice, dev, ws, stream, err, err_len);
+    return ws_free(own, stream, st, err, err_len);
+}
+
+/* Run fn on the planned device; restore the caller's current device. */
+template <class Fn>
+fc_status on_device(const fc_cuda_device *dev, char *err, size_t err_len, Fn fn)
+{
+    int cur = -1;
+    FC_CUDA_TRY("cudaGetDevice", cudaGetDevice(&cur));
+    if (cur != dev->id) FC_CUDA_TRY("cudaSetDevice", cudaSetDevice(dev->id));
+    fc_status st = fn();
+    if (cur != dev->id) {
+        const cudaError_t e = cudaSetDevice(cur);
+        if (st == FC_OK) st = fc_cuda_check(e, "cudaSetDevice", err, err_len);
     }
     return st;
 }
@@ -92,16 +137,13 @@ fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const f
 extern "C" fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
                                      const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
 {
-    /* Launch on the planned device; restore the caller's current device. */
-    int cur = -1;
-    FC_CUDA_TRY("cudaGetDevice", cudaGetDevice(&cur));
-    if (cur != dev->id) FC_CUDA_TRY("cudaSetDevice", cudaSetDevice(dev->id));
-    fc_status st = run_path(p, choice, dev, stream, err, err_len);
-    if (cur != dev->id) {
-        const cudaError_t e = cudaSetDevice(cur);
-        if (st == FC_OK) st = fc_cuda_check(e, "cudaSetDevice", err, err_len);
-    }
-    return st;
+    return on_device(dev, err, err_len, [&] { return run_path(p, choice, dev, stream, err, err_len); });
+}
+
+extern "C" fc_status fc_cuda_backward(const fc_bwd_params *p, const fc_cuda_choice *choice,
+                                      const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
+{
+    return on_device(dev, err, err_len, [&] { return run_backward(p, choice, dev, stream, err, err_len); });
 }
 
 #if !FC_HAVE_SM90

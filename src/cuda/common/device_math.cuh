@@ -103,6 +103,22 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi)
     return r;
 }
 
+/* The inverse of pack2: bits 0..15 -> .x, bits 16..31 -> .y (exact). */
+template <bool kBF16>
+__device__ __forceinline__ float2 unpack2(uint32_t v)
+{
+    float2 r;
+    if constexpr (kBF16) {
+        r.x = __uint_as_float(v << 16);
+        r.y = __uint_as_float(v & 0xffff0000u);
+    } else {
+        asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.f32.f16 %0, lo;\n cvt.f32.f16 %1, hi;\n}\n"
+            : "=f"(r.x), "=f"(r.y)
+            : "r"(v));
+    }
+    return r;
+}
+
 } /* namespace dev */
 } /* namespace fc */
 

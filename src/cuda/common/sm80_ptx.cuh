@@ -5,6 +5,7 @@
  *   mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}   tensor-core MMA
  *   ldmatrix.sync.aligned.m8n8.x4{,.trans}.shared.b16  smem -> fragments
  *   cp.async.cg.shared.global (16 bytes, zero-fill)    global -> smem, async
+ *   cp.async.ca.shared.global (4 bytes, zero-fill)     (the backward's row vectors)
  *   cp.async.commit_group / wait_group                 pipeline bookkeeping
  *   ex2.approx.ftz.f32                                 2^x for the softmax
  *   cvt.rn.{f16x2,bf16x2}.f32                          fp32 pair -> packed 16-bit
@@ -93,6 +94,17 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void *gmem_
                  : "memory");
 }
 
+/* 4-byte global -> shared async copy (.ca: the only form below 16 bytes),
+ * zero-filled when valid is false, as cp_async_16. */
+__device__ __forceinline__ void cp_async_4(uint32_t smem_dst, const void *gmem_src, bool valid)
+{
+    const int src_size = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :
+                 : "r"(smem_dst), "l"(gmem_src), "r"(src_size)
+                 : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 /* Wait until at most N of this thread's committed groups are still pending. */
@@ -111,6 +123,19 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr)
                  : "r"(addr)
                  : "memory");
     return v;
+}
+
+/* GPU-scope acquire load / release add of a global int (the backward's
+ * deterministic dQ order: a CTA waits for its turn, then hands it on). */
+__device__ __forceinline__ int ld_acquire_gpu(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_gpu_add(int *p, int v)
+{
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 /* blockIdx.x through volatile asm, so that a second read is really a second

@@ -1,23 +1,167 @@
 /*
- * bwd_plan.cu -- the sm80-class backward's planner and launcher (placeholder
- * until the kernels land: answers FC_ERR_UNSUPPORTED).
+ * bwd_plan.cu -- the sm80-class backward's planner and path launcher:
+ *   fc_sm80_bwd_plan       can this path run p on dev, with which backward
+ *                          tile row, and how much workspace it needs
+ *   fc_sm80_bwd_workspace  the workspace layout (the one place it is sized)
+ *   fc_sm80_backward       fill the kernels' args and launch the row's
+ *                          (dtype, head_dim) unit (fc_cuda_backward,
+ *                          launch.cu, provides the workspace)
+ * Host code only; .cu so that it can read the constexpr table.
  */
+#include <climits>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
-#include "internal.h"
+#include "cuda/sm80/bwd_args.h"
+#include "cuda/sm80/bwd_tiles.cuh"
+#include "cuda/sm80/plan_checks.h"
 
-extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev,
-                                      const fc_tuning *tune, fc_cuda_choice *choice, char *why,
-                                      size_t why_len)
+namespace {
+
+using fc::sm80::BwdTile;
+using fc::sm80::kBwdTiles;
+using fc::sm80::kNumBwdTiles;
+
+/* The class's row for head_dim hd that fits the device's shared memory;
+ * without one (a part reporting less smem than its class), the
+ * smallest-smem row of any class that fits. -1 if none. */
+int pick_bwd_tile(int cls, int hd, const fc_cuda_device *dev)
 {
-    snprintf(why, why_len, "the cuda backward is not implemented yet");
-    return FC_ERR_UNSUPPORTED;
+    int best = -1;
+    for (int i = 0; i < kNumBwdTiles; ++i) {
+        const BwdTile &t = kBwdTiles[i];
+        if (t.head_dim != hd || fc::sm80::bwd_smem_bytes(t) > dev->smem_optin) continue;
+        if (t.arch_class == cls) return i;
+        if (best < 0 || fc::sm80::bwd_smem_bytes(t) < fc::sm80::bwd_smem_bytes(kBwdTiles[best])) best = i;
+    }
+    return best;
 }
 
-extern "C" fc_status fc_cuda_backward(const fc_bwd_params *p, const fc_cuda_choice *choice,
-                                      const fc_cuda_device *dev, void *stream, char *err,
+int64_t round256(int64_t x) { return (x + 255) / 256 * 256; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+} /* namespace */
+
+extern "C" fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m)
+{
+    const fc_fwd_params *f = &p->f;
+    fc_sm80_bwd_ws w;
+    memset(&w, 0, sizeof w);
+    w.rows = f->cu_seqlens_q ? f->total_q : (int64_t)f->batch * f->seqlen_q;
+    const int64_t per_head = w.rows * (int64_t)sizeof(float);
+    w.dq_off = 0;
+    w.dsum_off = round256(w.rows * f->heads_q * f->head_dim * (int64_t)sizeof(float));
+    w.lse2_off = w.dsum_off + round256(f->heads_q * per_head);
+    w.sems_off = w.lse2_off + round256(f->heads_q * per_head);
+    w.n_sems = p->deterministic ? (int64_t)f->batch * f->heads_q * ceil_div(f->seqlen_q, block_m) : 0;
+    w.bytes = w.sems_off + round256(w.n_sems * (int64_t)sizeof(int32_t));
+    return w;
+}
+
+extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_device *dev, const fc_tuning *tune,
+                                      fc_cuda_choice *choice, char *why, size_t why_len)
+{
+    (void)tune; /* no backward tuning hook yet */
+    const fc_fwd_params *p = &b->f;
+    if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
+        snprintf(why, why_len, "dtype %d is not supported by the sm80 backward: supported f16, bf16", (int)p->dtype);
+        return FC_ERR_UNSUPPORTED;
+    }
+    const int hd = p->head_dim;
+    if (hd != 32 && hd != 64 && hd != 96 && hd != 128) {
+        snprintf(why, why_len, "head_dim %d is not supported by the sm80 backward: supported 32, 64, 96, 128", hd);
+        return FC_ERR_UNSUPPORTED;
+    }
+    const fc_sm80_tensor_ref grads[4] = {
+        {"dout", b->dout, b->do_batch_stride, b->do_row_stride, b->do_head_stride},
+        {"dq", b->dq, b->dq_batch_stride, b->dq_row_stride, b->dq_head_stride},
+        {"dk", b->dk, b->dk_batch_stride, b->dk_row_stride, b->dk_head_stride},
+        {"dv", b->dv, b->dv_batch_stride, b->dv_row_stride, b->dv_head_stride}};
+    int cls = -1;
+    const fc_status st = fc_sm80_common_checks(p, dev, grads, 4, &cls, why, why_len);
+    if (st != FC_OK) return st;
+    const int cfg = pick_bwd_tile(cls, hd, dev);
+    if (cfg < 0) {
+        snprintf(why, why_len,
+                 "device %s allows %lld bytes of shared memory per block: no sm80 backward tile for head_dim %d fits",
+                 dev->name, (long long)dev->smem_optin, hd);
+        return FC_ERR_UNSUPPORTED;
+    }
+    const BwdTile &t = kBwdTiles[cfg];
+    const int64_t grid = ceil_div(p->seqlen_k, t.block_n) * p->batch * p->heads_kv;
+    if (grid > INT_MAX) {
+        snprintf(why, why_len, "the sm80 backward grid would have %lld CTAs (limit %d): batch*heads_kv*seqlen_k too large",
+                 (long long)grid, INT_MAX);
+        return FC_ERR_UNSUPPORTED;
+    }
+    choice->path = FC_CUDA_PATH_SM80;
+    choice->config = cfg;
+    choice->num_splits = 1;
+    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m).bytes;
+    snprintf(choice->name, sizeof choice->name, "sm80_bwd_%s_d%d_m%dn%d%s",
+             p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", hd, t.block_m, t.block_n, b->deterministic ? "_det" : "");
+    return FC_OK;
+}
+
+extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choice *choice,
+                                      const fc_cuda_device *dev, void *workspace, void *stream, char *err,
                                       size_t err_len)
 {
-    snprintf(err, err_len, "the cuda backward is not implemented yet");
-    return FC_ERR_UNSUPPORTED;
+    const fc_fwd_params *p = &b->f;
+    if (choice->config < 0 || choice->config >= kNumBwdTiles || kBwdTiles[choice->config].head_dim != p->head_dim) {
+        snprintf(err, err_len, "internal: sm80 backward got an invalid plan (config %d, head_dim %d)", choice->config,
+                 p->head_dim);
+        return FC_ERR_INTERNAL;
+    }
+    const BwdTile &t = kBwdTiles[choice->config];
+    const fc_sm80_bwd_ws w = fc_sm80_bwd_workspace(b, t.block_m);
+    if (w.bytes > 0 && !workspace) {
+        snprintf(err, err_len, "internal: sm80 backward without its %lld-byte workspace", (long long)w.bytes);
+        return FC_ERR_INTERNAL;
+    }
+    fc_sm80_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.p = *b;
+    unsigned char *ws = (unsigned char *)workspace;
+    if (w.bytes > 0) {
+        a.dq_accum = (float *)(ws + w.dq_off);
+        a.dsum = (float *)(ws + w.dsum_off);
+        a.lse2 = (float *)(ws + w.lse2_off);
+        a.sems = w.n_sems > 0 ? (int32_t *)(ws + w.sems_off) : nullptr;
+    }
+    a.rows = w.rows;
+    a.n_sems = w.n_sems;
+    const float log2e = 1.4426950408889634f;
+    if (p->softcap != 0.f) { /* as the forward (plan.cu, fc_sm80_forward) */
+        const float cap = std::fabs(p->softcap);
+        a.sl2 = cap * log2e;
+        a.softcap_in = p->scale / cap;
+    } else {
+        a.sl2 = p->scale * log2e;
+        a.softcap_in = 0.f;
+    }
+    a.scale = p->scale;
+    a.m_blocks = (int32_t)ceil_div(p->seqlen_q, t.block_m);
+    a.group = p->heads_q / p->heads_kv;
+    a.n_blocks = fc_fastdiv_make((int32_t)ceil_div(p->seqlen_k, t.block_n));
+    a.heads_kv = fc_fastdiv_make(p->heads_kv);
+    a.pdl = choice->pdl;
+
+    const int cfg = choice->config, device = dev->id;
+    const bool bf16 = p->dtype == FC_DTYPE_BF16;
+    switch (p->head_dim) {
+    case 32: return bf16 ? fc_sm80_bwd_launch_bf16_d32(&a, cfg, device, stream, err, err_len)
+                         : fc_sm80_bwd_launch_f16_d32(&a, cfg, device, stream, err, err_len);
+    case 64: return bf16 ? fc_sm80_bwd_launch_bf16_d64(&a, cfg, device, stream, err, err_len)
+                         : fc_sm80_bwd_launch_f16_d64(&a, cfg, device, stream, err, err_len);
+    case 96: return bf16 ? fc_sm80_bwd_launch_bf16_d96(&a, cfg, device, stream, err, err_len)
+                         : fc_sm80_bwd_launch_f16_d96(&a, cfg, device, stream, err, err_len);
+    case 128: return bf16 ? fc_sm80_bwd_launch_bf16_d128(&a, cfg, device, stream, err, err_len)
+                          : fc_sm80_bwd_launch_f16_d128(&a, cfg, device, stream, err, err_len);
+    default: break;
+    }
+    snprintf(err, err_len, "internal: sm80 backward reached head_dim %d", p->head_dim);
+    return FC_ERR_INTERNAL;
 }

@@ -15,6 +15,7 @@
 #include "cuda/common/mask_mode.h"
 #include "cuda/common/tma_map.h"
 #include "cuda/sm80/fwd_args.h"
+#include "cuda/sm80/plan_checks.h"
 #include "cuda/sm80/tiles.cuh"
 
 namespace {
@@ -147,17 +148,9 @@ bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 
 /* The 16-byte cp.async / store path needs 16-byte aligned bases and every
  * stride a multiple of 8 elements (16 bytes of f16/bf16). */
-fc_status check_alignment(const fc_fwd_params *p, char *why, size_t why_len)
+fc_status check_alignment(const fc_sm80_tensor_ref *t, int n, char *why, size_t why_len)
 {
-    struct {
-        const char *name;
-        const void *ptr;
-        int64_t bs, rs, hs;
-    } t[4] = {{"q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride},
-              {"k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride},
-              {"v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride},
-              {"out", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride}};
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < n; ++i) {
         if (!aligned16(t[i].ptr)) {
             snprintf(why, why_len,
                      "%s.data (%p) is not 16-byte aligned: the sm80 kernels move 16-byte chunks", t[i].name,
@@ -211,6 +204,43 @@ extern "C" int fc_sm80_tile_row(int i, fc_tile_row *row)
     return 1;
 }
 
+extern "C" fc_status fc_sm80_common_checks(const fc_fwd_params *p, const fc_cuda_device *dev,
+                                           const fc_sm80_tensor_ref *extra, int n_extra, int *cls, char *why,
+                                           size_t why_len)
+{
+    if (dev->cc_major < 8) {
+        snprintf(why, why_len,
+                 "device %s is sm_%d%d: the sm80 kernels need compute capability 8.0 or newer", dev->name,
+                 dev->cc_major, dev->cc_minor);
+        return FC_ERR_UNSUPPORTED;
+    }
+    *cls = arch_class(dev->cc_major, dev->cc_minor);
+    if (*cls < 0) {
+        snprintf(why, why_len,
+                 "device %s is sm_%d%d: the sm80 kernels are built for sm_80..sm_90 only", dev->name,
+                 dev->cc_major, dev->cc_minor);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->softcap == 0.f && !(p->scale > 0.f)) {
+        /* The kernels fold scale*log2(e) into the exp2 argument after taking
+         * the row max of the raw scores: only valid for a positive scale. */
+        snprintf(why, why_len, "scale %g is not supported by the sm80 kernels: scale must be > 0",
+                 (double)p->scale);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->seqlen_k > INT_MAX - 1024 || p->seqlen_q > INT_MAX - 1024) {
+        snprintf(why, why_len, "seqlen_k %d / seqlen_q %d: the sm80 kernels index keys with int32 (limit %d)",
+                 p->seqlen_k, p->seqlen_q, INT_MAX - 1024);
+        return FC_ERR_UNSUPPORTED;
+    }
+    const fc_sm80_tensor_ref t[4] = {{"q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride},
+                                     {"k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride},
+                                     {"v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride},
+                                     {"out", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride}};
+    const fc_status st = check_alignment(t, 4, why, why_len);
+    return st != FC_OK ? st : check_alignment(extra, n_extra, why, why_len);
+}
+
 extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
                                   fc_cuda_choice *choice, char *why, size_t why_len)
 {
@@ -225,32 +255,8 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
                  "head_dim %d is not supported by the sm80 kernels: supported 32, 64, 96, 128, 256", hd);
         return FC_ERR_UNSUPPORTED;
     }
-    if (dev->cc_major < 8) {
-        snprintf(why, why_len,
-                 "device %s is sm_%d%d: the sm80 kernels need compute capability 8.0 or newer", dev->name,
-                 dev->cc_major, dev->cc_minor);
-        return FC_ERR_UNSUPPORTED;
-    }
-    const int cls = arch_class(dev->cc_major, dev->cc_minor);
-    if (cls < 0) {
-        snprintf(why, why_len,
-                 "device %s is sm_%d%d: the sm80 kernels are built for sm_80..sm_90 only", dev->name,
-                 dev->cc_major, dev->cc_minor);
-        return FC_ERR_UNSUPPORTED;
-    }
-    if (p->softcap == 0.f && !(p->scale > 0.f)) {
-        /* The kernel folds scale*log2(e) into the exp2 argument after taking
-         * the row max of the raw scores: only valid for a positive scale. */
-        snprintf(why, why_len, "scale %g is not supported by the sm80 kernels: scale must be > 0",
-                 (double)p->scale);
-        return FC_ERR_UNSUPPORTED;
-    }
-    if (p->seqlen_k > INT_MAX - 1024 || p->seqlen_q > INT_MAX - 1024) {
-        snprintf(why, why_len, "seqlen_k %d / seqlen_q %d: the sm80 kernels index keys with int32 (limit %d)",
-                 p->seqlen_k, p->seqlen_q, INT_MAX - 1024);
-        return FC_ERR_UNSUPPORTED;
-    }
-    fc_status st = check_alignment(p, why, why_len);
+    int cls = -1;
+    fc_status st = fc_sm80_common_checks(p, dev, nullptr, 0, &cls, why, why_len);
     if (st != FC_OK) return st;
 
     const int cfg = pick_tile(cls, p, dev, tune);

@@ -1,0 +1,78 @@
+/*
+ * bwd_args.h -- what the sm80 backward's planner/launcher (bwd_plan.cu)
+ * hands to the per-(dtype, head_dim) translation units (bwd_<dtype>_d<hd>.cu),
+ * the workspace carve-up both use, and the extern "C" launcher each unit
+ * defines.
+ *
+ * fc_sm80_bwd_args is plain data passed by value as the parameter of all
+ * three kernels (preprocess, main, convert): the checked fc_bwd_params plus
+ * what the host derives once.
+ */
+#ifndef FC_SM80_BWD_ARGS_H
+#define FC_SM80_BWD_ARGS_H
+
+#include "cuda/common/fastdiv.h"
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Workspace rows: one per query token (dense: batch * seqlen_q; varlen:
+ * total_q). Regions, each 256-byte aligned, in this order:
+ *   dq_accum  [rows][heads_q][head_dim] fp32: dQ / scale, summed by atomics
+ *   dsum      [heads_q][rows] fp32: D = rowsum(dO * O)
+ *   lse2      [heads_q][rows] fp32: lse * log2(e); -inf (no visible key) -> +inf
+ *   sems      [batch][heads_q][m_blocks] int32 (deterministic only): how many
+ *             key blocks have added into each query block's dQ so far */
+typedef struct fc_sm80_bwd_ws {
+    int64_t rows;
+    int64_t dq_off, dsum_off, lse2_off, sems_off; /* byte offsets            */
+    int64_t n_sems;
+    int64_t bytes;                                /* the total                */
+} fc_sm80_bwd_ws;
+
+/* The layout for p with query blocks of block_m rows: the one place the
+ * workspace size is computed (planner and launcher). */
+fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m);
+
+typedef struct fc_sm80_bwd_args {
+    fc_bwd_params p;
+    float *dq_accum, *dsum, *lse2; /* the workspace regions above           */
+    int32_t *sems;                 /* NULL unless deterministic              */
+    int64_t rows;                  /* workspace rows                         */
+    int64_t n_sems;
+    /* exp2 argument of P: s * sl2 - lse2, with s the raw q.k (sl2 =
+     * scale*log2 e) or, softcap on, tanh(q.k * softcap_in) (sl2 =
+     * softcap*log2 e); as the forward (fc_sm80_args). */
+    float sl2;
+    float softcap_in;
+    float scale;      /* dQ and dK = scale * (dS_raw K), (dS_raw^T Q)      */
+    int32_t m_blocks; /* query blocks of the longest sequence             */
+    int32_t group;    /* heads_q / heads_kv                                */
+    /* The grid decode's divisors (common/fastdiv.h): key blocks of the
+     * longest sequence (CTAs per (batch, KV head)) and heads_kv. */
+    fc_fastdiv n_blocks, heads_kv;
+    int32_t pdl;      /* host only: programmatic dependent launches         */
+} fc_sm80_bwd_args;
+
+/* One launcher per (dtype, head_dim) translation unit: preprocess, main
+ * and convert kernels of backward row `config` on `stream`. Checks every
+ * CUDA return code and the last error after each launch. */
+#define FC_SM80_DECLARE_BWD_LAUNCHER(dt, hd)                                                          \
+    fc_status fc_sm80_bwd_launch_##dt##_d##hd(const fc_sm80_bwd_args *a, int config, int device, void *stream, \
+                                              char *err, size_t err_len);
+FC_SM80_DECLARE_BWD_LAUNCHER(f16, 32)
+FC_SM80_DECLARE_BWD_LAUNCHER(f16, 64)
+FC_SM80_DECLARE_BWD_LAUNCHER(f16, 96)
+FC_SM80_DECLARE_BWD_LAUNCHER(f16, 128)
+FC_SM80_DECLARE_BWD_LAUNCHER(bf16, 32)
+FC_SM80_DECLARE_BWD_LAUNCHER(bf16, 64)
+FC_SM80_DECLARE_BWD_LAUNCHER(bf16, 96)
+FC_SM80_DECLARE_BWD_LAUNCHER(bf16, 128)
+#undef FC_SM80_DECLARE_BWD_LAUNCHER
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FC_SM80_BWD_ARGS_H */

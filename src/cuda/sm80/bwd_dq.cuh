@@ -1,0 +1,107 @@
+/*
+ * bwd_dq.cuh -- a backward block's dQ contribution: dQ_blk = dS K over the
+ * CTA's block_n keys, from the dS^T tile every warp has written, and its
+ * fp32 adds into the workspace accumulator (red.global.add; one add per
+ * element and block).
+ *
+ * The GEMM spreads block_m x head_dim over the warps: warp w takes query
+ * rows 16 rg .. 16 rg + 15 (rg = w / DQ_CW) and head-dim columns
+ * DQ_COLS * cg .. (cg = w % DQ_CW). A = dS (queries x keys) is the dS^T
+ * tile read with ldmatrix.trans, its lanes addressing rows as the forward's
+ * B operand (ldm_off_b); B = K (keys x head dim) is the K tile read with
+ * ldmatrix.trans, as the forward's V.
+ *
+ * Deterministic mode: the key blocks that see a query block add into it
+ * one CTA at a time, from the last key block down (bwd_kernel.cuh says
+ * why that order), counted by the block's semaphore: a CTA waits until
+ * the count says its turn, adds, and releases the next.
+ */
+#ifndef FC_SM80_BWD_DQ_CUH
+#define FC_SM80_BWD_DQ_CUH
+
+#include <stdint.h>
+
+#include "cuda/common/sm80_ptx.cuh"
+#include "cuda/sm80/bwd_loads.cuh"
+#include "cuda/sm80/bwd_shape.cuh"
+#include "cuda/sm80/mma.cuh"
+
+namespace fc {
+namespace sm80 {
+
+template <bool kBF16, class S_>
+__device__ __forceinline__ void gemm_dq(float (&acc)[1][S_::DQ_NTL][4], int rg, int cg, int lane)
+{
+    using DS = typename S_::DS;
+    using SM = BwdSmem<S_>;
+#pragma unroll
+    for (int nt = 0; nt < S_::DQ_NTL; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][nt][e] = 0.f;
+    const uint32_t offA = ldm_off_b<DS>(loop_lane<DS>(lane)), offB = ldm_off_a<S_>(loop_lane<S_>(lane));
+#pragma unroll
+    for (int kk = 0; kk < S_::BN / 16; ++kk) {
+        uint32_t a[1][4];
+        ptx::ldmatrix_x4_trans(a[0], ldm_addr<DS, S_::BN>(SM::ds(), rg, kk * 16, offA));
+#pragma unroll
+        for (int j = 0; j < S_::DQ_NTL / 2; ++j)
+            mma_b_x4<kBF16, true>(acc, j, a, ldm_addr<S_, S_::BN>(SM::k(), cg * (S_::DQ_COLS / 16) + j, kk * 16, offB));
+    }
+}
+
+/* Two adjacent fp32 adds (one 8-byte vector red on sm_90). */
+__device__ __forceinline__ void red_add2(float *dst, float x, float y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(x, y));
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
+}
+
+/* This warp's dQ slice of query block m (head h) into dq_accum; rows past
+ * the sequence are not added (they belong to no row, or the next
+ * sequence's). */
+template <class S_>
+__device__ __forceinline__ void add_dq(const fc_sm80_bwd_args &a, const BwdCoords &c, const Thr &th, int h, int m,
+                                       int rg, int cg, const float (&acc)[1][S_::DQ_NTL][4])
+{
+    const int64_t hq = a.p.f.heads_q;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int i = m * S_::BM + 16 * rg + th.g + 8 * hf;
+        if (i >= c.sq) continue;
+        float *dst = a.dq_accum + ((c.row0 + i) * hq + h) * S_::HD + cg * S_::DQ_COLS + 2 * th.t;
+#pragma unroll
+        for (int nt = 0; nt < S_::DQ_NTL; ++nt) red_add2(dst + 8 * nt, acc[0][nt][2 * hf], acc[0][nt][2 * hf + 1]);
+    }
+}
+
+/* The deterministic mode's turn: wait until the key blocks after c.n that
+ * see query block m have added (the count reaches their number). */
+template <class S_>
+__device__ __forceinline__ int *dq_turn_wait(const fc_sm80_bwd_args &a, const BwdCoords &c, int h, int m, int tid)
+{
+    const fc_fwd_params &f = a.p.f;
+    const fc_brange nr = fc_bwd_kv_blocks(m, S_::BM, S_::BN, c.sq, c.sk, f.window_left, f.window_right);
+    int *sem = a.sems + ((int64_t)c.b * f.heads_q + h) * a.m_blocks + m;
+    if (tid == 0)
+        while (ptx::ld_acquire_gpu(sem) != nr.hi - 1 - c.n) {
+        }
+    __syncthreads();
+    return sem;
+}
+
+/* ... and hand the turn on once every thread's adds are visible. */
+__device__ __forceinline__ void dq_turn_release(int *sem, int tid)
+{
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) ptx::red_release_gpu_add(sem, 1);
+}
+
+} /* namespace sm80 */
+} /* namespace fc */
+
+#endif /* FC_SM80_BWD_DQ_CUH */

@@ -1,0 +1,106 @@
+/*
+ * bwd_launch.cuh -- host side of one backward (dtype, head_dim) translation
+ * unit: instantiates the main kernel for every backward tile row with that
+ * head_dim (identical rows collapse into one instantiation), and launches
+ * the preprocess, the planned row's main kernel and the convert on the
+ * stream, each as a programmatic dependent of the one before when a.pdl.
+ * Included only by bwd_<dtype>_d<hd>.cu.
+ */
+#ifndef FC_SM80_BWD_LAUNCH_CUH
+#define FC_SM80_BWD_LAUNCH_CUH
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdio>
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/smem_optin.cuh"
+#include "cuda/sm80/bwd_convert.cuh"
+#include "cuda/sm80/bwd_kernel.cuh"
+#include "cuda/sm80/bwd_preprocess.cuh"
+#include "cuda/sm80/bwd_tiles.cuh"
+
+namespace fc {
+namespace sm80 {
+
+/* Blocks of a grid-stride pass over `work` threads' worth of items: enough
+ * to fill any device many times over, never more than the work. */
+inline unsigned aux_grid(int64_t work)
+{
+    const int64_t blocks = (work + kBwdAuxThreads - 1) / kBwdAuxThreads;
+    return (unsigned)std::min<int64_t>(blocks, 8192);
+}
+
+template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int SUB>
+fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, char *err, size_t err_len)
+{
+    using S_ = BwdShape<HD, BM, BN, W, CTAS, SUB>;
+    const bool pdl = a->pdl != 0;
+    const int64_t pre_work = std::max<int64_t>(a->rows * a->p.f.heads_q * 4, a->n_sems);
+    if (pre_work > 0) {
+        const cudaError_t e = fc_launch(bwd_preprocess_kernel<kBF16, HD>, aux_grid(pre_work), kBwdAuxThreads, 0,
+                                        stream, pdl, *a);
+        FC_CUDA_TRY("sm80 backward preprocess launch", e);
+    }
+
+    auto kernel = bwd_kernel<kBF16, HD, BM, BN, W, CTAS, SUB>;
+    const int smem = (int)S_::SMEM_BYTES;
+    static std::atomic<unsigned long long> opted_in{0};
+    const fc_status opt =
+        fc_smem_opt_in(kernel, smem, device, opted_in, "sm80 backward", -1, err, err_len, CTAS > 1);
+    if (opt != FC_OK) return opt;
+    const long long grid = (long long)a->n_blocks.d * a->p.f.batch * a->p.f.heads_kv;
+    if (grid > INT_MAX) {
+        snprintf(err, err_len, "internal: sm80 backward grid of %lld CTAs (the planner should have refused)", grid);
+        return FC_ERR_INTERNAL;
+    }
+    if (grid > 0)
+        FC_CUDA_TRY("sm80 backward kernel launch",
+                    fc_launch(kernel, (unsigned)grid, S_::NT, (size_t)smem, stream, pdl, *a));
+
+    const int64_t conv_work = a->rows * a->p.f.heads_q * (HD / 8);
+    if (conv_work > 0)
+        FC_CUDA_TRY("sm80 backward convert launch", fc_launch(bwd_convert_kernel<kBF16, HD>, aux_grid(conv_work),
+                                                              kBwdAuxThreads, 0, stream, pdl, *a));
+    return FC_OK;
+}
+
+/* Walk the table at compile time: instantiate rows with this head_dim,
+ * launch the one whose index is `config`. */
+template <bool kBF16, int HD, int I = 0>
+fc_status launch_bwd_config(const fc_sm80_bwd_args *a, int config, int device, cudaStream_t stream, char *err,
+                            size_t err_len)
+{
+    if constexpr (I >= kNumBwdTiles) {
+        snprintf(err, err_len, "internal: sm80 backward tile config %d has no d%d kernel", config, HD);
+        return FC_ERR_INTERNAL;
+    } else {
+        constexpr BwdTile T = kBwdTiles[I];
+        if constexpr (T.head_dim == HD) {
+            static_assert(BwdShape<HD, T.block_m, T.block_n, T.warps, T.ctas, T.sub_m>::SMEM_BYTES ==
+                              bwd_smem_bytes(T),
+                          "bwd_tiles.cuh bwd_smem_bytes and the kernel's smem layout disagree");
+            if (config == I)
+                return launch_bwd_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.ctas, T.sub_m>(
+                    a, device, stream, err, err_len);
+        }
+        return launch_bwd_config<kBF16, HD, I + 1>(a, config, device, stream, err, err_len);
+    }
+}
+
+} /* namespace sm80 */
+} /* namespace fc */
+
+/* Defines the extern "C" launcher of one translation unit. */
+#define FC_SM80_DEFINE_BWD_LAUNCHER(dt, is_bf16, hd)                                                          \
+    extern "C" fc_status fc_sm80_bwd_launch_##dt##_d##hd(const fc_sm80_bwd_args *a, int config, int device,     \
+                                                         void *stream, char *err, size_t err_len)              \
+    {                                                                                                         \
+        return fc::sm80::launch_bwd_config<is_bf16, hd>(a, config, device, (cudaStream_t)stream, err, err_len); \
+    }
+
+#endif /* FC_SM80_BWD_LAUNCH_CUH */

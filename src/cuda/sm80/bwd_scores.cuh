@@ -1,0 +1,89 @@
+/*
+ * bwd_scores.cuh -- the elementwise middle of a backward block: from a
+ * warp's S^T (16 keys x sub_m queries, raw q.k) and dP^T (dO V^T, same
+ * shape) to the probabilities P^T and the score gradients dS^T, in place:
+ *
+ *   t  = softcap on ? tanh(q.k * scale/softcap) : q.k
+ *   P  = 2^(t * sl2 - lse2[i])           (= exp(s - lse), lse2 = lse * log2 e)
+ *   dS = P * (dP - D[i])  [* (1 - t^2) with softcap: d tanh]
+ *
+ * Masked pairs (outside the band or either sequence) get P = 0, so dS = 0;
+ * rows without any visible key arrive with lse2 = +inf (preprocess), P = 0.
+ * MASK and SOFTCAP are compile-time, so that each block runs only its own
+ * code (with a run-time softcap test the d128 kernel spilled).
+ * The factor scale of dQ and dK is applied once at the end (convert,
+ * epilogue). A thread holds keys g and g + 8 of its warp's 16 (C fragment
+ * rows) and queries q0 + 8 nt + 2 t, + 1 of each n8 tile nt (q0: the
+ * pass's first query row in the block).
+ */
+#ifndef FC_SM80_BWD_SCORES_CUH
+#define FC_SM80_BWD_SCORES_CUH
+
+#include <stdint.h>
+
+#include "cuda/common/sm80_ptx.cuh"
+#include "cuda/sm80/bwd_shape.cuh"
+#include "cuda/sm80/layout.cuh"
+
+namespace fc {
+namespace sm80 {
+
+/* What the per-element mask of one block needs: the key and query of the
+ * thread's first element, the sequence limits, the band on j - i
+ * (bwd_ranges.h: fc_bwd_band_lo/hi). */
+struct BlockMask {
+    int j0, i0;   /* key of row g, query of column 2t of n8 tile 0 */
+    int sq, sk;
+    int lo, hi;
+};
+
+template <class S_, bool MASK, bool SOFTCAP>
+__device__ __forceinline__ void p_and_ds(float (&s)[1][S_::QTL][4], float (&dp)[1][S_::QTL][4], int buf, int q0,
+                                         const Thr &th, float sl2, float softcap_in, const BlockMask &bm)
+{
+    using SM = BwdSmem<S_>;
+#pragma unroll
+    for (int nt = 0; nt < S_::QTL; ++nt) {
+        const uint32_t col = 4 * (q0 + 8 * nt + 2 * th.t);
+        /* volatile loads, each where it is used: hoisted, the pairs of all
+         * n8 tiles were live at once and the d128 kernel spilled */
+        const uint64_t lw = dev::lds64(SM::lse2(buf) + col), dw = dev::lds64(SM::dsum(buf) + col);
+        const float2 l2 = make_float2(__uint_as_float((uint32_t)lw), __uint_as_float((uint32_t)(lw >> 32)));
+        const float2 dd = make_float2(__uint_as_float((uint32_t)dw), __uint_as_float((uint32_t)(dw >> 32)));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float x = s[0][nt][e];
+            const float t = SOFTCAP ? dev::tanh_acc(x * softcap_in) : x;
+            float p = ptx::ex2(fmaf(t, sl2, -((e & 1) ? l2.y : l2.x)));
+            if constexpr (MASK) {
+                const int j = bm.j0 + 8 * (e >> 1), i = bm.i0 + q0 + 8 * nt + (e & 1);
+                const int d = j - i;
+                if (i >= bm.sq || j >= bm.sk || d < bm.lo || d > bm.hi) p = 0.f;
+            }
+            float ds = p * (dp[0][nt][e] - ((e & 1) ? dd.y : dd.x));
+            if constexpr (SOFTCAP) ds *= 1.f - t * t;
+            s[0][nt][e] = p;
+            dp[0][nt][e] = ds;
+        }
+    }
+}
+
+/* dS^T (16-bit) into the warp's rows of the dS^T tile (block_n keys x
+ * block_m queries, panels of a block_m-wide tile; this pass's columns
+ * q0..), for the dQ GEMM of the whole CTA. */
+template <bool kBF16, class S_>
+__device__ __forceinline__ void store_ds(uint32_t sDS, int q0, const Thr &th, const float (&ds)[1][S_::QTL][4])
+{
+    using DS = typename S_::DS;
+#pragma unroll
+    for (int nt = 0; nt < S_::QTL; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+            ptx::sts32(sDS + panel_offset<S_::BN, DS::PC>(th.wrow + th.g + 8 * hf, q0 / 8 + nt) + 4 * th.t,
+                       ptx::pack2<kBF16>(ds[0][nt][2 * hf], ds[0][nt][2 * hf + 1]));
+}
+
+} /* namespace sm80 */
+} /* namespace fc */
+
+#endif /* FC_SM80_BWD_SCORES_CUH */

@@ -1,0 +1,32 @@
+/*
+ * plan_checks.h -- the preconditions both sm80-class planners share (the
+ * forward's plan.cu and the backward's bwd_plan.cu), implemented in
+ * plan.cu: one message for each, whichever call meets it.
+ */
+#ifndef FC_SM80_PLAN_CHECKS_H
+#define FC_SM80_PLAN_CHECKS_H
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A tensor the kernels move in 16-byte chunks: its name, base and strides. */
+typedef struct fc_sm80_tensor_ref {
+    const char *name;
+    const void *ptr;
+    int64_t bs, rs, hs; /* batch, row, head strides (elements) */
+} fc_sm80_tensor_ref;
+
+/* The device's architecture class (tiles.cuh, ArchClass) into *cls; a
+ * positive scale unless softcap; sequence lengths within int32 key
+ * indexing; 16-byte aligned bases and strides of q, k, v, out and the
+ * n_extra tensors of extra. FC_OK, or FC_ERR_UNSUPPORTED and why. */
+fc_status fc_sm80_common_checks(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm80_tensor_ref *extra,
+                                int n_extra, int *cls, char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FC_SM80_PLAN_CHECKS_H */

@@ -1,0 +1,94 @@
+/*
+ * test_bwd_ranges.c -- the sm80-class backward's block ranges
+ * (src/cuda/sm80/bwd_ranges.h) against a brute-force walk of every
+ * (query, key) pair through fc_key_visible, on the CPU:
+ *  - a key block's query blocks (fc_bwd_q_blocks) and a query block's key
+ *    blocks (fc_bwd_kv_blocks) are exactly the blocks holding a visible
+ *    pair with it: the CTA loop visits every contribution, and the
+ *    deterministic mode's turn count (the key blocks of a query block)
+ *    matches the CTAs that really add into it;
+ *  - fc_bwd_block_full holds exactly when every pair of the block is a
+ *    visible pair inside both sequences (the mask may be skipped);
+ *  - the band bounds fc_bwd_band_lo/hi give fc_key_visible's answer for
+ *    every pair.
+ * Random lengths (0 included), windows, causal and block sizes.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/sm80/bwd_ranges.h"
+#include "internal.h"
+#include "test_util.h"
+
+/* splitmix64: this test links nothing of the library or the kit */
+static uint64_t next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int in_range(fc_brange r, int x) { return x >= r.lo && x < r.hi; }
+
+/* One configuration: every block pair and every element pair. Returns the
+ * number of mismatches (printing the first few). */
+static int check(int sq, int sk, int wl, int wr, int bm, int bn)
+{
+    const int mb = (sq + bm - 1) / bm, nb = (sk + bn - 1) / bn;
+    const int lo = fc_bwd_band_lo(sq, sk, wl), hi = fc_bwd_band_hi(sq, sk, wr);
+    int bad = 0;
+    for (int m = 0; m < mb; m++)
+        for (int n = 0; n < nb; n++) {
+            int any = 0, all = 1;
+            for (int i = m * bm; i < (m + 1) * bm; i++)
+                for (int j = n * bn; j < (n + 1) * bn; j++) {
+                    const int inside = i < sq && j < sk;
+                    const int vis = inside && fc_key_visible(i, j, sq, sk, wl, wr);
+                    any |= vis;
+                    all &= vis;
+                    if (inside && vis != (j - i >= lo && j - i <= hi)) bad++;
+                }
+            const int q_ok = in_range(fc_bwd_q_blocks(n, bn, bm, sq, sk, wl, wr), m) == any;
+            const int k_ok = in_range(fc_bwd_kv_blocks(m, bm, bn, sq, sk, wl, wr), n) == any;
+            const int f_ok = fc_bwd_block_full(m, n, bm, bn, sq, sk, wl, wr) == all;
+            if (!(q_ok && k_ok && f_ok) && bad++ < 3)
+                printf("FAIL sq %d sk %d wl %d wr %d bm %d bn %d: block (%d, %d) visited %d q_blocks %d kv_blocks %d "
+                       "full %d/%d\n",
+                       sq, sk, wl, wr, bm, bn, m, n, any, q_ok, k_ok, fc_bwd_block_full(m, n, bm, bn, sq, sk, wl, wr),
+                       all);
+        }
+    /* blocks past the ends are empty ranges */
+    const fc_brange q_past = fc_bwd_q_blocks(nb, bn, bm, sq, sk, wl, wr);
+    const fc_brange k_past = fc_bwd_kv_blocks(mb, bm, bn, sq, sk, wl, wr);
+    if (q_past.hi > q_past.lo || k_past.hi > k_past.lo) bad++;
+    return bad;
+}
+
+int main(void)
+{
+    uint64_t rng = 12345;
+    static const int bms[] = {16, 32, 64, 128}, bns[] = {16, 64, 128};
+    const int p0 = g_pass, f0 = g_fail;
+    for (int t = 0; t < 3000; t++) {
+        const int sq = (int)(next(&rng) % 300), sk = (int)(next(&rng) % 300);
+        const int kind = (int)(next(&rng) % 4);
+        int wl = -1, wr = -1;
+        if (kind == 1) wr = 0;                                   /* causal */
+        if (kind == 2) { wl = (int)(next(&rng) % 200); wr = 0; } /* causal + left window */
+        if (kind == 3) {
+            wl = (int)(next(&rng) % 3) ? (int)(next(&rng) % 200) : -1;
+            wr = (int)(next(&rng) % 3) ? (int)(next(&rng) % 200) : -1;
+        }
+        const int bm = bms[next(&rng) % 4], bn = bns[next(&rng) % 3];
+        const int bad = check(sq, sk, wl, wr, bm, bn);
+        CHECK(bad == 0, "sq %d sk %d wl %d wr %d bm %d bn %d: %d mismatches", sq, sk, wl, wr, bm, bn, bad);
+    }
+    /* windows far wider than the sequences (the int32 clamps) */
+    CHECK(check(100, 90, 2147483000, 2147483000, 64, 64) == 0, "huge windows");
+    CHECK(check(90, 100, 0, 2147483000, 32, 128) == 0, "huge right window");
+    group_done("bwd block ranges", p0, f0);
+    return test_summary();
+}
