@@ -11,7 +11,9 @@
 # Environment: FUZZ_BUILD (build dir, default build-fuzz, build-fuzz-cuda with
 # --cuda), FUZZ_ENGINE (libfuzzer|driver), FUZZ_SEED (driver seed, default:
 # the time), FUZZ_ARCHS (--cuda: FLASHCORE_CUDA_ARCHS, default 90a),
-# FC_FUZZ_SKIP (input classes to leave out, docs/ARCHITECTURE.md).
+# FUZZ_DRIVER (a seeded driver already built for this mode: no build; its
+# run directory is still $FUZZ_BUILD/fuzz-run), FC_FUZZ_SKIP (input classes
+# to leave out, docs/ARCHITECTURE.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cuda=0
@@ -51,13 +53,19 @@ if [ -z "$engine" ]; then
 fi
 [ "$engine" = libfuzzer ] && cc=clang
 
-targets=(--target fc_fuzz_driver)
-[ "$engine" = libfuzzer ] && targets+=(--target fc_fuzz)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$cc" "${config[@]}" \
-  -DFLASHCORE_BUILD_FUZZ=ON -DFLASHCORE_BUILD_TESTS=OFF -DFLASHCORE_BUILD_TOOLS=OFF >/dev/null
-cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" "${targets[@]}" >/dev/null
-driver=$(realpath "$build/fuzz/fc_fuzz_driver")
-libfuzzer=$(realpath "$build/fuzz")/fc_fuzz
+if [ -n "${FUZZ_DRIVER:-}" ]; then
+  engine=driver
+  driver=$(realpath "$FUZZ_DRIVER")
+  mkdir -p "$build"
+else
+  targets=(--target fc_fuzz_driver)
+  [ "$engine" = libfuzzer ] && targets+=(--target fc_fuzz)
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$cc" "${config[@]}" \
+    -DFLASHCORE_BUILD_FUZZ=ON -DFLASHCORE_BUILD_TESTS=OFF -DFLASHCORE_BUILD_TOOLS=OFF >/dev/null
+  cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" "${targets[@]}" >/dev/null
+  driver=$(realpath "$build/fuzz/fc_fuzz_driver")
+  libfuzzer=$(realpath "$build/fuzz")/fc_fuzz
+fi
 work=$(realpath "$build")/fuzz-run
 rm -rf "$work" && mkdir -p "$work/corpus"
 mode=cpu
