@@ -306,6 +306,7 @@ void fz_bwd_check(fz_call *c)
     fz_after_supported(ctx, c, sup, "fc_attention_backward_supported");
     check_workspace(pa, sup, &info);
     const fc_status st = fc_attention_backward(ctx, pa, NULL, &info);
+    if (st == FC_OK || sup == FC_OK) snprintf(c->kernel, sizeof c->kernel, "%s", info.name);
     fz_after_call(ctx, c, FZ_BACKWARD, sup, st, "fc_attention_backward");
     if (st == FC_OK) {
         fz_note_kernel(FZ_BACKWARD, info.name);

@@ -23,6 +23,7 @@ typedef struct fz_call {
     int64_t ws_bytes;        /* backward: workspace_bytes passed                */
     int64_t ws_alloc;        /* backward: bytes of the FB_WS buffer; 0: NULL    */
     int fwd_real;            /* backward: out and lse are the reference forward's */
+    char kernel[96];         /* what the call planned (fc_kernel_info.name)    */
     int args_null;           /* pass args == NULL                              */
     int threads;             /* fc_context_set_num_threads                     */
     int cuda_path, device;   /* fc_context_set_cuda_path / _set_device         */

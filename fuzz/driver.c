@@ -87,7 +87,11 @@ int main(int argc, char **argv)
     if (cases < 0 && seconds < 0) cases = 10000;
     const int cur = open("fuzz-current.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const double t0 = kit_now();
-    uint64_t rng = g_seed * 0x9E3779B97F4A7C15ull + 7;
+    /* The seed is mixed into the state: splitmix64 steps its state by a
+     * constant, so seed s + d would replay seed s's stream d draws later
+     * (nearby seeds, such as times, fell into the same cases). */
+    uint64_t rng = g_seed;
+    rng = kit_rand_u64(&rng);
     for (g_case = 0; cases < 0 || (long long)g_case < cases; g_case++) {
         if (seconds >= 0 && kit_now() - t0 >= seconds) break;
         g_len = 64 + kit_rand_u64(&rng) % (sizeof g_buf - 64);

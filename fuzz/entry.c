@@ -67,6 +67,7 @@ void fz_describe_call(const fz_call *c)
     }
     if (a->q_descale || a->k_descale || a->v_descale) fprintf(stderr, "  a descale pointer is set\n");
     if (c->bwd) describe_backward(c);
+    if (c->kernel[0]) fprintf(stderr, "  kernel: %s\n", c->kernel);
 }
 
 static void describe_current(void)

@@ -20,6 +20,8 @@ enum {
     FZ_SKIP_EXTREME = 1u << 1,     /* scale/softcap near the float limits    */
     FZ_SKIP_MAX_SEQLEN = 1u << 2,  /* max_seqlen far above the real lengths  */
     FZ_SKIP_MISALIGNED = 1u << 3,  /* data pointers off their dtype's alignment */
+    FZ_SKIP_ODD_CU = 1u << 4,      /* a cu_seqlens entry made arbitrary      */
+    FZ_SKIP_ODD_STRIDE = 1u << 5,  /* padding off a multiple of 8 elements   */
 };
 extern unsigned fz_skip;
 

@@ -273,6 +273,7 @@ void fz_fwd_check(fz_call *c)
     const fc_status sup = fc_attention_supported(ctx, args, &info);
     fz_after_supported(ctx, c, sup, "fc_attention_supported");
     const fc_status fwd = fc_attention_forward(ctx, args, NULL, &info);
+    if (fwd == FC_OK || sup == FC_OK) snprintf(c->kernel, sizeof c->kernel, "%s", info.name);
     fz_after_call(ctx, c, FZ_FORWARD, sup, fwd, "fc_attention_forward");
     fc_context_free(ctx);
     if (fwd != FC_OK) return;

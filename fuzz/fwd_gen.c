@@ -65,6 +65,7 @@ static void gen_context(fz_in *in, fz_call *c)
  * multiple of 8 (16 bytes), the CUDA kernels' layout limit. */
 static int64_t gen_pad(fz_in *in)
 {
+    if (fz_skip & FZ_SKIP_ODD_STRIDE) return 8 * fz_range(in, 1, 2);
     if (fz_cuda_mode && fz_chance(in, 80)) return 8 * fz_range(in, 1, 2);
     return fz_range(in, 1, 9);
 }
@@ -175,7 +176,7 @@ static int32_t gen_cu(fz_in *in, int32_t *cu, int n, int max)
         cu[b + 1] = cu[b] + len;
         if (len > top) top = len;
     }
-    if (fz_chance(in, 6)) cu[fz_range(in, 0, n)] = odd[fz_range(in, 0, 5)];
+    if (!(fz_skip & FZ_SKIP_ODD_CU) && fz_chance(in, 6)) cu[fz_range(in, 0, n)] = odd[fz_range(in, 0, 5)];
     return top;
 }
 

@@ -25,6 +25,8 @@ static const struct { const char *name; unsigned bit; } k_skip_names[] = {
     {"extreme", FZ_SKIP_EXTREME},
     {"max_seqlen", FZ_SKIP_MAX_SEQLEN},
     {"misaligned", FZ_SKIP_MISALIGNED},
+    {"odd_cu", FZ_SKIP_ODD_CU},
+    {"odd_stride", FZ_SKIP_ODD_STRIDE},
 };
 
 unsigned fz_byte(fz_in *in) { return in->i < in->n ? in->p[in->i++] : 0u; }
@@ -61,7 +63,7 @@ void fz_init(void)
         size_t i = 0;
         while (i < sizeof k_skip_names / sizeof k_skip_names[0] && strcmp(tok, k_skip_names[i].name)) i++;
         if (i == sizeof k_skip_names / sizeof k_skip_names[0]) {
-            fprintf(stderr, "FC_FUZZ_SKIP: unknown class '%s' (cu_in_out, extreme, max_seqlen, misaligned)\n", tok);
+            fprintf(stderr, "FC_FUZZ_SKIP: unknown class '%s' (cu_in_out, extreme, max_seqlen, misaligned, odd_cu, odd_stride)\n", tok);
             exit(2);
         }
         fz_skip |= k_skip_names[i].bit;
