@@ -90,6 +90,7 @@ int fz_bwd_build(fz_in *in, fz_call *c)
     const uint64_t seed = fz_u64(in) ^ 0x13198A2E03707344ull;
     fz_write_arrays(c);
     fill_forward_outputs(c, ok, seed);
+    fz_scrub_inputs(c, ok);
     for (int b = FB_DQ; b <= FB_DV; b++)
         if (ok[b] && c->off[b] >= 0) fz_poison_output(c, b);
     if (c->off[FB_WS] >= 0) memset(c->ar.mask + c->off[FB_WS], 1, (size_t)c->ws_alloc);

@@ -68,6 +68,8 @@ fc_tensor *fz_tensor_of(fz_call *c, int b);
 void fz_fill_inputs(fz_in *in, fz_call *c, const int ok[FB_N]);
 void fz_fill_input(fz_call *c, int b, uint64_t *rng, double scale, int sparse, int special);
 void fz_write_arrays(fz_call *c);
+/* Inputs holding the poison pattern get a plain NaN instead (fill.c). */
+void fz_scrub_inputs(fz_call *c, const int ok[FB_N]);
 /* Poison every element of buffer b and mark its bytes as the call's to write. */
 void fz_poison_output(fz_call *c, int b);
 

@@ -49,6 +49,23 @@ void fz_fill_inputs(fz_in *in, fz_call *c, const int ok[FB_N])
     if (c->bwd && ok[FB_DOUT] && c->off[FB_DOUT] >= 0) fz_fill_input(c, FB_DOUT, &rng, 1.0, sparse, special);
 }
 
+/* An input element holding the poison pattern (another buffer's bytes read
+ * in this dtype: dout over lse's floats) would carry its NaN payload through
+ * the arithmetic into an output element, which then reads as unwritten: it
+ * becomes the dtype's plain quiet NaN. The forward's out and lse are outputs. */
+void fz_scrub_inputs(fz_call *c, const int ok[FB_N])
+{
+    static const int inputs[] = {FB_Q, FB_K, FB_V, FB_O, FB_LSE, FB_DOUT};
+    for (int i = 0; i < (c->bwd ? 6 : 3); i++) {
+        if (!ok[inputs[i]] || c->off[inputs[i]] < 0) continue;
+        const fc_tensor *t = fz_tensor_of(c, inputs[i]);
+        int64_t *offs, n = fz_tensor_offsets(t, &offs);
+        for (int64_t e = 0; e < n; e++)
+            if (fz_is_poison(t->data, t->dtype, offs[e])) fz_store(t->data, t->dtype, offs[e], NAN);
+        free(offs);
+    }
+}
+
 void fz_write_arrays(fz_call *c)
 {
     for (int b = FB_CUQ; b <= FB_CUK; b++)

@@ -284,6 +284,7 @@ int fz_fwd_build(fz_in *in, fz_call *c)
     fz_gen_forward(in, c, ok);
     if (fz_place_call(in, c)) return -1;
     fz_fill_inputs(in, c, ok);
+    fz_scrub_inputs(c, ok);
     for (int b = FB_O; b <= FB_LSE; b++)
         if (ok[b] && c->off[b] >= 0) fz_poison_output(c, b);
     fz_write_arrays(c);
