@@ -1,8 +1,10 @@
 /*
  * arena.c -- the memory of one fuzzed call: one allocation holding every
  * buffer, poison bytes everywhere nothing was placed, a snapshot to tell
- * what the call changed, and a mask of the bytes it may change.
+ * what the call changed, and a mask of the bytes it may change. The call's
+ * arena is managed memory in the CUDA fuzz build (fuzz/device.c).
  */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,11 +15,16 @@
  * number, so reading it is harmless; writing it is not expected). */
 static const uint8_t k_fill[4] = {0xC3, 0xA5, 0x5A, 0x3C};
 
-int fz_arena_init(fz_arena *a, size_t size)
+int fz_arena_init(fz_arena *a, size_t size, int on_device)
 {
     memset(a, 0, sizeof *a);
     a->size = size ? size : 1;
-    a->base = malloc(a->size);
+    a->on_device = on_device;
+    /* 256-byte aligned like cudaMallocManaged's (offsets place a workspace);
+     * the exact size, so that ASan sees a read past the end */
+    void *host = NULL;
+    if (!on_device && posix_memalign(&host, 256, a->size)) host = NULL;
+    a->base = on_device ? fz_device_alloc(a->size) : host;
     a->mask = calloc(a->size, 1);
     a->copy = malloc(a->size);
     if (!a->base || !a->mask || !a->copy) { fz_arena_free(a); return -1; }
@@ -27,7 +34,8 @@ int fz_arena_init(fz_arena *a, size_t size)
 
 void fz_arena_free(fz_arena *a)
 {
-    free(a->base);
+    if (a->on_device && a->base) fz_device_free(a->base);
+    else free(a->base);
     free(a->mask);
     free(a->copy);
     memset(a, 0, sizeof *a);

@@ -20,6 +20,8 @@ enum {
     FZ_SKIP_EXTREME = 1u << 1,     /* scale/softcap near the float limits    */
     FZ_SKIP_MAX_SEQLEN = 1u << 2,  /* max_seqlen far above the real lengths  */
     FZ_SKIP_MISALIGNED = 1u << 3,  /* data pointers off their dtype's alignment */
+    FZ_SKIP_ODD_CU = 1u << 4,      /* a cu_seqlens entry made arbitrary      */
+    FZ_SKIP_ODD_STRIDE = 1u << 5,  /* padding off a multiple of 8 elements   */
 };
 extern unsigned fz_skip;
 
@@ -34,14 +36,27 @@ uint64_t fz_u64(fz_in *in);
 int fz_range(fz_in *in, int lo, int hi); /* lo..hi inclusive             */
 int fz_chance(fz_in *in, int pct);       /* 1 with pct% odds; 0 on zeros */
 
+/* ---- where the call's memory lives (fuzz/device.c) ------------------------ */
+/* 1 in the CUDA fuzz build (FZ_CUDA): arenas in managed memory, the device
+ * synchronized after each call; 0 in the CPU build (plain host memory). */
+extern const int fz_cuda_mode;
+void *fz_device_alloc(size_t n); /* managed in the CUDA build; NULL: skip the input */
+void fz_device_free(void *p);
+/* Wait for the device and fail on any CUDA error, sticky or left behind
+ * by the call named in `after` (nothing in the CPU build). */
+void fz_device_sync(const char *after);
+
 /* ---- the arena -------------------------------------------------------------- */
 typedef struct fz_arena {
     uint8_t *base;  /* the call's memory: every buffer lives in here        */
     uint8_t *mask;  /* 1 where a byte belongs to an output element          */
     uint8_t *copy;  /* a snapshot of base                                   */
     size_t size;
+    int on_device;  /* base came from fz_device_alloc                       */
 } fz_arena;
-int fz_arena_init(fz_arena *a, size_t size); /* base filled with poison bytes */
+/* base filled with poison bytes; on_device: where the call runs (the
+ * reference always gets a host arena: the CPU backends refuse managed memory) */
+int fz_arena_init(fz_arena *a, size_t size, int on_device);
 void fz_arena_free(fz_arena *a);
 void fz_arena_snapshot(fz_arena *a);
 /* First byte where base differs from the snapshot (restricted to bytes
@@ -70,9 +85,21 @@ extern int fz_verbose;
 /* Set by the seeded driver: saves the input before the process stops. */
 extern void (*fz_on_failure)(void);
 
-/* Forward statuses seen, by value (the driver prints them: how many cases
- * reached the comparison with the reference). */
-extern uint64_t fz_status_count[FC_ERR_INTERNAL + 1];
+/* What the driver reports for each entry point: the statuses its calls
+ * returned, and how the successful ones were judged against the reference. */
+enum { FZ_FORWARD, FZ_BACKWARD, FZ_N_KINDS };
+typedef struct fz_stats {
+    uint64_t status[FC_ERR_INTERNAL + 1];
+    uint64_t gated;  /* FC_OK, every element within the dtype's gates        */
+    uint64_t loose;  /* FC_OK, ill-conditioned or non-finite inputs: writes
+                      * (and finiteness where defined) judged only          */
+} fz_stats;
+extern fz_stats fz_stats_of[FZ_N_KINDS];
+/* Count a kernel that ran for entry point kind (fc_kernel_info.name; a
+ * split count is folded). */
+void fz_note_kernel(int kind, const char *name);
+/* The statuses, judgements and kernels seen so far, on stdout. */
+void fz_print_stats(void);
 
 /* A call's status must be a valid fc_status with a message on failure. */
 void fz_check_status(fc_context *ctx, fc_status st, const char *what);
@@ -81,6 +108,7 @@ void fz_check_status(fc_context *ctx, fc_status st, const char *what);
 /* One function per entry point: builds a call from the bytes and checks it. */
 typedef void (*fz_entry_fn)(fz_in *in);
 void fz_entry_forward(fz_in *in);
+void fz_entry_backward(fz_in *in);
 
 /* The target: one input, every check; returns 0 (failures stop the process). */
 int fz_run_one(const uint8_t *data, size_t size);

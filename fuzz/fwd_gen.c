@@ -1,23 +1,40 @@
 /*
  * fwd_gen.c -- input bytes to one forward call: context settings, shapes,
- * layouts and their corruptions, where each buffer sits in the arena (gaps,
- * misalignment, aliasing, NULL), options, cu_seqlens, and the fill: random
- * inputs from a seed the bytes give, kit poison in every output element.
+ * layouts and their corruptions, options, cu_seqlens. Where each buffer
+ * sits is place.c's, what it holds fill.c's; the backward's generator
+ * (bwd_gen.c) starts from the same steps.
  */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fwd.h"
+#include "call.h"
 #include "kit.h"
 
-/* Larger tensors than this are never placed: a stride that would need more
- * is replaced by a contiguous layout (one that overflows int64 is kept,
- * because the library must reject it without addressing anything). */
-#define FZ_ARENA_MAX ((int64_t)8 << 20)
+/* How often each kind of call comes: the CPU build's weights, and the CUDA
+ * fuzz build's, leaning toward what the CUDA backend takes (f16/bf16, its
+ * head dims, backend CUDA/AUTO, 16-byte layouts, forced paths and tuning,
+ * several tiles of keys) while every invalid class still comes. The CUDA
+ * build's extra decisions read bytes only there, so a CPU input means the
+ * same call it always did. */
+typedef struct fz_weights {
+    int path_pct, tuned_pct;  /* fc_context_set_cuda_path; fc_tuning set      */
+    int dtype[6];             /* f32, f16, bf16, e4m3, e5m2, not an fc_dtype  */
+    int head_dim[4];          /* 1-16, the CUDA list, 17-512, 513             */
+    int backend[6];           /* CPU, CPU_REFERENCE, AUTO, CUDA, -1, 4        */
+    int tokens_max;           /* varlen tokens a tensor may hold              */
+} fz_weights;
 
-static int pick(fz_in *in, const int *w, int n) /* index by weights summing to 100 */
+static const fz_weights k_cpu = {10, 20, {30, 30, 30, 3, 3, 4}, {70, 20, 8, 2}, {70, 20, 5, 3, 1, 1}, 200};
+static const fz_weights k_cuda = {60, 40, {6, 42, 42, 3, 3, 4}, {15, 70, 12, 3}, {4, 4, 45, 45, 1, 1}, 1200};
+#define W (fz_cuda_mode ? &k_cuda : &k_cpu)
+
+/* CUDA build: the reference's work bound (B*H*Sq*Sk*D): a case stays well
+ * under a second on the CPU, however long its keys. */
+#define FZ_REF_WORK ((int64_t)1 << 26)
+
+int fz_pick(fz_in *in, const int *w, int n)
 {
     int r = fz_range(in, 0, 99), i = 0;
     while (i < n - 1 && r >= w[i]) r -= w[i++];
@@ -26,14 +43,14 @@ static int pick(fz_in *in, const int *w, int n) /* index by weights summing to 1
 
 /* ---- context ------------------------------------------------------------ */
 
-static void gen_context(fz_in *in, fz_fwd *c)
+static void gen_context(fz_in *in, fz_call *c)
 {
     static const int threads[] = {1, 2, 3, 0, 4, -1, 5000};
-    c->threads = threads[pick(in, (const int[]){40, 25, 10, 10, 10, 3, 2}, 7)];
-    c->cuda_path = fz_chance(in, 10) ? (int[]){80, 90, 7, -1}[fz_range(in, 0, 3)] : 0;
+    c->threads = threads[fz_pick(in, (const int[]){40, 25, 10, 10, 10, 3, 2}, 7)];
+    c->cuda_path = fz_chance(in, W->path_pct) ? (int[]){80, 90, 7, -1}[fz_range(in, 0, 3)] : 0;
     c->device = fz_chance(in, 5) ? fz_range(in, -3, 2) : -1;
     fc_tuning_init(&c->tun);
-    c->tuned = fz_chance(in, 20);
+    c->tuned = fz_chance(in, W->tuned_pct);
     if (!c->tuned) return;
     int32_t *f[] = {&c->tun.sm90_config, &c->tun.sm80_config, &c->tun.sm90_rotate, &c->tun.sm90_tail,
                     &c->tun.sm90_grid, &c->tun.splits, &c->tun.pdl};
@@ -43,6 +60,15 @@ static void gen_context(fz_in *in, fz_fwd *c)
 }
 
 /* ---- tensors -------------------------------------------------------------- */
+
+/* Padding after a dim, in elements; the CUDA build mostly keeps strides a
+ * multiple of 8 (16 bytes), the CUDA kernels' layout limit. */
+static int64_t gen_pad(fz_in *in)
+{
+    if (fz_skip & FZ_SKIP_ODD_STRIDE) return 8 * fz_range(in, 1, 2);
+    if (fz_cuda_mode && fz_chance(in, 80)) return 8 * fz_range(in, 1, 2);
+    return fz_range(in, 1, 9);
+}
 
 /* Row-major strides with optional padding after each dim and, sometimes,
  * two outer dims swapped (BHSD and the like). */
@@ -55,7 +81,7 @@ static void gen_strides(fz_in *in, fc_tensor *t)
     t->stride[nd - 1] = 1;
     for (int i = 0; i < nd - 1; i++) {
         int k = order[i];
-        t->stride[k] = ext + (fz_chance(in, 25) ? fz_range(in, 1, 9) : 0);
+        t->stride[k] = ext + (fz_chance(in, 25) ? gen_pad(in) : 0);
         ext = t->stride[k] * (t->shape[k] > 0 ? t->shape[k] : 1);
     }
 }
@@ -87,11 +113,7 @@ static void corrupt(fz_in *in, fc_tensor *t)
     }
 }
 
-/* Footprint in bytes of t around its data pointer, [lo, hi). 1: placed;
- * 0: an offset overflows int64 in elements or bytes, the library's limit,
- * so it must reject t without addressing anything (64 bytes are placed);
- * -1: valid but larger than the arena may be. */
-static int footprint(const fc_tensor *t, int64_t *lo, int64_t *hi)
+int fz_footprint(const fc_tensor *t, int64_t *lo, int64_t *hi)
 {
     __int128 l = 0, h = 0;
     int nd = t->ndim < 1 ? 1 : t->ndim > 4 ? 4 : t->ndim;
@@ -111,29 +133,30 @@ static int footprint(const fc_tensor *t, int64_t *lo, int64_t *hi)
 }
 /* A tensor, corrupted now and then; a corruption that would need more
  * memory than the arena gets is undone. ok: its elements may be listed. */
-static void gen_tensor(fz_in *in, fc_tensor *t, fc_dtype dt, int nd, const int64_t *shape, int *ok)
+void fz_gen_tensor(fz_in *in, fc_tensor *t, fc_dtype dt, int nd, const int64_t *shape, int *ok)
 {
     set_tensor(in, t, dt, nd, shape);
     const fc_tensor clean = *t;
     if (fz_chance(in, 4)) corrupt(in, t);
     int64_t lo, hi;
-    *ok = footprint(t, &lo, &hi);
+    *ok = fz_footprint(t, &lo, &hi);
     if (*ok < 0) {
         *t = clean;
-        *ok = footprint(t, &lo, &hi) > 0;
+        *ok = fz_footprint(t, &lo, &hi) > 0;
     }
 }
 
 static int gen_dim(fz_in *in, int lo_invalid)
 {
     if (lo_invalid && fz_chance(in, 3)) return 0;
+    if (fz_cuda_mode && fz_chance(in, 15)) return fz_range(in, 65, 700); /* tiles, split-KV */
     return fz_chance(in, 25) ? fz_range(in, 1, 64) : fz_range(in, 1, 12);
 }
 
 static int gen_head_dim(fz_in *in)
 {
     static const int pow2ish[] = {32, 64, 96, 128, 192, 256};
-    switch (pick(in, (const int[]){70, 20, 8, 2}, 4)) {
+    switch (fz_pick(in, W->head_dim, 4)) {
     case 0: return fz_range(in, 1, 16);
     case 1: return pow2ish[fz_range(in, 0, 5)];
     case 2: return fz_range(in, 17, 512);
@@ -153,7 +176,7 @@ static int32_t gen_cu(fz_in *in, int32_t *cu, int n, int max)
         cu[b + 1] = cu[b] + len;
         if (len > top) top = len;
     }
-    if (fz_chance(in, 6)) cu[fz_range(in, 0, n)] = odd[fz_range(in, 0, 5)];
+    if (!(fz_skip & FZ_SKIP_ODD_CU) && fz_chance(in, 6)) cu[fz_range(in, 0, n)] = odd[fz_range(in, 0, 5)];
     return top;
 }
 
@@ -166,15 +189,18 @@ static int32_t gen_max_seqlen(fz_in *in, int32_t top)
 }
 
 /* q, k, v, out, lse: dense [b, s, h, d] or varlen [t, h, d]. */
-static void gen_tensors(fz_in *in, fz_fwd *c, int ok[FB_N])
+static void gen_tensors(fz_in *in, fz_call *c, int ok[FB_N])
 {
     static const fc_dtype dts[] = {FC_DTYPE_F32, FC_DTYPE_F16, FC_DTYPE_BF16, FC_DTYPE_E4M3,
                                    FC_DTYPE_E5M2, (fc_dtype)7};
-    const fc_dtype dt = dts[pick(in, (const int[]){30, 30, 30, 3, 3, 4}, 6)];
+    const fc_dtype dt = c->dtype = dts[fz_pick(in, W->dtype, 6)];
     const int B = fz_range(in, 1, 3), HQ = fz_range(in, 1, 4), D = gen_head_dim(in);
     int HKV = fz_chance(in, 95) ? HQ / (int[]){1, 2, 4}[fz_range(in, 0, 2)] : fz_range(in, 1, 4);
     if (HKV < 1) HKV = 1;
     int64_t SQ = gen_dim(in, !c->varlen), SK = gen_dim(in, !c->varlen);
+    while (fz_cuda_mode && SQ > 1 && B * HQ * SQ * SK * D > FZ_REF_WORK) SQ = (SQ + 1) / 2;
+    if (c->bwd && c->varlen && fz_chance(in, 8)) SQ = 0; /* no query token: dk, dv still written */
+    if (c->bwd && c->varlen && fz_chance(in, 5)) SK = 0;
     fc_attention_args *a = &c->a;
     if (c->varlen) {
         c->nseq = B;
@@ -182,21 +208,24 @@ static void gen_tensors(fz_in *in, fz_fwd *c, int ok[FB_N])
         a->num_seqs = fz_chance(in, 3) ? fz_range(in, -1, 0) : B;
         a->max_seqlen_q = gen_max_seqlen(in, tq);
         a->max_seqlen_k = gen_max_seqlen(in, tk);
-        c->total_owned = c->cu[0][B];
-        SQ = c->cu[0][B] < 0 ? 0 : c->cu[0][B] > 200 ? 200 : c->cu[0][B];
-        SK = c->cu[1][B] < 0 ? 0 : c->cu[1][B] > 200 ? 200 : c->cu[1][B];
+        c->total_owned[0] = c->cu[0][B];
+        c->total_owned[1] = c->cu[1][B];
+        const int32_t top = W->tokens_max;
+        SQ = c->cu[0][B] < 0 ? 0 : c->cu[0][B] > top ? top : c->cu[0][B];
+        SK = c->cu[1][B] < 0 ? 0 : c->cu[1][B] > top ? top : c->cu[1][B];
         if (fz_chance(in, 15)) SQ += fz_range(in, 1, 3); /* tokens no sequence owns */
         if (fz_chance(in, 10)) SK += fz_range(in, 1, 3);
     }
     const int64_t qs[4] = {B, SQ, HQ, D}, ks[4] = {B, SK, HKV, D};
     const int o = c->varlen, nd = 4 - o;
-    gen_tensor(in, &a->q, dt, nd, qs + o, &ok[FB_Q]);
-    gen_tensor(in, &a->k, dt, nd, ks + o, &ok[FB_K]);
-    gen_tensor(in, &a->v, dt, nd, ks + o, &ok[FB_V]);
-    gen_tensor(in, &a->out, dt, nd, qs + o, &ok[FB_O]);
-    if (fz_chance(in, 50)) {
+    for (int i = 0; i < nd; i++) { c->shape[0][i] = qs[o + i]; c->shape[1][i] = ks[o + i]; }
+    fz_gen_tensor(in, &a->q, dt, nd, qs + o, &ok[FB_Q]);
+    fz_gen_tensor(in, &a->k, dt, nd, ks + o, &ok[FB_K]);
+    fz_gen_tensor(in, &a->v, dt, nd, ks + o, &ok[FB_V]);
+    fz_gen_tensor(in, &a->out, dt, nd, qs + o, &ok[FB_O]);
+    if (fz_chance(in, c->bwd ? 97 : 50)) { /* the backward needs it */
         const int64_t ls[3] = {B, HQ, SQ};
-        gen_tensor(in, &a->lse, fz_chance(in, 97) ? FC_DTYPE_F32 : FC_DTYPE_F16, 3 - o, ls + o, &ok[FB_LSE]);
+        fz_gen_tensor(in, &a->lse, fz_chance(in, 97) ? FC_DTYPE_F32 : FC_DTYPE_F16, 3 - o, ls + o, &ok[FB_LSE]);
     }
 }
 
@@ -205,7 +234,7 @@ static void gen_tensors(fz_in *in, fz_fwd *c, int ok[FB_N])
 static float gen_float(fz_in *in, const int w[5], float lo, float hi, const float *extreme, int n_ext)
 {
     static const float invalid[] = {INFINITY, -INFINITY, NAN, -1.0f};
-    int k = pick(in, w, 5);
+    int k = fz_pick(in, w, 5);
     if (k == 3 && (fz_skip & FZ_SKIP_EXTREME)) k = 0;
     switch (k) {
     case 0: return 0.0f;
@@ -216,7 +245,7 @@ static float gen_float(fz_in *in, const int w[5], float lo, float hi, const floa
     }
 }
 
-static void gen_options(fz_in *in, fz_fwd *c)
+static void gen_options(fz_in *in, fz_call *c)
 {
     static const float ext_scale[] = {1e30f, 2e38f, 3e38f, FLT_MAX, -3e38f, 1e-40f, 1e-45f, FLT_MIN};
     static const float ext_cap[] = {3e38f, FLT_MAX, 1e-40f, 1e-45f, 1e20f, 2e38f};
@@ -224,144 +253,40 @@ static void gen_options(fz_in *in, fz_fwd *c)
                                           FC_BACKEND_CUDA, (fc_backend)-1, (fc_backend)4};
     fc_attention_args *a = &c->a;
     a->scale = gen_float(in, (const int[]){45, 35, 10, 7, 3}, -1.5f, 1.5f, ext_scale, 8);
+    /* the CUDA kernels refuse a negative scale without softcap: mostly positive there */
+    if (fz_cuda_mode && a->scale < 0.0f && fz_chance(in, 85)) a->scale = -a->scale;
     a->softcap = fabsf(gen_float(in, (const int[]){55, 30, 6, 6, 3}, 0.5f, 50.0f, ext_cap, 6));
     if (fz_chance(in, 2)) a->softcap = -1.0f;
     a->causal = fz_chance(in, 98) ? fz_chance(in, 25) : fz_range(in, -1, 2);
     int32_t *w[2] = {&a->window_left, &a->window_right};
     for (int i = 0; i < 2; i++)
         *w[i] = fz_chance(in, 70) ? -1 : fz_chance(in, 90) ? fz_range(in, 0, 70) : fz_chance(in, 50) ? -2 : INT32_MIN;
-    a->backend = backends[pick(in, (const int[]){70, 20, 5, 3, 1, 1}, 6)];
+    a->backend = backends[fz_pick(in, W->backend, 6)];
 }
 
-/* ---- placement ------------------------------------------------------------ */
 
-static fc_tensor *tensor_of(fz_fwd *c, int b)
+void fz_gen_forward(fz_in *in, fz_call *c, int ok[FB_N])
 {
-    fc_tensor *t[] = {&c->a.q, &c->a.k, &c->a.v, &c->a.out, &c->a.lse};
-    return b <= FB_LSE ? t[b] : NULL;
-}
-
-/* Byte footprint of buffer b around its pointer, or 0 if it has none. */
-static int buffer_extent(fz_fwd *c, int b, int has_lse, int64_t *lo, int64_t *hi)
-{
-    *lo = 0;
-    if (b == FB_LSE && !has_lse) return 0;
-    if (b == FB_CUQ || b == FB_CUK) { *hi = 4 * (c->nseq + 1); return c->varlen; }
-    if (b == FB_DESC) { *hi = 12; return 0; } /* placed only when a descale is set */
-    footprint(tensor_of(c, b), lo, hi);
-    return 1;
-}
-
-/* Point one buffer into another one's bytes (aliasing the library must
- * refuse where an output is involved, or handle between inputs). */
-static void alias(fz_in *in, fz_fwd *c, const int64_t *lo, const int64_t *hi)
-{
-    static const int pairs[][2] = {{FB_O, FB_Q}, {FB_LSE, FB_O}, {FB_O, FB_V}, {FB_CUQ, FB_O},
-                                   {FB_CUK, FB_LSE}, {FB_K, FB_V}, {FB_CUQ, FB_Q}, {FB_LSE, FB_Q},
-                                   {FB_O, FB_CUK}, {FB_CUK, FB_O}};
-    const int *p = pairs[fz_range(in, 0, 9)];
-    const int cu = p[0] == FB_CUQ || p[0] == FB_CUK || p[1] == FB_CUQ || p[1] == FB_CUK;
-    const int into_out = cu && (p[0] == FB_O || p[0] == FB_LSE || p[1] == FB_O || p[1] == FB_LSE);
-    if (c->off[p[0]] < 0 || c->off[p[1]] < 0 || (into_out && (fz_skip & FZ_SKIP_CU_IN_OUT))) return;
-    const int64_t unit = p[0] <= FB_O ? (int64_t)fz_dtype_size(tensor_of(c, p[0])->dtype) : 4;
-    const int64_t span = hi[p[1]] / unit;
-    const int64_t off = c->off[p[1]] + unit * (span > 1 ? (int64_t)(fz_u32(in) % (uint64_t)span) : 0);
-    if (off + lo[p[0]] >= 0) c->off[p[0]] = off;
-}
-
-/* Offsets of every buffer, 64-byte gaps between them, then the odd ones
- * out: misaligned, aliased, NULL. Returns the arena size. */
-static int64_t place(fz_in *in, fz_fwd *c)
-{
-    int64_t lo[FB_N], hi[FB_N], cursor = 0, size = 0;
-    const int has_lse = c->a.lse.ndim != 0;
-    const int with_desc = fz_chance(in, 2);
-    for (int b = 0; b < FB_N; b++) {
-        c->off[b] = -1;
-        hi[b] = 0;
-        if (!buffer_extent(c, b, has_lse, &lo[b], &hi[b]) && !(b == FB_DESC && with_desc)) continue;
-        int64_t mis = 0;
-        if (!(fz_skip & FZ_SKIP_MISALIGNED) && b != FB_DESC && fz_chance(in, 4)) mis = fz_range(in, 1, 3);
-        c->off[b] = ((cursor + 64 + 63) & ~(int64_t)63) + mis - lo[b];
-        cursor = c->off[b] + hi[b];
-    }
-    if (fz_chance(in, 8)) alias(in, c, lo, hi);
-    if (c->varlen && fz_chance(in, 2)) c->off[fz_range(in, FB_CUQ, FB_CUK)] = -1;
-    if (fz_chance(in, 3)) c->off[fz_range(in, FB_Q, FB_O)] = -1;
-    for (int b = 0; b < FB_N; b++)
-        if (c->off[b] >= 0 && c->off[b] + hi[b] > size) size = c->off[b] + hi[b];
-    return size + 64;
-}
-
-/* ---- fill --------------------------------------------------------------------- */
-
-static void fill_input(fz_fwd *c, int b, uint64_t *rng, double isc, int sparse, int special)
-{
-    const fc_tensor *t = tensor_of(c, b);
-    int64_t *offs, n = fz_tensor_offsets(t, &offs);
-    for (int64_t i = 0; i < n; i++) {
-        double x = kit_rand_normal(rng) * isc;
-        if (sparse && (kit_rand_u64(rng) & 7) == 0) x = 0.0;
-        fz_store(t->data, t->dtype, offs[i], (float)x);
-    }
-    if (special && n > 0) fz_store(t->data, t->dtype, offs[kit_rand_u64(rng) % (uint64_t)n],
-                                   (kit_rand_u64(rng) & 1) ? NAN : INFINITY);
-    free(offs);
-}
-
-static void poison_output(fz_fwd *c, int b)
-{
-    const fc_tensor *t = tensor_of(c, b);
-    int64_t *offs, n = fz_tensor_offsets(t, &offs);
-    const int64_t es = (int64_t)fz_dtype_size(t->dtype);
-    for (int64_t i = 0; i < n; i++) {
-        fz_poison(t->data, t->dtype, offs[i]);
-        memset(c->ar.mask + ((uint8_t *)t->data - c->ar.base) + offs[i] * es, 1, (size_t)es);
-    }
-    free(offs);
-}
-
-/* Inputs first, then the outputs' poison, then cu_seqlens and descales, so
- * offsets placed inside an output hold valid values when the call reads them. */
-static void fill(fz_in *in, fz_fwd *c, const int ok[FB_N])
-{
-    static const double isc[] = {1.0, 1.0, 1.0, 0.1, 4.0, 30.0};
-    uint64_t rng = fz_u64(in) ^ 0x243F6A8885A308D3ull;
-    const double qk_scale = isc[fz_range(in, 0, 5)];
-    const int sparse = fz_chance(in, 10), special = fz_chance(in, 2);
-    for (int b = FB_Q; b <= FB_V; b++)
-        if (ok[b] && c->off[b] >= 0) fill_input(c, b, &rng, b == FB_V ? 1.0 : qk_scale, sparse, special);
-    for (int b = FB_O; b <= FB_LSE; b++)
-        if (ok[b] && c->off[b] >= 0) poison_output(c, b);
-    for (int b = FB_CUQ; b <= FB_CUK; b++)
-        if (c->off[b] >= 0) memcpy(c->ar.base + c->off[b], c->cu[b - FB_CUQ], 4 * (size_t)(c->nseq + 1));
-    if (c->off[FB_DESC] >= 0) memcpy(c->ar.base + c->off[FB_DESC], (const float[]){1, 1, 1}, 12);
-}
-
-static void set_pointers(fz_in *in, fz_fwd *c)
-{
-    uint8_t *p[FB_N];
-    for (int b = 0; b < FB_N; b++) p[b] = c->off[b] >= 0 ? c->ar.base + c->off[b] : NULL;
-    for (int b = FB_Q; b <= FB_LSE; b++) tensor_of(c, b)->data = p[b];
-    c->a.cu_seqlens_q = (const int32_t *)p[FB_CUQ];
-    c->a.cu_seqlens_k = (const int32_t *)p[FB_CUK];
-    const float **desc[] = {&c->a.q_descale, &c->a.k_descale, &c->a.v_descale};
-    if (p[FB_DESC]) *desc[fz_range(in, 0, 2)] = (const float *)p[FB_DESC];
-}
-
-int fz_fwd_build(fz_in *in, fz_fwd *c)
-{
-    memset(c, 0, sizeof *c);
     fc_attention_args_init(&c->a);
     gen_context(in, c);
     c->args_null = fz_chance(in, 1);
     c->varlen = fz_chance(in, 35);
-    int ok[FB_N] = {0};
     gen_tensors(in, c, ok);
     gen_options(in, c);
-    const int64_t size = place(in, c);
-    if (fz_arena_init(&c->ar, (size_t)size)) return -1;
-    set_pointers(in, c);
-    fill(in, c, ok);
+}
+
+/* Inputs first, then the outputs' poison, then cu_seqlens and descales, so
+ * offsets placed inside an output hold valid values when the call reads them. */
+int fz_fwd_build(fz_in *in, fz_call *c)
+{
+    memset(c, 0, sizeof *c);
+    int ok[FB_N] = {0};
+    fz_gen_forward(in, c, ok);
+    if (fz_place_call(in, c)) return -1;
+    fz_fill_inputs(in, c, ok);
+    fz_scrub_inputs(c, ok);
+    for (int b = FB_O; b <= FB_LSE; b++)
+        if (ok[b] && c->off[b] >= 0) fz_poison_output(c, b);
+    fz_write_arrays(c);
     return 0;
 }

@@ -15,10 +15,9 @@ unsigned fz_skip;
 void (*fz_describe)(void);
 void (*fz_on_failure)(void);
 int fz_verbose;
-uint64_t fz_status_count[FC_ERR_INTERNAL + 1];
 
 /* Entry points, one function each; the first input byte picks one. */
-static const fz_entry_fn k_entries[] = {fz_entry_forward};
+static const fz_entry_fn k_entries[] = {fz_entry_forward, fz_entry_backward};
 #define FZ_N_ENTRIES (sizeof k_entries / sizeof k_entries[0])
 
 static const struct { const char *name; unsigned bit; } k_skip_names[] = {
@@ -26,6 +25,8 @@ static const struct { const char *name; unsigned bit; } k_skip_names[] = {
     {"extreme", FZ_SKIP_EXTREME},
     {"max_seqlen", FZ_SKIP_MAX_SEQLEN},
     {"misaligned", FZ_SKIP_MISALIGNED},
+    {"odd_cu", FZ_SKIP_ODD_CU},
+    {"odd_stride", FZ_SKIP_ODD_STRIDE},
 };
 
 unsigned fz_byte(fz_in *in) { return in->i < in->n ? in->p[in->i++] : 0u; }
@@ -50,6 +51,10 @@ int fz_chance(fz_in *in, int pct) { return fz_byte(in) >= 256u - (unsigned)pct *
 
 void fz_init(void)
 {
+    if (fz_cuda_mode && !fc_cuda_available()) {
+        fprintf(stderr, "fuzz: this is the CUDA fuzz build and there is no usable CUDA device\n");
+        exit(2);
+    }
     const char *e = getenv("FC_FUZZ_SKIP");
     char buf[256];
     if (!e || !*e) return;
@@ -58,7 +63,7 @@ void fz_init(void)
         size_t i = 0;
         while (i < sizeof k_skip_names / sizeof k_skip_names[0] && strcmp(tok, k_skip_names[i].name)) i++;
         if (i == sizeof k_skip_names / sizeof k_skip_names[0]) {
-            fprintf(stderr, "FC_FUZZ_SKIP: unknown class '%s' (cu_in_out, extreme, max_seqlen, misaligned)\n", tok);
+            fprintf(stderr, "FC_FUZZ_SKIP: unknown class '%s' (cu_in_out, extreme, max_seqlen, misaligned, odd_cu, odd_stride)\n", tok);
             exit(2);
         }
         fz_skip |= k_skip_names[i].bit;
@@ -86,6 +91,8 @@ void fz_check_status(fc_context *ctx, fc_status st, const char *what)
         fz_fail("status", "%s returned %d, not an fc_status", what, (int)st);
     if (st == FC_ERR_INTERNAL)
         fz_fail("status", "%s returned FC_ERR_INTERNAL: %s", what, fc_last_error(ctx));
+    if (st == FC_ERR_CUDA) /* the harness's memory is valid: a failing CUDA call is a finding */
+        fz_fail("cuda", "%s returned FC_ERR_CUDA: %s", what, fc_last_error(ctx));
     if (st != FC_OK && !fc_last_error(ctx)[0])
         fz_fail("status", "%s returned %s with an empty fc_last_error", what, fc_status_string(st));
 }

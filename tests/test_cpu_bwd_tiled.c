@@ -9,9 +9,9 @@
  *      softcap, scales, GQA/MQA ratios, BSHD/BHSD/padded, varlen with empty
  *      sequences and tokens past the last offset;
  *   2. named edges: decode (sq 1), sq > sk causal (rows without keys),
- *      window (0,0), keys no query sees, large logits, head_dim 511/512,
- *      varlen with no query token, a row whose lse is -inf while it sees
- *      keys;
+ *      window (0,0), keys no query sees, large logits, a saturated softcap,
+ *      head_dim 511/512, varlen with no query token, a row whose lse is
+ *      -inf while it sees keys;
  *   3. bitwise identity across runs and thread counts 1, 3 and the default.
  *
  * Both backward runs read the same out and lse (from the tiled forward).
@@ -203,6 +203,15 @@ static void edge_cases(fc_context *ctx)
         s.softcap = 30.0f;
         snprintf(name, sizeof name, "large logits (scale 1000) softcap 30 causal %s", tn);
         run_case(ctx, name, &s, 16, NULL);
+        /* tanh arguments ~N(0, 70^2), 2 rows of 4 keys: mostly every key of a
+         * row saturated, 1 - tanh^2 near or below fp32's quantum at 1, which
+         * is all the gradients carry (found by the fuzz target: 1 - t*t in
+         * float lost it) */
+        s = test_shape(1, 1, 1, 2, 4, 128, t);
+        s.scale = 0.6f;
+        s.softcap = 0.1f;
+        snprintf(name, sizeof name, "softcap saturated (tanh argument ~70) %s", tn);
+        run_case(ctx, name, &s, 20, NULL);
         s = test_shape(1, 2, 1, 40, 150, t == FC_DTYPE_F16 ? 511 : 512, t);
         s.causal = 1;
         s.layout = KIT_LAYOUT_PADDED;

@@ -85,7 +85,8 @@ static void FC_ISA(grad_row)(const bwd_job *job, bwd_scratch *t, int x, int a, i
     if (job->cap > 0.0)
         for (int j = a; j < e; j++) {
             const double th = tanh(sd[j]);
-            t->cf[j] = 1.0f - (float)th * (float)th;
+            /* in double: near saturation 1 - tanh^2 is below fp32's quantum at 1 */
+            t->cf[j] = (float)(1.0 - th * th);
             s[j] = (float)(job->cap * th - L[j]);
         }
     else

@@ -1,15 +1,16 @@
 /*
- * fwd_entry.c -- the forward entry point of the fuzz target and the
- * description of its call that every failure report carries.
+ * entry.c -- the entry points of the fuzz target (forward, backward): each
+ * builds a call from the bytes, runs its checks with the call's
+ * description ready for a failure report, and frees it.
  */
 #include <stdio.h>
 
-#include "fwd.h"
+#include "call.h"
 #include "kit.h"
 
-static const fz_fwd *g_cur;
+static const fz_call *g_cur;
 
-static void describe_tensor(const fz_fwd *c, const char *name, const fc_tensor *t)
+static void describe_tensor(const fz_call *c, const char *name, const fc_tensor *t)
 {
     const uint8_t *p = t->data;
     fprintf(stderr, "  %-4s data=", name);
@@ -21,7 +22,7 @@ static void describe_tensor(const fz_fwd *c, const char *name, const fc_tensor *
     for (int i = 0; i < 4; i++) fprintf(stderr, "%lld%s", (long long)t->stride[i], i < 3 ? "," : "]\n");
 }
 
-static void describe_cu(const fz_fwd *c, const char *name, const int32_t *p, const int32_t *v)
+static void describe_cu(const fz_call *c, const char *name, const int32_t *p, const int32_t *v)
 {
     fprintf(stderr, "  %s=", name);
     if (!p) { fprintf(stderr, "NULL\n"); return; }
@@ -29,12 +30,24 @@ static void describe_cu(const fz_fwd *c, const char *name, const int32_t *p, con
     for (int i = 0; i <= c->nseq; i++) fprintf(stderr, "%d%s", v[i], i < c->nseq ? "," : "}\n");
 }
 
-void fz_fwd_describe(const fz_fwd *c)
+/* The backward's own arguments. */
+static void describe_backward(const fz_call *c)
+{
+    static const char *const names[4] = {"dout", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; i++) describe_tensor(c, names[i], &c->grad[i]);
+    fprintf(stderr, "  deterministic=%d workspace=", (int)c->deterministic);
+    if (c->off[FB_WS] >= 0) fprintf(stderr, "arena+%lld", (long long)c->off[FB_WS]);
+    else fprintf(stderr, "NULL");
+    fprintf(stderr, " workspace_bytes=%lld; out and lse %s\n", (long long)c->ws_bytes,
+            c->fwd_real ? "from the reference forward" : "random");
+}
+
+void fz_describe_call(const fz_call *c)
 {
     const fc_attention_args *a = &c->a;
-    fprintf(stderr, "forward call%s: backend=%d threads=%d cuda_path=%d device=%d arena=%zu bytes\n",
-            c->args_null ? " with args=NULL" : "", (int)a->backend, c->threads, c->cuda_path, c->device,
-            c->ar.size);
+    fprintf(stderr, "%s call%s: backend=%d threads=%d cuda_path=%d device=%d arena=%zu bytes\n",
+            c->bwd ? "backward" : "forward", c->args_null ? " with args=NULL" : "", (int)a->backend, c->threads,
+            c->cuda_path, c->device, c->ar.size);
     if (c->tuned)
         fprintf(stderr, "  tuning: sm90_config=%d sm80_config=%d rotate=%d tail=%d grid=%d splits=%d pdl=%d\n",
                 c->tun.sm90_config, c->tun.sm80_config, c->tun.sm90_rotate, c->tun.sm90_tail, c->tun.sm90_grid,
@@ -53,21 +66,27 @@ void fz_fwd_describe(const fz_fwd *c)
         describe_cu(c, "cu_seqlens_k", a->cu_seqlens_k, c->cu[1]);
     }
     if (a->q_descale || a->k_descale || a->v_descale) fprintf(stderr, "  a descale pointer is set\n");
+    if (c->bwd) describe_backward(c);
+    if (c->kernel[0]) fprintf(stderr, "  kernel: %s\n", c->kernel);
 }
 
 static void describe_current(void)
 {
-    if (g_cur) fz_fwd_describe(g_cur);
+    if (g_cur) fz_describe_call(g_cur);
 }
 
-void fz_entry_forward(fz_in *in)
+static void run_call(fz_in *in, int (*build)(fz_in *, fz_call *), void (*check)(fz_call *))
 {
-    fz_fwd c;
-    if (fz_fwd_build(in, &c)) return;
+    fz_call c;
+    if (build(in, &c)) return;
     g_cur = &c;
-    if (fz_verbose) fz_fwd_describe(&c);
+    if (fz_verbose) fz_describe_call(&c);
     else fz_describe = describe_current;
-    fz_fwd_check(&c);
+    check(&c);
     g_cur = NULL;
     fz_arena_free(&c.ar);
 }
+
+void fz_entry_forward(fz_in *in) { run_call(in, fz_fwd_build, fz_fwd_check); }
+
+void fz_entry_backward(fz_in *in) { run_call(in, fz_bwd_build, fz_bwd_check); }
