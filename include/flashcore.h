@@ -75,13 +75,16 @@ typedef enum fc_status {
 } fc_status;
 
 /* Element types. The values are pinned. FP8 types are reserved: every
- * backend answers FC_ERR_UNSUPPORTED for them today. */
+ * backend answers FC_ERR_UNSUPPORTED for them today. F64 runs on the
+ * cpu-reference backend alone (gradient checks in double; lse stays f32):
+ * backend AUTO sends host f64 calls there, CPU and CUDA refuse it. */
 typedef enum fc_dtype {
     FC_DTYPE_F32 = 0,
     FC_DTYPE_F16 = 1,
     FC_DTYPE_BF16 = 2,
     FC_DTYPE_E4M3 = 3, /* reserved */
-    FC_DTYPE_E5M2 = 4  /* reserved */
+    FC_DTYPE_E5M2 = 4, /* reserved */
+    FC_DTYPE_F64 = 5   /* cpu-reference only */
 } fc_dtype;
 
 /* Backends. The values are pinned. */

@@ -95,7 +95,12 @@ static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, con
 static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *bwd, fc_backend b,
                             int q_known, fc_plan *plan)
 {
-    if (p->dtype != FC_DTYPE_F32 && p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
+    if (p->dtype == FC_DTYPE_F64 && b == FC_BACKEND_CPU)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "dtype f64 runs on the cpu-reference backend only (backend auto sends host f64 "
+                            "calls there): the tiled cpu backend takes f32, f16, bf16");
+    if (p->dtype != FC_DTYPE_F32 && p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16 &&
+        p->dtype != FC_DTYPE_F64)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "dtype %d is not supported by the cpu backend",
                             (int)p->dtype);
     if (p->head_dim > FC_CPU_MAX_HEAD_DIM)
@@ -144,7 +149,8 @@ static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const fc_b
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "dtype %s is not supported by the cuda kernels: supported f16, bf16 (the cpu "
-                            "backend takes f32)", p->dtype == FC_DTYPE_F32 ? "f32" : "fp8");
+                            "backend takes f32, cpu-reference f64)",
+                            p->dtype == FC_DTYPE_F32 ? "f32" : p->dtype == FC_DTYPE_F64 ? "f64" : "fp8");
     return FC_OK;
 }
 
@@ -265,6 +271,8 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params
     /* AUTO goes where q lives; that answer then also stands for q's check. */
     const int q_known = b == FC_BACKEND_AUTO && fc_cuda_compiled();
     if (b == FC_BACKEND_AUTO) b = (q_known && fc_cuda_pointer_is_device(p->q)) ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
+    /* f64 exists for gradient checks: only the double-precision oracle takes it. */
+    if (requested == FC_BACKEND_AUTO && b == FC_BACKEND_CPU && p->dtype == FC_DTYPE_F64) b = FC_BACKEND_CPU_REFERENCE;
     switch (b) {
     case FC_BACKEND_CPU:
     case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, bwd, b, q_known, plan);

@@ -10,16 +10,19 @@
 
 #include "validate.h"
 
-static int dtype_known(int dt) { return dt >= FC_DTYPE_F32 && dt <= FC_DTYPE_E5M2; }
+static int dtype_known(int dt) { return dt >= FC_DTYPE_F32 && dt <= FC_DTYPE_F64; }
 
 static const char *dtype_name(int dt)
 {
-    static const char *names[] = {"f32", "f16", "bf16", "e4m3", "e5m2"};
+    static const char *names[] = {"f32", "f16", "bf16", "e4m3", "e5m2", "f64"};
     return dtype_known(dt) ? names[dt] : "unknown";
 }
 
 /* Bytes per element of a known dtype. */
-static int64_t dtype_bytes(int dt) { return dt == FC_DTYPE_F32 ? 4 : dt <= FC_DTYPE_BF16 ? 2 : 1; }
+static int64_t dtype_bytes(int dt)
+{
+    return dt == FC_DTYPE_F64 ? 8 : dt == FC_DTYPE_F32 ? 4 : dt <= FC_DTYPE_BF16 ? 2 : 1;
+}
 
 /* Largest element offset of t (sum of (shape-1)*stride), or -1 when that
  * offset, or the same offset in bytes, overflows int64 (kernels form byte

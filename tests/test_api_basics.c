@@ -76,7 +76,7 @@ static void test_status_strings(void)
     }
     /* pinned enum values of the other public enums */
     CHECK(FC_DTYPE_F32 == 0 && FC_DTYPE_F16 == 1 && FC_DTYPE_BF16 == 2 && FC_DTYPE_E4M3 == 3 &&
-              FC_DTYPE_E5M2 == 4, "fc_dtype values moved");
+              FC_DTYPE_E5M2 == 4 && FC_DTYPE_F64 == 5, "fc_dtype values moved");
     CHECK(FC_BACKEND_AUTO == 0 && FC_BACKEND_CPU == 1 && FC_BACKEND_CUDA == 2 &&
               FC_BACKEND_CPU_REFERENCE == 3, "fc_backend values moved");
     group_done("status strings", p0, f0);

@@ -24,6 +24,7 @@
 size_t kit_dtype_size(fc_dtype dtype)
 {
     switch (dtype) {
+    case FC_DTYPE_F64: return 8;
     case FC_DTYPE_F32: return 4;
     case FC_DTYPE_F16:
     case FC_DTYPE_BF16: return 2;
@@ -41,6 +42,7 @@ const char *kit_dtype_name(fc_dtype dtype)
     case FC_DTYPE_BF16: return "bf16";
     case FC_DTYPE_E4M3: return "e4m3";
     case FC_DTYPE_E5M2: return "e5m2";
+    case FC_DTYPE_F64: return "f64";
     }
     return "?";
 }

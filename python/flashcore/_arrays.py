@@ -74,12 +74,15 @@ def _numpy_dtype_code(dt, name):
         return _lib.DTYPE_F32
     if dt == np.float16:
         return _lib.DTYPE_F16
+    if dt == np.float64:  # the cpu-reference backend alone: gradient checks
+        return _lib.DTYPE_F64
     # numpy has no bfloat16; ml_dtypes provides one (its dtype is named so).
     if dt.name == "bfloat16" and dt.itemsize == 2:
         return _lib.DTYPE_BF16
     raise InvalidArgumentError(
         "%s: dtype %s is not supported: use float32, float16 (or ml_dtypes.bfloat16 "
-        "for numpy, torch.bfloat16 for torch)" % (name, dt))
+        "for numpy, torch.bfloat16 for torch), or float64 on the cpu-reference backend"
+        % (name, dt))
 
 
 _torch_codes = {}  # torch dtype -> fc_dtype, filled on the first torch tensor
@@ -88,12 +91,12 @@ _torch_codes = {}  # torch dtype -> fc_dtype, filled on the first torch tensor
 def _torch_dtype_code(torch, dt, name):
     if not _torch_codes:
         _torch_codes.update({torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
-                             torch.bfloat16: _lib.DTYPE_BF16})
+                             torch.bfloat16: _lib.DTYPE_BF16, torch.float64: _lib.DTYPE_F64})
     code = _torch_codes.get(dt)
     if code is None:
         raise InvalidArgumentError(
             "%s: dtype %s is not supported: use torch.float32, torch.float16 or "
-            "torch.bfloat16" % (name, dt))
+            "torch.bfloat16 (torch.float64 on the cpu-reference backend)" % (name, dt))
     return code
 
 

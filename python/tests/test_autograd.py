@@ -1,6 +1,6 @@
 """torch autograd through flashcore.attention on CPU tensors: loss.backward()
 against the float64 reference and against torch's own SDPA backward in
-float64, torch.autograd.gradcheck in float32, the torch forms of
+float64, torch.autograd.gradcheck in float64 (the cpu-reference backend), the torch forms of
 attention_backward, and what autograd refuses. Skipped without torch (the
 numpy tests in test_backward.py carry the CPU coverage then)."""
 
@@ -78,15 +78,24 @@ def test_gradients_match_torch_sdpa_backward_in_float64():
     ref.check_grads([x.grad.numpy() for x in (q, k, v)], [x.grad.numpy() for x in (q64, k64, v64)], "f32")
 
 
-@pytest.mark.parametrize("opts", [dict(causal=True), dict(softcap=1.5, window=(2, 1))],
-                         ids=["causal", "softcap"])
-def test_gradcheck_float32(opts):
-    # The library has no float64: central differences in float32 with a
-    # step that keeps rounding (~1e-7 / eps) well under the tolerance.
-    q, k, v = leaves([(1, 5, 2, 8), (1, 6, 1, 8), (1, 6, 1, 8)], "f32", seed=3)
+@pytest.mark.parametrize("opts", [dict(causal=True), dict(softcap=1.5, window=(2, 1)),
+                                  dict(causal=True, scale=0.4)],
+                         ids=["causal", "softcap", "gqa-scale"])
+def test_gradcheck_float64(opts):
+    # float64 runs on the cpu-reference backend; the backward reads lse in
+    # float32, a relative error of ~1e-7 in P, far under gradcheck's atol.
+    g = torch.Generator().manual_seed(3)
+    hq = 4 if "scale" in opts else 2
+    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64).requires_grad_()
+               for s in [(1, 5, hq, 8), (1, 6, 2, 8), (1, 6, 2, 8)])
     fn = lambda q, k, v: flashcore.attention(q, k, v, **opts)  # noqa: E731
-    with pytest.warns(UserWarning, match="double precision"):
-        assert torch.autograd.gradcheck(fn, (q, k, v), eps=1e-3, atol=5e-3, rtol=5e-3)
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+def test_float64_refused_off_the_reference():
+    q = torch.randn(1, 4, 2, 8, dtype=torch.float64)
+    with pytest.raises(flashcore.UnsupportedError, match="f64"):
+        flashcore.attention(q, q, q, backend="cpu")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])

@@ -187,7 +187,7 @@ def test_binding_checks_before_calling():
     q = randn(rng, (1, 8, 4, 64), "f32")
     k = randn(rng, (1, 8, 4, 64), "f32")
     cases = [
-        (dict(q=q.astype(np.float64)), "dtype float64 is not supported"),
+        (dict(q=q.astype(np.int32)), "dtype int32 is not supported"),
         (dict(k=k.astype(np.float16)), "k: dtype float16 differs from q's float32"),
         (dict(q=np.asfortranarray(q)), "last dimension (head_dim) must be contiguous"),
         (dict(q=q[..., ::-1]), "negative strides"),
@@ -222,8 +222,11 @@ def test_supported():
     assert not ok and "head_dim" in why
     ok, why = flashcore.supported(q, k, k, backend="cuda")
     assert not ok and "host memory" in why
-    ok, why = flashcore.supported(q.astype(np.float64), k, k)
-    assert not ok and "float64" in why
+    ok, why = flashcore.supported(q.astype(np.int32), k, k)
+    assert not ok and "int32" in why
+    ok, why = flashcore.supported(q.astype(np.float64), k.astype(np.float64), k.astype(np.float64),
+                                  backend="cpu")
+    assert not ok and "f64" in why
 
 
 def test_version_matches_library_header_and_metadata():

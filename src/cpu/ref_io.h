@@ -24,6 +24,9 @@ static inline void fc_ref_load_row(const void *base, int32_t dtype, int64_t off,
     } else if (dtype == FC_DTYPE_BF16) {
         const uint16_t *s = (const uint16_t *)base + off;
         for (int64_t x = 0; x < n; x++) dst[x] = fc_bf16_to_f32(s[x]);
+    } else if (dtype == FC_DTYPE_F64) {
+        const double *s = (const double *)base + off;
+        for (int64_t x = 0; x < n; x++) dst[x] = s[x];
     } else {
         const float *s = (const float *)base + off;
         for (int64_t x = 0; x < n; x++) dst[x] = s[x];
@@ -60,6 +63,7 @@ static inline void fc_ref_store(void *base, int32_t dtype, int64_t idx, double d
     case FC_DTYPE_BF16:
         ((uint16_t *)base)[idx] = fc_f32_to_bf16((float)fc_ref_round_to_format(d, 7, -126, 127));
         break;
+    case FC_DTYPE_F64: ((double *)base)[idx] = d; break;
     default: ((float *)base)[idx] = (float)fc_ref_round_to_format(d, 23, -126, 127); break;
     }
 }

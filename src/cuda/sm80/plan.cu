@@ -33,6 +33,7 @@ const char *dtype_name(int dt)
     case FC_DTYPE_BF16: return "bf16";
     case FC_DTYPE_E4M3: return "e4m3";
     case FC_DTYPE_E5M2: return "e5m2";
+    case FC_DTYPE_F64: return "f64";
     default: return "unknown";
     }
 }
