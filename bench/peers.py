@@ -612,6 +612,27 @@ class FA4(System):
         return run, lambda i: outs[i]
 
 
+class FA4Bwd(FA4):
+    """FlashAttention-4's backward through autograd, as TorchSDPABwd: the
+    forward once per input set, its graph kept, then each call is
+    torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)."""
+    name = "fa4"
+
+    def prepare(self, shape, inputs):
+        import torch
+        leaves, outs, grads = [], [], {}
+        with torch.enable_grad():
+            for i in range(inputs.n_sets):
+                leaves.append(tuple(t.detach().requires_grad_() for t in inputs.bshd[i]))
+                r = self.fn(*leaves[i], causal=shape.causal)
+                outs.append(r[0] if isinstance(r, tuple) else r)
+
+        def run(i):
+            grads[i] = torch.autograd.grad(outs[i], leaves[i], inputs.dout[i], retain_graph=True)
+
+        return run, lambda i: grads[i]
+
+
 class FlashInfer(System):
     name = "flashinfer"
 
@@ -655,7 +676,7 @@ def select_systems(systems, selected):
 
 def make_bwd_systems(selected):
     return select_systems([FlashCoreBwd(), FlashCoreBwd(deterministic=True), TorchSDPABwd("torch-cudnn"),
-                           TorchSDPABwd("torch-flash(FA2)")], selected)
+                           TorchSDPABwd("torch-flash(FA2)"), FA4Bwd()], selected)
 
 
 def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None, sm80_env=None):

@@ -228,10 +228,16 @@ run_peers() {
 
 if want bench; then
   log "benchmark beside the peers"
-  # Optional peers (FlashAttention-4, FlashInfer) come as carried wheels in
-  # .whl/ (docs/PERF.md says how to fetch them); without them peers.py notes
-  # them as unavailable.
+  # Optional peers come as carried wheels in .whl/ (FlashInfer) or staged
+  # ahead of the call (FlashAttention-4: docs/PERF.md says how); without
+  # them peers.py notes them as unavailable.
   peer_path=""
+  # FlashAttention-4 is staged over several calls (scripts/stage-peers.sh).
+  st=0; bash scripts/stage-peers.sh unpack >"$OUT/peer-stage.log" 2>&1 || st=$?
+  case $st in
+    0) peer_path=/tmp/fc-peers ;;
+    1) echo "staged peers not used: $(tail -1 "$OUT/peer-stage.log")" ;;
+  esac
   if ls .whl/*.whl >/dev/null 2>&1; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
          --target /tmp/fc-peers .whl/*.whl >"$OUT/peer-wheels.log" 2>&1; then peer_path=/tmp/fc-peers
