@@ -6,8 +6,9 @@ what is timed is the binding's own work (checks, views, ctypes structs,
 output allocation, kernel info) and not the kernel or the library's checks.
 
 The stub is a Python function: the foreign call itself (ctypes converting
-four pointer arguments, ~0.3-0.5 us) is not included. CUDA tensors add the
-stream lookup, which needs a GPU to time (bench/eager.py on the GPU machine).
+four pointer arguments, ~0.3-0.5 us) is not included. --device cuda times
+the same on CUDA tensors (the stream lookup added; a GPU machine, any build
+of the library: the stub replaces its entry point).
 
 Each row: --repeats runs of --calls back-to-back calls, as wall time
 (perf_counter, the median run) and as this thread's CPU time (thread_time,
@@ -42,14 +43,14 @@ class _StubLaunch:
         return 0
 
 
-def calls():
+def calls(device):
     """(name, zero-argument callable) for each timed row."""
     g = torch.Generator().manual_seed(0)
     h = torch.float16
-    q, k, v = (torch.randn(1, 512, 8, 64, generator=g).to(h) for _ in range(3))     # mission
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))                            # [B,H,S,D] views
-    dq = torch.randn(8, 1, 32, 128, generator=g).to(h)                              # decode
-    dk, dv = (torch.randn(8, 4096, 8, 128, generator=g).to(h) for _ in range(2))
+    q, k, v = (torch.randn(1, 512, 8, 64, generator=g).to(device, h) for _ in range(3))   # mission
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))                                  # [B,H,S,D] views
+    dq = torch.randn(8, 1, 32, 128, generator=g).to(device, h)                            # decode
+    dk, dv = (torch.randn(8, 4096, 8, 128, generator=g).to(device, h) for _ in range(2))
     out = torch.empty_like(q)
     rows = [
         ("attention mission bshd", lambda: flashcore.attention(q, k, v)),
@@ -84,11 +85,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=2000, help="calls per run")
     ap.add_argument("--repeats", type=int, default=30, help="runs per row")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda: adds the stream lookup (GPU machine)")
     a = ap.parse_args()
     _lib._lib = _StubLaunch(_lib.load())  # every later _lib.load() returns the stub
-    print("| call (CPU tensors, stub launch) | wall us/call (median) | CPU us/call (best) |")
+    print("| call (%s tensors, stub launch) | wall us/call (median) | CPU us/call (best) |" % a.device)
     print("|---|---|---|")
-    for name, fn in calls():
+    for name, fn in calls(a.device):
         wall, cpu = time_call(fn, a.calls, a.repeats)
         print("| %s | %.2f | %.2f |" % (name, wall, cpu))
 

@@ -65,12 +65,14 @@ void fc_attention_args_init(fc_attention_args *args)
 
 /* ---- entry points ------------------------------------------------------------- */
 
+_Static_assert(sizeof ((fc_kernel_info *)0)->name == sizeof ((fc_plan *)0)->name, "kernel names differ in size");
+
 static void fill_info(fc_kernel_info *info, const fc_plan *plan)
 {
     if (!info) return;
     memset(info, 0, sizeof *info);
     info->backend = plan->backend;
-    snprintf(info->name, sizeof info->name, "%s", plan->name);
+    memcpy(info->name, plan->name, sizeof info->name); /* NUL-terminated, same size */
     info->num_splits = plan->num_splits;
     info->workspace_bytes = plan->workspace_bytes;
 }

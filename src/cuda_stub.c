@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "memory_space.h"
 
 static const char k_no_cuda[] = "this FlashCore build has no CUDA backend (configured without nvcc)";
 
@@ -19,7 +20,11 @@ fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t 
     return FC_ERR_NO_DEVICE;
 }
 
-int fc_cuda_pointer_is_device(const void *ptr) { return 0; }
+/* Without the CUDA runtime every pointer is host memory. */
+void fc_cuda_device_pointers(const void *const *ptrs, int n, unsigned char *is_device)
+{
+    memset(is_device, 0, (size_t)(n > 0 ? n : 0));
+}
 
 fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream, char *err,
                                size_t err_len)

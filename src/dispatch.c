@@ -10,9 +10,29 @@
 #include <string.h>
 
 #include "dispatch.h"
+#include "memory_space.h"
 #include "validate.h"
 
+static int choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits);
+
 int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits)
+{
+    /* The search below costs ~0.3 us for a decode call; a loop of eager
+     * calls asks the same question each time, so each thread keeps its
+     * last answer. */
+    static _Thread_local struct { int64_t tiles; int n_blocks, sm_count, max_splits, splits; } last = {-1, 0, 0, 0, 1};
+    if (tiles != last.tiles || n_blocks != last.n_blocks || sm_count != last.sm_count ||
+        max_splits != last.max_splits) {
+        last.splits = choose_num_splits(tiles, n_blocks, sm_count, max_splits);
+        last.tiles = tiles;
+        last.n_blocks = n_blocks;
+        last.sm_count = sm_count;
+        last.max_splits = max_splits;
+    }
+    return last.splits;
+}
+
+static int choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits)
 {
     /* A grid that already fills most of the SMs gains nothing from splitting;
      * nor does a KV range of a few blocks (the combine pass would cost more). */
@@ -45,55 +65,61 @@ static const char *backend_name(fc_backend b)
     return "?";
 }
 
-/* Every pointer a call reads or writes, with its name, for the memory-space
- * check; b: the backward's params (p is then &b->f), else NULL. */
-static int list_pointers(const fc_fwd_params *p, const fc_bwd_params *b, const void *ptrs[12],
-                         const char *names[12])
+/* Every pointer a call reads or writes, with its name, and whether it is
+ * device memory (memory_space.h; all 0 in a build without CUDA). */
+typedef struct call_pointers {
+    const void *ptr[FC_MAX_CALL_POINTERS];
+    const char *name[FC_MAX_CALL_POINTERS];
+    unsigned char is_device[FC_MAX_CALL_POINTERS];
+    int n;
+} call_pointers;
+
+static void add_pointer(call_pointers *c, const void *ptr, const char *name)
 {
-    int n = 0;
-    ptrs[n] = p->q; names[n++] = "q";
-    ptrs[n] = p->k; names[n++] = "k";
-    ptrs[n] = p->v; names[n++] = "v";
-    ptrs[n] = p->o; names[n++] = "out";
-    if (p->lse) { ptrs[n] = p->lse; names[n++] = "lse"; }
-    if (p->cu_seqlens_q) {
-        ptrs[n] = p->cu_seqlens_q; names[n++] = "cu_seqlens_q";
-        ptrs[n] = p->cu_seqlens_k; names[n++] = "cu_seqlens_k";
-    }
-    if (b) {
-        ptrs[n] = b->dout; names[n++] = "dout";
-        ptrs[n] = b->dq; names[n++] = "dq";
-        ptrs[n] = b->dk; names[n++] = "dk";
-        ptrs[n] = b->dv; names[n++] = "dv";
-        if (b->workspace) { ptrs[n] = b->workspace; names[n++] = "workspace"; }
-    }
-    return n;
+    c->ptr[c->n] = ptr;
+    c->name[c->n++] = name;
 }
 
-/* All pointers must live where the backend runs. Only answerable when the
- * CUDA runtime is compiled in; without it every pointer is host memory.
- * q_known: q's memory space was already established (AUTO asked it), so it
- * is not queried again (each query is a driver call on the hot path). */
-static fc_status check_memory_space(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b,
-                                    int want_device, int q_known)
+/* b: the backward's params (p is then &b->f), else NULL. q comes first: AUTO
+ * picks the backend from it. */
+static void locate_pointers(const fc_fwd_params *p, const fc_bwd_params *b, call_pointers *c)
 {
-    if (!fc_cuda_compiled()) return FC_OK;
-    const void *ptrs[12];
-    const char *names[12];
-    int n = list_pointers(p, b, ptrs, names);
-    for (int i = q_known ? 1 : 0; i < n; i++) { /* q is ptrs[0] */
-        int dev = fc_cuda_pointer_is_device(ptrs[i]);
-        if (dev != want_device)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                "%s is %s memory but the %s backend needs %s pointers", names[i],
-                                dev ? "device" : "host", want_device ? "cuda" : "cpu",
-                                want_device ? "device" : "host");
+    c->n = 0;
+    add_pointer(c, p->q, "q");
+    add_pointer(c, p->k, "k");
+    add_pointer(c, p->v, "v");
+    add_pointer(c, p->o, "out");
+    if (p->lse) add_pointer(c, p->lse, "lse");
+    if (p->cu_seqlens_q) {
+        add_pointer(c, p->cu_seqlens_q, "cu_seqlens_q");
+        add_pointer(c, p->cu_seqlens_k, "cu_seqlens_k");
     }
+    if (b) {
+        add_pointer(c, b->dout, "dout");
+        add_pointer(c, b->dq, "dq");
+        add_pointer(c, b->dk, "dk");
+        add_pointer(c, b->dv, "dv");
+        if (b->workspace) add_pointer(c, b->workspace, "workspace");
+    }
+    memset(c->is_device, 0, sizeof c->is_device);
+    if (fc_cuda_compiled()) fc_cuda_device_pointers(c->ptr, c->n, c->is_device);
+}
+
+/* All pointers must live where the backend runs. Without the CUDA runtime
+ * compiled in every pointer is host memory. */
+static fc_status check_memory_space(fc_context *ctx, const call_pointers *c, int want_device)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->is_device[i] != want_device)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s is %s memory but the %s backend needs %s pointers", c->name[i],
+                                c->is_device[i] ? "device" : "host", want_device ? "cuda" : "cpu",
+                                want_device ? "device" : "host");
     return FC_OK;
 }
 
-static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *bwd, fc_backend b,
-                            int q_known, fc_plan *plan)
+static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, const call_pointers *ptrs, fc_backend b,
+                            fc_plan *plan)
 {
     if (p->dtype == FC_DTYPE_F64 && b == FC_BACKEND_CPU)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
@@ -107,7 +133,7 @@ static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, const fc_bw
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "head_dim %d is not supported by the cpu backend: supported 1 to %d",
                             (int)p->head_dim, FC_CPU_MAX_HEAD_DIM);
-    fc_status st = check_memory_space(ctx, p, bwd, 0, q_known);
+    fc_status st = check_memory_space(ctx, ptrs, 0);
     if (st) return st;
     /* Always validated on the host (cheap), even when nothing is to be done:
      * "nothing" may rest on max_seqlen_q == 0, which only cu_seqlens confirm. */
@@ -139,12 +165,11 @@ static fc_status check_device_varlen(fc_context *ctx, const fc_fwd_params *p, vo
 
 /* What every CUDA plan needs: the device, every pointer in device memory,
  * a dtype the kernels take. */
-static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *bwd, int q_known,
-                             fc_plan *plan)
+static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call_pointers *ptrs, fc_plan *plan)
 {
     fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
     if (st) return st;
-    st = check_memory_space(ctx, p, bwd, 1, q_known);
+    st = check_memory_space(ctx, ptrs, 1);
     if (st) return st;
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
@@ -152,6 +177,27 @@ static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const fc_b
                             "backend takes f32, cpu-reference f64)",
                             p->dtype == FC_DTYPE_F32 ? "f32" : p->dtype == FC_DTYPE_F64 ? "f64" : "fp8");
     return FC_OK;
+}
+
+/* The plan's name: the kernel's, then "+split<n>" or "+tail". Copied, not
+ * formatted: snprintf costs a tenth of a microsecond per call here. */
+static void name_cuda_plan(char name[96], const char *kernel, int splits, int tail)
+{
+    char suffix[16] = "";
+    if (splits > 1) {
+        memcpy(suffix, "+split", 6);
+        int n = 6;
+        if (splits >= 10) suffix[n++] = (char)('0' + splits / 10 % 10);
+        suffix[n++] = (char)('0' + splits % 10);
+        suffix[n] = 0;
+    } else if (tail) {
+        memcpy(suffix, "+tail", 6);
+    }
+    const size_t ns = strlen(suffix);
+    size_t nk = strlen(kernel); /* NUL-terminated within its 96 bytes */
+    if (nk > 95 - ns) nk = 95 - ns;
+    memcpy(name, kernel, nk);
+    memcpy(name + nk, suffix, ns + 1);
 }
 
 /* The backward on CUDA: the sm80-class kernels (they run on sm_90 too; the
@@ -184,7 +230,7 @@ static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, void *
     plan->backend = FC_BACKEND_CUDA;
     plan->num_splits = 1;
     plan->workspace_bytes = ch->workspace_bytes;
-    snprintf(plan->name, sizeof plan->name, "%s", ch->name);
+    name_cuda_plan(plan->name, ch->name, 1, 0);
     return FC_OK;
 }
 
@@ -195,7 +241,8 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
     const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
     const int try90 = ctx->cuda_path == 90 || (ctx->cuda_path == 0 && hopper);
     const int try80 = ctx->cuda_path != 90;
-    char why90[FC_ERRMSG_LEN] = "", why80[FC_ERRMSG_LEN] = "";
+    char why90[FC_ERRMSG_LEN], why80[FC_ERRMSG_LEN];
+    why90[0] = why80[0] = 0; /* not zeroed whole: 1 KB a call */
     fc_cuda_choice *ch = &plan->cuda;
     memset(ch, 0, sizeof *ch);
     st = FC_ERR_UNSUPPORTED;
@@ -256,10 +303,7 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
     plan->backend = FC_BACKEND_CUDA;
     plan->num_splits = splits;
     plan->workspace_bytes = ch->workspace_bytes;
-    if (splits > 1)
-        snprintf(plan->name, sizeof plan->name, "%.78s+split%d", ch->name, splits);
-    else
-        snprintf(plan->name, sizeof plan->name, "%.88s%s", ch->name, ch->tail ? "+tail" : "");
+    name_cuda_plan(plan->name, ch->name, splits, ch->tail);
     return FC_OK;
 }
 
@@ -267,17 +311,17 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params
                     void *stream, fc_plan *plan)
 {
     memset(plan, 0, sizeof *plan);
+    call_pointers ptrs;
+    locate_pointers(p, bwd, &ptrs);
     fc_backend b = requested;
-    /* AUTO goes where q lives; that answer then also stands for q's check. */
-    const int q_known = b == FC_BACKEND_AUTO && fc_cuda_compiled();
-    if (b == FC_BACKEND_AUTO) b = (q_known && fc_cuda_pointer_is_device(p->q)) ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
+    if (b == FC_BACKEND_AUTO) b = ptrs.is_device[0] ? FC_BACKEND_CUDA : FC_BACKEND_CPU; /* where q lives */
     /* f64 exists for gradient checks: only the double-precision oracle takes it. */
     if (requested == FC_BACKEND_AUTO && b == FC_BACKEND_CPU && p->dtype == FC_DTYPE_F64) b = FC_BACKEND_CPU_REFERENCE;
     switch (b) {
     case FC_BACKEND_CPU:
-    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, bwd, b, q_known, plan);
+    case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, &ptrs, b, plan);
     case FC_BACKEND_CUDA: {
-        fc_status st = cuda_common(ctx, p, bwd, q_known, plan);
+        fc_status st = cuda_common(ctx, p, &ptrs, plan);
         if (st) return st;
         return bwd ? select_cuda_bwd(ctx, bwd, stream, plan) : select_cuda(ctx, p, stream, plan);
     }

@@ -147,8 +147,7 @@ int fc_cuda_compiled(void);
 const char *fc_cuda_compiled_archs(void);
 /* Describe device (device < 0: current device). FC_ERR_NO_DEVICE if none. */
 fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t err_len);
-/* 1 if ptr is device (or managed) memory the GPU can read, 0 if host/unknown. */
-int fc_cuda_pointer_is_device(const void *ptr);
+/* Where a call's pointers live: memory_space.h (src/cuda/pointers.c). */
 /* Synchronous device->host copy on stream (used to validate cu_seqlens). */
 fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream,
                                char *err, size_t err_len);

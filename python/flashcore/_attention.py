@@ -35,16 +35,17 @@ def _torch_ops():
     return _ops
 
 
-def _forward(q, k, v, return_lse, out, cuda_path, common):
-    """The library's forward, untracked: (out, lse or None)."""
-    sig = _call_cache.key(q, k, v, return_lse, out, cuda_path, common) if _arrays.is_torch(q) else None
+def _forward(q, k, v, return_lse, out, cuda_path, common, torch_q=True):
+    """The library's forward, untracked: (out, lse or None). torch_q: q is a
+    torch tensor (its calls may be kept, _call_cache)."""
+    sig = _call_cache.key(q, k, v, return_lse, out, cuda_path, common) if torch_q else None
     if sig is not None:
         res = _call_cache.run(sig, q, k, v, out, cuda_path)
         if res is not None:
             return res
     call = _prepare(q, k, v, return_lse, out, common)
     _context.run(_lib.load().fc_attention_forward, call, cuda_path)
-    _call_cache.keep(sig, call)
+    _call_cache.keep(sig, call, (q,), cuda_path)
     return call.results
 
 
@@ -73,7 +74,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     Raises a FlashCoreError subclass with the library's message on failure;
     a failed call has not written out.
     """
-    if _arrays.is_torch(q):
+    torch_q = _arrays.is_torch(q)
+    if torch_q:
         ops = _torch_ops()
         if ops.routes(q, k, v):
             return ops.attention(q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
@@ -83,7 +85,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
                                  cuda_path=cuda_path, deterministic=deterministic)
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, backend, layout)
-    res, lse = _forward(q, k, v, return_lse, out, cuda_path, common)
+    res, lse = _forward(q, k, v, return_lse, out, cuda_path, common, torch_q)
     return (res, lse) if return_lse else res
 
 

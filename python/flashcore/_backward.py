@@ -2,7 +2,7 @@
 call (fc_attention_backward / fc_attention_backward_supported), with the
 forward's checks from _request."""
 
-from . import _arrays, _context, _lib, _request
+from . import _arrays, _call_cache, _context, _lib, _request
 
 
 def _prepare(dout, q, k, v, out, lse, dq, dk, dv, deterministic, common):
@@ -48,10 +48,17 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1)
     """
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, backend, layout)
+    sig = None
+    if _arrays.is_torch(q):
+        sig = _call_cache.bwd_key((dout, q, k, v, out, lse), (dq, dk, dv), deterministic, cuda_path, common)
+        res = None if sig is None else _call_cache.run_bwd(sig, dout, q, k, v, out, lse)
+        if res is not None:
+            return res
     call = _prepare(dout, q, k, v, out, lse, dq, dk, dv, deterministic, common)
     _context.run(_lib.load().fc_attention_backward, call, cuda_path)
     for x in call.zero:
         _arrays.zero(x)
+    _call_cache.keep(sig, call, (q, k, v), cuda_path)
     return call.results
 
 

@@ -1,82 +1,139 @@
-"""Checked forward calls, kept for reuse.
+"""Checked calls, kept for reuse.
 
-A forward call on torch tensors is a function of its signature (each
-tensor's shape, strides, dtype and device, and the options) and of its data
-pointers. So the fc_attention_args that the full checks (_request) built for
-a signature are kept as bytes, and the next call with the same signature
-copies them and sets the pointers of q, k, v and the new out and lse,
-instead of inspecting and converting every tensor again. The library runs
-all of its own checks on every call.
+A call on torch tensors is a function of its signature (each tensor's
+shape, strides, dtype and device, and the options) and of its data
+pointers. So the args struct that the full checks (_request) built for a
+signature is kept as bytes, and the next call with the same signature
+copies it into the thread's struct (unless that holds it already) and sets
+the data pointers (q, k, v and the new out and lse; the backward's dout,
+q, k, v, out, lse and the new dq, dk, dv), instead of inspecting and
+converting every tensor again. The library runs all of its own checks on
+every call.
 
-Kept: dense calls without empty tensors (varlen offsets are data the checks
-read, an empty tensor may have no pointer); a given out= is part of the
-signature, with what its writability check reads. Per process, at most _MAX
+Kept: forward calls and backward calls (attention_backward, the op's
+backward) that are dense and have no empty tensor (varlen offsets are data
+the checks read, an empty tensor may have no pointer). A given out= is part
+of the forward's signature, with what its writability check reads; a
+backward with given dq, dk or dv is not kept. Per process, at most _MAX
 signatures (then the cache starts over).
 """
 
-from . import _arrays, _context, _lib, _request
+from . import _arrays, _context, _lib
 
 _MAX = 256
 _kept = {}
 
 
 class _Entry:
-    __slots__ = ("init", "device", "out_shape", "lse_shape")
+    """A kept call: its args bytes (init), where it runs, and how to make
+    its outputs: (shape, the input whose empty_like has the same strides,
+    or None: new_empty) each; the forward's lse shape."""
+    __slots__ = ("init", "backward", "device", "device_index", "cuda_path", "outs", "lse_shape",
+                 "torch_device")
 
 
-def _tensor_key(x):
-    return (x.shape, x.stride(), x.dtype, x.device)
+def _sig(x):
+    return x.shape, x.stride(), x.dtype, x.device
 
 
 def key(q, k, v, return_lse, out, cuda_path, common):
-    """The signature of a call that may be kept (q a torch tensor), or None."""
+    """The signature of a forward call that may be kept (q a torch tensor),
+    or None. One flat tuple: each nested one would cost its own allocation
+    and hash."""
     if common["cu_seqlens_q"] is not None or common["cu_seqlens_k"] is not None:
         return None
-    if not (_arrays.is_torch(k) and _arrays.is_torch(v)):
+    tensor = _arrays._torch().Tensor
+    if not (isinstance(k, tensor) and isinstance(v, tensor)):
         return None
     given = None
     if out is not None:
-        if not _arrays.is_torch(out):
+        if not isinstance(out, tensor):
             return None
-        given = _tensor_key(out) + (out.requires_grad, out.is_leaf)
-    return (_tensor_key(q), _tensor_key(k), _tensor_key(v), given, bool(return_lse), cuda_path,
-            tuple(common.values()))
+        given = (*_sig(out), out.requires_grad, out.is_leaf)
+    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+            v.shape, v.stride(), v.dtype, v.device, given, bool(return_lse), cuda_path, *common.values())
+
+
+def bwd_key(tensors, grads, deterministic, cuda_path, common):
+    """The signature of a backward call on tensors (dout, q, k, v, out,
+    lse) that may be kept, or None: the library makes dq, dk, dv (grads all
+    None), no varlen, all torch tensors."""
+    if common["cu_seqlens_q"] is not None or common["cu_seqlens_k"] is not None or grads != (None, None, None):
+        return None
+    tensor = _arrays._torch().Tensor
+    sig = ["bwd", bool(deterministic), cuda_path, *common.values()]
+    for x in tensors:
+        if not isinstance(x, tensor):
+            return None
+        sig += _sig(x)
+    return tuple(sig)
+
+
+def _new_outputs(e, inputs):
+    torch = _arrays._torch()
+    # empty_like costs half of new_empty; taken where it gives the same strides
+    return [torch.empty_like(inputs[like]) if like is not None else inputs[0].new_empty(shape)
+            for shape, like in e.outs]
+
+
+def _get(sig):
+    try:
+        return _kept.get(sig)
+    except TypeError:  # an unhashable option (a list as window): never kept
+        return None
 
 
 def run(sig, q, k, v, out, cuda_path):
-    """The kept call of signature sig on these tensors (and out, if given):
-    (out, lse or None), or None when none is kept."""
-    try:
-        e = _kept.get(sig)
-    except TypeError:  # an unhashable option (a list as window): never kept
-        return None
+    """The kept forward call of signature sig on these tensors (and out, if
+    given): (out, lse or None), or None when none is kept."""
+    e = _get(sig)
     if e is None:
         return None
-    call = _request.Call()
-    call.device = e.device
-    call.args = args = _context.context().args(init=e.init)
     if out is None:
-        out = q.new_empty(e.out_shape)
+        out = _new_outputs(e, (q,))[0]
     lse = None
-    args.q.data, args.k.data, args.v.data = q.data_ptr(), k.data_ptr(), v.data_ptr()
-    args.out.data = out.data_ptr()
     if e.lse_shape is not None:
-        lse = q.new_empty(e.lse_shape, dtype=_arrays._torch().float32)
-        args.lse.data = lse.data_ptr()
-    _context.run(_lib.load().fc_attention_forward, call, cuda_path)
+        torch = _arrays._torch()
+        lse = torch.empty(e.lse_shape, dtype=torch.float32, device=e.torch_device)
+    _context.context().run_kept(_lib.load().fc_attention_forward, e,
+                                (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                 None if lse is None else lse.data_ptr()))
     return out, lse
 
 
-def keep(sig, call):
-    """Keep call (checked and run with success) under sig."""
-    out, lse = call.results
+def run_bwd(sig, dout, q, k, v, out, lse):
+    """The kept backward call of signature sig: (dq, dk, dv), or None."""
+    e = _get(sig)
+    if e is None:
+        return None
+    grads = _new_outputs(e, (q, k, v))
+    _context.context().run_kept(_lib.load().fc_attention_backward, e,
+                                (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                                 dout.data_ptr(), *(g.data_ptr() for g in grads)))
+    return tuple(grads)
+
+
+def _like(x, y):
+    """Does empty_like(y) make what x is (shape, dtype, strides)?"""
+    return x.shape == y.shape and x.dtype == y.dtype and _arrays._torch().empty_like(y).stride() == x.stride()
+
+
+def keep(sig, call, inputs, cuda_path):
+    """Keep call (checked and run with success) under sig. inputs: (q,) for
+    the forward, (q, k, v) for the backward, as the caller passed them."""
     if sig is None or call.no_rows or any(0 in x.shape for x in call.views):
         return
     e = _Entry()
     e.init = call.args._buf.raw
+    e.backward = len(inputs) == 3
     e.device = call.device
-    e.out_shape = out.shape
+    e.device_index = _context.device_index(call.device)
+    e.cuda_path = _context.cuda_path_value(cuda_path)
+    made = call.results if e.backward else call.results[:1]
+    e.outs = [(x.shape, i if _like(x, inputs[i]) else None) for i, x in enumerate(made)]
+    lse = None if e.backward else call.results[1]
     e.lse_shape = None if lse is None else lse.shape
+    e.torch_device = inputs[0].device
     try:
         if len(_kept) >= _MAX:
             _kept.clear()

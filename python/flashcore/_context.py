@@ -18,6 +18,18 @@ _CUDA_PATHS = (0, 80, 90)
 _tls = threading.local()
 
 
+class _Args:
+    """One entry point's args struct, its byref(), the views of its data
+    pointers, and the kept call whose bytes it holds (None: other bytes)."""
+    __slots__ = ("args", "ref", "slots", "kept")
+
+    def __init__(self, args, paths):
+        self.args = args
+        self.ref = ctypes.byref(args)
+        self.slots = _lib.data_slots(args, paths)
+        self.kept = None
+
+
 class _Context:
     def __init__(self, lib):
         self._lib = lib
@@ -30,10 +42,13 @@ class _Context:
         self.cuda_path = 0
         self.num_threads = 0
         # One args struct per entry point and two kernel-info structs, made
-        # once: building them is a large share of a call's host time.
-        self._fwd_args = _lib.new_args(lib)
-        self._bwd_args = _lib.new_bwd_args(lib)
-        self.info_next = _lib.fc_kernel_info()
+        # once with their byref() and the views of the args' data pointers:
+        # building them is a large share of a call's host time.
+        self._fwd = _Args(_lib.new_args(lib), _lib.FWD_DATA)
+        self._bwd = _Args(_lib.new_bwd_args(lib), _lib.BWD_DATA)
+        self._infos = (_lib.fc_kernel_info(), _lib.fc_kernel_info())
+        self._info_refs = tuple(ctypes.byref(i) for i in self._infos)
+        self._info_next = 0
         self.info_last = None  # that of the last successful call
         env = _lib.tuning_from_env()
         if env:
@@ -42,9 +57,34 @@ class _Context:
     def args(self, backward=False, init=None):
         """This thread's fc_attention_args (or backward args), every field
         back at its init value (or set to the bytes init, see _lib.reset)."""
-        a = self._bwd_args if backward else self._fwd_args
-        _lib.reset(a, init)
-        return a
+        a = self._bwd if backward else self._fwd
+        _lib.reset(a.args, init)
+        a.kept = None
+        return a.args
+
+    def launch(self, entry, args_ref, stream):
+        """Call entry (fc_attention_forward or fc_attention_backward) with
+        the args behind args_ref; raises on failure."""
+        i = self._info_next
+        self.check(entry(self.handle, args_ref, stream, self._info_refs[i]))
+        # Swapped only on success: a failed call leaves the last one's info.
+        self.info_last, self._info_next = self._infos[i], 1 - i
+
+    def run_kept(self, entry, kept, ptrs):
+        """Run the kept call `kept` (_call_cache) on these data pointers
+        (_lib.FWD_DATA or BWD_DATA order; None: NULL as kept)."""
+        if self.cuda_path != kept.cuda_path:
+            self.set_cuda_path(kept.cuda_path)
+        if self.device != kept.device_index:
+            self.set_device(kept.device_index)
+        a = self._bwd if kept.backward else self._fwd
+        if a.kept is not kept.init:  # else the struct differs only in its pointers
+            _lib.reset(a.args, kept.init)
+            a.kept = kept.init
+        for slot, ptr in zip(a.slots, ptrs):
+            if ptr is not None:
+                slot.value = ptr
+        self.launch(entry, a.ref, stream(kept.device))
 
     def last_error(self):
         msg = self._lib.fc_last_error(self.handle)
@@ -133,22 +173,33 @@ def _kernel_info(info):
                       int(info.workspace_bytes))
 
 
-def _setup(ctx, call, cuda_path):
+def cuda_path_value(cuda_path):
+    """The context's cuda path for the cuda_path argument (checked)."""
     path = 0 if cuda_path is None else cuda_path
     if path not in _CUDA_PATHS:
         raise InvalidArgumentError("cuda_path: expected None/0 (automatic), 80 or 90, got %r" % (cuda_path,))
-    ctx.set_cuda_path(path)
-    ctx.set_device(call.device[1] if call.device[0] == "cuda" else -1)
+    return path
 
 
-def _stream(call):
-    if call.device[0] != "cuda":
+def device_index(device):
+    """The context's device for a view's device ("cuda", i) or ("cpu", ...)."""
+    return device[1] if device[0] == "cuda" else -1
+
+
+def _setup(ctx, call, cuda_path):
+    ctx.set_cuda_path(cuda_path_value(cuda_path))
+    ctx.set_device(device_index(call.device))
+
+
+def stream(device):
+    """torch's current stream of a view's device (None off CUDA)."""
+    if device[0] != "cuda":
         return None
     torch = _arrays._torch()
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:  # the cudaStream_t itself, no Stream object (as inductor's code gets it)
-        return raw(call.device[1])
-    return torch.cuda.current_stream(torch.device("cuda", call.device[1])).cuda_stream
+        return raw(device[1])
+    return torch.cuda.current_stream(torch.device("cuda", device[1])).cuda_stream
 
 
 def run(entry, call, cuda_path):
@@ -157,10 +208,7 @@ def run(entry, call, cuda_path):
     context, on torch's current stream for CUDA tensors; raises on failure."""
     ctx = context()
     _setup(ctx, call, cuda_path)
-    info = ctx.info_next
-    ctx.check(entry(ctx.handle, ctypes.byref(call.args), _stream(call), ctypes.byref(info)))
-    # Swapped only on success: a failed call leaves the last one's info.
-    ctx.info_next, ctx.info_last = ctx.info_last or _lib.fc_kernel_info(), info
+    ctx.launch(entry, ctypes.byref(call.args), stream(call.device))
 
 
 def ask(entry, prepare, cuda_path):

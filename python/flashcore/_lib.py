@@ -144,6 +144,28 @@ def reset(args, init=None):
     args._buf.raw = args._init if init is None else init
 
 
+def _data_offset(struct, path):
+    """Byte offset in struct of the data pointer of the fc_tensor at path
+    ("q", or "fwd.q" inside the backward's args)."""
+    off = 0
+    for name in path.split("."):
+        field = getattr(struct, name)
+        off += field.offset
+        struct = dict(struct._fields_)[name]
+    return off + fc_tensor.data.offset
+
+
+FWD_DATA = ("q", "k", "v", "out", "lse")
+BWD_DATA = ("fwd.q", "fwd.k", "fwd.v", "fwd.out", "fwd.lse", "dout", "dq", "dk", "dv")
+
+
+def data_slots(args, paths):
+    """c_void_p views of the data pointers at paths (FWD_DATA, BWD_DATA) of
+    args (from new_args / new_bwd_args): setting one's value is the cheapest
+    way to point the struct at a new tensor."""
+    return tuple(ctypes.c_void_p.from_buffer(args._buf, _data_offset(type(args), p)) for p in paths)
+
+
 def new_args(lib):
     """An fc_attention_args filled by fc_attention_args_init."""
     return _new(fc_attention_args, lib.fc_attention_args_init)

@@ -109,7 +109,8 @@ def routes(q, k, v):
     if torch.compiler.is_compiling() or q.is_meta:
         return True
     # k or v may be of another type (numpy): the direct path names that error
-    return torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v))
+    return torch.is_grad_enabled() and (q.requires_grad or getattr(k, "requires_grad", False)
+                                        or getattr(v, "requires_grad", False))
 
 
 def _offsets(x):

@@ -1,8 +1,8 @@
 /*
  * runtime.c -- the CUDA runtime glue of the CUDA layer (plain C, the runtime
  * API only): is CUDA compiled in and for which architectures, which device
- * is there and can this build run on it, where does a pointer live, a
- * synchronous device->host copy, is a stream capturing.
+ * is there and can this build run on it, a synchronous device->host copy,
+ * is a stream capturing (where a pointer lives: pointers.c).
  *
  * Every CUDA return code is checked; failures become FC_ERR_CUDA with
  * "cudaXxx failed: <reason>" (allocation failures FC_ERR_OUT_OF_MEMORY).
@@ -130,18 +130,6 @@ fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t 
         return FC_ERR_UNSUPPORTED;
     }
     return FC_OK;
-}
-
-int fc_cuda_pointer_is_device(const void *ptr)
-{
-    struct cudaPointerAttributes attr;
-    memset(&attr, 0, sizeof(attr));
-    const cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
-    if (e != cudaSuccess) {
-        cudaGetLastError(); /* e.g. no driver/device: not device memory; leave no error behind */
-        return 0;
-    }
-    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
 fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream, char *err,

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "cuda/common/mask_mode.h"
+#include "cuda/common/plan_names.cuh"
 #include "cuda/common/tma_map.h"
 #include "cuda/sm80/fwd_args.h"
 #include "cuda/sm80/plan_checks.h"
@@ -296,10 +297,15 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
                             (t.variant & fc::sm80::kVarNoPlain) == 0
                         ? FC_MASKS_NONE
                         : FC_MASKS_ANY;
+    /* formatted once per thread and key (common/plan_names.cuh) */
+    static thread_local PlanNames names;
+    const int32_t key[PlanNames::K] = {cfg, p->dtype, hd, g > 1, choice->masks, 0};
+    if (plan_name_get(names, key, choice->name)) return FC_OK;
     char var[16] = "";
     if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
     snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s%s", dtype_name(p->dtype), hd,
              t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "", choice->masks == FC_MASKS_NONE ? "_plain" : "");
+    plan_name_put(names, key, choice->name);
     return FC_OK;
 }
 

@@ -12,6 +12,7 @@
 
 #include "constants.h"
 #include "cuda/common/mask_mode.h"
+#include "cuda/common/plan_names.cuh"
 #include "cuda/common/tma_map.h"
 #include "cuda/sm90/sm90.h"
 #include "cuda/sm90/tail_split.h"
@@ -310,6 +311,22 @@ fc_status alloc_zeroed(void **out, size_t bytes, size_t zero, cudaStream_t strea
 bool pingpong_on(const TileRow &t) { return t.pingpong && t.wgs > 1 && !FC_SM90_SIMPLE; }
 bool overlap_on(const TileRow &t) { return t.overlap && !FC_SM90_SIMPLE; }
 
+/* The kernel name of a plan (what it is made from: its key), formatted
+ * once per thread and key (common/plan_names.cuh). */
+thread_local PlanNames t_names;
+
+void name_plan(fc_cuda_choice *choice, const TileRow &t, bool bf16, int shift)
+{
+    const int32_t key[PlanNames::K] = {choice->config, bf16, choice->rotate, shift > 0, choice->masks, 0};
+    if (plan_name_get(t_names, key, choice->name)) return;
+    snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
+             bf16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
+             pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", t.kvsplit > 1 ? "_kvs" : "",
+             choice->rotate ? "_rot" : "", shift > 0 ? "_packgqa" : "",
+             choice->masks == FC_MASKS_NONE ? "_plain" : (choice->masks == FC_MASKS_FIRST ? "_plainloop" : ""));
+    plan_name_put(t_names, key, choice->name);
+}
+
 } /* namespace */
 
 void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
@@ -415,11 +432,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                                             t.tall == 0 && ts.nb <= rot_max_blocks);
     choice->tail = tail_on(p, t, choice, ts, tune->sm90_tail);
     choice->workspace_bytes = choice->tail ? ts.bytes : 0;
-    snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
-             p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
-             pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", t.kvsplit > 1 ? "_kvs" : "",
-             choice->rotate ? "_rot" : "", shift > 0 ? "_packgqa" : "",
-             choice->masks == FC_MASKS_NONE ? "_plain" : (choice->masks == FC_MASKS_FIRST ? "_plainloop" : ""));
+    name_plan(choice, t, p->dtype == FC_DTYPE_BF16, shift);
     return FC_OK;
 }
 
