@@ -164,8 +164,12 @@ static fc_status check_device_varlen(fc_context *ctx, const fc_fwd_params *p, vo
 }
 
 /* What every CUDA plan needs: the device, every pointer in device memory,
- * a dtype the kernels take. */
-static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call_pointers *ptrs, fc_plan *plan)
+ * a dtype the kernels take, and valid cu_seqlens whenever they are given,
+ * forward and backward, whatever the token counts: with no query token
+ * nothing is written, but bad offsets are still an error, as on the CPU
+ * backends, so that every backend answers a call alike. */
+static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call_pointers *ptrs, void *stream,
+                             fc_plan *plan)
 {
     fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
     if (st) return st;
@@ -176,7 +180,7 @@ static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call
                             "dtype %s is not supported by the cuda kernels: supported f16, bf16 (the cpu "
                             "backend takes f32, cpu-reference f64)",
                             p->dtype == FC_DTYPE_F32 ? "f32" : p->dtype == FC_DTYPE_F64 ? "f64" : "fp8");
-    return FC_OK;
+    return p->cu_seqlens_q ? check_device_varlen(ctx, p, stream) : FC_OK;
 }
 
 /* The plan's name: the kernel's, then "+split<n>" or "+tail". Copied, not
@@ -202,9 +206,8 @@ static void name_cuda_plan(char name[96], const char *kernel, int splits, int ta
 
 /* The backward on CUDA: the sm80-class kernels (they run on sm_90 too; the
  * Hopper backward is not built yet, so a forced path 90 is unsupported). */
-static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, void *stream, fc_plan *plan)
+static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, fc_plan *plan)
 {
-    const fc_fwd_params *p = &b->f;
     if (ctx->cuda_path == 90)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "the Hopper (sm90) path has no backward yet: use cuda path 0 (auto) or 80");
@@ -216,12 +219,6 @@ static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, void *
     ch->path = FC_CUDA_PATH_SM80;
     ch->num_splits = 1;
     ch->pdl = plan->dev.cc_major >= 9 && ctx->tuning.pdl != 0; /* as the forward (select_cuda) */
-    /* dk/dv are written for every key token, so varlen offsets are checked
-     * whenever either side has tokens. */
-    if (p->cu_seqlens_q && (p->total_q > 0 || p->total_k > 0)) {
-        st = check_device_varlen(ctx, p, stream);
-        if (st) return st;
-    }
     if (b->workspace && b->workspace_bytes < ch->workspace_bytes)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "workspace_bytes %lld is too small: this call needs %lld (see "
@@ -234,7 +231,7 @@ static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, void *
     return FC_OK;
 }
 
-static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stream, fc_plan *plan)
+static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, fc_plan *plan)
 {
     const fc_cuda_device *dev = &plan->dev;
     fc_status st;
@@ -267,13 +264,6 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, void *stre
             return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s; %s", why90, why80);
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", try90 ? why90 : why80);
     }
-    /* Skipped only when q has no token at all (then nothing is written
-     * whatever the offsets say); max_seqlen_q == 0 with tokens is checked. */
-    if (p->cu_seqlens_q && p->total_q > 0) {
-        st = check_device_varlen(ctx, p, stream);
-        if (st) return st;
-    }
-
     /* Split-KV when the grid would leave SMs idle (decode above all). Varlen
      * problems are not split: their per-sequence lengths are only known on
      * the device. */
@@ -321,9 +311,9 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params
     case FC_BACKEND_CPU:
     case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, &ptrs, b, plan);
     case FC_BACKEND_CUDA: {
-        fc_status st = cuda_common(ctx, p, &ptrs, plan);
+        fc_status st = cuda_common(ctx, p, &ptrs, stream, plan);
         if (st) return st;
-        return bwd ? select_cuda_bwd(ctx, bwd, stream, plan) : select_cuda(ctx, p, stream, plan);
+        return bwd ? select_cuda_bwd(ctx, bwd, plan) : select_cuda(ctx, p, plan);
     }
     default: return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %s is invalid", backend_name(b));
     }

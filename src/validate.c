@@ -434,8 +434,8 @@ static void fill_params(const fc_attention_args *a, int varlen, fc_fwd_params *p
         p->total_k = a->k.shape[0];
         /* No query token, or max_seqlen_q 0: once cu_seqlens are validated
          * (every sequence <= max_seqlen_q) no row exists. The selection
-         * function still validates cu_seqlens whenever total_q > 0, so a
-         * wrong max_seqlen_q is an error, not an unwritten output. */
+         * function still validates cu_seqlens on every backend, so a wrong
+         * max_seqlen_q or offset is an error, not an unwritten output. */
         if (p->total_q == 0 || p->seqlen_q == 0) *nothing_to_do = 1;
     } else {
         p->batch = (int32_t)a->q.shape[0];

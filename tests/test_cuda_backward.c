@@ -418,6 +418,59 @@ static void edge_cases(runner *r)
     run_named(r, k_edges, COUNT(k_edges), FC_DTYPE_BF16, 0, 101);
 }
 
+/* Odd element strides (valid input for 2-byte dtypes): the sm80 backward
+ * moves out, dout, dq, dk and dv in 16-byte chunks and refuses such layouts
+ * (docs/API.md). The answer must be that, cleanly, on every path: supported
+ * and the call agree on FC_ERR_UNSUPPORTED naming the tensor's stride, no
+ * device fault, and dq, dk and dv keep their poison. Cases: out and dout
+ * odd (kit odd_out), then the head stride of one of dout/dq/dk/dv one less
+ * in a padded layout (dim + 7: still inside its buffer, rows apart). */
+static void odd_strides(runner *r)
+{
+    static const char *const which[5] = {"out", "dout", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++) {
+        kit_shape s = test_shape(2, 4, 2, 70, 90, 64, i % 2 ? FC_DTYPE_F16 : FC_DTYPE_BF16);
+        s.odd_out = i == 0;
+        s.layout = KIT_LAYOUT_PADDED;
+        kit_bwd_case b;
+        dev_bwd d;
+        char err[300];
+        if (kit_bwd_case_init(&b, &s, 150 + (uint64_t)i) != 0) { CHECK(0, "odd strides: kit_bwd_case_init"); continue; }
+        fc_tensor *t[5] = {NULL, &b.args.dout, &b.args.dq, &b.args.dk, &b.args.dv};
+        if (t[i]) t[i]->stride[2] -= 1;
+        if (dev_upload(&b, &d, err, sizeof err) != 0) {
+            CHECK(0, "odd strides: %s", err);
+            kit_bwd_case_free(&b);
+            continue;
+        }
+        for (int path = 0; path <= 80; path += 80) {
+            fc_context_set_cuda_path(r->ctx, path);
+            const fc_status sup = fc_attention_backward_supported(r->ctx, &d.args, NULL);
+            const fc_status st = fc_attention_backward(r->ctx, &d.args, NULL, NULL);
+            const char *msg = fc_last_error(r->ctx);
+            char name[16]; /* the planner's message starts with the tensor's name ("out" is in "dout") */
+            snprintf(name, sizeof name, "%s ", which[i]);
+            CHECK(sup == FC_ERR_UNSUPPORTED && st == FC_ERR_UNSUPPORTED && !strncmp(msg, name, strlen(name)) &&
+                      strstr(msg, "stride"),
+                  "odd %s strides, path %d: supported %s, call %s (%s)", which[i], path, fc_status_string(sup),
+                  fc_status_string(st), msg);
+        }
+        fc_context_set_cuda_path(r->ctx, 0);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "odd %s strides: a device error", which[i]);
+        const void *poison[3] = {b.dq, b.dk, b.dv};
+        const size_t bytes[3] = {b.dq_bytes, b.dk_bytes, b.dv_bytes};
+        for (int g = 0; g < 3; g++) {
+            void *now = malloc(bytes[g]);
+            CHECK(now && cudaMemcpy(now, d.g[g], bytes[g], cudaMemcpyDeviceToHost) == cudaSuccess &&
+                      memcmp(now, poison[g], bytes[g]) == 0,
+                  "odd %s strides: a refused call wrote %s", which[i], kit_grad_name(g));
+            free(now);
+        }
+        dev_free(&d);
+        kit_bwd_case_free(&b);
+    }
+}
+
 static void quick_cases(runner *r)
 {
     static const int dims[] = {32, 64, 96, 128};
@@ -468,6 +521,7 @@ int main(int argc, char **argv)
         quick_cases(&r);
     } else {
         edge_cases(&r);
+        odd_strides(&r);
         uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 11;
         for (int n = 0; n < ncases; n++) {
             kit_shape s = random_shape(&rng);

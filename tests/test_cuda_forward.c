@@ -186,8 +186,9 @@ static int64_t stray_writes(const kit_case *c, const void *out)
 
 static void describe(const kit_shape *s, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s d%d b%d h%d/%d s%d/%d %s%s%s%s%s%s%s", kit_dtype_name(s->dtype), s->head_dim, s->batch,
-             s->heads_q, s->heads_kv, s->seqlen_q, s->seqlen_k, kit_layout_name(s->layout), s->causal ? " causal" : "",
+    snprintf(buf, len, "%s d%d b%d h%d/%d s%d/%d %s%s%s%s%s%s%s%s", kit_dtype_name(s->dtype), s->head_dim, s->batch,
+             s->heads_q, s->heads_kv, s->seqlen_q, s->seqlen_k, kit_layout_name(s->layout), s->odd_out ? " odd-out" : "",
+             s->causal ? " causal" : "",
              (s->window_left >= 0 || s->window_right >= 0) ? " window" : "", s->softcap > 0 ? " softcap" : "",
              s->varlen ? " varlen" : "", s->want_lse ? " lse" : "", s->scale > 0 ? " scale" : "");
 }
@@ -369,6 +370,29 @@ static void run(runner *r, const char *tag, const kit_shape *s, uint64_t seed)
     run_case(r->ctx, tag, s, seed, r->paths, r->npaths, r->path_ok, r->path_why, st);
 }
 
+/* out with odd element strides (rows only 2-byte aligned; valid input):
+ * every O store must cope. The first is the fuzz target's CUDA finding
+ * (seed 101, case 369: split-KV, whose combine stored 8 bytes at a time
+ * there, a misaligned-address fault); then split-KV on both paths, the
+ * unsplit stores under varlen and causal, and with BHSD inputs. */
+static void odd_out_cases(runner *r, fc_dtype dt)
+{
+    static const struct { const char *tag; int b, hq, hkv, sq, sk, d, varlen_causal; kit_layout layout; } k[] = {
+        {"edge:odd-out-split-d192", 3, 4, 2, 3, 532, 192, 0, KIT_LAYOUT_BSHD},
+        {"edge:odd-out-split-d128", 3, 4, 2, 3, 532, 128, 0, KIT_LAYOUT_BSHD},
+        {"edge:odd-out-varlen-causal", 5, 4, 2, 150, 200, 64, 1, KIT_LAYOUT_BSHD},
+        {"edge:odd-out-bhsd-d256", 1, 4, 4, 260, 300, 256, 0, KIT_LAYOUT_BHSD},
+        {"edge:odd-out-d32", 1, 8, 2, 500, 500, 32, 0, KIT_LAYOUT_BSHD},
+    };
+    for (int i = 0; i < (int)(sizeof k / sizeof k[0]); i++) {
+        kit_shape s = test_shape(k[i].b, k[i].hq, k[i].hkv, k[i].sq, k[i].sk, k[i].d, dt);
+        s.odd_out = 1;
+        s.varlen = s.causal = k[i].varlen_causal;
+        s.layout = k[i].layout;
+        run(r, k[i].tag, &s, 140 + (uint64_t)i);
+    }
+}
+
 /* Named edge cases: odd sizes, sq != sk both ways under causal, windows that
  * empty whole rows, empty varlen sequences, large logits, unsupported dims. */
 static void edge_cases(runner *r)
@@ -444,6 +468,7 @@ static void edge_cases(runner *r)
         run(r, "edge:mqa-decode-causal", &s, 112);
         s = test_shape(1, 2, 2, 64, 64, 80, dt); /* no kernel has d80: UNSUPPORTED, never wrong */
         run(r, "edge:d80-unsupported", &s, 113);
+        odd_out_cases(r, dt);
         /* More causal tiles than SMs (132 on H100/H200): the sm90 path's
          * dynamic tile scheduler with its tile ring; one dtype per dim keeps
          * the host reference affordable. */
@@ -586,6 +611,11 @@ static void quick_cases(runner *r)
              * (FLASHCORE_SM90_GRID, gpu-check) splits by tail balancing. */
             s = test_shape(2, 3, 3, 200, 300, d, dt);
             run(r, "quick:plain-long-kv", &s, 206);
+            s.odd_out = 1; /* the same with 2-byte aligned O rows (element stores) */
+            run(r, "quick:odd-out-long-kv", &s, 207);
+            s = test_shape(3, 4, 2, 3, 532, d, dt); /* split-KV: the combine's stores */
+            s.odd_out = 1;
+            run(r, "quick:odd-out-split", &s, 208);
             s = test_shape(4, 4, 2, 70, 150, d, dt);
             s.causal = 1;
             s.varlen = 1;

@@ -206,6 +206,20 @@ static int64_t layout_strides(kit_layout layout, int64_t outer, int64_t seq, int
     }
 }
 
+/* The odd number above x. */
+static int64_t odd_above(int64_t x) { return x + 1 + (x & 1); }
+
+/* kit_shape.odd_out: BSHD with every stride odd (head, row, batch), so that
+ * consecutive rows and heads start at every 2-byte alignment. */
+static int64_t odd_strides(int64_t outer, int64_t seq, int64_t heads, int64_t dim, int64_t st[4])
+{
+    st[3] = 1;
+    st[2] = odd_above(dim);
+    st[1] = odd_above(heads * st[2]);
+    st[0] = odd_above(seq * st[1]);
+    return outer * st[0];
+}
+
 static void set_tensor(fc_tensor *t, void *data, fc_dtype dt, int varlen, int64_t outer, int64_t seq,
                        int64_t heads, int64_t dim, const int64_t st[4])
 {
@@ -264,7 +278,8 @@ int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
     int64_t nq = layout_strides(s->layout, outer, sq, s->heads_q, s->head_dim, stq);
     int64_t nk = layout_strides(s->layout, outer, sk, s->heads_kv, s->head_dim, stk);
     int64_t nv = layout_strides(s->layout, outer, sk, s->heads_kv, s->head_dim, stv);
-    int64_t no = layout_strides(s->layout, outer, sq, s->heads_q, s->head_dim, sto);
+    int64_t no = s->odd_out ? odd_strides(outer, sq, s->heads_q, s->head_dim, sto)
+                            : layout_strides(s->layout, outer, sq, s->heads_q, s->head_dim, sto);
     /* never allocate 0 bytes: malloc(0) may return NULL */
     c->q_bytes = (size_t)(nq > 0 ? nq : 1) * es;
     c->k_bytes = (size_t)(nk > 0 ? nk : 1) * es;

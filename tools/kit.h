@@ -35,6 +35,9 @@ typedef struct kit_shape {
     float scale;                 /* 0 = default                                         */
     int varlen;                  /* 1: random lengths in [0, seqlen], some empty        */
     kit_layout layout;
+    int odd_out;                 /* 1: out (and a backward case's dout) gets odd element
+                                  * strides whatever `layout` says: rows only 2-byte
+                                  * aligned (valid input; the 16-byte paths must cope) */
     int want_lse;
     float input_scale;           /* inputs are N(0,1)*input_scale; 0 means 1            */
 } kit_shape;

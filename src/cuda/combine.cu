@@ -13,6 +13,7 @@
  * lse_accum [splits][batch*heads_q][seqlen_q], seqlen_q = max_seqlen_q for varlen.
  */
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 
 #include <cuda_bf16.h>
@@ -26,6 +27,21 @@
 namespace {
 
 constexpr int kThreads = 256;
+
+/* The 4 output elements of a thread: one 8-byte store where the address
+ * allows it (a contiguous row: d0 % 4 == 0); odd element strides, valid for
+ * a 2-byte dtype, leave a row only 2-byte aligned: element stores there. */
+__device__ __forceinline__ void store4(uint16_t *dst, uint2 v)
+{
+    if (((uintptr_t)dst & 7) == 0) {
+        *reinterpret_cast<uint2 *>(dst) = v;
+        return;
+    }
+    dst[0] = (uint16_t)(v.x & 0xffffu);
+    dst[1] = (uint16_t)(v.x >> 16);
+    dst[2] = (uint16_t)(v.y & 0xffffu);
+    dst[3] = (uint16_t)(v.y >> 16);
+}
 
 /* One row per group of head_dim/4 threads; each thread owns 4 consecutive
  * columns (a float4 of every O_i, 8 bytes of output). */
@@ -81,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const fc_fwd_params p
         packed.x = *reinterpret_cast<uint32_t *>(&lo);
         packed.y = *reinterpret_cast<uint32_t *>(&hi);
     }
-    *reinterpret_cast<uint2 *>(static_cast<uint16_t *>(p.o) + off) = packed; /* 8-byte aligned: d0 % 4 == 0 */
+    store4(static_cast<uint16_t *>(p.o) + off, packed);
     if (p.lse && d0 == 0)
         p.lse[bq * p.lse_batch_stride + (int64_t)h * p.lse_head_stride + (q_start + i) * p.lse_row_stride] = lse;
 }

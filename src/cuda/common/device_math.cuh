@@ -1,7 +1,8 @@
 /*
  * device_math.cuh -- the small device helpers both CUDA paths use: shared
- * window addresses and word access, 2^x, an accurate tanh for softcap, and
- * fp32-pair packing to f16x2/bf16x2. One definition, so the sm80-class and
+ * window addresses and word access, 2^x, an accurate tanh for softcap,
+ * fp32-pair packing to f16x2/bf16x2, and element stores for outputs with odd
+ * strides. One definition, so the sm80-class and
  * sm90 kernels round and approximate identically.
  */
 #ifndef FC_CUDA_DEVICE_MATH_CUH
@@ -117,6 +118,18 @@ __device__ __forceinline__ float2 unpack2(uint32_t v)
             : "r"(v));
     }
     return r;
+}
+
+/* 16 bytes of 16-bit elements (8, bits 0..15 first) to a dst that is only
+ * 2-byte aligned (an output with odd element strides): one store each. */
+__device__ __forceinline__ void st_elems8(uint16_t *dst, uint4 v)
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        dst[2 * e] = (uint16_t)(w[e] & 0xffffu);
+        dst[2 * e + 1] = (uint16_t)(w[e] >> 16);
+    }
 }
 
 } /* namespace dev */

@@ -74,13 +74,14 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
         snprintf(why, why_len, "head_dim %d is not supported by the sm80 backward: supported 32, 64, 96, 128", hd);
         return FC_ERR_UNSUPPORTED;
     }
-    const fc_sm80_tensor_ref grads[4] = {
+    const fc_sm80_tensor_ref grads[5] = {
+        {"out", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride},
         {"dout", b->dout, b->do_batch_stride, b->do_row_stride, b->do_head_stride},
         {"dq", b->dq, b->dq_batch_stride, b->dq_row_stride, b->dq_head_stride},
         {"dk", b->dk, b->dk_batch_stride, b->dk_row_stride, b->dk_head_stride},
         {"dv", b->dv, b->dv_batch_stride, b->dv_row_stride, b->dv_head_stride}};
     int cls = -1;
-    const fc_status st = fc_sm80_common_checks(p, dev, grads, 4, &cls, why, why_len);
+    const fc_status st = fc_sm80_common_checks(p, dev, grads, 5, &cls, why, why_len);
     if (st != FC_OK) return st;
     const int cfg = pick_bwd_tile(cls, hd, dev);
     if (cfg < 0) {

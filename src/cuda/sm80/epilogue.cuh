@@ -2,7 +2,8 @@
  * epilogue.cuh -- the end of an sm80-class CTA: O normalised by the row
  * sums, LSE, and their stores -- split-KV partials (fp32 O_i and LSE_i for
  * combine.cu), or O in the output dtype staged through shared memory for
- * 16-byte stores (general and lean-address variants), and the LSE.
+ * 16-byte stores (general and lean-address variants; element stores for an
+ * out with odd strides), and the LSE.
  */
 #ifndef FC_SM80_EPILOGUE_CUH
 #define FC_SM80_EPILOGUE_CUH
@@ -87,8 +88,9 @@ __device__ __forceinline__ void stage_o(uint32_t sQ, const Thr &th, const float 
 }
 
 /* The warp's staged rows to O, any G: 16-byte stores in storage order, 128
- * contiguous bytes per 8 lanes. (Plain inline: loads.cuh says why.) */
-template <class S_>
+ * contiguous bytes per 8 lanes; element stores instead (kVec false) where
+ * o's layout does not allow 16-byte ones. (Plain inline: loads.cuh says why.) */
+template <class S_, bool kVec>
 __device__ inline void store_o(const fc_sm80_args &a, const TileCoords &c, uint32_t sQ, const Thr &th,
                                uint16_t *__restrict__ og)
 {
@@ -107,7 +109,9 @@ __device__ inline void store_o(const fc_sm80_args &a, const TileCoords &c, uint3
             const int h = c.h_base + (int)(rr - i * c.G);
             uint16_t *dst =
                 og + c.bq * p.o_batch_stride + (c.q_start + i) * p.o_row_stride + (int64_t)h * p.o_head_stride + ch * 8;
-            if constexpr (S_::LEAN_ADDR)
+            if constexpr (!kVec)
+                fc::dev::st_elems8(dst, v);
+            else if constexpr (S_::LEAN_ADDR)
                 stg128(dst, v);
             else
                 *reinterpret_cast<uint4 *>(dst) = v;
@@ -178,13 +182,15 @@ __device__ __forceinline__ void epilogue(const fc_sm80_args &a, const Smem &sm, 
     }
     stage_o<kBF16, S_>(sm.q, th, o, inv);
     uint16_t *__restrict__ og = (uint16_t *)a.p.o;
-    if constexpr (S_::LEAN_ADDR) {
+    if (!a.o_vec) {
+        store_o<S_, false>(a, c, sm.q, th, og); /* odd strides (plan.cu o_vec_ok) */
+    } else if constexpr (S_::LEAN_ADDR) {
         if (c.G == 1)
             store_o_lean<S_>(a, c, sm.q, th, og);
         else
-            store_o<S_>(a, c, sm.q, th, og);
+            store_o<S_, true>(a, c, sm.q, th, og);
     } else {
-        store_o<S_>(a, c, sm.q, th, og);
+        store_o<S_, true>(a, c, sm.q, th, og);
     }
     store_lse<S_>(a, c, th, lse);
 }

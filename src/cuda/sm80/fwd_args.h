@@ -39,6 +39,8 @@ typedef struct fc_sm80_args {
                          * without that code                                */
     int32_t pdl;        /* host only: launch as a programmatic dependent of the
                          * previous kernel (common/pdl.cuh)                     */
+    int32_t o_vec;      /* out 16-byte aligned with strides of 8 elements: 16-byte
+                         * O stores; else element stores (odd strides)       */
 } fc_sm80_args;
 
 /* kVarTma rows (tiles.cuh): the K and V tensor maps, dims {32, rows,

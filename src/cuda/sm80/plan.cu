@@ -173,6 +173,14 @@ fc_status check_alignment(const fc_sm80_tensor_ref *t, int n, char *why, size_t 
     return FC_OK;
 }
 
+/* O takes the epilogue's 16-byte stores: out 16-byte aligned, its strides
+ * multiples of 8 elements (varlen: batch stride 0); any other valid layout
+ * gets element stores (epilogue.cuh). */
+int32_t o_vec_ok(const fc_fwd_params *p)
+{
+    return aligned16(p->o) && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 && p->o_batch_stride % 8 == 0;
+}
+
 } /* namespace */
 
 extern "C" void fc_sm80_tile_shape(int config, int *block_m, int *block_n)
@@ -235,11 +243,10 @@ extern "C" fc_status fc_sm80_common_checks(const fc_fwd_params *p, const fc_cuda
                  p->seqlen_k, p->seqlen_q, INT_MAX - 1024);
         return FC_ERR_UNSUPPORTED;
     }
-    const fc_sm80_tensor_ref t[4] = {{"q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride},
+    const fc_sm80_tensor_ref t[3] = {{"q", p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride},
                                      {"k", p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride},
-                                     {"v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride},
-                                     {"out", p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride}};
-    const fc_status st = check_alignment(t, 4, why, why_len);
+                                     {"v", p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride}};
+    const fc_status st = check_alignment(t, 3, why, why_len);
     return st != FC_OK ? st : check_alignment(extra, n_extra, why, why_len);
 }
 
@@ -350,6 +357,7 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
     a.m_tiles = fc_fastdiv_make((int32_t)m_tiles);
     a.pdl = choice->pdl;
     a.plain = choice->masks == FC_MASKS_NONE;
+    a.o_vec = o_vec_ok(p);
     fc_sm80_kv_maps maps;
     memset(&maps, 0, sizeof maps);
     if (t.variant & fc::sm80::kVarTma) {

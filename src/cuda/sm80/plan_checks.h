@@ -21,8 +21,10 @@ typedef struct fc_sm80_tensor_ref {
 
 /* The device's architecture class (tiles.cuh, ArchClass) into *cls; a
  * positive scale unless softcap; sequence lengths within int32 key
- * indexing; 16-byte aligned bases and strides of q, k, v, out and the
- * n_extra tensors of extra. FC_OK, or FC_ERR_UNSUPPORTED and why. */
+ * indexing; 16-byte aligned bases and strides of q, k, v (loaded in 16-byte
+ * chunks) and the n_extra tensors of extra. The forward's out is not among
+ * them: its epilogue stores any valid layout. FC_OK, or FC_ERR_UNSUPPORTED
+ * and why. */
 fc_status fc_sm80_common_checks(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm80_tensor_ref *extra,
                                 int n_extra, int *cls, char *why, size_t why_len);
 

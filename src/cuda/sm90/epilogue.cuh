@@ -3,8 +3,9 @@
  * merge partial states (the kvsplit pair through shared memory, tail
  * balancing's parts through global memory), normalise O and compute the LSE,
  * and store: 16-bit O staged in the tile's own Q buffer, then one TMA store
- * per panel (p.o_tma) or 16-byte generic stores where TMA cannot (varlen,
- * odd layouts); split-KV partials (fp32) and LSE straight from registers;
+ * per panel (p.o_tma) or generic stores where TMA cannot (varlen, odd
+ * layouts: 16-byte chunks, or elements where strides are odd); split-KV
+ * partials (fp32) and LSE straight from registers;
  * tiles whose rows see no key written as O = 0, LSE = -inf.
  */
 #ifndef FC_SM90_EPILOGUE_CUH
@@ -38,16 +39,8 @@ __device__ __forceinline__ void store_o_generic(const fc_sm90_params &p, const T
             const uint4 v = *reinterpret_cast<const uint4 *>(smem + swz<C::SW>(off));
             uint16_t *dst = o16 + (int64_t)(g.q_off + pos) * p.o_row_stride +
                             row_head(p, g, R) * p.o_head_stride + cc * 8;
-            if (p.o_vec_ok) {
-                *reinterpret_cast<uint4 *>(dst) = v;
-            } else {
-                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    dst[2 * e] = (uint16_t)(w[e] & 0xffffu);
-                    dst[2 * e + 1] = (uint16_t)(w[e] >> 16);
-                }
-            }
+            if (p.o_vec_ok) *reinterpret_cast<uint4 *>(dst) = v;
+            else fc::dev::st_elems8(dst, v);
         }
     }
 }
