@@ -35,10 +35,10 @@ inline unsigned aux_grid(int64_t work)
     return (unsigned)std::min<int64_t>(blocks, 8192);
 }
 
-template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int SUB>
+template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int KW, int QW>
 fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, char *err, size_t err_len)
 {
-    using S_ = BwdShape<HD, BM, BN, W, CTAS, SUB>;
+    using S_ = BwdShape<HD, BM, BN, W, CTAS, KW, QW>;
     const bool pdl = a->pdl != 0;
     const int64_t pre_work = std::max<int64_t>(a->rows * a->p.f.heads_q * 4, a->n_sems);
     if (pre_work > 0) {
@@ -47,7 +47,7 @@ fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t st
         FC_CUDA_TRY("sm80 backward preprocess launch", e);
     }
 
-    auto kernel = bwd_kernel<kBF16, HD, BM, BN, W, CTAS, SUB>;
+    auto kernel = bwd_kernel<kBF16, HD, BM, BN, W, CTAS, KW, QW>;
     const int smem = (int)S_::SMEM_BYTES;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt =
@@ -81,11 +81,11 @@ fc_status launch_bwd_config(const fc_sm80_bwd_args *a, int config, int device, c
     } else {
         constexpr BwdTile T = kBwdTiles[I];
         if constexpr (T.head_dim == HD) {
-            static_assert(BwdShape<HD, T.block_m, T.block_n, T.warps, T.ctas, T.sub_m>::SMEM_BYTES ==
+            static_assert(BwdShape<HD, T.block_m, T.block_n, T.warps, T.ctas, T.key_warps, T.dq_warps>::SMEM_BYTES ==
                               bwd_smem_bytes(T),
                           "bwd_tiles.cuh bwd_smem_bytes and the kernel's smem layout disagree");
             if (config == I)
-                return launch_bwd_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.ctas, T.sub_m>(
+                return launch_bwd_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.ctas, T.key_warps, T.dq_warps>(
                     a, device, stream, err, err_len);
         }
         return launch_bwd_config<kBF16, HD, I + 1>(a, config, device, stream, err, err_len);
