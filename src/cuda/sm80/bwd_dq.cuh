@@ -12,9 +12,9 @@
  * read with ldmatrix.trans, as the forward's V.
  *
  * Deterministic mode: the key blocks that see a query block add into it
- * one CTA at a time, from the last key block down (bwd_kernel.cuh says
- * why that order), counted by the block's semaphore: a CTA waits until
- * the count says its turn, adds, and releases the next.
+ * one CTA at a time, in key-block order (bwd_kernel.cuh says why),
+ * counted by the block's semaphore: a CTA waits until the count says its
+ * turn, adds, and releases the next.
  */
 #ifndef FC_SM80_BWD_DQ_CUH
 #define FC_SM80_BWD_DQ_CUH
@@ -86,19 +86,27 @@ __device__ __forceinline__ void add_dq(const fc_sm80_bwd_args &a, const BwdCoord
         }
 }
 
-/* The deterministic mode's turn: wait until the key blocks after c.n that
+/* The deterministic mode's semaphore of query block m of head h, counted
+ * in thread 0 only (the others would hold the pointer across the adds). */
+__device__ __forceinline__ int *dq_sem(const fc_sm80_bwd_args &a, const BwdCoords &c, int h, int m)
+{
+    return a.sems + ((int64_t)c.b * a.p.f.heads_q + h) * a.m_blocks + m;
+}
+
+/* The deterministic mode's turn: wait until the key blocks before c.n that
  * see query block m have added (the count reaches their number). */
 template <class S_>
-__device__ __forceinline__ int *dq_turn_wait(const fc_sm80_bwd_args &a, const BwdCoords &c, int h, int m, int tid)
+__device__ __forceinline__ void dq_turn_wait(const fc_sm80_bwd_args &a, int h, int m, int tid)
 {
-    const fc_fwd_params &f = a.p.f;
-    const fc_brange nr = fc_bwd_kv_blocks(m, S_::BM, S_::BN, c.sq, c.sk, f.window_left, f.window_right);
-    int *sem = a.sems + ((int64_t)c.b * f.heads_q + h) * a.m_blocks + m;
-    if (tid == 0)
-        while (ptx::ld_acquire_gpu(sem) != nr.hi - 1 - c.n) {
+    if (tid == 0) {
+        const fc_fwd_params &f = a.p.f;
+        const BwdCoords c = bwd_coords(a);
+        const fc_brange nr = fc_bwd_kv_blocks(m, S_::BM, S_::BN, c.sq, c.sk, f.window_left, f.window_right);
+        const int *sem = dq_sem(a, c, h, m);
+        while (ptx::ld_acquire_gpu(sem) != c.n - nr.lo) {
         }
+    }
     __syncthreads();
-    return sem;
 }
 
 /* ... and hand the turn on once every thread's adds are visible: the
@@ -106,12 +114,12 @@ __device__ __forceinline__ int *dq_turn_wait(const fc_sm80_bwd_args &a, const Bw
  * cumulative) orders them before the release, the pattern of a grid-wide
  * barrier. A fence in every thread cost ~13% of the loop's issue cycles
  * (membar stalls) at d128. */
-__device__ __forceinline__ void dq_turn_release(int *sem, int tid)
+__device__ __forceinline__ void dq_turn_release(const fc_sm80_bwd_args &a, int h, int m, int tid)
 {
     __syncthreads();
     if (tid == 0) {
         __threadfence();
-        ptx::red_release_gpu_add(sem, 1);
+        ptx::red_release_gpu_add(dq_sem(a, bwd_coords(a), h, m), 1);
     }
 }
 

@@ -14,11 +14,14 @@
  * other buffer. The grid is 1-D, in the order bwd_coords (bwd_loads.cuh)
  * gives: key blocks innermost, or outermost for causal-like bands.
  *
- * Deterministic mode counts key blocks from the last: a query block's dQ
- * takes its adds from the highest key block down, and with causal masks
- * the CTA of key block n reaches a query block after the CTA of n + 1 has
- * (its range starts later), so it seldom waits; every CTA it waits for has
- * a lower grid index, so is running or done (no deadlock).
+ * Deterministic mode: a query block's dQ takes its adds in key-block
+ * order, so a CTA waits only for lower key blocks of its (batch, KV head),
+ * which have lower grid indices: running or done (no deadlock). CTAs walk
+ * the query blocks from the last down, the group's heads innermost
+ * (fc_bwd_next_block): with causal masks every key block's range ends at
+ * the last query block, so they all meet each block at the same step and
+ * a CTA waits once for the adds of the lower key blocks, not once per
+ * block; and the longest-first grid order holds in this mode too.
  *
  * Barriers per query block: one at the top (its loads visible; the other
  * buffer and the P^T and dS^T tiles free), one before the GEMMs that read
@@ -72,7 +75,7 @@ __device__ __forceinline__ void store_grad_tile(uint32_t sT, int tid, uint16_t *
     }
 }
 
-template <bool kBF16, class S_>
+template <bool kBF16, bool kDet, class S_>
 __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
 {
     using SM = BwdSmem<S_>;
@@ -85,9 +88,9 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
         const fc_brange mr = fc_bwd_q_blocks(c.n, S_::BN, S_::BM, c.sq, c.sk, f.window_left, f.window_right);
         const int tid = threadIdx.x;
         load_kv_tiles<S_>(a, c, tid);
-        if (mr.hi > mr.lo) load_q_block<S_>(a, c, c.h_kv * a.group, mr.lo, 0, tid);
+        if (mr.hi > mr.lo) load_q_block<S_>(a, c, c.h_kv * a.group, fc_bwd_first_block(kDet, mr), 0, tid);
         ptx::cp_async_commit();
-        m = mr.hi > mr.lo ? mr.lo : -1;
+        m = mr.hi > mr.lo ? fc_bwd_first_block(kDet, mr) : -1;
     }
 
     float dk[S_::MT][S_::DTL][4], dv[S_::MT][S_::DTL][4];
@@ -106,11 +109,11 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
         __syncthreads(); /* block it visible; every warp is past block it-1 */
         const BwdCoords c = bwd_coords(a);
         const fc_brange mr = fc_bwd_q_blocks(c.n, S_::BN, S_::BM, c.sq, c.sk, f.window_left, f.window_right);
-        const bool step_m = m + 1 < mr.hi;
-        const int gn = step_m ? g : g + 1, mn = step_m ? m + 1 : mr.lo;
+        int gn, mn;
+        fc_bwd_next_block(kDet, a.group, mr, g, m, &gn, &mn);
         if (gn < a.group) load_q_block<S_>(a, c, c.h_kv * a.group + gn, mn, buf ^ 1, dev::tid_x_volatile());
         ptx::cp_async_commit();
-        bwd_block<kBF16, S_>(a, g, m, buf, dk, dv);
+        bwd_block<kBF16, kDet, S_>(a, g, m, buf, dk, dv);
         g = gn;
         m = mn;
     }
@@ -131,13 +134,16 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
     store_grad_tile<S_>(SM::v(), th.tid, dvg, a.p.dv_row_stride, c.sk - (int)j0);
 }
 
-template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int KW, int QW>
+/* kDet: the deterministic mode, an instance of its own (in one kernel,
+ * its downward walk and the dQ turn's registers cost the default mode
+ * 4-15%). */
+template <bool kBF16, bool kDet, int HD, int BM, int BN, int W, int CTAS, int KW, int QW>
 __global__ void __launch_bounds__(W * 32, CTAS) bwd_kernel(const fc_sm80_bwd_args a)
 {
     /* With PDL (a.pdl, sm_90+) this grid starts while the preprocess
      * finishes: nothing global before this. */
     fc_grid_dep_sync();
-    bwd_body<kBF16, BwdShape<HD, BM, BN, W, CTAS, KW, QW>>(a);
+    bwd_body<kBF16, kDet, BwdShape<HD, BM, BN, W, CTAS, KW, QW>>(a);
 }
 
 } /* namespace sm80 */

@@ -35,19 +35,14 @@ inline unsigned aux_grid(int64_t work)
     return (unsigned)std::min<int64_t>(blocks, 8192);
 }
 
-template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int KW, int QW>
-fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, char *err, size_t err_len)
+/* The main kernel of one mode (kDet: deterministic), its smem limit raised
+ * once per process and device. */
+template <bool kBF16, bool kDet, int HD, int BM, int BN, int W, int CTAS, int KW, int QW>
+fc_status launch_bwd_main(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, bool pdl, char *err,
+                          size_t err_len)
 {
     using S_ = BwdShape<HD, BM, BN, W, CTAS, KW, QW>;
-    const bool pdl = a->pdl != 0;
-    const int64_t pre_work = std::max<int64_t>(a->rows * a->p.f.heads_q * 4, a->n_sems);
-    if (pre_work > 0) {
-        const cudaError_t e = fc_launch(bwd_preprocess_kernel<kBF16, HD>, aux_grid(pre_work), kBwdAuxThreads, 0,
-                                        stream, pdl, *a);
-        FC_CUDA_TRY("sm80 backward preprocess launch", e);
-    }
-
-    auto kernel = bwd_kernel<kBF16, HD, BM, BN, W, CTAS, KW, QW>;
+    auto kernel = bwd_kernel<kBF16, kDet, HD, BM, BN, W, CTAS, KW, QW>;
     const int smem = (int)S_::SMEM_BYTES;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt =
@@ -61,6 +56,24 @@ fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t st
     if (grid > 0)
         FC_CUDA_TRY("sm80 backward kernel launch",
                     fc_launch(kernel, (unsigned)grid, S_::NT, (size_t)smem, stream, pdl, *a));
+    return FC_OK;
+}
+
+template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int KW, int QW>
+fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, char *err, size_t err_len)
+{
+    const bool pdl = a->pdl != 0;
+    const int64_t pre_work = std::max<int64_t>(a->rows * a->p.f.heads_q * 4, a->n_sems);
+    if (pre_work > 0) {
+        const cudaError_t e = fc_launch(bwd_preprocess_kernel<kBF16, HD>, aux_grid(pre_work), kBwdAuxThreads, 0,
+                                        stream, pdl, *a);
+        FC_CUDA_TRY("sm80 backward preprocess launch", e);
+    }
+    const fc_status st =
+        a->p.deterministic
+            ? launch_bwd_main<kBF16, true, HD, BM, BN, W, CTAS, KW, QW>(a, device, stream, pdl, err, err_len)
+            : launch_bwd_main<kBF16, false, HD, BM, BN, W, CTAS, KW, QW>(a, device, stream, pdl, err, err_len);
+    if (st != FC_OK) return st;
 
     const int64_t conv_work = a->rows * a->p.f.heads_q * (HD / 8);
     if (conv_work > 0)

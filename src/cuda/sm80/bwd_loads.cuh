@@ -34,14 +34,13 @@ struct BwdCoords {
 
 /* blockIdx.x = (batch * heads_kv + KV head) * n_blocks + key block, so
  * that the CTAs sharing a head's Q and dO run together; or, a.key_major
- * (causal-like bands without the deterministic mode, where key block n's
- * work falls with n), key block * batch * heads_kv + (batch * heads_kv +
- * KV head), so that the longest CTAs start first and no long one waits
- * for a slot at the end. The key block is counted from the last in
- * deterministic mode (so that a CTA only waits on CTAs of lower index,
- * bwd_kernel.cuh). Read through the volatile %ctaid.x: the loop
- * recomputes the coordinates where it needs them instead of holding them
- * in registers across the GEMMs. */
+ * (causal-like bands, where key block n's work falls with n), key block *
+ * batch * heads_kv + (batch * heads_kv + KV head), so that the longest
+ * CTAs start first and no long one waits for a slot at the end. Either
+ * way a lower key block of the same (batch, KV head) has a lower index:
+ * the deterministic mode's waits need that (bwd_kernel.cuh). Read through
+ * the volatile %ctaid.x: the loop recomputes the coordinates where it
+ * needs them instead of holding them in registers across the GEMMs. */
 __device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
 {
     const fc_fwd_params &f = a.p.f;
@@ -55,7 +54,7 @@ __device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
         bh = fc_fastdiv_div(bid, a.n_blocks);
         nb = bid - bh * a.n_blocks.d;
     }
-    c.n = a.p.deterministic ? a.n_blocks.d - 1 - nb : nb;
+    c.n = nb;
     c.b = fc_fastdiv_div(bh, a.heads_kv);
     c.h_kv = bh - c.b * f.heads_kv;
     c.sq = f.seqlen_q;

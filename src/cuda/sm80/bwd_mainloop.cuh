@@ -87,7 +87,7 @@ __device__ __forceinline__ void bwd_scores(const fc_sm80_bwd_args &a, const BwdT
 
 /* Each phase derives the thread's coordinates afresh (a volatile %tid.x):
  * held across the block, they spilled. */
-template <bool kBF16, class S_>
+template <bool kBF16, bool kDet, class S_>
 __device__ __forceinline__ void bwd_block(const fc_sm80_bwd_args &a, int g, int m, int buf,
                                           float (&dk)[S_::MT][S_::DTL][4], float (&dv)[S_::MT][S_::DTL][4])
 {
@@ -122,10 +122,10 @@ __device__ __forceinline__ void bwd_block(const fc_sm80_bwd_args &a, int g, int 
     const BwdCoords c = bwd_coords(a);
     const int h = c.h_kv * a.group + g;
     const BwdThr ta = bwd_thread_coords<S_>();
-    if (a.sems) {
-        int *sem = dq_turn_wait<S_>(a, c, h, m, ta.tid);
+    if constexpr (kDet) {
+        dq_turn_wait<S_>(a, h, m, ta.tid);
         add_dq<S_>(a, c, ta, h, m, rg, cg, dq);
-        dq_turn_release(sem, ta.tid);
+        dq_turn_release(a, h, m, ta.tid);
     } else {
         add_dq<S_>(a, c, ta, h, m, rg, cg, dq);
     }

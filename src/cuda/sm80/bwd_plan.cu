@@ -151,9 +151,8 @@ extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choi
     /* exact whenever the grid is launched (batch * heads_kv <= grid <= INT_MAX) */
     a.bh = fc_fastdiv_make((int32_t)std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX));
     /* Causal-like bands: key block n's query range shrinks with n, so the
-     * longest CTAs go first (bwd_coords); the deterministic order needs
-     * the last key block first instead. */
-    a.key_major = !b->deterministic && p->window_right >= 0 && p->window_left < 0;
+     * longest CTAs go first (bwd_coords). */
+    a.key_major = p->window_right >= 0 && p->window_left < 0;
     a.pdl = choice->pdl;
 
     const int cfg = choice->config, device = dev->id;

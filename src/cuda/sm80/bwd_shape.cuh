@@ -18,16 +18,16 @@ namespace fc {
 namespace sm80 {
 
 /* Panel constants of a tile COLS 16-bit columns wide, as layout.cuh's
- * Shape defines them (the ldmatrix helpers read these members). The lane
- * offsets are re-derived from a fresh %tid.x at each GEMM: held across
- * the block in FA2's warp layout, they spilled at d128. */
-template <int COLS>
+ * Shape defines them (the ldmatrix helpers read these members). FRESH:
+ * the lane offsets are re-derived from a fresh %tid.x at each GEMM
+ * (BwdShape says where). */
+template <int COLS, bool FRESH = true>
 struct Panels {
     static constexpr int PC = (COLS == 64 || COLS == 128) ? 8 : 4;
     static constexpr int LPC = panel_log2(PC);
     static constexpr int PB = PC * 16;
     static constexpr int KPP = PC / 2;
-    static constexpr bool FRESH_LANE_OFFS = true;
+    static constexpr bool FRESH_LANE_OFFS = FRESH;
 };
 
 /* The forward's gemm_qk / gemm_pv (mma.cuh) seen as generic warp GEMMs on
@@ -36,15 +36,19 @@ struct Panels {
  * BN rows; gemm_pv adds a 16 MT x N_ROWS register operand times N_ROWS
  * rows x HD of a B tile of BN rows. (The caller offsets the B tile's base
  * by whole groups of 8 rows to pick the rows.) */
-template <int HD, int A_ROWS, int B_ROWS, int N_ROWS, int MT_>
-struct GemmView : Panels<HD> {
+template <int HD, int A_ROWS, int B_ROWS, int N_ROWS, int MT_, bool FRESH>
+struct GemmView : Panels<HD, FRESH> {
     static constexpr int MT = MT_, BM = A_ROWS, BN = B_ROWS;
     static constexpr int KSTEPS = HD / 16, NTL = N_ROWS / 8, PSTEPS = N_ROWS / 16, DTL = HD / 8;
     static constexpr bool Q_IN_REGS = false;
 };
 
+/* Lane offsets re-derived per GEMM, except at d64 (re-derived, its
+ * deterministic instance spilled 8 bytes; held, d128's spilled 20). */
+constexpr bool bwd_fresh_lanes(int hd) { return hd != 64; }
+
 template <int HD_, int BM_, int BN_, int W_, int CTAS_, int KW_, int QW_>
-struct BwdShape : Panels<HD_> {
+struct BwdShape : Panels<HD_, bwd_fresh_lanes(HD_)> {
     static constexpr int HD = HD_, BM = BM_, BN = BN_, W = W_, CTAS = CTAS_;
     static constexpr int NT = W * 32;
     /* S^T, dP^T (keys x queries) and dK, dV (keys x head dim): KW x WQ
@@ -60,9 +64,10 @@ struct BwdShape : Panels<HD_> {
      * head-dim columns. */
     static constexpr int QW = QW_, DQ_CW = W / QW, DQ_MT = BM / QW / 16, DQ_COLS = HD / DQ_CW,
                          DQ_NTL = DQ_COLS / 8;
-    using KQ = GemmView<HD, BN, BM, SQ, MT>; /* S^T = K_w Q^T, dP^T = V_w dO^T; with
+    static constexpr bool FRESH = bwd_fresh_lanes(HD_);
+    using KQ = GemmView<HD, BN, BM, SQ, MT, FRESH>; /* S^T = K_w Q^T, dP^T = V_w dO^T; with
                                               * P in registers dV += P^T dO, dK += dS^T Q */
-    using DS = Panels<BM>;               /* the dS^T and P^T tiles               */
+    using DS = Panels<BM, FRESH>;               /* the dS^T and P^T tiles               */
     static constexpr uint32_t KV_BYTES = BN * HD * 2;
     static constexpr uint32_t Q_BYTES = BM * HD * 2;
     static constexpr uint32_t DS_BYTES = BN * BM * 2;
