@@ -136,10 +136,15 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
 
 /* kDet: the deterministic mode, an instance of its own (in one kernel,
  * its downward walk and the dQ turn's registers cost the default mode
- * 4-15%). */
-template <bool kBF16, bool kDet, int HD, int BM, int BN, int W, int CTAS, int KW, int QW>
+ * 4-15%). SM90_ONLY: a row of the SM90 class alone (bwd_tile_sm90_only),
+ * never launched below sm_90: older targets get an empty body, and no
+ * ptxas verdict on a register budget tuned for sm_90. */
+template <bool kBF16, bool kDet, int HD, int BM, int BN, int W, int CTAS, int KW, int QW, bool SM90_ONLY>
 __global__ void __launch_bounds__(W * 32, CTAS) bwd_kernel(const fc_sm80_bwd_args a)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    if constexpr (SM90_ONLY) return;
+#endif
     /* With PDL (a.pdl, sm_90+) this grid starts while the preprocess
      * finishes: nothing global before this. */
     fc_grid_dep_sync();

@@ -49,13 +49,13 @@ struct BwdTile {
 constexpr BwdTile kBwdTiles[] = {
     /* ------------------------- SM80: 164 KB smem per SM ------------------------- */
     {kClassSm80,  32,  64,  64, 4, 2, 4, 4}, /* 33 KB, two CTAs; a warp holds all 64 queries of its 16 keys   */
-    {kClassSm80,  64, 128, 128, 8, 1, 4, 4}, /* FA2's d64 tile, 162 KB; S^T 32x64 and dK,dV 32x32 per warp    */
+    {kClassSm80,  64,  64, 128, 8, 1, 4, 4}, /* 97 KB; 128x128 (SM90's) spills 8-36 B at sm_80/86/89      */
     {kClassSm80,  96,  64, 128, 8, 1, 4, 4}, /* 129 KB; dK,dV 32x48; dQ 16x48 (24-column warps do not divide) */
     {kClassSm80, 128,  64, 128, 8, 1, 4, 2}, /* FA2's d128 tile, 161 KB; S^T 32x32, dK,dV 32x64, dQ 32x32     */
 
     /* ------------------ SM86/89: 100 KB smem per SM, 99 KB per block ------------------ */
     {kClassSm86,  32,  64,  64, 4, 2, 4, 4}, /* = SM80                                                        */
-    {kClassSm86,  64,  64, 128, 8, 1, 4, 4}, /* 97 KB: SM80's 128-row blocks need 162 KB                      */
+    {kClassSm86,  64,  64, 128, 8, 1, 4, 4}, /* = SM80 (128-row blocks need 162 KB)                          */
     {kClassSm86,  96,  64,  64, 4, 1, 4, 4}, /* 81 KB: 128 keys would need 129 KB                             */
     {kClassSm86, 128,  32,  64, 4, 1, 4, 2}, /* 69 KB: 64x64 would need 105 KB                                */
 
@@ -65,13 +65,14 @@ constexpr BwdTile kBwdTiles[] = {
      * With one warp per 16 keys, 64x128 beat 32x128 by 8-15% at d128 and 2
      * CTAs of 4 warps lost 3-23%; docs/design-sm80.md lists the rest) */
     {kClassSm90,  32,  64,  64, 4, 2, 4, 4}, /* = SM80                                                        */
-    {kClassSm90,  64, 128, 128, 8, 1, 4, 4}, /* = SM80                                                        */
+    {kClassSm90,  64, 128, 128, 8, 1, 4, 4}, /* FA2's d64 tile, 162 KB; S^T 32x64, dK,dV 32x32 a warp; +11%  */
     {kClassSm90,  96,  64, 128, 8, 1, 4, 4}, /* = SM80                                                        */
     {kClassSm90, 128,  64, 128, 8, 1, 4, 2}, /* = SM80                                                        */
 };
 // clang-format on
 
 constexpr int kNumBwdTiles = (int)(sizeof(kBwdTiles) / sizeof(kBwdTiles[0]));
+
 
 /* = BwdShape::SMEM_BYTES (bwd_launch.cuh checks they agree): K and V, two
  * buffers of Q and dO, dS^T, P^T (only when the query columns of S^T are
@@ -86,6 +87,16 @@ constexpr bool same_bwd_kernel(const BwdTile &a, const BwdTile &b)
 {
     return a.head_dim == b.head_dim && a.block_m == b.block_m && a.block_n == b.block_n && a.warps == b.warps &&
            a.ctas == b.ctas && a.key_warps == b.key_warps && a.dq_warps == b.dq_warps;
+}
+
+/* A row only the SM90 class has: its kernel compiles empty below sm_90
+ * (bwd_kernel.cuh), as the forward's (tiles.cuh, tile_sm90_only). */
+constexpr bool bwd_tile_sm90_only(const BwdTile &r, int i = 0)
+{
+    return r.arch_class != kClassSm90 ? false
+           : i >= kNumBwdTiles        ? true
+           : (kBwdTiles[i].arch_class != kClassSm90 && same_bwd_kernel(kBwdTiles[i], r)) ? false
+                                                                                      : bwd_tile_sm90_only(r, i + 1);
 }
 
 /* Compile-time checks of every row (the kernel's static_asserts repeat
