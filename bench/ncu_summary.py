@@ -5,7 +5,10 @@ duration, SM and memory throughput, the tensor-pipe metrics the sections
 collected (whatever this ncu names them), issue activity, and the largest
 warp stall reasons (cycles per issued instruction).
 
-    python3 bench/ncu_summary.py ncu.csv [--stalls 6]
+    python3 bench/ncu_summary.py ncu.csv [--stalls 6] [--grep REGEX]
+
+--grep also prints every metric whose name matches REGEX (e.g.
+'shared|ldsm|registers' for shared-memory traffic and register use).
 
 Only metric-name patterns are assumed, not exact names, so a newer ncu that
 renames a metric drops a line rather than failing.
@@ -49,6 +52,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv")
     ap.add_argument("--stalls", type=int, default=6, help="stall reasons to list per kernel")
+    ap.add_argument("--grep", help="also print every non-empty metric whose name matches this regex")
     a = ap.parse_args(argv)
     head, units, data = rows_of(a.csv)
     if not head:
@@ -84,6 +88,11 @@ def main(argv=None):
             if (tensor_re.search(h) and h.endswith(".avg.pct_of_peak_sustained_active") and i < len(r)
                     and num(r[i])):
                 print("   %-28s %s %s" % (h[:60], r[i], units[i] if i < len(units) else ""))
+        if a.grep:
+            pat = re.compile(a.grep)
+            for h, i in col.items():
+                if pat.search(h) and i < len(r) and r[i] not in ("", None):
+                    print("   %-60s %s %s" % (h[:60], r[i], units[i] if i < len(units) else ""))
         stalls = []
         for h, i in col.items():
             m = stall_re.match(h)

@@ -4,7 +4,9 @@ profiler range, for Nsight Compute (`ncu --profile-from-start off`): the
 systems, shapes and inputs are bench/peers.py's. Warm-up calls run outside
 the range, so ncu profiles exactly one forward call per (shape, system);
 the order of the profiled calls is printed (stderr) so that the kernels in
-ncu's report can be told apart (their names tell too).
+ncu's report can be told apart (their names tell too). With --bwd, one
+backward call per system instead (peers.py --bwd's systems: FlashCore,
+deterministic or not, cuDNN and FA2 through autograd).
 
     ncu --profile-from-start off --clock-control none --csv --page details \\
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \\
@@ -27,6 +29,7 @@ def main(argv=None):
     ap.add_argument("--systems", default="sm90,cudnn",
                     help="comma-separated substrings of peers.py system names (default sm90,cudnn)")
     ap.add_argument("--sm90-rows", help="also forced Hopper tile rows (systems sm90-row<N>)")
+    ap.add_argument("--bwd", action="store_true", help="profile the backward (peers.py --bwd's systems)")
     ap.add_argument("--warmup", type=int, default=3, help="calls before the profiled one (outside the range)")
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args(argv)
@@ -35,13 +38,13 @@ def main(argv=None):
         sys.exit("profile_peers.py: no CUDA device")
     a.quick = False  # peers.select_shapes reads both
     shapes = peers.select_shapes(a)
-    systems = peers.make_systems(a.systems, a.sm90_rows)
+    systems = peers.make_bwd_systems(a.systems) if a.bwd else peers.make_systems(a.systems, a.sm90_rows)
     cudart = torch.cuda.cudart()
     order = 0
     with torch.no_grad():
         for shape in shapes:
             name = shape.name
-            inputs = peers.Inputs(torch, shape, 1, "cuda", a.seed)
+            inputs = peers.Inputs(torch, shape, 1, "cuda", a.seed, with_dout=a.bwd)
             for s in systems:
                 why = s.available()
                 if why:

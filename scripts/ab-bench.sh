@@ -6,6 +6,7 @@
 # (bench/ab_summary.py). Each side runs its own tree's binding and peers.py.
 #
 #   bash scripts/ab-bench.sh DIR_A DIR_B [PASSES] [peers.py args...]
+#   (with --bwd the backward's peers-bwd.json are summarised)
 #   e.g. the base as a tree of its own, carried to the device (.ab/ is
 #   ignored): git archive REV | tar -x -C .ab/base (mkdir it first), then
 #   run(carry .ab): bash scripts/ab-bench.sh .ab/base . 4 --systems sm90,sm80,cudnn,FA2
@@ -40,4 +41,6 @@ for ((i = 0; i < passes; i++)); do
       { echo "pass $i of $s failed"; tail -20 "$OUT/ab-$s-$i.log"; }
   done
 done
-python3 "$summary" "$OUT"/ab-A-*/peers.json -- "$OUT"/ab-B-*/peers.json | tee "$OUT/ab.md"
+stem=peers
+for a in "$@"; do [ "$a" = --bwd ] && stem=peers-bwd; done
+python3 "$summary" "$OUT"/ab-A-*/$stem.json -- "$OUT"/ab-B-*/$stem.json | tee "$OUT/ab.md"

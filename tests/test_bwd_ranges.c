@@ -10,7 +10,9 @@
  *  - fc_bwd_block_full holds exactly when every pair of the block is a
  *    visible pair inside both sequences (the mask may be skipped);
  *  - the band bounds fc_bwd_band_lo/hi give fc_key_visible's answer for
- *    every pair.
+ *    every pair;
+ *  - the CTA's walk (fc_bwd_next_block from g = 0, m = hi - 1) visits every
+ *    (query head, query block) of its range once and then stops.
  * Random lengths (0 included), windows, causal and block sizes.
  */
 #include <stdint.h>
@@ -67,6 +69,21 @@ static int check(int sq, int sk, int wl, int wr, int bm, int bn)
     return bad;
 }
 
+/* A CTA's walk over `group` heads x range r: 0 if it visits each pair
+ * once, in order (det: heads innermost, blocks downwards; else blocks
+ * upwards, heads outermost), and ends. */
+static int check_walk(int det, int group, fc_brange r)
+{
+    const int nm = r.hi > r.lo ? r.hi - r.lo : 0;
+    int32_t g = nm ? 0 : group, m = fc_bwd_first_block(det, r);
+    for (int k = 0; k < group * nm; k++) {
+        const int32_t gg = det ? k % group : k / nm, mm = det ? r.hi - 1 - k / group : r.lo + k % nm;
+        if (g != gg || m != mm) return 1;
+        fc_bwd_next_block(det, group, r, g, m, &g, &m);
+    }
+    return g == group ? 0 : 1;
+}
+
 int main(void)
 {
     uint64_t rng = 12345;
@@ -85,6 +102,10 @@ int main(void)
         const int bm = bms[next(&rng) % 4], bn = bns[next(&rng) % 3];
         const int bad = check(sq, sk, wl, wr, bm, bn);
         CHECK(bad == 0, "sq %d sk %d wl %d wr %d bm %d bn %d: %d mismatches", sq, sk, wl, wr, bm, bn, bad);
+        const int group = 1 + (int)(next(&rng) % 4), n = sk > 0 ? (int)(next(&rng) % ((sk + bn - 1) / bn)) : 0;
+        const fc_brange r = fc_bwd_q_blocks(n, bn, bm, sq, sk, wl, wr);
+        CHECK(check_walk(0, group, r) == 0 && check_walk(1, group, r) == 0, "walk: group %d blocks [%d, %d)", group,
+              r.lo, r.hi);
     }
     /* windows far wider than the sequences (the int32 clamps) */
     CHECK(check(100, 90, 2147483000, 2147483000, 64, 64) == 0, "huge windows");

@@ -280,7 +280,7 @@ static int bwd_plan_group(void)
     } rows[] = {
         {&h100, 128, "sm80_bwd_bf16_d128_m64n128"}, {&h100, 64, "sm80_bwd_bf16_d64_m128n128"},
         {&h100, 96, "sm80_bwd_bf16_d96_m64n128"},   {&h100, 32, "sm80_bwd_bf16_d32_m64n64"},
-        {&a100, 128, "sm80_bwd_bf16_d128_m64n128"}, {&a100, 64, "sm80_bwd_bf16_d64_m128n128"},
+        {&a100, 128, "sm80_bwd_bf16_d128_m64n128"}, {&a100, 64, "sm80_bwd_bf16_d64_m64n128"},
         {&ada, 128, "sm80_bwd_bf16_d128_m32n64"},   {&ada, 64, "sm80_bwd_bf16_d64_m64n128"},
         {&ada, 96, "sm80_bwd_bf16_d96_m64n64"},
     };

@@ -51,8 +51,11 @@ typedef struct fc_sm80_bwd_args {
     int32_t m_blocks; /* query blocks of the longest sequence             */
     int32_t group;    /* heads_q / heads_kv                                */
     /* The grid decode's divisors (common/fastdiv.h): key blocks of the
-     * longest sequence (CTAs per (batch, KV head)) and heads_kv. */
-    fc_fastdiv n_blocks, heads_kv;
+     * longest sequence (CTAs per (batch, KV head)), heads_kv, and batch *
+     * heads_kv. */
+    fc_fastdiv n_blocks, heads_kv, bh;
+    /* 1: the grid walks key blocks outermost (bwd_loads.cuh, bwd_coords) */
+    int32_t key_major;
     int32_t pdl;      /* host only: programmatic dependent launches         */
 } fc_sm80_bwd_args;
 

@@ -35,19 +35,14 @@ inline unsigned aux_grid(int64_t work)
     return (unsigned)std::min<int64_t>(blocks, 8192);
 }
 
-template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int SUB>
-fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, char *err, size_t err_len)
+/* The main kernel of one mode (kDet: deterministic), its smem limit raised
+ * once per process and device. */
+template <bool kBF16, bool kDet, int HD, int BM, int BN, int W, int CTAS, int KW, int QW, bool SM90_ONLY>
+fc_status launch_bwd_main(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, bool pdl, char *err,
+                          size_t err_len)
 {
-    using S_ = BwdShape<HD, BM, BN, W, CTAS, SUB>;
-    const bool pdl = a->pdl != 0;
-    const int64_t pre_work = std::max<int64_t>(a->rows * a->p.f.heads_q * 4, a->n_sems);
-    if (pre_work > 0) {
-        const cudaError_t e = fc_launch(bwd_preprocess_kernel<kBF16, HD>, aux_grid(pre_work), kBwdAuxThreads, 0,
-                                        stream, pdl, *a);
-        FC_CUDA_TRY("sm80 backward preprocess launch", e);
-    }
-
-    auto kernel = bwd_kernel<kBF16, HD, BM, BN, W, CTAS, SUB>;
+    using S_ = BwdShape<HD, BM, BN, W, CTAS, KW, QW>;
+    auto kernel = bwd_kernel<kBF16, kDet, HD, BM, BN, W, CTAS, KW, QW, SM90_ONLY>;
     const int smem = (int)S_::SMEM_BYTES;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt =
@@ -61,6 +56,26 @@ fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t st
     if (grid > 0)
         FC_CUDA_TRY("sm80 backward kernel launch",
                     fc_launch(kernel, (unsigned)grid, S_::NT, (size_t)smem, stream, pdl, *a));
+    return FC_OK;
+}
+
+template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int KW, int QW, bool SM90_ONLY>
+fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, char *err, size_t err_len)
+{
+    const bool pdl = a->pdl != 0;
+    const int64_t pre_work = std::max<int64_t>(a->rows * a->p.f.heads_q * 4, a->n_sems);
+    if (pre_work > 0) {
+        const cudaError_t e = fc_launch(bwd_preprocess_kernel<kBF16, HD>, aux_grid(pre_work), kBwdAuxThreads, 0,
+                                        stream, pdl, *a);
+        FC_CUDA_TRY("sm80 backward preprocess launch", e);
+    }
+    const fc_status st =
+        a->p.deterministic
+            ? launch_bwd_main<kBF16, true, HD, BM, BN, W, CTAS, KW, QW, SM90_ONLY>(a, device, stream, pdl, err,
+                                                                                  err_len)
+            : launch_bwd_main<kBF16, false, HD, BM, BN, W, CTAS, KW, QW, SM90_ONLY>(a, device, stream, pdl, err,
+                                                                                   err_len);
+    if (st != FC_OK) return st;
 
     const int64_t conv_work = a->rows * a->p.f.heads_q * (HD / 8);
     if (conv_work > 0)
@@ -81,11 +96,12 @@ fc_status launch_bwd_config(const fc_sm80_bwd_args *a, int config, int device, c
     } else {
         constexpr BwdTile T = kBwdTiles[I];
         if constexpr (T.head_dim == HD) {
-            static_assert(BwdShape<HD, T.block_m, T.block_n, T.warps, T.ctas, T.sub_m>::SMEM_BYTES ==
+            static_assert(BwdShape<HD, T.block_m, T.block_n, T.warps, T.ctas, T.key_warps, T.dq_warps>::SMEM_BYTES ==
                               bwd_smem_bytes(T),
                           "bwd_tiles.cuh bwd_smem_bytes and the kernel's smem layout disagree");
             if (config == I)
-                return launch_bwd_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.ctas, T.sub_m>(
+                return launch_bwd_tile<kBF16, HD, T.block_m, T.block_n, T.warps, T.ctas, T.key_warps, T.dq_warps,
+                                       bwd_tile_sm90_only(T)>(
                     a, device, stream, err, err_len);
         }
         return launch_bwd_config<kBF16, HD, I + 1>(a, config, device, stream, err, err_len);

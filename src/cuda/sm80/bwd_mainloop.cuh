@@ -1,17 +1,18 @@
 /*
  * bwd_mainloop.cuh -- one query block of a backward CTA (block_m rows of
  * query head h_kv * group + g against the CTA's block_n keys), with Q, dO,
- * lse2 and D in buffer buf and K, V resident. Per pass of sub_m rows:
+ * lse2 and D in buffer buf and K, V resident. Each warp, on its tiles
+ * (bwd_shape.cuh: FlashAttention-2's warp layout):
  *
- *   dP^T = V_w dO^T         each warp: its 16 keys x sub_m queries
- *   S^T  = K_w Q^T          (the forward's gemm_qk, mma.cuh)
+ *   dP^T = V_w dO_w^T       its SK keys x SQ queries
+ *   S^T  = K_w Q_w^T        (the forward's gemm_qk, mma.cuh)
  *   P^T, dS^T               bwd_scores.cuh (masks only where the block
  *                           straddles the band or a sequence end)
- *   dV  += P^T dO           (the forward's gemm_pv, P from registers)
+ *   P^T, dS^T -> smem       (dS^T only, when the warp holds all queries)
+ *   barrier
+ *   dV  += P^T dO           its SK keys x DK head-dim columns, all queries
  *   dK  += dS^T Q
- *   dS^T -> smem
- * then, once per block: barrier; dQ_blk = dS K (all warps); adds into
- * dq_accum.
+ *   dQ_blk = dS K           its dQ tile; adds into dq_accum
  *
  * dP^T first: S^T, P and dS then need no value held across a GEMM besides
  * the two accumulators (tanh's t is used within the element).
@@ -31,62 +32,102 @@
 namespace fc {
 namespace sm80 {
 
-/* One pass: query rows q0 .. q0 + SUB - 1 of the block. */
+/* acc += A B for a warp's SK keys x DK columns: A = its MT m16 row tiles of
+ * the P^T or dS^T tile at sA (keys x block_m queries, ldmatrix), B = the
+ * dO or Q tile at sB (block_m queries x head dim, ldmatrix.trans, as the
+ * forward's V), columns from 16-column step th.c16. */
 template <bool kBF16, class S_>
-__device__ __forceinline__ void bwd_pass(const fc_sm80_bwd_args &a, const Thr &th, int m, int buf, int q0,
-                                         float (&dk)[1][S_::DTL][4], float (&dv)[1][S_::DTL][4])
+__device__ __forceinline__ void gemm_scores_t(float (&acc)[S_::MT][S_::DTL][4], uint32_t sA, uint32_t sB,
+                                              const BwdThr &th)
+{
+    using DS = typename S_::DS;
+    using KQ = typename S_::KQ;
+    const uint32_t offA = ldm_off_a<DS>(loop_lane<DS>(th.lane)), offB = ldm_off_a<KQ>(loop_lane<KQ>(th.lane));
+#pragma unroll
+    for (int kk = 0; kk < S_::BM / 16; ++kk) {
+        uint32_t pa[S_::MT][4];
+#pragma unroll
+        for (int mt = 0; mt < S_::MT; ++mt)
+            ptx::ldmatrix_x4(pa[mt], ldm_addr<DS, S_::BN>(sA, kk, th.wrow + 16 * mt, offA));
+#pragma unroll
+        for (int dp = 0; dp < S_::DTL / 2; ++dp)
+            mma_b_x4<kBF16, true>(acc, dp, pa, ldm_addr<KQ, S_::BM>(sB, th.c16 + dp, kk * 16, offB));
+    }
+}
+
+/* S^T and dP^T of the warp's tile, then P^T and dS^T in place. */
+template <bool kBF16, class S_>
+__device__ __forceinline__ void bwd_scores(const fc_sm80_bwd_args &a, const BwdThr &th, int m, int buf,
+                                           float (&s)[S_::MT][S_::QTL][4], float (&dp)[S_::MT][S_::QTL][4])
 {
     using KQ = typename S_::KQ;
     using SM = BwdSmem<S_>;
     const fc_fwd_params &f = a.p.f;
-    /* the pass's rows of the Q and dO tiles: whole 8-row groups further on */
-    const uint32_t sQ = SM::q(buf) + q0 * S_::PB, sO = SM::dout(buf) + q0 * S_::PB;
+    /* the warp's query rows of the Q and dO tiles: whole 8-row groups further on */
     const QFrags<KQ> none = {};
-    float s[1][S_::QTL][4], dp[1][S_::QTL][4];
-    gemm_qk<kBF16, KQ>(dp, none, SM::v(), sO, th.wrow, th.lane);
-    gemm_qk<kBF16, KQ>(s, none, SM::k(), sQ, th.wrow, th.lane);
-    {
-        const BwdCoords c = bwd_coords(a);
-        BlockMask bm;
-        bm.j0 = c.n * S_::BN + th.wrow + th.g;
-        bm.i0 = m * S_::BM + 2 * th.t;
-        bm.sq = c.sq;
-        bm.sk = c.sk;
-        bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
-        bm.hi = fc_bwd_band_hi(c.sq, c.sk, f.window_right);
-        const bool full = fc_bwd_block_full(m, c.n, S_::BM, S_::BN, c.sq, c.sk, f.window_left, f.window_right);
-        if (a.softcap_in != 0.f) {
-            if (full) p_and_ds<S_, false, true>(s, dp, buf, q0, th, a.sl2, a.softcap_in, bm);
-            else p_and_ds<S_, true, true>(s, dp, buf, q0, th, a.sl2, a.softcap_in, bm);
-        } else {
-            if (full) p_and_ds<S_, false, false>(s, dp, buf, q0, th, a.sl2, a.softcap_in, bm);
-            else p_and_ds<S_, true, false>(s, dp, buf, q0, th, a.sl2, a.softcap_in, bm);
-        }
+    gemm_qk<kBF16, KQ>(dp, none, SM::v(), SM::dout(buf) + th.q0 * S_::PB, th.wrow, th.lane);
+    gemm_qk<kBF16, KQ>(s, none, SM::k(), SM::q(buf) + th.q0 * S_::PB, th.wrow, th.lane);
+    const BwdCoords c = bwd_coords(a);
+    BlockMask bm;
+    bm.j0 = c.n * S_::BN + th.wrow + th.g;
+    bm.i0 = m * S_::BM + th.q0 + 2 * th.t;
+    bm.sq = c.sq;
+    bm.sk = c.sk;
+    bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
+    bm.hi = fc_bwd_band_hi(c.sq, c.sk, f.window_right);
+    const bool full = fc_bwd_block_full(m, c.n, S_::BM, S_::BN, c.sq, c.sk, f.window_left, f.window_right);
+    if (a.softcap_in != 0.f) {
+        if (full) p_and_ds<S_, false, true>(s, dp, buf, th, a.sl2, a.softcap_in, bm);
+        else p_and_ds<S_, true, true>(s, dp, buf, th, a.sl2, a.softcap_in, bm);
+    } else {
+        if (full) p_and_ds<S_, false, false>(s, dp, buf, th, a.sl2, a.softcap_in, bm);
+        else p_and_ds<S_, true, false>(s, dp, buf, th, a.sl2, a.softcap_in, bm);
     }
-    gemm_pv<kBF16, KQ>(dv, s, sO, th.lane);
-    gemm_pv<kBF16, KQ>(dk, dp, sQ, th.lane);
-    store_ds<kBF16, S_>(SM::ds(), q0, th, dp);
 }
 
-template <bool kBF16, class S_>
-__device__ __forceinline__ void bwd_block(const fc_sm80_bwd_args &a, const Thr &th, int g, int m, int buf,
-                                          float (&dk)[1][S_::DTL][4], float (&dv)[1][S_::DTL][4])
+/* Each phase derives the thread's coordinates afresh (a volatile %tid.x):
+ * held across the block, they spilled. */
+template <bool kBF16, bool kDet, class S_>
+__device__ __forceinline__ void bwd_block(const fc_sm80_bwd_args &a, int g, int m, int buf,
+                                          float (&dk)[S_::MT][S_::DTL][4], float (&dv)[S_::MT][S_::DTL][4])
 {
-#pragma unroll 1
-    for (int q0 = 0; q0 < S_::BM; q0 += S_::SUB) bwd_pass<kBF16, S_>(a, th, m, buf, q0, dk, dv);
-    __syncthreads(); /* dS^T complete for the dQ GEMM */
+    using KQ = typename S_::KQ;
+    using SM = BwdSmem<S_>;
+    {
+        const BwdThr th = bwd_thread_coords<S_>();
+        float s[S_::MT][S_::QTL][4], dp[S_::MT][S_::QTL][4];
+        bwd_scores<kBF16, S_>(a, th, m, buf, s, dp);
+        const BwdThr tw = bwd_thread_coords<S_>();
+        if constexpr (S_::P_SMEM) {
+            store_scores<kBF16, S_>(SM::pt(), tw, s);
+            store_scores<kBF16, S_>(SM::ds(), tw, dp);
+        } else {
+            /* the warp holds P^T and dS^T for all queries of its keys */
+            gemm_pv<kBF16, KQ>(dv, s, SM::dout(buf), tw.lane);
+            gemm_pv<kBF16, KQ>(dk, dp, SM::q(buf), tw.lane);
+            store_scores<kBF16, S_>(SM::ds(), tw, dp);
+        }
+    }
+    __syncthreads(); /* P^T and dS^T complete */
+    if constexpr (S_::P_SMEM) {
+        const BwdThr th = bwd_thread_coords<S_>();
+        gemm_scores_t<kBF16, S_>(dv, SM::pt(), SM::dout(buf), th);
+        gemm_scores_t<kBF16, S_>(dk, SM::ds(), SM::q(buf), th);
+    }
 
+    const BwdThr th = bwd_thread_coords<S_>();
     const int warp = th.tid >> 5, rg = warp / S_::DQ_CW, cg = warp - rg * S_::DQ_CW;
-    float dq[1][S_::DQ_NTL][4];
+    float dq[S_::DQ_MT][S_::DQ_NTL][4];
     gemm_dq<kBF16, S_>(dq, rg, cg, th.lane);
     const BwdCoords c = bwd_coords(a);
     const int h = c.h_kv * a.group + g;
-    if (a.sems) {
-        int *sem = dq_turn_wait<S_>(a, c, h, m, th.tid);
-        add_dq<S_>(a, c, th, h, m, rg, cg, dq);
-        dq_turn_release(sem, th.tid);
+    const BwdThr ta = bwd_thread_coords<S_>();
+    if constexpr (kDet) {
+        dq_turn_wait<S_>(a, h, m, ta.tid);
+        add_dq<S_>(a, c, ta, h, m, rg, cg, dq);
+        dq_turn_release(a, h, m, ta.tid);
     } else {
-        add_dq<S_>(a, c, th, h, m, rg, cg, dq);
+        add_dq<S_>(a, c, ta, h, m, rg, cg, dq);
     }
 }
 

@@ -8,6 +8,7 @@
  *                          launch.cu, provides the workspace)
  * Host code only; .cu so that it can read the constexpr table.
  */
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -148,6 +149,11 @@ extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choi
     a.group = p->heads_q / p->heads_kv;
     a.n_blocks = fc_fastdiv_make((int32_t)ceil_div(p->seqlen_k, t.block_n));
     a.heads_kv = fc_fastdiv_make(p->heads_kv);
+    /* exact whenever the grid is launched (batch * heads_kv <= grid <= INT_MAX) */
+    a.bh = fc_fastdiv_make((int32_t)std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX));
+    /* Causal-like bands: key block n's query range shrinks with n, so the
+     * longest CTAs go first (bwd_coords). */
+    a.key_major = p->window_right >= 0 && p->window_left < 0;
     a.pdl = choice->pdl;
 
     const int cfg = choice->config, device = dev->id;
