@@ -218,6 +218,28 @@ if want sass; then
   else result[sass]="ok: every sm90 object has HGMMA"; fi
 fi
 
+# peers_setup: the optional peers into peer_path, once per call. They come
+# as carried wheels in .whl/ (FlashInfer) or staged ahead of the call
+# (FlashAttention-4: docs/PERF.md says how); without them peers.py notes
+# them as unavailable.
+peer_path=""
+peers_done=0
+peers_setup() {
+  [ $peers_done = 1 ] && return 0
+  peers_done=1
+  # FlashAttention-4 is staged over several calls (scripts/stage-peers.sh).
+  local st=0; bash scripts/stage-peers.sh unpack >"$OUT/peer-stage.log" 2>&1 || st=$?
+  case $st in
+    0) peer_path=/tmp/fc-peers ;;
+    1) echo "staged peers not used: $(tail -1 "$OUT/peer-stage.log")" ;;
+  esac
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+         --target /tmp/fc-peers .whl/*.whl >"$OUT/peer-wheels.log" 2>&1; then peer_path=/tmp/fc-peers
+    else echo "carried peer wheels failed to install: $(tail -1 "$OUT/peer-wheels.log")"; fi
+  fi
+}
+
 # run_peers LOG ARGS...: bench/peers.py on the library just built, its log in $OUT/LOG
 run_peers() {
   local logf=$1
@@ -228,21 +250,7 @@ run_peers() {
 
 if want bench; then
   log "benchmark beside the peers"
-  # Optional peers come as carried wheels in .whl/ (FlashInfer) or staged
-  # ahead of the call (FlashAttention-4: docs/PERF.md says how); without
-  # them peers.py notes them as unavailable.
-  peer_path=""
-  # FlashAttention-4 is staged over several calls (scripts/stage-peers.sh).
-  st=0; bash scripts/stage-peers.sh unpack >"$OUT/peer-stage.log" 2>&1 || st=$?
-  case $st in
-    0) peer_path=/tmp/fc-peers ;;
-    1) echo "staged peers not used: $(tail -1 "$OUT/peer-stage.log")" ;;
-  esac
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-         --target /tmp/fc-peers .whl/*.whl >"$OUT/peer-wheels.log" 2>&1; then peer_path=/tmp/fc-peers
-    else echo "carried peer wheels failed to install: $(tail -1 "$OUT/peer-wheels.log")"; fi
-  fi
+  peers_setup
   args=()
   [ $quick = 1 ] && args+=(--quick)
   # One device call may last 600 s: without PEERS_MAX_S the benchmark's
@@ -288,6 +296,7 @@ if want bench || want_explicit bench-bwd; then
     result[bench-bwd]="skipped: ${used} s used of the 600 s call; run the bench-bwd stage in a second call"
   else
     log "backward beside the peers (cap ${cap} s)"
+    peers_setup
     bargs=(--bwd --budget-s 4 --min-repeats 6 --max-total-s "$cap")
     [ $quick = 1 ] && bargs+=(--quick)
     read -r -a extra <<< "${PEERS_BWD_EXTRA:-}"
