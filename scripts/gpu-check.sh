@@ -329,9 +329,10 @@ if want_explicit profile; then
   # ncu leaves the clocks alone (--clock-control none: the clocks stay as the benchmark runs them);
   # the raw page keeps every metric the sections collect, by name.
   result[profile]=ok
+  peers_setup
   for sh in ${PROFILE_SHAPES:-s2k-d128 s512-d64}; do
     log "ncu: one call per system, $sh"
-    if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" timeout 400 ncu --profile-from-start off \
+    if FLASHCORE_PEER_SITE="$peer_path" FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" timeout 400 ncu --profile-from-start off \
          --clock-control none --csv --page raw --section SpeedOfLight --section ComputeWorkloadAnalysis \
          --section WarpStateStats --section Occupancy \
          python3 bench/profile_peers.py --shapes "$sh" --systems "${PROFILE_SYSTEMS:-sm90,sm80,cudnn,fa2}" \
