@@ -87,6 +87,7 @@ double fz_load(const void *base, fc_dtype dt, int64_t idx)
 {
     const uint8_t *p = (const uint8_t *)base + idx * (int64_t)fz_dtype_size(dt);
     if (dt == FC_DTYPE_F32) { float f; memcpy(&f, p, 4); return f; }
+    if (dt == FC_DTYPE_F64) { double d; memcpy(&d, p, 8); return d; }
     uint16_t h;
     memcpy(&h, p, 2);
     return dt == FC_DTYPE_F16 ? kit_f16_to_f32(h) : kit_bf16_to_f32(h);
@@ -96,6 +97,7 @@ void fz_store(void *base, fc_dtype dt, int64_t idx, float v)
 {
     uint8_t *p = (uint8_t *)base + idx * (int64_t)fz_dtype_size(dt);
     if (dt == FC_DTYPE_F32) { memcpy(p, &v, 4); return; }
+    if (dt == FC_DTYPE_F64) { const double d = v; memcpy(p, &d, 8); return; }
     if (dt == FC_DTYPE_F16 || dt == FC_DTYPE_BF16) {
         uint16_t h = dt == FC_DTYPE_F16 ? kit_f32_to_f16(v) : kit_f32_to_bf16(v);
         memcpy(p, &h, 2);
@@ -106,19 +108,25 @@ void fz_store(void *base, fc_dtype dt, int64_t idx, float v)
     *p = (uint8_t)(u >> 24);
 }
 
+/* f64 elements (a corrupted dtype may name f64): a NaN with a payload the
+ * kit's patterns do not use. */
+#define FZ_POISON_F64 0x7FF8DEAD7FC0DEADull
+
 /* The kit's poison patterns, written through a small aligned buffer. */
 void fz_poison(void *base, fc_dtype dt, int64_t idx)
 {
     size_t es = fz_dtype_size(dt);
-    uint32_t w[1] = {0};
-    kit_poison(w, es, dt == FC_DTYPE_F32 || es != 2 ? FC_DTYPE_F32 : dt, NULL, 0);
+    uint64_t w[1] = {0};
+    if (es == 8) w[0] = FZ_POISON_F64;
+    else kit_poison(w, es, dt == FC_DTYPE_F32 || es != 2 ? FC_DTYPE_F32 : dt, NULL, 0);
     memcpy((uint8_t *)base + idx * (int64_t)es, w, es);
 }
 
 int fz_is_poison(const void *base, fc_dtype dt, int64_t idx)
 {
     size_t es = fz_dtype_size(dt);
-    uint32_t w[1] = {0};
+    uint64_t w[1] = {0};
     memcpy(w, (const uint8_t *)base + idx * (int64_t)es, es);
+    if (es == 8) return w[0] == FZ_POISON_F64;
     return kit_is_poison(w, dt == FC_DTYPE_F32 || es != 2 ? FC_DTYPE_F32 : dt, 0);
 }

@@ -59,6 +59,8 @@ void fz_scrub_inputs(fz_call *c, const int ok[FB_N])
     for (int i = 0; i < (c->bwd ? 6 : 3); i++) {
         if (!ok[inputs[i]] || c->off[inputs[i]] < 0) continue;
         const fc_tensor *t = fz_tensor_of(c, inputs[i]);
+        /* lse is placed in 4-byte units: another dtype (refused) is not read */
+        if (inputs[i] == FB_LSE && t->dtype != FC_DTYPE_F32) continue;
         int64_t *offs, n = fz_tensor_offsets(t, &offs);
         for (int64_t e = 0; e < n; e++)
             if (fz_is_poison(t->data, t->dtype, offs[e])) fz_store(t->data, t->dtype, offs[e], NAN);
