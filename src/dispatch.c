@@ -66,7 +66,7 @@ static const char *backend_name(fc_backend b)
 }
 
 /* Every pointer a call reads or writes, with its name, and whether it is
- * device memory (memory_space.h; all 0 in a build without CUDA). */
+ * device memory (memory_space.h). */
 typedef struct call_pointers {
     const void *ptr[FC_MAX_CALL_POINTERS];
     const char *name[FC_MAX_CALL_POINTERS];
@@ -101,8 +101,7 @@ static void locate_pointers(const fc_fwd_params *p, const fc_bwd_params *b, call
         add_pointer(c, b->dv, "dv");
         if (b->workspace) add_pointer(c, b->workspace, "workspace");
     }
-    memset(c->is_device, 0, sizeof c->is_device);
-    if (fc_cuda_compiled()) fc_cuda_device_pointers(c->ptr, c->n, c->is_device);
+    fc_cuda_device_pointers(c->ptr, c->n, c->is_device); /* all 0 without CUDA (cuda_stub.c) */
 }
 
 /* All pointers must live where the backend runs. Without the CUDA runtime
