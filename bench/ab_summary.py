@@ -4,14 +4,14 @@
     ab_summary.py A1.json [A2.json ...] -- B1.json [B2.json ...]
 
 Each JSON is one bench/peers.py pass. Per shape and side: sm90 over cuDNN and
-sm80 over FA2 (with --bwd: the backward, default and deterministic, over
-FA2's), each ratio taken within its pass (so the peers normalise the
+sm80 over FA2 (with --bwd the same for the backward, and each path's
+deterministic mode), each ratio taken within its pass (so the peers normalise the
 machine's state), then the median over the side's passes; B/A is the change.
 """
 import json, statistics, sys
 
 PAIRS = (("flashcore-sm90", "torch-cudnn", "sm90/cuDNN"), ("flashcore-sm80", "torch-flash(FA2)", "sm80/FA2"),
-         ("flashcore-cuda", "torch-flash(FA2)", "bwd/FA2"), ("flashcore-cuda-det", "torch-flash(FA2)", "det/FA2"))
+         ("flashcore-sm90-det", "torch-cudnn", "sm90det/cuDNN"), ("flashcore-sm80-det", "torch-flash(FA2)", "det/FA2"))
 
 
 def ratios(path):

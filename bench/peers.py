@@ -26,7 +26,8 @@ shape) and peers.png (bar chart).
 
 --bwd times the backward instead, into peers-bwd.{json,md,png} (rows carry
 "pass": "bwd", as `flashcore bench --bwd` writes them): FlashCore's
-flashcore.attention_backward (deterministic 0, and 1 as flashcore-cuda-det)
+flashcore.attention_backward on each CUDA path (flashcore-sm90, -sm80;
+deterministic 1 as flashcore-sm90-det, -sm80-det)
 on the out and lse of its own forward, and SDPA's cuDNN and flash (FA2)
 backwards through torch.autograd.grad on a forward kept from outside the
 timing. The shapes: the forward's prefill shapes and gqa-train. Each
@@ -124,7 +125,7 @@ BWD_GATES = {"f32": 2e-5, "f16": 6.45e-4, "bf16": 5.13e-3}
 # recomputed, dV, dP, dQ, dK) against two (kit_flops_backward).
 BWD_FLOP_FACTOR = 2.5
 
-SYSTEM_ORDER = ["flashcore-sm90", "flashcore-sm80", "flashcore-cuda", "flashcore-cuda-det", "torch-cudnn",
+SYSTEM_ORDER = ["flashcore-sm90", "flashcore-sm80", "flashcore-sm90-det", "flashcore-sm80-det", "torch-cudnn",
                 "torch-flash(FA2)", "torch-efficient", "torch-flex(Triton)", "fa4", "flashinfer", "torch-math"]
 
 
@@ -471,8 +472,8 @@ class FlashCoreBwd(FlashCore):
     not, on the out and lse of its own forward, computed once per input set
     before any timing; dq, dk, dv are preallocated per set."""
 
-    def __init__(self, deterministic=False, backend="cuda"):
-        super().__init__(0, backend)
+    def __init__(self, path, deterministic=False, backend="cuda"):
+        super().__init__(path, backend)
         self.det = deterministic
         self.name += "-det" if deterministic else ""
 
@@ -489,6 +490,7 @@ class FlashCoreBwd(FlashCore):
         if not ok:
             raise SkipSystem("unsupported (forward): " + why)
         saved = [fc.attention(*inputs.bshd[i], return_lse=True, **kw) for i in range(inputs.n_sets)]
+        kw["cuda_path"] = self.path or None  # the backward's kernel family
         grads = [tuple(torch.empty_like(t) for t in inputs.bshd[i]) for i in range(inputs.n_sets)]
 
         def call(fn, i):
@@ -675,7 +677,8 @@ def select_systems(systems, selected):
 
 
 def make_bwd_systems(selected):
-    return select_systems([FlashCoreBwd(), FlashCoreBwd(deterministic=True), TorchSDPABwd("torch-cudnn"),
+    return select_systems([FlashCoreBwd(90), FlashCoreBwd(90, deterministic=True), FlashCoreBwd(80),
+                           FlashCoreBwd(80, deterministic=True), TorchSDPABwd("torch-cudnn"),
                            TorchSDPABwd("torch-flash(FA2)"), FA4Bwd()], selected)
 
 
@@ -1212,7 +1215,7 @@ def fake_rows(shapes, systems, bwd):
                 tf = 50.0 + 40.0 * ((i * 7 + j * 3) % 11)
                 r.update(p50_us=pass_flops(sh, bwd) / tf / 1e6, tflops=tf, rel_err=1e-3 * (1 + j % 3),
                          gate=GATES[sh.dtype], check="ok", iters=10, calls_per_replay=20, input_sets=1)
-                if s in ("flashcore-sm80", "flashcore-cuda-det") and i == 1:
+                if s in ("flashcore-sm80", "flashcore-sm80-det") and i == 1:
                     r.update(check="FAIL", rel_err=0.5)
             rows.append(r)
     return rows

@@ -75,6 +75,13 @@ fc_status fc_sm80_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev, co
     return FC_ERR_UNSUPPORTED;
 }
 
+fc_status fc_sm90_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                           fc_cuda_choice *choice, char *why, size_t why_len)
+{
+    snprintf(why, why_len, "%s", k_no_cuda);
+    return FC_ERR_UNSUPPORTED;
+}
+
 fc_status fc_cuda_backward(const fc_bwd_params *p, const fc_cuda_choice *choice,
                            const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
 {

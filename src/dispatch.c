@@ -203,21 +203,32 @@ static void name_cuda_plan(char name[96], const char *kernel, int splits, int ta
     memcpy(name + nk, suffix, ns + 1);
 }
 
-/* The backward on CUDA: the sm80-class kernels (they run on sm_90 too; the
- * Hopper backward is not built yet, so a forced path 90 is unsupported). */
+/* The backward on CUDA: the Hopper kernels on an sm_90 device where they
+ * take the call (cuda path 0 or 90), else the sm80-class ones (path 0 or
+ * 80), as the forward chooses (select_cuda). */
 static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, fc_plan *plan)
 {
-    if (ctx->cuda_path == 90)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "the Hopper (sm90) path has no backward yet: use cuda path 0 (auto) or 80");
+    const fc_cuda_device *dev = &plan->dev;
+    const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
+    const int try90 = ctx->cuda_path == 90 || (ctx->cuda_path == 0 && hopper);
+    const int try80 = ctx->cuda_path != 90;
+    char why90[FC_ERRMSG_LEN], why80[FC_ERRMSG_LEN];
+    why90[0] = why80[0] = 0;
     fc_cuda_choice *ch = &plan->cuda;
     memset(ch, 0, sizeof *ch);
-    char why[FC_ERRMSG_LEN] = "";
-    fc_status st = fc_sm80_bwd_plan(b, &plan->dev, &ctx->tuning, ch, why, sizeof why);
-    if (st) return fc_set_error(ctx, st, "%s", why);
-    ch->path = FC_CUDA_PATH_SM80;
+    fc_status st = FC_ERR_UNSUPPORTED;
+    if (try90) st = fc_sm90_bwd_plan(b, dev, &ctx->tuning, ch, why90, sizeof why90);
+    if (st != FC_OK && try80) {
+        memset(ch, 0, sizeof *ch);
+        st = fc_sm80_bwd_plan(b, dev, &ctx->tuning, ch, why80, sizeof why80);
+    }
+    if (st != FC_OK) {
+        if (st != FC_ERR_UNSUPPORTED) return fc_set_error(ctx, st, "%s", why80[0] ? why80 : why90);
+        if (try90 && try80) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s; %s", why90, why80);
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", try90 ? why90 : why80);
+    }
     ch->num_splits = 1;
-    ch->pdl = plan->dev.cc_major >= 9 && ctx->tuning.pdl != 0; /* as the forward (select_cuda) */
+    ch->pdl = dev->cc_major >= 9 && ctx->tuning.pdl != 0; /* as the forward (select_cuda) */
     if (b->workspace && b->workspace_bytes < ch->workspace_bytes)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "workspace_bytes %lld is too small: this call needs %lld (see "

@@ -191,6 +191,15 @@ fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
  * (the scratch the run needs, from p's shapes and p->deterministic). */
 fc_status fc_sm80_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
                            fc_cuda_choice *choice, char *why, size_t why_len);
+/* Backward planner of the Hopper path (sm90/bwd_plan.cu; an sm_90 device):
+ * as fc_sm80_bwd_plan. Without FC_HAVE_SM90 a stub answering
+ * FC_ERR_UNSUPPORTED. */
+fc_status fc_sm90_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                           fc_cuda_choice *choice, char *why, size_t why_len);
+/* The Hopper backward's path launcher (sm90/bwd_plan.cu), as
+ * fc_sm80_backward. */
+fc_status fc_sm90_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
+                           void *workspace, void *stream, char *err, size_t err_len);
 /* The sm80-class backward's path launcher (sm80/bwd_plan.cu): preprocess,
  * main and convert kernels of the planned row, with `workspace` (at least
  * choice->workspace_bytes, 256-byte aligned). */

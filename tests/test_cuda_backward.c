@@ -18,7 +18,11 @@
  * modes walk the query blocks in different orders, so dk and dv repeat
  * within a mode, not across).
  *
- * Usage: test_cuda_backward [--quick] [--cases N] [--seed S] [--head-dim D] [--verbose]
+ * Every case runs on each CUDA kernel family (fc_context_set_cuda_path 80,
+ * and 90 on an sm_90 device), the reference computed once.
+ *
+ * Usage: test_cuda_backward [--quick] [--cases N] [--seed S] [--path 80|90] [--head-dim D] [--verbose]
+ *   --path P   only that kernel family (default: 80, and 90 on sm_90)
  *   --quick    a few small cases of every kernel (dtype x head_dim x {plain,
  *              causal+varlen, window+softcap+padded, GQA BHSD}) -- the run
  *              to put under compute-sanitizer
@@ -50,6 +54,7 @@ int main(void)
 #else
 
 static int g_verbose, g_only_dim;
+static int g_paths[2] = {80, 90}, g_npaths = 2;
 
 /* ---- device buffers ------------------------------------------------------------ */
 
@@ -165,8 +170,10 @@ static void describe(const kit_shape *s, char *buf, size_t len)
 }
 
 /* Head dims the sm80-class backward covers; any other is an expected
- * UNSUPPORTED (counted as a skip, with its message). */
-static int bwd_supports(int d) { return d == 32 || d == 64 || d == 96 || d == 128; }
+ * UNSUPPORTED (counted as a skip, with its message). On the Hopper path
+ * any UNSUPPORTED is a skip (head dims 64, 96, 128 and TMA-able layouts;
+ * the skip lines say which). */
+static int bwd_supports(int path, int d) { return path == 80 && (d == 32 || d == 64 || d == 96 || d == 128); }
 
 /* Which gradients of two runs differ bitwise: bit i for gradient i. */
 static int differs(const kit_bwd_case *b, void *const x[3], void *const y[3])
@@ -210,7 +217,7 @@ static void bufs_free(bufs *h)
 }
 
 /* A, B, C on the device; the verdict. */
-static void judge(fc_context *ctx, const char *tag, const char *desc, const kit_bwd_case *b, dev_bwd *d,
+static void judge(fc_context *ctx, int path, const char *tag, const char *desc, const kit_bwd_case *b, dev_bwd *d,
                   bufs *h, cudaStream_t stream)
 {
     char err[600], line[2400], ma[500], mb[500];
@@ -219,16 +226,16 @@ static void judge(fc_context *ctx, const char *tag, const char *desc, const kit_
     fc_status st = fc_attention_backward_supported(ctx, &d->args, &sup);
     if (st == FC_OK) st = dev_run(ctx, b, d, stream, 0, 0, h->a, &info, err, sizeof err);
     else snprintf(err, sizeof err, "%s: %s", fc_status_string(st), fc_last_error(ctx));
-    if (st == FC_ERR_UNSUPPORTED && !bwd_supports(b->c.s.head_dim)) {
+    if (st == FC_ERR_UNSUPPORTED && !bwd_supports(path, b->c.s.head_dim)) {
         char why[200];
-        snprintf(why, sizeof why, "%.190s", fc_last_error(ctx));
+        snprintf(why, sizeof why, "path %d: %.180s", path, fc_last_error(ctx));
         tu_note_skip(why);
-        if (g_verbose) printf("SKIP %s %s: %s\n", tag, desc, err);
+        if (g_verbose) printf("SKIP %s path%d %s: %s\n", tag, path, desc, err);
         return;
     }
     if (st != FC_OK) {
         g_fail++;
-        printf("FAIL %s %s: %s\n", tag, desc, err);
+        printf("FAIL %s path%d %s: %s\n", tag, path, desc, err);
         if (st == FC_ERR_CUDA && cudaDeviceSynchronize() != cudaSuccess) {
             printf("sticky CUDA error after this case: %s\n", cudaGetErrorString(cudaGetLastError()));
             exit(test_summary());
@@ -258,7 +265,7 @@ static void judge(fc_context *ctx, const char *tag, const char *desc, const kit_
     char nbc[16], naa[16];
     grad_names(bc, nbc, sizeof nbc);
     grad_names(aa, naa, sizeof naa);
-    snprintf(line, sizeof line, "%s %s [%s ws %lld] | A %s | B(det) %s | B=C %s | A=A' %s%s%s", tag, desc,
+    snprintf(line, sizeof line, "%s path%d %s [%s ws %lld] | A %s | B(det) %s | B=C %s | A=A' %s%s%s", tag, path, desc,
              info.name, (long long)sup.workspace_bytes, ma, mb, bc ? nbc : "yes", aa ? naa : "yes",
              sa2 != FC_OK || sb != FC_OK || sc != FC_OK ? " | " : "",
              sa2 != FC_OK || sb != FC_OK || sc != FC_OK ? err : "");
@@ -293,7 +300,12 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         g_fail++;
         printf("FAIL %s %s: %s\n", tag, desc, err);
     } else {
-        judge(ctx, tag, desc, &b, &d, &h, stream);
+        for (int pi = 0; pi < g_npaths; pi++) {
+            fc_context_set_cuda_path(ctx, g_paths[pi]);
+            d.args.deterministic = 0; /* judge leaves it 1 */
+            judge(ctx, g_paths[pi], tag, desc, &b, &d, &h, stream);
+        }
+        fc_context_set_cuda_path(ctx, 0);
     }
     dev_free(&d);
     bufs_free(&h);
@@ -487,12 +499,12 @@ static void quick_cases(runner *r)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: test_cuda_backward [--quick] [--cases N] [--seed S] [--head-dim D] [--verbose]\n");
+    fprintf(stderr, "usage: test_cuda_backward [--quick] [--cases N] [--seed S] [--path 80|90] [--head-dim D] [--verbose]\n");
 }
 
 int main(int argc, char **argv)
 {
-    int quick = 0, ncases = 300;
+    int quick = 0, ncases = 300, path = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -500,6 +512,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) ncases = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc) g_only_dim = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--path") && i + 1 < argc) path = atoi(argv[++i]);
         else { usage(); return 2; }
     }
     fc_context *ctx = NULL;
@@ -513,6 +526,20 @@ int main(int argc, char **argv)
         return 77;
     }
 
+    if (path != 0 && path != 80 && path != 90) {
+        usage();
+        fc_context_free(ctx);
+        return 2;
+    }
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        fc_context_free(ctx);
+        return test_give_up("FAIL reading the device's compute capability");
+    }
+    if (path) g_paths[0] = path, g_npaths = 1;
+    else g_npaths = major == 9 && minor == 0 ? 2 : 1;
     runner r;
     memset(&r, 0, sizeof r);
     r.ctx = ctx;

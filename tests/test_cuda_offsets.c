@@ -177,9 +177,7 @@ static void run_all(fc_context *ctx, const where *w, int n, int device, uploader
                 snprintf(what, sizeof what, "%s, %d key tokens, %s offsets", bwd ? "backward" : "forward",
                          key_tokens[kt], bad == 0 ? "valid" : bad == 1 ? "bad q" : "bad k");
                 for (int i = 0; i < n; i++) {
-                    /* the Hopper path has no backward: valid offsets there are UNSUPPORTED */
-                    const int no_bwd = bwd && w[i].cuda_path == 90;
-                    const fc_status want = bad ? FC_ERR_INVALID_ARGUMENT : no_bwd ? FC_ERR_UNSUPPORTED : FC_OK;
+                    const fc_status want = bad ? FC_ERR_INVALID_ARGUMENT : FC_OK;
                     ask(ctx, &w[i], &h, bwd, device, want, bad == 1 ? "cu_seqlens_q" : "cu_seqlens_k", what);
                     if (want == FC_OK && bwd && key_tokens[kt] > 0) zero_grads(&h, &b, device, what);
                 }

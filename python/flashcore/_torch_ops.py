@@ -65,7 +65,7 @@ def _fwd_fake(q, k, v, *opts):
                                 " -> (Tensor, Tensor, Tensor)" % _OPTIONS)
 def _bwd(dout, q, k, v, out, lse, *opts):
     o = Options(*opts)
-    # cuda_path is the forward's: the one CUDA backward runs on every device.
+    # cuda_path is the forward's: the backward picks its own kernel family.
     return _backward.attention_backward(dout, q, k, v, out, lse, deterministic=o.deterministic,
                                         **_common(o))
 

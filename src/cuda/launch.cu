@@ -2,7 +2,7 @@
  * launch.cu -- the CUDA layer's entry for running a planned kernel choice:
  *   fc_cuda_forward                 split-KV workspace + path launcher + combine
  *   fc_cuda_backward                workspace (the caller's or stream-ordered) + the
- *                                   sm80-class backward
+ *                                   planned path's backward
  *   fc_cuda_tile_shape              block_m/block_n of a choice, either path
  *   fc_cuda_split_workspace_bytes   the one place the workspace size is computed
  * and, when the Hopper path is not compiled in (FC_HAVE_SM90 == 0), its stubs.
@@ -103,7 +103,7 @@ fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const f
 }
 
 /* The backward: the caller's workspace or one of the library's, then the
- * sm80-class path (the only backward). */
+ * planned path's kernels. */
 fc_status run_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
                        void *stream, char *err, size_t err_len)
 {
@@ -113,7 +113,9 @@ fc_status run_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, con
         if (st != FC_OK) return st;
         ws = own;
     }
-    const fc_status st = fc_sm80_backward(p, choice, dev, ws, stream, err, err_len);
+    const fc_status st = choice->path == FC_CUDA_PATH_SM90
+                             ? fc_sm90_backward(p, choice, dev, ws, stream, err, err_len)
+                             : fc_sm80_backward(p, choice, dev, ws, stream, err, err_len);
     return ws_free(own, stream, st, err, err_len);
 }
 
@@ -168,5 +170,20 @@ extern "C" void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
 {
     *block_m = 1;
     *block_n = 1;
+}
+
+extern "C" fc_status fc_sm90_bwd_plan(const fc_bwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                                      fc_cuda_choice *choice, char *why, size_t why_len)
+{
+    snprintf(why, why_len, "%s", k_no_sm90);
+    return FC_ERR_UNSUPPORTED;
+}
+
+extern "C" fc_status fc_sm90_backward(const fc_bwd_params *p, const fc_cuda_choice *choice,
+                                      const fc_cuda_device *dev, void *workspace, void *stream, char *err,
+                                      size_t err_len)
+{
+    snprintf(err, err_len, "%s", k_no_sm90);
+    return FC_ERR_UNSUPPORTED;
 }
 #endif

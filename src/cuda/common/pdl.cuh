@@ -40,7 +40,7 @@ __device__ __forceinline__ void fc_grid_dep_sync()
 /* Launch kern<<<grid, threads, smem, stream>>>(args...), as a programmatic
  * dependent of the previous kernel when pdl. Returns the launch error. */
 template <typename... Params, typename... Args>
-static cudaError_t fc_launch(void (*kern)(Params...), unsigned grid, unsigned threads, size_t smem,
+static cudaError_t fc_launch(void (*kern)(Params...), dim3 grid, unsigned threads, size_t smem,
                              cudaStream_t stream, bool pdl, Args &&...args)
 {
     if (!pdl) {
@@ -51,7 +51,7 @@ static cudaError_t fc_launch(void (*kern)(Params...), unsigned grid, unsigned th
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
+    cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;

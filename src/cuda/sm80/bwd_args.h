@@ -20,27 +20,35 @@ extern "C" {
 
 /* Workspace rows: one per query token (dense: batch * seqlen_q; varlen:
  * total_q). Regions, each 256-byte aligned, in this order:
- *   dq_accum  [rows][heads_q][head_dim] fp32: dQ / scale, summed by atomics
+ *   dq_accum  [rows][heads_q][head_dim] fp32: dQ / scale, summed by atomics;
+ *             or, with dq_chunk > 0 (the Hopper path), [heads_q][dq_rows]
+ *             [head_dim] in chunks of dq_chunk rows, each sequence's first
+ *             row at a multiple of dq_chunk (sm90/bwd_dq.cuh has the order
+ *             inside a chunk)
  *   dsum      [heads_q][rows] fp32: D = rowsum(dO * O)
  *   lse2      [heads_q][rows] fp32: lse * log2(e); -inf (no visible key) -> +inf
  *   sems      [batch][heads_q][m_blocks] int32 (deterministic only): how many
  *             key blocks have added into each query block's dQ so far */
 typedef struct fc_sm80_bwd_ws {
     int64_t rows;
+    int64_t dq_rows;                              /* dq_accum's rows          */
     int64_t dq_off, dsum_off, lse2_off, sems_off; /* byte offsets            */
     int64_t n_sems;
     int64_t bytes;                                /* the total                */
 } fc_sm80_bwd_ws;
 
-/* The layout for p with query blocks of block_m rows: the one place the
- * workspace size is computed (planner and launcher). */
-fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m);
+/* The layout for p with query blocks of block_m rows and dq_accum chunked
+ * by dq_chunk rows (0: not): the one place the workspace size is computed
+ * (planners and launchers of both paths). */
+fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m, int dq_chunk);
 
 typedef struct fc_sm80_bwd_args {
     fc_bwd_params p;
     float *dq_accum, *dsum, *lse2; /* the workspace regions above           */
     int32_t *sems;                 /* NULL unless deterministic              */
     int64_t rows;                  /* workspace rows                         */
+    int64_t dq_rows;               /* dq_accum's rows (fc_sm80_bwd_ws)       */
+    int32_t dq_chunk;              /* its chunk rows, 0: the row layout       */
     int64_t n_sems;
     /* exp2 argument of P: s * sl2 - lse2, with s the raw q.k (sl2 =
      * scale*log2 e) or, softcap on, tanh(q.k * softcap_in) (sl2 =
@@ -58,6 +66,19 @@ typedef struct fc_sm80_bwd_args {
     int32_t key_major;
     int32_t pdl;      /* host only: programmatic dependent launches         */
 } fc_sm80_bwd_args;
+
+/* The checks every CUDA backward shares (sm80/bwd_plan.cu): f16/bf16 and
+ * fc_sm80_common_checks with out, dout, dq, dk, dv moved in 16-byte chunks
+ * (the preprocess and convert kernels both paths run); *cls the device's
+ * sm80 architecture class. FC_OK or FC_ERR_UNSUPPORTED and why. */
+fc_status fc_sm80_bwd_common(const fc_bwd_params *b, const fc_cuda_device *dev, int *cls, char *why,
+                             size_t why_len);
+
+/* Fill the argument block for b with query blocks of block_m rows, key
+ * blocks of block_n and dq_accum chunked by dq_chunk rows (the workspace
+ * carved as fc_sm80_bwd_workspace says). */
+void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int block_n, int dq_chunk, void *workspace,
+                           int pdl, fc_sm80_bwd_args *a);
 
 /* One launcher per (dtype, head_dim) translation unit: preprocess, main
  * and convert kernels of backward row `config` on `stream`. Checks every

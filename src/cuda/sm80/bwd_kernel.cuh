@@ -3,7 +3,8 @@
  * (mma.sync + ldmatrix + cp.async; sm_80, 86, 89 and 90), FlashAttention-2
  * style. The pieces, by role:
  *   bwd_tiles.cuh       the table          bwd_shape.cuh   Shape, smem
- *   bwd_ranges.h        visited blocks     bwd_loads.cuh   CTA coords, loads
+ *   bwd_ranges.h        visited blocks     bwd_coords.cuh  CTA coords
+ *   bwd_loads.cuh       loads
  *   bwd_mainloop.cuh    one query block    bwd_scores.cuh  P, dS
  *   bwd_dq.cuh          dQ GEMM and adds   bwd_preprocess.cuh, bwd_convert.cuh
  *
@@ -11,7 +12,7 @@
  * (each warp a keys x head-dim tile, bwd_shape.cuh) while it walks, for
  * each query head of its GQA group, the query blocks that see its keys
  * (bwd_ranges.h), with the next block's Q, dO, lse2 and D loading into the
- * other buffer. The grid is 1-D, in the order bwd_coords (bwd_loads.cuh)
+ * other buffer. The grid is 1-D, in the order bwd_coords (bwd_coords.cuh)
  * gives: key blocks innermost, or outermost for causal-like bands.
  *
  * Deterministic mode: a query block's dQ takes its adds in key-block

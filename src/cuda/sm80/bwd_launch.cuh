@@ -27,14 +27,6 @@
 namespace fc {
 namespace sm80 {
 
-/* Blocks of a grid-stride pass over `work` threads' worth of items: enough
- * to fill any device many times over, never more than the work. */
-inline unsigned aux_grid(int64_t work)
-{
-    const int64_t blocks = (work + kBwdAuxThreads - 1) / kBwdAuxThreads;
-    return (unsigned)std::min<int64_t>(blocks, 8192);
-}
-
 /* The main kernel of one mode (kDet: deterministic), its smem limit raised
  * once per process and device. */
 template <bool kBF16, bool kDet, int HD, int BM, int BN, int W, int CTAS, int KW, int QW, bool SM90_ONLY>

@@ -1,8 +1,7 @@
 /*
- * bwd_loads.cuh -- where a backward CTA works (BwdCoords: its key block,
- * batch and KV head, the sequence's lengths and offsets) and its global ->
- * shared loads, all cp.async: the K and V tiles once, and per query block
- * the Q and dO tiles with their rows' lse2 and D.
+ * bwd_loads.cuh -- a backward CTA's global -> shared loads (its place:
+ * bwd_coords.cuh), all cp.async: the K and V tiles once, and per query
+ * block the Q and dO tiles with their rows' lse2 and D.
  *
  * A tile of R rows x HD columns is walked in the forward's storage order
  * (layout.cuh: unit_row, unit_chunk, unit_smem_offset), 8 threads per 128
@@ -16,61 +15,12 @@
 
 #include "cuda/common/sm80_ptx.cuh"
 #include "cuda/sm80/bwd_args.h"
+#include "cuda/sm80/bwd_coords.cuh"
 #include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm80/bwd_shape.cuh"
 
 namespace fc {
 namespace sm80 {
-
-struct BwdCoords {
-    int n;            /* key block                                        */
-    int b, h_kv;      /* sequence and KV head                             */
-    int sq, sk;       /* this sequence's lengths                          */
-    int64_t q_start;  /* varlen: first token of the sequence (else 0)     */
-    int64_t k_start;
-    int64_t bq, bk;   /* batch index for the batch strides (0 for varlen) */
-    int64_t row0;     /* workspace row of the sequence's query 0          */
-};
-
-/* blockIdx.x = (batch * heads_kv + KV head) * n_blocks + key block, so
- * that the CTAs sharing a head's Q and dO run together; or, a.key_major
- * (causal-like bands, where key block n's work falls with n), key block *
- * batch * heads_kv + (batch * heads_kv + KV head), so that the longest
- * CTAs start first and no long one waits for a slot at the end. Either
- * way a lower key block of the same (batch, KV head) has a lower index:
- * the deterministic mode's waits need that (bwd_kernel.cuh). Read through
- * the volatile %ctaid.x: the loop recomputes the coordinates where it
- * needs them instead of holding them in registers across the GEMMs. */
-__device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
-{
-    const fc_fwd_params &f = a.p.f;
-    BwdCoords c;
-    const int bid = ptx::ctaid_x();
-    int bh, nb;
-    if (a.key_major) {
-        nb = fc_fastdiv_div(bid, a.bh);
-        bh = bid - nb * a.bh.d;
-    } else {
-        bh = fc_fastdiv_div(bid, a.n_blocks);
-        nb = bid - bh * a.n_blocks.d;
-    }
-    c.n = nb;
-    c.b = fc_fastdiv_div(bh, a.heads_kv);
-    c.h_kv = bh - c.b * f.heads_kv;
-    c.sq = f.seqlen_q;
-    c.sk = f.seqlen_k;
-    c.q_start = c.k_start = 0;
-    if (f.cu_seqlens_q) {
-        c.q_start = f.cu_seqlens_q[c.b];
-        c.sq = f.cu_seqlens_q[c.b + 1] - (int)c.q_start;
-        c.k_start = f.cu_seqlens_k[c.b];
-        c.sk = f.cu_seqlens_k[c.b + 1] - (int)c.k_start;
-    }
-    c.bq = f.cu_seqlens_q ? 0 : c.b;
-    c.bk = f.cu_seqlens_k ? 0 : c.b;
-    c.row0 = f.cu_seqlens_q ? c.q_start : (int64_t)c.b * f.seqlen_q;
-    return c;
-}
 
 /* cp.async of a tile of ROWS rows x HD columns (16-bit) whose row r starts
  * at g + r * row_stride; rows r >= valid are zero-filled (read from base,

@@ -2,7 +2,11 @@
  * bwd_plan.cu -- the sm80-class backward's planner and path launcher:
  *   fc_sm80_bwd_plan       can this path run p on dev, with which backward
  *                          tile row, and how much workspace it needs
+ *   fc_sm80_bwd_common     the checks every CUDA backward shares (the
+ *                          Hopper planner runs them too: it uses this
+ *                          path's preprocess and convert kernels)
  *   fc_sm80_bwd_workspace  the workspace layout (the one place it is sized)
+ *   fc_sm80_bwd_fill_args  the kernels' argument block (both paths)
  *   fc_sm80_backward       fill the kernels' args and launch the row's
  *                          (dtype, head_dim) unit (fc_cuda_backward,
  *                          launch.cu, provides the workspace)
@@ -45,15 +49,20 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 } /* namespace */
 
-extern "C" fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m)
+extern "C" fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m, int dq_chunk)
 {
     const fc_fwd_params *f = &p->f;
     fc_sm80_bwd_ws w;
     memset(&w, 0, sizeof w);
     w.rows = f->cu_seqlens_q ? f->total_q : (int64_t)f->batch * f->seqlen_q;
+    /* chunked: each sequence's rows start at a multiple of dq_chunk, at most
+     * dq_chunk rows after its token offset plus dq_chunk per earlier sequence */
+    w.dq_rows = dq_chunk == 0 ? w.rows
+                : f->cu_seqlens_q ? f->total_q + (int64_t)(f->batch + 1) * dq_chunk
+                                  : (int64_t)f->batch * ceil_div(f->seqlen_q, dq_chunk) * dq_chunk;
     const int64_t per_head = w.rows * (int64_t)sizeof(float);
     w.dq_off = 0;
-    w.dsum_off = round256(w.rows * f->heads_q * f->head_dim * (int64_t)sizeof(float));
+    w.dsum_off = round256(w.dq_rows * f->heads_q * f->head_dim * (int64_t)sizeof(float));
     w.lse2_off = w.dsum_off + round256(f->heads_q * per_head);
     w.sems_off = w.lse2_off + round256(f->heads_q * per_head);
     w.n_sems = p->deterministic ? (int64_t)f->batch * f->heads_q * ceil_div(f->seqlen_q, block_m) : 0;
@@ -61,18 +70,12 @@ extern "C" fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int bloc
     return w;
 }
 
-extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_device *dev, const fc_tuning *tune,
-                                      fc_cuda_choice *choice, char *why, size_t why_len)
+extern "C" fc_status fc_sm80_bwd_common(const fc_bwd_params *b, const fc_cuda_device *dev, int *cls, char *why,
+                                       size_t why_len)
 {
-    (void)tune; /* no backward tuning hook yet */
     const fc_fwd_params *p = &b->f;
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
-        snprintf(why, why_len, "dtype %d is not supported by the sm80 backward: supported f16, bf16", (int)p->dtype);
-        return FC_ERR_UNSUPPORTED;
-    }
-    const int hd = p->head_dim;
-    if (hd != 32 && hd != 64 && hd != 96 && hd != 128) {
-        snprintf(why, why_len, "head_dim %d is not supported by the sm80 backward: supported 32, 64, 96, 128", hd);
+        snprintf(why, why_len, "dtype %d is not supported by the CUDA backward: supported f16, bf16", (int)p->dtype);
         return FC_ERR_UNSUPPORTED;
     }
     const fc_sm80_tensor_ref grads[5] = {
@@ -81,8 +84,21 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
         {"dq", b->dq, b->dq_batch_stride, b->dq_row_stride, b->dq_head_stride},
         {"dk", b->dk, b->dk_batch_stride, b->dk_row_stride, b->dk_head_stride},
         {"dv", b->dv, b->dv_batch_stride, b->dv_row_stride, b->dv_head_stride}};
+    return fc_sm80_common_checks(p, dev, grads, 5, cls, why, why_len);
+}
+
+extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_device *dev, const fc_tuning *tune,
+                                      fc_cuda_choice *choice, char *why, size_t why_len)
+{
+    (void)tune; /* no backward tuning hook yet */
+    const fc_fwd_params *p = &b->f;
+    const int hd = p->head_dim;
+    if (hd != 32 && hd != 64 && hd != 96 && hd != 128) {
+        snprintf(why, why_len, "head_dim %d is not supported by the sm80 backward: supported 32, 64, 96, 128", hd);
+        return FC_ERR_UNSUPPORTED;
+    }
     int cls = -1;
-    const fc_status st = fc_sm80_common_checks(p, dev, grads, 5, &cls, why, why_len);
+    const fc_status st = fc_sm80_bwd_common(b, dev, &cls, why, why_len);
     if (st != FC_OK) return st;
     const int cfg = pick_bwd_tile(cls, hd, dev);
     if (cfg < 0) {
@@ -101,10 +117,50 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     choice->path = FC_CUDA_PATH_SM80;
     choice->config = cfg;
     choice->num_splits = 1;
-    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m).bytes;
+    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, 0).bytes;
     snprintf(choice->name, sizeof choice->name, "sm80_bwd_%s_d%d_m%dn%d%s",
              p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", hd, t.block_m, t.block_n, b->deterministic ? "_det" : "");
     return FC_OK;
+}
+
+extern "C" void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int block_n, int dq_chunk,
+                                      void *workspace, int pdl, fc_sm80_bwd_args *a)
+{
+    const fc_fwd_params *p = &b->f;
+    const fc_sm80_bwd_ws w = fc_sm80_bwd_workspace(b, block_m, dq_chunk);
+    memset(a, 0, sizeof *a);
+    a->p = *b;
+    unsigned char *ws = (unsigned char *)workspace;
+    if (w.bytes > 0) {
+        a->dq_accum = (float *)(ws + w.dq_off);
+        a->dsum = (float *)(ws + w.dsum_off);
+        a->lse2 = (float *)(ws + w.lse2_off);
+        a->sems = w.n_sems > 0 ? (int32_t *)(ws + w.sems_off) : nullptr;
+    }
+    a->rows = w.rows;
+    a->dq_rows = w.dq_rows;
+    a->dq_chunk = dq_chunk;
+    a->n_sems = w.n_sems;
+    const float log2e = 1.4426950408889634f;
+    if (p->softcap != 0.f) { /* as the forward (plan.cu, fc_sm80_forward) */
+        const float cap = std::fabs(p->softcap);
+        a->sl2 = cap * log2e;
+        a->softcap_in = p->scale / cap;
+    } else {
+        a->sl2 = p->scale * log2e;
+        a->softcap_in = 0.f;
+    }
+    a->scale = p->scale;
+    a->m_blocks = (int32_t)ceil_div(p->seqlen_q, block_m);
+    a->group = p->heads_q / p->heads_kv;
+    a->n_blocks = fc_fastdiv_make((int32_t)ceil_div(p->seqlen_k, block_n));
+    a->heads_kv = fc_fastdiv_make(p->heads_kv);
+    /* exact whenever the grid is launched (batch * heads_kv <= grid <= INT_MAX) */
+    a->bh = fc_fastdiv_make((int32_t)std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX));
+    /* Causal-like bands: key block n's query range shrinks with n, so the
+     * longest CTAs go first (bwd_coords). */
+    a->key_major = p->window_right >= 0 && p->window_left < 0;
+    a->pdl = pdl;
 }
 
 extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choice *choice,
@@ -118,43 +174,13 @@ extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choi
         return FC_ERR_INTERNAL;
     }
     const BwdTile &t = kBwdTiles[choice->config];
-    const fc_sm80_bwd_ws w = fc_sm80_bwd_workspace(b, t.block_m);
+    const fc_sm80_bwd_ws w = fc_sm80_bwd_workspace(b, t.block_m, 0);
     if (w.bytes > 0 && !workspace) {
         snprintf(err, err_len, "internal: sm80 backward without its %lld-byte workspace", (long long)w.bytes);
         return FC_ERR_INTERNAL;
     }
     fc_sm80_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.p = *b;
-    unsigned char *ws = (unsigned char *)workspace;
-    if (w.bytes > 0) {
-        a.dq_accum = (float *)(ws + w.dq_off);
-        a.dsum = (float *)(ws + w.dsum_off);
-        a.lse2 = (float *)(ws + w.lse2_off);
-        a.sems = w.n_sems > 0 ? (int32_t *)(ws + w.sems_off) : nullptr;
-    }
-    a.rows = w.rows;
-    a.n_sems = w.n_sems;
-    const float log2e = 1.4426950408889634f;
-    if (p->softcap != 0.f) { /* as the forward (plan.cu, fc_sm80_forward) */
-        const float cap = std::fabs(p->softcap);
-        a.sl2 = cap * log2e;
-        a.softcap_in = p->scale / cap;
-    } else {
-        a.sl2 = p->scale * log2e;
-        a.softcap_in = 0.f;
-    }
-    a.scale = p->scale;
-    a.m_blocks = (int32_t)ceil_div(p->seqlen_q, t.block_m);
-    a.group = p->heads_q / p->heads_kv;
-    a.n_blocks = fc_fastdiv_make((int32_t)ceil_div(p->seqlen_k, t.block_n));
-    a.heads_kv = fc_fastdiv_make(p->heads_kv);
-    /* exact whenever the grid is launched (batch * heads_kv <= grid <= INT_MAX) */
-    a.bh = fc_fastdiv_make((int32_t)std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX));
-    /* Causal-like bands: key block n's query range shrinks with n, so the
-     * longest CTAs go first (bwd_coords). */
-    a.key_major = p->window_right >= 0 && p->window_left < 0;
-    a.pdl = choice->pdl;
+    fc_sm80_bwd_fill_args(b, t.block_m, t.block_n, 0, workspace, choice->pdl, &a);
 
     const int cfg = choice->config, device = dev->id;
     const bool bf16 = p->dtype == FC_DTYPE_BF16;

@@ -2,7 +2,8 @@
  * bwd_preprocess.cuh -- the backward's first kernel: for every workspace
  * row (query token) and query head, D = rowsum(dO * O) (summed in double) and lse2 =
  * lse * log2(e) (-inf, a row that sees no key, becomes +inf so that every
- * P of it is 2^-inf = 0), the row's fp32 dQ accumulator zeroed; and the
+ * P of it is 2^-inf = 0), the row's fp32 dQ accumulator zeroed (row
+ * layout; the Hopper path clears its chunked one with a memset); and the
  * deterministic mode's semaphores zeroed.
  *
  * Four threads per (row, head), each a quarter of the 16-byte chunks of
@@ -24,6 +25,14 @@ namespace fc {
 namespace sm80 {
 
 constexpr int kBwdAuxThreads = 256; /* preprocess and convert blocks */
+
+/* Blocks of a grid-stride pass over `work` threads' worth of items: enough
+ * to fill any device many times over, never more than the work. */
+inline unsigned aux_grid(int64_t work)
+{
+    const int64_t blocks = (work + kBwdAuxThreads - 1) / kBwdAuxThreads;
+    return (unsigned)(blocks < 8192 ? blocks : 8192);
+}
 
 /* (b, i): the batch index for the batch strides and the row index for the
  * row strides of workspace row `row` (varlen: the token itself). */
@@ -83,9 +92,11 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const fc
                 d += dot8<kBF16>(*reinterpret_cast<const uint4 *>(o + ch * 8),
                                  *reinterpret_cast<const uint4 *>(g + ch * 8));
             }
-            float4 *acc = reinterpret_cast<float4 *>(a.dq_accum + pair * HD);
+            if (a.dq_chunk == 0) { /* the row layout; a chunked one is cleared by its launcher */
+                float4 *acc = reinterpret_cast<float4 *>(a.dq_accum + pair * HD);
 #pragma unroll
-            for (int k = 0; k < HD / 16; ++k) acc[sub + 4 * k] = make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int k = 0; k < HD / 16; ++k) acc[sub + 4 * k] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
         }
         d += __shfl_xor_sync(0xffffffffu, d, 1);
         d += __shfl_xor_sync(0xffffffffu, d, 2);

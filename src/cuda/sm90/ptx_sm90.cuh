@@ -48,6 +48,7 @@ namespace fc90 {
  * shared with the sm80-class path (device_math.cuh). */
 using fc::dev::ex2;
 using fc::dev::lds32;
+using fc::dev::lds64;
 using fc::dev::pack2;
 using fc::dev::sts32;
 using fc::dev::tanh_acc;
@@ -195,6 +196,17 @@ __device__ __forceinline__ void tma_store_wait_read()
 }
 /* This thread's stores are complete. */
 __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+/* Adds `bytes` (a multiple of 16) of fp32 at shared src into global dst
+ * (both 16-byte aligned), elementwise and atomically in L2: the backward's
+ * dQ accumulation. Completes in the issuing thread's bulk async-group, as
+ * the stores above. */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(src), "r"(bytes)
+                 : "memory");
+}
 
 /* ---- named barriers ---------------------------------------------------------- */
 /* id 0 is __syncthreads; count is the number of threads (multiple of 32)
@@ -358,6 +370,16 @@ template <int kSwz> __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t ad
                  : OPS("=f", d)                                                             \
                  : "l"(desc_a), "l"(desc_b))
 
+/* SS with both operands MN-major (imm-trans-a = imm-trans-b = 1): A (64x16)
+ * stored M-contiguous, B (16xN) N-contiguous; the backward's dQ = dS K,
+ * with dS^T and K as they lie in shared memory. T2 = scale_d as in SS. */
+#define FC90_WGMMA_SS_TT(N, G, OPS, TY, T0, T1, T2)                                         \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" FC90_STR(T2) ", 0;\n"                \
+                 "wgmma.mma_async.sync.aligned.m64n" FC90_STR(N) "k16.f32." TY "." TY " {"  \
+                 FC90_S##G "}, %" FC90_STR(T0) ", %" FC90_STR(T1) ", p, 1, 1, 1, 1;\n}\n" \
+                 : OPS("+f", d)                                                                   \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
 /* RS: D(64xN, f32) += A(64x16 from 4 b32 registers per thread) * B(16xN from
  * smem desc, MN-major: imm-trans-b = 1). Operands: a0..a3 = %T0..%T3,
  * desc_b = %T4, scale_d = %T5. */
@@ -379,6 +401,11 @@ template <int N, bool kBF16> struct Wgmma;
         {                                                                                   \
             FC90_WGMMA_SS(N, G, OPS, "bf16", T0, T1, T2);                                   \
         }                                                                                   \
+        static __device__ __forceinline__ void ss_tt(float *d, uint64_t desc_a, uint64_t desc_b, \
+                                                     int scale_d)                          \
+        {                                                                                   \
+            FC90_WGMMA_SS_TT(N, G, OPS, "bf16", T0, T1, T2);                                   \
+        }                                                                                   \
         static __device__ __forceinline__ void ss0(float *d, uint64_t desc_a, uint64_t desc_b) \
         {                                                                                   \
             FC90_WGMMA_SS0(N, G, OPS, "bf16", T0, T1);                                      \
@@ -395,6 +422,11 @@ template <int N, bool kBF16> struct Wgmma;
                                                   int scale_d)                             \
         {                                                                                   \
             FC90_WGMMA_SS(N, G, OPS, "f16", T0, T1, T2);                                    \
+        }                                                                                   \
+        static __device__ __forceinline__ void ss_tt(float *d, uint64_t desc_a, uint64_t desc_b, \
+                                                     int scale_d)                          \
+        {                                                                                   \
+            FC90_WGMMA_SS_TT(N, G, OPS, "f16", T0, T1, T2);                                   \
         }                                                                                   \
         static __device__ __forceinline__ void ss0(float *d, uint64_t desc_a, uint64_t desc_b) \
         {                                                                                   \

@@ -1,0 +1,324 @@
+/*
+ * bwd_kernel.cuh -- the Hopper (sm_90a) attention backward's main kernel
+ * and its launchers; included by the TUs bwd_<dtype>_d<dim>.cu only. The
+ * pieces, by role:
+ *   bwd_tiles.cuh     the table, shape, layout    bwd_producer.cuh  loads
+ *   bwd_gemms.cuh     the five wgmma GEMMs        bwd_scores.cuh    P, dS
+ *   bwd_dq.cuh        dQ to dq_accum (bulk reduce-add, deterministic turn)
+ * The preprocess (D, lse2, dq_accum zeroed) and the convert (dq) are the
+ * sm80-class path's kernels, on the same workspace.
+ *
+ * One CTA per (key block of 128, batch, KV head), the sm80-class grid and
+ * order (bwd_coords.cuh): warp 0 of warpgroup 0 loads, its warp 1 adds dQ
+ * to the workspace (bwd_dq.cuh); consumer warpgroups
+ * 1 and 2 own 64 keys each, keep dK and dV in registers over every query
+ * block of every query head of the GQA group that sees their keys
+ * (bwd_ranges.h), and write them once at the end.
+ *
+ * A step (one query block), its S^T and dP^T issued at the end of the step
+ * before: P^T once S^T is done, then dV += P^T dO issued while dP^T
+ * finishes; dS^T, stored for dQ, and dK += dS^T Q issued; after the dS
+ * barrier dQ = dS K; all waited for, the stage released, dQ staged; the
+ * next step's S^T and dP^T issued while the writer warp adds this dQ.
+ */
+#ifndef FC_SM90_BWD_KERNEL_CUH
+#define FC_SM90_BWD_KERNEL_CUH
+
+#include <atomic>
+#include <climits>
+#include <stdio.h>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/smem_optin.cuh"
+#include "cuda/sm80/bwd_preprocess.cuh"
+#include "cuda/sm90/bwd_convert.cuh"
+#include "cuda/sm90/bwd_dq.cuh"
+#include "cuda/sm90/bwd_gemms.cuh"
+#include "cuda/sm90/bwd_producer.cuh"
+#include "cuda/sm90/bwd_scores.cuh"
+
+namespace fc90 {
+
+/* Varlen: tile rows from r0 on belong to the next sequence (the TMA box
+ * runs on into it): zeroed so that no value of it (an Inf, say) reaches
+ * this one's sums through a 0 weight. Both consumer warpgroups, then
+ * ordered before the wgmma reads. */
+template <uint32_t BYTES, uint32_t ROWS, class C>
+__device__ __forceinline__ void bwd_zero_rows(uint32_t t0, uint32_t t1, int r0, int ctid)
+{
+    fc::dev::zero_rows_from<BYTES, C::SW, ROWS, 256>(t0, r0, (uint32_t)ctid);
+    fc::dev::zero_rows_from<BYTES, C::SW, ROWS, 256>(t1, r0, (uint32_t)ctid);
+    fence_proxy_async();
+    bar_sync(kBwdBarInit, 256);
+}
+
+/* dK (times scale) or dV of this warpgroup's keys, 16-bit pairs straight
+ * from the accumulators; keys past the sequence are not written. */
+template <class C, bool kBF16>
+__device__ __forceinline__ void bwd_store_grad(uint16_t *g, int64_t row_stride, int valid, const float (&acc)[C::D / 2],
+                                               float mul, int r, int t2)
+{
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if (r + 8 * h >= valid) continue;
+        uint32_t *row = reinterpret_cast<uint32_t *>(g + (int64_t)(r + 8 * h) * row_stride + t2);
+#pragma unroll
+        for (int j = 0; j < C::D / 8; ++j) row[4 * j] = pack2<kBF16>(acc[4 * j + 2 * h] * mul, acc[4 * j + 2 * h + 1] * mul);
+    }
+}
+
+/* A consumer thread's place: its warpgroup cw, warp, lane, g = lane / 4,
+ * t2 = 2 (lane % 4), and its index among the 256 consumer threads. */
+struct BwdThread {
+    int cw, ctid, warp, lane, g, t2;
+};
+
+/* Step it's loads are in (wait), a varlen tail zeroed, then S^T and dP^T
+ * issued, each its own commit group: S first, so that P can start while
+ * dP^T is still on the tensor cores. With `real` false (no step left) one
+ * k-step of each is issued on stage 0 without waiting, its result
+ * dropped: a wgmma issued on one branch only leaves ptxas unable to track
+ * the accumulators in flight across the loop, and it then serialises every
+ * wgmma (C7515; the forward's issue_first_s does the same). */
+template <class C, bool kBF16>
+__device__ __forceinline__ void bwd_issue_sdp(const fc_fwd_params &f, const fc::sm80::BwdCoords &c, uint32_t base,
+                                              int it, int m, const BwdThread &th, float (&S)[C::BM / 2],
+                                              float (&dP)[C::BM / 2], bool real)
+{
+    if (!real) {
+        wg_fence();
+        Wgmma<C::BM, kBF16>::ss0(S, desc_kmajor<C::SW>(base + C::OFF_K), desc_kmajor<C::SW>(base + C::OFF_Q));
+        wg_commit();
+        Wgmma<C::BM, kBF16>::ss0(dP, desc_kmajor<C::SW>(base + C::OFF_V), desc_kmajor<C::SW>(base + C::OFF_DO));
+        wg_commit();
+        return;
+    }
+    const int s = bwd_stage<C>(it);
+    FC90_WAIT(C::q_full(base, s), bwd_phase<C>(it));
+    const uint32_t q = base + C::OFF_Q + s * C::Q_BYTES, dO = base + C::OFF_DO + s * C::Q_BYTES;
+    if (f.cu_seqlens_q && (m + 1) * C::BM > c.sq) bwd_zero_rows<C::Q_BYTES, C::BM, C>(q, dO, c.sq - m * C::BM, th.ctid);
+    wg_fence();
+    bwd_issue_kt<C, kBF16>(S, base + C::OFF_K, q, th.cw);
+    wg_commit();
+    bwd_issue_kt<C, kBF16>(dP, base + C::OFF_V, dO, th.cw);
+    wg_commit();
+}
+
+template <class C, bool kBF16, bool kDet, bool kSoftcap>
+__device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int cw)
+{
+    const fc_sm80_bwd_args &a = prm.a;
+    const fc_fwd_params &f = a.p.f;
+    BwdThread th;
+    th.cw = cw;
+    th.ctid = threadIdx.x - 128;
+    th.warp = (th.ctid - 128 * cw) >> 5;
+    th.lane = th.ctid & 31;
+    th.g = th.lane >> 2;
+    th.t2 = 2 * (th.lane & 3);
+    const fc::sm80::BwdCoords c = fc::sm80::bwd_coords(a);
+    const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
+    FC90_WAIT(C::kv_full(base), 0);
+    if (f.cu_seqlens_k && (c.n + 1) * C::BN > c.sk)
+        bwd_zero_rows<C::KV_BYTES, C::BN, C>(base + C::OFF_K, base + C::OFF_V, c.sk - c.n * C::BN, th.ctid);
+
+    float dk[C::D / 2], dv[C::D / 2];
+#pragma unroll
+    for (int i = 0; i < C::D / 2; ++i) dk[i] = dv[i] = 0.f;
+    BwdMask bm;
+    bm.sq = c.sq;
+    bm.sk = c.sk;
+    bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
+    bm.hi = fc_bwd_band_hi(c.sq, c.sk, f.window_right);
+    bm.j0 = c.n * C::BN + 64 * cw + 16 * th.warp + th.g;
+    const uint32_t dq_stage = base + C::OFF_DQ + cw * C::DQ_BYTES;
+
+    float S[C::BM / 2], dP[C::BM / 2];
+    int m = mr.hi > mr.lo ? fc_bwd_first_block(kDet, mr) : -1;
+    int gi = m < 0 ? a.group : 0;
+    fence_regs(dk); /* the zeros defined here, not sunk into the GEMMs' window */
+    fence_regs(dv);
+    bwd_issue_sdp<C, kBF16>(f, c, base, 0, m, th, S, dP, gi < a.group);
+    for (int it = 0; gi < a.group; ++it) {
+        const int s = bwd_stage<C>(it);
+        const uint32_t q = base + C::OFF_Q + s * C::Q_BYTES, dO = base + C::OFF_DO + s * C::Q_BYTES;
+        const uint32_t ld = base + C::OFF_LD + s * C::LD_BYTES;
+        const bool full = fc_bwd_block_full(m, c.n, C::BM, C::BN, c.sq, c.sk, f.window_left, f.window_right);
+        bm.i0 = m * C::BM + th.t2;
+        uint32_t P[C::BM / 4], dS[C::BM / 4];
+        /* P^T (with softcap dS^T too: it needs tanh's t), dV += P^T dO
+         * issued, dS^T computed while it runs */
+        wg_wait<0>();
+        fence_regs(S);
+        fence_regs(dP);
+        if constexpr (kSoftcap) {
+            if (full) bwd_p_ds_softcap<C, false>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
+            else bwd_p_ds_softcap<C, true>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
+        } else {
+            if (full) bwd_p<C, false>(S, ld, th.t2, a.sl2, bm);
+            else bwd_p<C, true>(S, ld, th.t2, a.sl2, bm);
+        }
+        bwd_pack<C, kBF16>(S, P);
+        wg_fence();
+        bwd_issue_acc<C, kBF16>(dv, P, dO);
+        wg_commit();
+        if constexpr (!kSoftcap) bwd_ds<C>(S, dP, ld, th.t2);
+        /* dS^T stored for dQ; dK += dS^T Q */
+        bwd_pack<C, kBF16>(dP, dS);
+        const uint32_t ds_tile = base + C::OFF_DS + (it & 1) * C::DS_BYTES;
+        bwd_store_ds<C>(ds_tile, dS, cw, th.warp, th.g, th.t2);
+        fence_proxy_async();
+        wg_fence();
+        bwd_issue_acc<C, kBF16>(dk, dS, q);
+        wg_commit();
+        if (C::SPLIT_N) bar_sync(kBwdBarDs, 256);
+        else bar_sync(kBwdBarWg + cw, 128);
+        float dq[C::DQN / 2];
+        bwd_issue_dq<C, kBF16>(dq, ds_tile, base + C::OFF_K, cw);
+        wg_commit();
+        wg_wait<0>();
+        fence_regs(dv);
+        fence_regs(dk);
+        fence_regs(dq);
+        fence_regs(P);
+        fence_regs(dS);
+        mbar_arrive(C::q_empty(base, s));
+        /* The next step's S^T and dP^T, and this dQ handed to the writer
+         * warp: GEMMs first where their accumulators fit beside dQ's
+         * (C::SDP_FIRST), so that the hand-over runs under them. */
+        int gn, mn;
+        fc_bwd_next_block(kDet, a.group, mr, gi, m, &gn, &mn);
+        gi = gn;
+        m = mn;
+        if constexpr (!C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.ctid - 128 * cw);
+        bwd_issue_sdp<C, kBF16>(f, c, base, it + 1, m, th, S, dP, gi < a.group);
+        if constexpr (C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.ctid - 128 * cw);
+    }
+    wg_wait<0>(); /* the dropped last issue */
+    fence_regs(S);
+    fence_regs(dP);
+
+    const int r = 64 * cw + 16 * th.warp + th.g, valid = c.sk - c.n * C::BN;
+    const int64_t j0 = c.k_start + (int64_t)c.n * C::BN;
+    const fc_bwd_params &b = a.p;
+    bwd_store_grad<C, kBF16>((uint16_t *)b.dk + c.bk * b.dk_batch_stride + j0 * b.dk_row_stride +
+                                 (int64_t)c.h_kv * b.dk_head_stride,
+                             b.dk_row_stride, valid, dk, a.scale, r, th.t2);
+    bwd_store_grad<C, kBF16>((uint16_t *)b.dv + c.bk * b.dv_batch_stride + j0 * b.dv_row_stride +
+                                 (int64_t)c.h_kv * b.dv_head_stride,
+                             b.dv_row_stride, valid, dv, 1.f, r, th.t2);
+}
+
+template <int kRow, bool kBF16, bool kDet, bool kSoftcap>
+__global__ void __launch_bounds__(384, 1) fc_sm90_bwd_kernel(const __grid_constant__ fc_sm90_bwd_params prm)
+{
+    using C = BwdCfg<kRow>;
+    extern __shared__ __align__(kSmemAlign) uint8_t smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw);
+    const uint32_t base = (raw + (kSmemAlign - 1u)) & ~(kSmemAlign - 1u);
+    if (threadIdx.x == 0) {
+        tma_prefetch_map(&prm.tm_q);
+        tma_prefetch_map(&prm.tm_k);
+        tma_prefetch_map(&prm.tm_v);
+        tma_prefetch_map(&prm.tm_do);
+        mbar_init(C::kv_full(base), 1);
+#pragma unroll
+        for (int s = 0; s < C::ST; ++s) {
+            mbar_init(C::q_full(base, s), 33);
+            mbar_init(C::q_empty(base, s), 256);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    /* PDL: the preprocess's lse2, D and zeroed dq_accum from here on. */
+    fc_grid_dep_sync();
+    {
+        /* past this sequence's keys: nothing to do (uniform per CTA) */
+        const fc::sm80::BwdCoords c = fc::sm80::bwd_coords(prm.a);
+        if ((int64_t)c.n * C::BN >= c.sk) return;
+    }
+    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
+    if (wg == 0) {
+        reg_dealloc<C::PRODUCER_REGS>();
+        if (threadIdx.x < 32) bwd_producer<C, kDet>(prm, base, (int)threadIdx.x);
+        else if (threadIdx.x < 64) bwd_dq_writer<C, kDet>(prm.a, base, (int)threadIdx.x - 32);
+    } else {
+        reg_alloc<C::CONSUMER_REGS>();
+        bwd_consumer<C, kBF16, kDet, kSoftcap>(prm, base, wg - 1);
+    }
+}
+
+template <int kRow, bool kBF16, bool kDet, bool kSoftcap>
+fc_status bwd_launch_main(const fc_sm90_bwd_params *prm, int device, cudaStream_t stream, char *err, size_t err_len)
+{
+    using C = BwdCfg<kRow>;
+    void (*kern)(const fc_sm90_bwd_params) = fc_sm90_bwd_kernel<kRow, kBF16, kDet, kSoftcap>;
+    static std::atomic<unsigned long long> opted_in{0};
+    const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 backward", kRow, err, err_len);
+    if (opt != FC_OK) return opt;
+    const fc_sm80_bwd_args &a = prm->a;
+    const long long grid = (long long)a.n_blocks.d * a.p.f.batch * a.p.f.heads_kv;
+    if (grid > INT_MAX) {
+        snprintf(err, err_len, "internal: sm90 backward grid of %lld CTAs (the planner should have refused)", grid);
+        return FC_ERR_INTERNAL;
+    }
+    if (grid > 0)
+        FC_CUDA_TRY("sm90 backward kernel launch",
+                    fc_launch(kern, (unsigned)grid, C::THREADS, (size_t)C::SMEM, stream, a.pdl != 0, *prm));
+    return FC_OK;
+}
+
+/* dq_accum cleared, the preprocess (D, lse2; not dq_accum's row layout),
+ * the row's main kernel for the call's mode, the chunked convert. */
+template <int kRow, bool kBF16>
+fc_status bwd_launch_row(const fc_sm90_bwd_params *prm, int device, cudaStream_t stream, char *err, size_t err_len)
+{
+    using C = BwdCfg<kRow>;
+    const fc_sm80_bwd_args &a = prm->a;
+    const bool pdl = a.pdl != 0;
+    const size_t dq_bytes = (size_t)a.dq_rows * a.p.f.heads_q * C::D * sizeof(float);
+    if (dq_bytes > 0) FC_CUDA_TRY("sm90 backward dq_accum clear", cudaMemsetAsync(a.dq_accum, 0, dq_bytes, stream));
+    const int64_t pre_work = a.rows * a.p.f.heads_q * 4 > a.n_sems ? a.rows * a.p.f.heads_q * 4 : a.n_sems;
+    if (pre_work > 0)
+        FC_CUDA_TRY("sm90 backward preprocess launch",
+                    fc_launch(fc::sm80::bwd_preprocess_kernel<kBF16, C::D>, fc::sm80::aux_grid(pre_work),
+                              fc::sm80::kBwdAuxThreads, 0, stream, pdl, a));
+    const bool det = a.p.deterministic != 0, cap = a.softcap_in != 0.f;
+    fc_status st;
+    if (det) st = cap ? bwd_launch_main<kRow, kBF16, true, true>(prm, device, stream, err, err_len)
+                      : bwd_launch_main<kRow, kBF16, true, false>(prm, device, stream, err, err_len);
+    else st = cap ? bwd_launch_main<kRow, kBF16, false, true>(prm, device, stream, err, err_len)
+                  : bwd_launch_main<kRow, kBF16, false, false>(prm, device, stream, err, err_len);
+    if (st != FC_OK) return st;
+    const dim3 grid((unsigned)a.m_blocks, (unsigned)a.p.f.heads_q, (unsigned)a.p.f.batch);
+    if (a.m_blocks > 0 && a.rows > 0)
+        FC_CUDA_TRY("sm90 backward convert launch",
+                    fc_launch(bwd_convert_chunks<C, kBF16>, grid, 128, 0, stream, pdl, a));
+    return FC_OK;
+}
+
+template <bool kBF16, int kD, int I = 0>
+fc_status bwd_launch_config(int row, const fc_sm90_bwd_params *prm, int device, cudaStream_t s, char *err, size_t len)
+{
+    if constexpr (I >= kNumBwdRows) {
+        snprintf(err, len, "internal: sm90 backward row %d has no d%d kernel", row, kD);
+        return FC_ERR_INTERNAL;
+    } else {
+        if constexpr (kBwdRows[I].head_dim == kD) {
+            if (row == I) return bwd_launch_row<I, kBF16>(prm, device, s, err, len);
+        }
+        return bwd_launch_config<kBF16, kD, I + 1>(row, prm, device, s, err, len);
+    }
+}
+
+} /* namespace fc90 */
+
+#define FC_SM90_DEFINE_BWD_LAUNCHER(tag, is_bf16, dim)                                                        \
+    fc_status fc_sm90_bwd_launch_##tag##_d##dim(int row, const fc_sm90_bwd_params *prm, int device,           \
+                                                cudaStream_t s, char *err, size_t len)                        \
+    {                                                                                                         \
+        return fc90::bwd_launch_config<(is_bf16) != 0, dim>(row, prm, device, s, err, len);                  \
+    }
+
+#endif /* FC_SM90_BWD_KERNEL_CUH */
