@@ -1319,7 +1319,7 @@ def dry_run(args, meta, shapes, out_dir):
         import torch
         meta.update(torch_meta(torch, cuda=False))
         if args.bwd:
-            systems = [FlashCoreBwd(backend="cpu"), TorchSDPABwd("torch-math")]
+            systems = [FlashCoreBwd(0, backend="cpu"), TorchSDPABwd("torch-math")]
         else:
             systems = [FlashCore(0, backend="cpu"), TorchSDPA("torch-math")]
         unavailable = {s.name: s.available() for s in systems if s.available()}

@@ -302,7 +302,12 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
     } else {
         for (int pi = 0; pi < g_npaths; pi++) {
             fc_context_set_cuda_path(ctx, g_paths[pi]);
-            d.args.deterministic = 0; /* judge leaves it 1 */
+            /* judge leaves deterministic 1 and C's workspace, sized for its path */
+            d.args.deterministic = 0;
+            d.args.workspace = NULL;
+            d.args.workspace_bytes = 0;
+            cudaFree(d.ws);
+            d.ws = NULL;
             judge(ctx, g_paths[pi], tag, desc, &b, &d, &h, stream);
         }
         fc_context_set_cuda_path(ctx, 0);
