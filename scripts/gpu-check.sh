@@ -7,7 +7,8 @@
 #
 #   bash scripts/gpu-check.sh [all|STAGE[,STAGE...]] [--quick]
 #   stages: build test sanitize sass bench (the forward, then the backward),
-#   and (not in `all`) bench-bwd: the backward's benchmark alone; trace: a
+#   and (not in `all`) bench-bwd: the backward's benchmark alone;
+#   sanitize-bwd: the three sanitizers on the backward's kernels alone; trace: a
 #   trace build of the Hopper kernels (-DFC_SM90_TRACE=1, in $BUILD-trace)
 #   timing each tile's phases on TRACE_SHAPES (bench/trace_sm90.py); profile:
 #   Nsight Compute on one call per system (PROFILE_SYSTEMS, default our two
@@ -130,7 +131,7 @@ if want test; then
   # interleaved; no result depends on timing.
   log "GPU matrices side by side: paths 80 and 90 ($n cases), forced rows ($nr cases each), rotated, tail, pytest"
   for path in 80 90; do gpu_matrix $path --path $path --cases $n >"$OUT/t-$path.res" & done
-  # the backward (sm80-class kernels) against the reference backward
+  # the backward (both CUDA paths' kernels) against the reference backward
   (if timeout 300 "$BUILD/tests/test_cuda_backward" --cases $n >"$OUT/gpu-test-bwd.log" 2>&1; then
      echo "gpubwd ok: $(tail -1 "$OUT/gpu-test-bwd.log")"
    else echo "gpubwd FAIL: $(tail -1 "$OUT/gpu-test-bwd.log")"; grep -m 15 -i fail "$OUT/gpu-test-bwd.log" >&2; fi
@@ -162,13 +163,14 @@ if want test; then
   log "GPU matrices done"
 fi
 
-if want sanitize; then
+if want sanitize || want_explicit sanitize-bwd; then
   # The three tools run side by side, each through its variants in order: an
   # instrumented run is mostly host work, so three at once on the one GPU take
   # about as long as the slowest tool (racecheck) instead of the sum, which
   # keeps `all` inside one 600 s device call (it ran out at 600 s with them in
   # sequence once the tail-balancing variants came). Each tool's
   # results come back through $OUT/san-TOOL.res, one "key value" line each.
+  # sanitize-bwd: the backward's variant alone.
   san_run() { # [VAR=value...] [SAN_TEST=prog] san_run TOOL KEY ARGS...: one variant, its log in $OUT/KEY.log
     local tool=$1 key=$2
     shift 2
@@ -201,13 +203,17 @@ if want sanitize; then
       done < <(sm80_variant_rows)
     fi
   }
-  for tool in memcheck racecheck synccheck; do san_tool $tool >"$OUT/san-$tool.res" & done
+  for tool in memcheck racecheck synccheck; do
+    if want sanitize; then san_tool $tool >"$OUT/san-$tool.res" &
+    else SAN_TEST=test_cuda_backward san_run "$tool" "san-$tool-bwd" >"$OUT/san-$tool.res" & fi
+  done
   collect_results san-
 fi
 
 if want sass; then
   log "SASS: HGMMA in the sm90 kernels"
-  objs=$(find "$BUILD" -path '*sm90*' -name 'fwd_*.o' | sort)   # the kernel TUs (plan/tma are host code)
+  # the kernel TUs, forward and backward (plan/tma are host code)
+  objs=$(find "$BUILD" -path '*sm90*' \( -name 'fwd_*.o' -o -name 'bwd_*_d*.o' \) | sort)
   total=0; bad=0
   for o in $objs; do
     c=$(cuobjdump -sass "$o" 2>/dev/null | grep -c HGMMA || true)

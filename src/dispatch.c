@@ -124,10 +124,6 @@ static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, const call_
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "dtype f64 runs on the cpu-reference backend only (backend auto sends host f64 "
                             "calls there): the tiled cpu backend takes f32, f16, bf16");
-    if (p->dtype != FC_DTYPE_F32 && p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16 &&
-        p->dtype != FC_DTYPE_F64)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "dtype %d is not supported by the cpu backend",
-                            (int)p->dtype);
     if (p->head_dim > FC_CPU_MAX_HEAD_DIM)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "head_dim %d is not supported by the cpu backend: supported 1 to %d",
@@ -178,7 +174,7 @@ static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "dtype %s is not supported by the cuda kernels: supported f16, bf16 (the cpu "
                             "backend takes f32, cpu-reference f64)",
-                            p->dtype == FC_DTYPE_F32 ? "f32" : p->dtype == FC_DTYPE_F64 ? "f64" : "fp8");
+                            fc_dtype_name(p->dtype));
     return p->cu_seqlens_q ? check_device_varlen(ctx, p, stream) : FC_OK;
 }
 
@@ -203,32 +199,58 @@ static void name_cuda_plan(char name[96], const char *kernel, int splits, int ta
     memcpy(name + nk, suffix, ns + 1);
 }
 
-/* The backward on CUDA: the Hopper kernels on an sm_90 device where they
- * take the call (cuda path 0 or 90), else the sm80-class ones (path 0 or
- * 80), as the forward chooses (select_cuda). */
-static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, fc_plan *plan)
+/* The CUDA kernel family of a call, forward (b NULL) or backward (b, p =
+ * &b->f): the Hopper planner on an sm_90 device (cuda path 0 or 90), else
+ * the sm80-class one (path 0 or 80); the reasons of both when neither takes
+ * it. Fills plan->cuda, programmatic dependent launch included. */
+static fc_status choose_cuda_path(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b, fc_plan *plan)
 {
     const fc_cuda_device *dev = &plan->dev;
     const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
     const int try90 = ctx->cuda_path == 90 || (ctx->cuda_path == 0 && hopper);
     const int try80 = ctx->cuda_path != 90;
     char why90[FC_ERRMSG_LEN], why80[FC_ERRMSG_LEN];
-    why90[0] = why80[0] = 0;
+    why90[0] = why80[0] = 0; /* not zeroed whole: 1 KB a call */
     fc_cuda_choice *ch = &plan->cuda;
     memset(ch, 0, sizeof *ch);
     fc_status st = FC_ERR_UNSUPPORTED;
-    if (try90) st = fc_sm90_bwd_plan(b, dev, &ctx->tuning, ch, why90, sizeof why90);
+    if (try90) {
+        if (!hopper) {
+            snprintf(why90, sizeof why90, "the sm90 path needs an sm_90 device, this is %s (sm_%d%d)",
+                     dev->name, dev->cc_major, dev->cc_minor);
+        } else {
+            st = b ? fc_sm90_bwd_plan(b, dev, &ctx->tuning, ch, why90, sizeof why90)
+                   : fc_sm90_plan(p, dev, &ctx->tuning, ch, why90, sizeof why90);
+            if (st == FC_OK) ch->path = FC_CUDA_PATH_SM90;
+        }
+    }
     if (st != FC_OK && try80) {
         memset(ch, 0, sizeof *ch);
-        st = fc_sm80_bwd_plan(b, dev, &ctx->tuning, ch, why80, sizeof why80);
+        st = b ? fc_sm80_bwd_plan(b, dev, &ctx->tuning, ch, why80, sizeof why80)
+               : fc_sm80_plan(p, dev, &ctx->tuning, ch, why80, sizeof why80);
+        if (st == FC_OK) ch->path = FC_CUDA_PATH_SM80;
     }
     if (st != FC_OK) {
-        if (st != FC_ERR_UNSUPPORTED) return fc_set_error(ctx, st, "%s", why80[0] ? why80 : why90);
-        if (try90 && try80) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s; %s", why90, why80);
+        if (st != FC_ERR_UNSUPPORTED) /* a real error (e.g. CUDA) from a planner */
+            return fc_set_error(ctx, st, "%s", why90[0] && !try80 ? why90 : (why80[0] ? why80 : why90));
+        if (try90 && try80)
+            return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s; %s", why90, why80);
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", try90 ? why90 : why80);
     }
+    /* Programmatic dependent launch (common/pdl.cuh): sm_90 or newer (a 9.x
+     * device runs only this library's sm_90/90a images, each compiled with
+     * the kernel-side wait), unless tuning.pdl is 0. */
+    ch->pdl = dev->cc_major >= 9 && ctx->tuning.pdl != 0;
+    return FC_OK;
+}
+
+/* The backward on CUDA: one kernel family's plan, no split. */
+static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, fc_plan *plan)
+{
+    const fc_status st = choose_cuda_path(ctx, &b->f, b, plan);
+    if (st) return st;
+    fc_cuda_choice *ch = &plan->cuda;
     ch->num_splits = 1;
-    ch->pdl = dev->cc_major >= 9 && ctx->tuning.pdl != 0; /* as the forward (select_cuda) */
     if (b->workspace && b->workspace_bytes < ch->workspace_bytes)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "workspace_bytes %lld is too small: this call needs %lld (see "
@@ -244,36 +266,9 @@ static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, fc_pla
 static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, fc_plan *plan)
 {
     const fc_cuda_device *dev = &plan->dev;
-    fc_status st;
-    const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
-    const int try90 = ctx->cuda_path == 90 || (ctx->cuda_path == 0 && hopper);
-    const int try80 = ctx->cuda_path != 90;
-    char why90[FC_ERRMSG_LEN], why80[FC_ERRMSG_LEN];
-    why90[0] = why80[0] = 0; /* not zeroed whole: 1 KB a call */
+    fc_status st = choose_cuda_path(ctx, p, NULL, plan);
+    if (st) return st;
     fc_cuda_choice *ch = &plan->cuda;
-    memset(ch, 0, sizeof *ch);
-    st = FC_ERR_UNSUPPORTED;
-    if (try90) {
-        if (!hopper) {
-            snprintf(why90, sizeof why90, "the sm90 path needs an sm_90 device, this is %s (sm_%d%d)",
-                     dev->name, dev->cc_major, dev->cc_minor);
-        } else {
-            st = fc_sm90_plan(p, dev, &ctx->tuning, ch, why90, sizeof why90);
-            if (st == FC_OK) ch->path = FC_CUDA_PATH_SM90;
-        }
-    }
-    if (st != FC_OK && try80) {
-        memset(ch, 0, sizeof *ch);
-        st = fc_sm80_plan(p, dev, &ctx->tuning, ch, why80, sizeof why80);
-        if (st == FC_OK) ch->path = FC_CUDA_PATH_SM80;
-    }
-    if (st != FC_OK) {
-        if (st != FC_ERR_UNSUPPORTED) /* a real error (e.g. CUDA) from a planner */
-            return fc_set_error(ctx, st, "%s", why90[0] && !try80 ? why90 : (why80[0] ? why80 : why90));
-        if (try90 && try80)
-            return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s; %s", why90, why80);
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", try90 ? why90 : why80);
-    }
     /* Split-KV when the grid would leave SMs idle (decode above all). Varlen
      * problems are not split: their per-sequence lengths are only known on
      * the device. */
@@ -290,10 +285,6 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, fc_plan *p
     if (!p->cu_seqlens_q && forced_splits >= 1)
         splits = forced_splits < n_blocks ? forced_splits : (n_blocks > 0 ? n_blocks : 1);
     ch->num_splits = splits;
-    /* Programmatic dependent launch (common/pdl.cuh): sm_90 or newer (a 9.x
-     * device runs only this library's sm_90/90a images, each compiled with
-     * the kernel-side wait), unless tuning.pdl is 0. */
-    ch->pdl = dev->cc_major >= 9 && ctx->tuning.pdl != 0;
     /* A split replaces the planner's tail balancing (for unsplit grids of
      * several rounds; otherwise its workspace came with the plan). */
     if (splits > 1) {

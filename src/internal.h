@@ -74,6 +74,28 @@ typedef struct fc_bwd_params {
     int64_t workspace_bytes;
 } fc_bwd_params;
 
+/* A causal-like band (right bound, no left one): a query block's key range,
+ * and a key block's query range, grow with the block index, so both paths
+ * order their work longest first. */
+static inline int fc_causal_like(const fc_fwd_params *p) { return p->window_right >= 0 && p->window_left < 0; }
+
+/* "f32", "f16", "bf16", "e4m3", "e5m2", "f64", or "unknown". Inline: the
+ * CUDA kernels' library uses it and links nothing of the core. */
+static inline const char *fc_dtype_name(int dt)
+{
+    static const char *const names[] = {"f32", "f16", "bf16", "e4m3", "e5m2", "f64"};
+    return dt >= FC_DTYPE_F32 && dt <= FC_DTYPE_F64 ? names[dt] : "unknown";
+}
+
+/* out takes 16-byte stores: 16-byte aligned, its row and head strides
+ * multiples of 8 elements, and its batch stride where it steps (dense,
+ * batch > 1); else element stores (both paths' epilogues). */
+static inline int fc_o_vec_ok(const fc_fwd_params *p)
+{
+    return ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
+           (p->cu_seqlens_q || p->batch <= 1 || p->o_batch_stride % 8 == 0);
+}
+
 /* The visibility rule, shared by every backend so they cannot disagree.
  * i: query row within its sequence, j: key column, sq/sk: that sequence's
  * lengths. Returns 1 if key j contributes to query i. */

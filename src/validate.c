@@ -12,12 +12,6 @@
 
 static int dtype_known(int dt) { return dt >= FC_DTYPE_F32 && dt <= FC_DTYPE_F64; }
 
-static const char *dtype_name(int dt)
-{
-    static const char *names[] = {"f32", "f16", "bf16", "e4m3", "e5m2", "f64"};
-    return dtype_known(dt) ? names[dt] : "unknown";
-}
-
 /* Bytes per element of a known dtype. */
 static int64_t dtype_bytes(int dt)
 {
@@ -166,11 +160,11 @@ static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int 
     if (dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "q.dtype %s is reserved for FP8, which no backend supports yet: use f32, f16 "
-                            "or bf16", dtype_name(dt));
+                            "or bf16", fc_dtype_name(dt));
     if ((int)a->k.dtype != dt || (int)a->v.dtype != dt || (int)a->out.dtype != dt)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "dtypes differ: q %s, k %s, v %s, out %s (all must be equal)", dtype_name(dt),
-                            dtype_name(a->k.dtype), dtype_name(a->v.dtype), dtype_name(a->out.dtype));
+                            "dtypes differ: q %s, k %s, v %s, out %s (all must be equal)", fc_dtype_name(dt),
+                            fc_dtype_name(a->k.dtype), fc_dtype_name(a->v.dtype), fc_dtype_name(a->out.dtype));
 
     const int nd = varlen ? 3 : 4;
     fc_status st;
@@ -238,7 +232,7 @@ static fc_status check_lse(fc_context *ctx, const fc_attention_args *a, int varl
     if (!a->lse.data) return FC_OK;
     if (a->lse.dtype != FC_DTYPE_F32)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "lse.dtype is %s: must be f32",
-                            dtype_name(a->lse.dtype));
+                            fc_dtype_name(a->lse.dtype));
     /* varlen lse is [heads_q, total_q]: its dim 1 may be 0 */
     fc_status st = check_tensor(ctx, "lse", &a->lse, varlen ? 2 : 3, varlen ? dims_lse_var : dims_lse,
                                 varlen ? 1 : -1, !bwd);
@@ -279,7 +273,7 @@ static fc_status check_grads(fc_context *ctx, const fc_attention_backward_args *
     for (int i = 0; i < 4; i++) {
         if ((int)g[i]->dtype != (int)a->q.dtype)
             return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.dtype is %s: must equal q's (%s)", gn[i],
-                                dtype_name(g[i]->dtype), dtype_name(a->q.dtype));
+                                fc_dtype_name(g[i]->dtype), fc_dtype_name(a->q.dtype));
         const char *const *dims = i == 2 || i == 3 ? (varlen ? dims_kv_var : dims_kv)
                                                    : (varlen ? dims_q_var : dims_q);
         fc_status st = check_tensor(ctx, gn[i], g[i], nd, dims, e0, i > 0);

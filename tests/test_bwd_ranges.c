@@ -1,5 +1,5 @@
 /*
- * test_bwd_ranges.c -- the sm80-class backward's block ranges
+ * test_bwd_ranges.c -- the CUDA backwards' block ranges
  * (src/cuda/sm80/bwd_ranges.h) against a brute-force walk of every
  * (query, key) pair through fc_key_visible, on the CPU:
  *  - a key block's query blocks (fc_bwd_q_blocks) and a query block's key
@@ -10,7 +10,8 @@
  *  - fc_bwd_block_full holds exactly when every pair of the block is a
  *    visible pair inside both sequences (the mask may be skipped);
  *  - the band bounds fc_bwd_band_lo/hi give fc_key_visible's answer for
- *    every pair;
+ *    every pair, and the kernels' per-element mask (fc_bwd_hidden) hides
+ *    exactly the pairs that are not visible, past the sequences included;
  *  - the CTA's walk (fc_bwd_next_block from g = 0, m = hi - 1) visits every
  *    (query head, query block) of its range once and then stops.
  * Random lengths (0 included), windows, causal and block sizes.
@@ -45,6 +46,7 @@ static int check(int sq, int sk, int wl, int wr, int bm, int bn)
     for (int m = 0; m < mb; m++)
         for (int n = 0; n < nb; n++) {
             int any = 0, all = 1;
+            const fc_bwd_mask mk = {n * bn, m * bm, sq, sk, lo, hi};
             for (int i = m * bm; i < (m + 1) * bm; i++)
                 for (int j = n * bn; j < (n + 1) * bn; j++) {
                     const int inside = i < sq && j < sk;
@@ -52,6 +54,7 @@ static int check(int sq, int sk, int wl, int wr, int bm, int bn)
                     any |= vis;
                     all &= vis;
                     if (inside && vis != (j - i >= lo && j - i <= hi)) bad++;
+                    if (fc_bwd_hidden(mk, j, i) != !vis) bad++;
                 }
             const int q_ok = in_range(fc_bwd_q_blocks(n, bn, bm, sq, sk, wl, wr), m) == any;
             const int k_ok = in_range(fc_bwd_kv_blocks(m, bm, bn, sq, sk, wl, wr), n) == any;

@@ -14,7 +14,7 @@ def _prepare(q, k, v, return_lse, out, common):
     vo = _request.output(out, "out", vq, "q", call.layout)
     vl = None
     if return_lse:
-        vl = _arrays.empty(vq, _request.lse_shape(vq, call.varlen), float32=True)
+        vl = _arrays.empty(vq, _request.lse_shape(vq.shape, call.varlen), float32=True)
     _request.finish(call, args, [(vo, args.out, False), (vl, args.lse, True)])
     call.results = (vo.obj, vl.obj if vl is not None else None)
     return call

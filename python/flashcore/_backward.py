@@ -22,10 +22,6 @@ def _prepare(dout, q, k, v, out, lse, dq, dk, dv, deterministic, common):
                     + [(g, f, False) for g, f in zip(grads, fields)])
     call.args = bargs
     call.results = tuple(g.obj for g in grads)
-    if call.no_rows:
-        # No query row: nothing reaches the keys, so dk = dv = 0 (dq is
-        # empty). The library saw the empty form and wrote nothing.
-        call.zero = call.results[1:]
     return call
 
 
@@ -56,8 +52,11 @@ def attention_backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1)
             return res
     call = _prepare(dout, q, k, v, out, lse, dq, dk, dv, deterministic, common)
     _context.run(_lib.load().fc_attention_backward, call, cuda_path)
-    for x in call.zero:
-        _arrays.zero(x)
+    if call.no_rows:
+        # No query row: nothing reaches the keys, so dk = dv = 0 (dq is
+        # empty). The library saw the empty form and wrote nothing.
+        for x in call.results[1:]:
+            _arrays.zero(x)
     _call_cache.keep(sig, call, (q, k, v), cuda_path)
     return call.results
 

@@ -54,11 +54,11 @@ class _Context:
         if env:
             self.set_tuning(**env)
 
-    def args(self, backward=False, init=None):
+    def args(self, backward=False):
         """This thread's fc_attention_args (or backward args), every field
-        back at its init value (or set to the bytes init, see _lib.reset)."""
+        back at its init value."""
         a = self._bwd if backward else self._fwd
-        _lib.reset(a.args, init)
+        _lib.reset(a.args)
         a.kept = None
         return a.args
 

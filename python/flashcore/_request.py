@@ -10,11 +10,10 @@ from .errors import InvalidArgumentError
 class Call:
     """A fully checked request: the C args struct (`args`, what the entry
     point takes), the objects it points into (kept alive until the call
-    returns), the results to hand back and the outputs the binding zeroes
-    itself (`zero`: see finish())."""
+    returns) and the results to hand back."""
 
     __slots__ = ("args", "keep", "device", "layout", "varlen", "views", "seqlens",
-                 "no_rows", "results", "zero")
+                 "no_rows", "results")
 
 
 def check_names(layout, backend):
@@ -100,7 +99,6 @@ def start(args, q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seq
     call.seqlens = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     call.device = views[0].device
     call.keep = list(views)
-    call.zero = ()
     return call
 
 
@@ -131,9 +129,11 @@ def output(x, name, like, like_name, layout):
     return view_like(x, name, like, like_name, layout, written=True)
 
 
-def lse_shape(vq, varlen):
-    """[heads_q, total_q] (varlen) or [batch, heads_q, seqlen_q]."""
-    return (vq.shape[1], vq.shape[0]) if varlen else (vq.shape[0], vq.shape[2], vq.shape[1])
+def lse_shape(shape, varlen):
+    """lse's shape for q of the library-order shape ([batch, seqlen_q,
+    heads_q, head_dim], or [total_q, heads_q, head_dim]): [heads_q, total_q]
+    (varlen) or [batch, heads_q, seqlen_q]."""
+    return (shape[1], shape[0]) if varlen else (shape[0], shape[2], shape[1])
 
 
 def lse_input(lse, vq, varlen):
@@ -146,7 +146,7 @@ def lse_input(lse, vq, varlen):
                                    % getattr(lse, "dtype", type(lse).__name__))
     vl = _arrays.view(lse, "lse")
     _same_place(vl, "lse", vq, "q")
-    want = lse_shape(vq, varlen)
+    want = lse_shape(vq.shape, varlen)
     if vl.shape != want:
         raise InvalidArgumentError("lse: shape %s, expected %s = %s (the forward's lse)"
                                    % (vl.user_shape, "[heads_q, total_q]" if varlen

@@ -31,19 +31,15 @@ _TAGS = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_stri
 
 
 def _common(o):
-    """Options o as the binding's keyword arguments (_request.common)."""
-    return dict(causal=o.causal, window=(o.window_left, o.window_right), softcap=o.softcap,
-                scale=o.scale or None, cu_seqlens_q=o.cu_seqlens_q, cu_seqlens_k=o.cu_seqlens_k,
-                max_seqlen_q=None if o.max_seqlen_q < 0 else o.max_seqlen_q,
-                max_seqlen_k=None if o.max_seqlen_k < 0 else o.max_seqlen_k,
-                backend=o.backend, layout="bhsd" if o.bhsd else "bshd")
+    """Options o as the binding's keyword arguments."""
+    return _request.common(o.causal, (o.window_left, o.window_right), o.softcap, o.scale or None, o.cu_seqlens_q,
+                           o.cu_seqlens_k, None if o.max_seqlen_q < 0 else o.max_seqlen_q,
+                           None if o.max_seqlen_k < 0 else o.max_seqlen_k, o.backend, "bhsd" if o.bhsd else "bshd")
 
 
 def _lse_shape(q, varlen, bhsd):
-    """[heads_q, total_q] (varlen) or [batch, heads_q, seqlen_q]."""
-    if varlen:
-        return (q.shape[1], q.shape[0])
-    return (q.shape[0], q.shape[1], q.shape[2]) if bhsd else (q.shape[0], q.shape[2], q.shape[1])
+    """lse's shape for the caller's q (_request.lse_shape)."""
+    return _request.lse_shape((q.shape[0], q.shape[2], q.shape[1], q.shape[3]) if bhsd else q.shape, varlen)
 
 
 @torch.library.custom_op("flashcore::attention_fwd", mutates_args=(), tags=_TAGS,

@@ -226,3 +226,28 @@ bool fc_tma_kv_ok(const fc_fwd_params *p, const char *who, char *why, size_t why
     return fc_tma_layout_ok("k", p->k, ks, n, who, why, why_len) &&
            fc_tma_layout_ok("v", p->v, vs, n, who, why, why_len);
 }
+
+bool fc_tma_q_ok(const fc_fwd_params *p, const char *name, const void *ptr, const int64_t stride[3], const char *who,
+                 char *why, size_t why_len)
+{
+    const int64_t rows = fc_tma_q_rows(p);
+    if (rows >= ((int64_t)1 << 31) - 256) {
+        snprintf(why, why_len, "%lld query rows: TMA coordinates are int32 (limit 2^31 - 256): %s", (long long)rows,
+                 who);
+        return false;
+    }
+    const int64_t n[3] = {rows, p->heads_q, fc_tma_k_batches(p)};
+    return fc_tma_layout_ok(name, ptr, stride, n, who, why, why_len);
+}
+
+fc_status fc_tma_encode_rows(CUtensorMap *map, const char *what, const void *base, int bf16, const int64_t stride[3],
+                             int64_t rows, int64_t heads, int64_t batches, int head_dim, int box_rows, int swizzle,
+                             char *err, size_t err_len)
+{
+    const int64_t n[3] = {rows, heads, batches};
+    uint64_t sb[3];
+    fc_tma_map_strides(stride, n, 3, head_dim, sb);
+    const uint64_t dims[4] = {(uint64_t)head_dim, (uint64_t)rows, (uint64_t)heads, (uint64_t)batches};
+    const uint32_t box[4] = {(uint32_t)swizzle / 2, (uint32_t)box_rows, 1, 1};
+    return fc_tma_encode_map(map, what, base, bf16, 4, dims, sb, box, swizzle, err, err_len);
+}

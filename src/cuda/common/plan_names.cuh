@@ -21,7 +21,7 @@ struct PlanNames {
 
 /* Copy the name kept under key into out (LEN bytes) and return true, or
  * return false when none is. */
-static inline bool plan_name_get(const PlanNames &t, const int32_t (&key)[PlanNames::K], char *out)
+static inline bool plan_name_get(const PlanNames &t, const int32_t (&key)[PlanNames::K], char (&out)[PlanNames::LEN])
 {
     for (int i = 0; i < t.used; ++i)
         if (memcmp(t.key[i], key, sizeof key) == 0) {
@@ -32,7 +32,7 @@ static inline bool plan_name_get(const PlanNames &t, const int32_t (&key)[PlanNa
 }
 
 /* Keep name (NUL-terminated within LEN bytes) under key, over the oldest. */
-static inline void plan_name_put(PlanNames &t, const int32_t (&key)[PlanNames::K], const char *name)
+static inline void plan_name_put(PlanNames &t, const int32_t (&key)[PlanNames::K], const char (&name)[PlanNames::LEN])
 {
     const int i = t.next;
     memcpy(t.key[i], key, sizeof key);

@@ -115,6 +115,16 @@ __device__ __forceinline__ void cp_async_wait()
 }
 
 /* 16-byte shared load / global store (epilogue). */
+/* 16-byte global store (the O epilogue of the kVarLeanAddr variant, the
+ * backward's dK/dV): one
+ * STG.128 whatever the front end can prove about the pointer's alignment
+ * (the plain uint4 store came out as 4 x STG.32 for half the chunks). */
+__device__ __forceinline__ void stg128(void *dst, uint4 v)
+{
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w));
+}
+
 __device__ __forceinline__ uint4 lds128(uint32_t addr)
 {
     uint4 v;

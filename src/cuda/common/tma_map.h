@@ -33,6 +33,16 @@ bool fc_tma_layout_ok(const char *name, const void *ptr, const int64_t stride[3]
 static inline int64_t fc_tma_k_rows(const fc_fwd_params *p) { return p->cu_seqlens_k ? p->total_k : p->seqlen_k; }
 static inline int64_t fc_tma_k_batches(const fc_fwd_params *p) { return p->cu_seqlens_k ? 1 : p->batch; }
 
+/* The query rows as a tensor map sees them (varlen: the packed total). */
+static inline int64_t fc_tma_q_rows(const fc_fwd_params *p) { return p->cu_seqlens_q ? p->total_q : p->seqlen_q; }
+
+/* TMA can load a tensor shaped like p's q (q itself, the backward's dout):
+ * query rows that int32 coordinates reach (row + block < 2^31) and a layout
+ * fc_tma_layout_ok accepts with extents {rows, heads_q, batches}. Else
+ * false with why (then `who`). */
+bool fc_tma_q_ok(const fc_fwd_params *p, const char *name, const void *ptr, const int64_t stride[3], const char *who,
+                 char *why, size_t why_len);
+
 /* TMA can load p's K and V: key rows that int32 TMA coordinates reach
  * (row + block_n < 2^31) and K/V layouts fc_tma_layout_ok accepts (no key
  * rows: nothing is loaded, true). Else false with why (then `who`). */
@@ -42,5 +52,12 @@ bool fc_tma_kv_ok(const fc_fwd_params *p, const char *who, char *why, size_t why
  * gets a harmless 16-byte-multiple stand-in (the caller's value may be
  * anything, it is never stepped). */
 void fc_tma_map_strides(const int64_t *stride, const int64_t *size, int n, int head_dim, uint64_t *out);
+
+/* A rank-4 map {head_dim, rows, heads, batches} (strides in elements for
+ * rows, heads, batches; fc_tma_map_strides) with boxes of swizzle / 2
+ * columns x box_rows rows: K, V and the backward's Q, dO tiles. */
+fc_status fc_tma_encode_rows(CUtensorMap *map, const char *what, const void *base, int bf16, const int64_t stride[3],
+                             int64_t rows, int64_t heads, int64_t batches, int head_dim, int box_rows, int swizzle,
+                             char *err, size_t err_len);
 
 #endif /* FC_TMA_MAP_H */

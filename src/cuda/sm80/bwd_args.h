@@ -69,8 +69,8 @@ typedef struct fc_sm80_bwd_args {
 
 /* The checks every CUDA backward shares (sm80/bwd_plan.cu): f16/bf16 and
  * fc_sm80_common_checks with out, dout, dq, dk, dv moved in 16-byte chunks
- * (the preprocess and convert kernels both paths run); *cls the device's
- * sm80 architecture class. FC_OK or FC_ERR_UNSUPPORTED and why. */
+ * (the preprocess and convert kernels both paths run); *cls (unless
+ * NULL) the device's sm80 architecture class. FC_OK or FC_ERR_UNSUPPORTED and why. */
 fc_status fc_sm80_bwd_common(const fc_bwd_params *b, const fc_cuda_device *dev, int *cls, char *why,
                              size_t why_len);
 

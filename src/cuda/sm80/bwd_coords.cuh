@@ -1,6 +1,7 @@
 /*
  * bwd_coords.cuh -- where a backward CTA works: its key block, batch and KV
- * head, and its sequence's lengths and offsets, decoded from the 1-D grid.
+ * head, and its sequence's lengths and offsets, decoded from the 1-D grid;
+ * and the deterministic mode's semaphore and turn of a query block.
  * Shared by the sm80-class backward and the Hopper backward, which launch
  * the same grid.
  */
@@ -11,6 +12,7 @@
 
 #include "cuda/common/sm80_ptx.cuh"
 #include "cuda/sm80/bwd_args.h"
+#include "cuda/sm80/bwd_ranges.h"
 
 namespace fc {
 namespace sm80 {
@@ -63,6 +65,21 @@ __device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
     c.bk = f.cu_seqlens_k ? 0 : c.b;
     c.row0 = f.cu_seqlens_q ? c.q_start : (int64_t)c.b * f.seqlen_q;
     return c;
+}
+
+/* The deterministic mode's semaphore of query block m of head h: how many
+ * key blocks have added into its dQ (both paths; counted in one thread). */
+__device__ __forceinline__ int *dq_sem(const fc_sm80_bwd_args &a, const BwdCoords &c, int h, int m)
+{
+    return a.sems + ((int64_t)c.b * a.p.f.heads_q + h) * a.m_blocks + m;
+}
+
+/* ... the first key block that adds into query block m (bm x bn blocks):
+ * the count is c.n - this when this CTA's key block c.n may add. */
+__device__ __forceinline__ int dq_first_adder(const fc_sm80_bwd_args &a, const BwdCoords &c, int m, int bm, int bn)
+{
+    const fc_fwd_params &f = a.p.f;
+    return fc_bwd_kv_blocks(m, bm, bn, c.sq, c.sk, f.window_left, f.window_right).lo;
 }
 
 } /* namespace sm80 */

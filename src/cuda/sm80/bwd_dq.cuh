@@ -86,24 +86,18 @@ __device__ __forceinline__ void add_dq(const fc_sm80_bwd_args &a, const BwdCoord
         }
 }
 
-/* The deterministic mode's semaphore of query block m of head h, counted
- * in thread 0 only (the others would hold the pointer across the adds). */
-__device__ __forceinline__ int *dq_sem(const fc_sm80_bwd_args &a, const BwdCoords &c, int h, int m)
-{
-    return a.sems + ((int64_t)c.b * a.p.f.heads_q + h) * a.m_blocks + m;
-}
-
 /* The deterministic mode's turn: wait until the key blocks before c.n that
  * see query block m have added (the count reaches their number). */
 template <class S_>
 __device__ __forceinline__ void dq_turn_wait(const fc_sm80_bwd_args &a, int h, int m, int tid)
 {
     if (tid == 0) {
-        const fc_fwd_params &f = a.p.f;
+        /* the coordinates read again, not passed in: held across the call,
+         * the d96 64x64 deterministic row spilled on sm_86 */
         const BwdCoords c = bwd_coords(a);
-        const fc_brange nr = fc_bwd_kv_blocks(m, S_::BM, S_::BN, c.sq, c.sk, f.window_left, f.window_right);
+        const int first = dq_first_adder(a, c, m, S_::BM, S_::BN);
         const int *sem = dq_sem(a, c, h, m);
-        while (ptx::ld_acquire_gpu(sem) != c.n - nr.lo) {
+        while (ptx::ld_acquire_gpu(sem) != c.n - first) {
         }
     }
     __syncthreads();

@@ -38,7 +38,6 @@
 #include "cuda/sm80/bwd_mainloop.cuh"
 #include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm80/bwd_shape.cuh"
-#include "cuda/sm80/epilogue.cuh"
 
 namespace fc {
 namespace sm80 {
@@ -72,7 +71,7 @@ __device__ __forceinline__ void store_grad_tile(uint32_t sT, int tid, uint16_t *
     for (int k = 0; k < UNITS / S_::NT; ++k) {
         const int u = tid + k * S_::NT;
         const int r = unit_row<S_::BN, PC>(u), ch = unit_chunk<S_::BN, PC>(u);
-        if (r < valid) stg128(g + r * row_stride + ch * 8, ptx::lds128(sT + panel_offset<S_::BN, PC>(r, ch)));
+        if (r < valid) ptx::stg128(g + r * row_stride + ch * 8, ptx::lds128(sT + panel_offset<S_::BN, PC>(r, ch)));
     }
 }
 

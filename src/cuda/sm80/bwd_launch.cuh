@@ -9,7 +9,6 @@
 #ifndef FC_SM80_BWD_LAUNCH_CUH
 #define FC_SM80_BWD_LAUNCH_CUH
 
-#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdio>
@@ -55,12 +54,7 @@ template <bool kBF16, int HD, int BM, int BN, int W, int CTAS, int KW, int QW, b
 fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t stream, char *err, size_t err_len)
 {
     const bool pdl = a->pdl != 0;
-    const int64_t pre_work = std::max<int64_t>(a->rows * a->p.f.heads_q * 4, a->n_sems);
-    if (pre_work > 0) {
-        const cudaError_t e = fc_launch(bwd_preprocess_kernel<kBF16, HD>, aux_grid(pre_work), kBwdAuxThreads, 0,
-                                        stream, pdl, *a);
-        FC_CUDA_TRY("sm80 backward preprocess launch", e);
-    }
+    FC_CUDA_TRY("sm80 backward preprocess launch", (launch_bwd_preprocess<kBF16, HD>(*a, stream, pdl)));
     const fc_status st =
         a->p.deterministic
             ? launch_bwd_main<kBF16, true, HD, BM, BN, W, CTAS, KW, QW, SM90_ONLY>(a, device, stream, pdl, err,

@@ -68,7 +68,7 @@ __device__ __forceinline__ void bwd_scores(const fc_sm80_bwd_args &a, const BwdT
     gemm_qk<kBF16, KQ>(dp, none, SM::v(), SM::dout(buf) + th.q0 * S_::PB, th.wrow, th.lane);
     gemm_qk<kBF16, KQ>(s, none, SM::k(), SM::q(buf) + th.q0 * S_::PB, th.wrow, th.lane);
     const BwdCoords c = bwd_coords(a);
-    BlockMask bm;
+    fc_bwd_mask bm;
     bm.j0 = c.n * S_::BN + th.wrow + th.g;
     bm.i0 = m * S_::BM + th.q0 + 2 * th.t;
     bm.sq = c.sq;

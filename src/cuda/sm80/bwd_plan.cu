@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cuda/common/plan_names.cuh"
 #include "cuda/sm80/bwd_args.h"
 #include "cuda/sm80/bwd_tiles.cuh"
 #include "cuda/sm80/plan_checks.h"
@@ -30,13 +31,15 @@ using fc::sm80::kNumBwdTiles;
 
 /* The class's row for head_dim hd that fits the device's shared memory;
  * without one (a part reporting less smem than its class), the
- * smallest-smem row of any class that fits. -1 if none. */
+ * smallest-smem row of any class that fits and has a kernel there (an
+ * SM90-only row is empty below sm_90). -1 if none. */
 int pick_bwd_tile(int cls, int hd, const fc_cuda_device *dev)
 {
     int best = -1;
     for (int i = 0; i < kNumBwdTiles; ++i) {
         const BwdTile &t = kBwdTiles[i];
         if (t.head_dim != hd || fc::sm80::bwd_smem_bytes(t) > dev->smem_optin) continue;
+        if (cls != fc::sm80::kClassSm90 && fc::sm80::bwd_tile_sm90_only(t)) continue;
         if (t.arch_class == cls) return i;
         if (best < 0 || fc::sm80::bwd_smem_bytes(t) < fc::sm80::bwd_smem_bytes(kBwdTiles[best])) best = i;
     }
@@ -75,7 +78,8 @@ extern "C" fc_status fc_sm80_bwd_common(const fc_bwd_params *b, const fc_cuda_de
 {
     const fc_fwd_params *p = &b->f;
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
-        snprintf(why, why_len, "dtype %d is not supported by the CUDA backward: supported f16, bf16", (int)p->dtype);
+        snprintf(why, why_len, "dtype %s is not supported by the CUDA backward: supported f16, bf16",
+                 fc_dtype_name(p->dtype));
         return FC_ERR_UNSUPPORTED;
     }
     const fc_sm80_tensor_ref grads[5] = {
@@ -84,7 +88,8 @@ extern "C" fc_status fc_sm80_bwd_common(const fc_bwd_params *b, const fc_cuda_de
         {"dq", b->dq, b->dq_batch_stride, b->dq_row_stride, b->dq_head_stride},
         {"dk", b->dk, b->dk_batch_stride, b->dk_row_stride, b->dk_head_stride},
         {"dv", b->dv, b->dv_batch_stride, b->dv_row_stride, b->dv_head_stride}};
-    return fc_sm80_common_checks(p, dev, grads, 5, cls, why, why_len);
+    int c = -1;
+    return fc_sm80_common_checks(p, dev, grads, 5, cls ? cls : &c, why, why_len);
 }
 
 extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_device *dev, const fc_tuning *tune,
@@ -118,8 +123,13 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     choice->config = cfg;
     choice->num_splits = 1;
     choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, 0).bytes;
-    snprintf(choice->name, sizeof choice->name, "sm80_bwd_%s_d%d_m%dn%d%s",
-             p->dtype == FC_DTYPE_BF16 ? "bf16" : "f16", hd, t.block_m, t.block_n, b->deterministic ? "_det" : "");
+    /* formatted once per thread and key (common/plan_names.cuh) */
+    static thread_local PlanNames names;
+    const int32_t key[PlanNames::K] = {cfg, p->dtype, b->deterministic, 0, 0, 0};
+    if (plan_name_get(names, key, choice->name)) return FC_OK;
+    snprintf(choice->name, sizeof choice->name, "sm80_bwd_%s_d%d_m%dn%d%s", fc_dtype_name(p->dtype), hd, t.block_m,
+             t.block_n, b->deterministic ? "_det" : "");
+    plan_name_put(names, key, choice->name);
     return FC_OK;
 }
 
@@ -157,9 +167,9 @@ extern "C" void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int b
     a->heads_kv = fc_fastdiv_make(p->heads_kv);
     /* exact whenever the grid is launched (batch * heads_kv <= grid <= INT_MAX) */
     a->bh = fc_fastdiv_make((int32_t)std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX));
-    /* Causal-like bands: key block n's query range shrinks with n, so the
-     * longest CTAs go first (bwd_coords). */
-    a->key_major = p->window_right >= 0 && p->window_left < 0;
+    /* key block n's query range shrinks with n: the longest CTAs go first
+     * (bwd_coords) */
+    a->key_major = fc_causal_like(p);
     a->pdl = pdl;
 }
 
@@ -174,9 +184,9 @@ extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choi
         return FC_ERR_INTERNAL;
     }
     const BwdTile &t = kBwdTiles[choice->config];
-    const fc_sm80_bwd_ws w = fc_sm80_bwd_workspace(b, t.block_m, 0);
-    if (w.bytes > 0 && !workspace) {
-        snprintf(err, err_len, "internal: sm80 backward without its %lld-byte workspace", (long long)w.bytes);
+    if (choice->workspace_bytes > 0 && !workspace) {
+        snprintf(err, err_len, "internal: sm80 backward without its %lld-byte workspace",
+                 (long long)choice->workspace_bytes);
         return FC_ERR_INTERNAL;
     }
     fc_sm80_bwd_args a;

@@ -108,6 +108,17 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const fc
     }
 }
 
+/* The preprocess on stream (both backward paths): a thread group per
+ * (row, head), enough threads to zero the semaphores; nothing to launch
+ * without either. Returns the launch error. */
+template <bool kBF16, int HD>
+cudaError_t launch_bwd_preprocess(const fc_sm80_bwd_args &a, cudaStream_t stream, bool pdl)
+{
+    const int64_t pairs = a.rows * a.p.f.heads_q * 4, work = pairs > a.n_sems ? pairs : a.n_sems;
+    if (work == 0) return cudaSuccess;
+    return fc_launch(bwd_preprocess_kernel<kBF16, HD>, aux_grid(work), kBwdAuxThreads, 0, stream, pdl, a);
+}
+
 } /* namespace sm80 */
 } /* namespace fc */
 

@@ -91,6 +91,23 @@ FC_BWD_FN int32_t fc_bwd_band_hi(int32_t sq, int32_t sk, int32_t wr)
     return wr >= 0 ? (int32_t)fc_bwd_min64((int64_t)INT32_MAX, (int64_t)sk - sq + wr) : INT32_MAX;
 }
 
+/* The per-element mask of a block that is not whole (fc_bwd_block_full):
+ * a thread's first key j0 and query i0, the sequence lengths and the band
+ * (fc_bwd_band_lo/hi). */
+typedef struct fc_bwd_mask {
+    int32_t j0, i0;
+    int32_t sq, sk;
+    int32_t lo, hi;
+} fc_bwd_mask;
+
+/* 1 if key j and query i (j0, i0 plus the element's offsets) are no
+ * visible pair: past either sequence or outside the band. */
+FC_BWD_FN int fc_bwd_hidden(fc_bwd_mask m, int32_t j, int32_t i)
+{
+    const int32_t d = j - i;
+    return i >= m.sq || j >= m.sk || d < m.lo || d > m.hi;
+}
+
 /* The first query block a CTA visits (of its range mr, query head 0),
  * and the block after (query head g of its group, query block m); *gn =
  * group: none. Deterministic (det): the query blocks from the last down,

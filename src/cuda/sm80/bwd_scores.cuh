@@ -22,24 +22,16 @@
 #include <stdint.h>
 
 #include "cuda/common/sm80_ptx.cuh"
+#include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm80/bwd_shape.cuh"
 #include "cuda/sm80/layout.cuh"
 
 namespace fc {
 namespace sm80 {
 
-/* What the per-element mask of one block needs: the key and query of the
- * thread's first element, the sequence limits, the band on j - i
- * (bwd_ranges.h: fc_bwd_band_lo/hi). */
-struct BlockMask {
-    int j0, i0;   /* key of row g of m16 tile 0, query of column 2t of n8 tile 0 */
-    int sq, sk;
-    int lo, hi;
-};
-
 template <class S_, bool MASK, bool SOFTCAP>
 __device__ __forceinline__ void p_and_ds(float (&s)[S_::MT][S_::QTL][4], float (&dp)[S_::MT][S_::QTL][4], int buf,
-                                         const BwdThr &th, float sl2, float softcap_in, const BlockMask &bm)
+                                         const BwdThr &th, float sl2, float softcap_in, const fc_bwd_mask &bm)
 {
     using SM = BwdSmem<S_>;
 #pragma unroll
@@ -59,8 +51,7 @@ __device__ __forceinline__ void p_and_ds(float (&s)[S_::MT][S_::QTL][4], float (
                 float p = ptx::ex2(fmaf(t, sl2, -((e & 1) ? l2.y : l2.x)));
                 if constexpr (MASK) {
                     const int j = bm.j0 + 16 * mt + 8 * (e >> 1), i = bm.i0 + 8 * nt + (e & 1);
-                    const int d = j - i;
-                    if (i >= bm.sq || j >= bm.sk || d < bm.lo || d > bm.hi) p = 0.f;
+                    if (fc_bwd_hidden(bm, j, i)) p = 0.f;
                 }
                 float ds = p * (dp[mt][nt][e] - ((e & 1) ? dd.y : dd.x));
                 if constexpr (SOFTCAP) ds *= 1.f - t * t;

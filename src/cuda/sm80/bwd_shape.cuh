@@ -21,7 +21,7 @@ namespace sm80 {
  * Shape defines them (the ldmatrix helpers read these members). FRESH:
  * the lane offsets are re-derived from a fresh %tid.x at each GEMM
  * (BwdShape says where). */
-template <int COLS, bool FRESH = true>
+template <int COLS, bool FRESH>
 struct Panels {
     static constexpr int PC = (COLS == 64 || COLS == 128) ? 8 : 4;
     static constexpr int LPC = panel_log2(PC);

@@ -19,15 +19,6 @@
 namespace fc {
 namespace sm80 {
 
-/* 16-byte global store (the O epilogue of the kVarLeanAddr variant): one
- * STG.128 whatever the front end can prove about the pointer's alignment
- * (the plain uint4 store came out as 4 x STG.32 for half the chunks). */
-__device__ __forceinline__ void stg128(void *dst, uint4 v)
-{
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w));
-}
-
 /* Query position i and head h of this thread's row (mt, hf) (the MMA C
  * fragment's row g or g + 8); false for a row past the sequence. */
 template <class S_>
@@ -112,7 +103,7 @@ __device__ inline void store_o(const fc_sm80_args &a, const TileCoords &c, uint3
             if constexpr (!kVec)
                 fc::dev::st_elems8(dst, v);
             else if constexpr (S_::LEAN_ADDR)
-                stg128(dst, v);
+                ptx::stg128(dst, v);
             else
                 *reinterpret_cast<uint4 *>(dst) = v;
         }
@@ -143,7 +134,7 @@ __device__ __forceinline__ void store_o_lean(const fc_sm80_args &a, const TileCo
     for (int k = 0; k < WUNITS / 32; ++k) {
         const int j = (RP * k % WROWS) / RP, DC = (RP * k / WROWS) * PC;
         if (c.r0 + orow + RP * j < c.rows)
-            stg128(orp[j] + DC * 8, ptx::lds128(sQ + panel_offset<S_::BM, PC>(orow + RP * j, DC + (th.lane & (PC - 1)))));
+            ptx::stg128(orp[j] + DC * 8, ptx::lds128(sQ + panel_offset<S_::BM, PC>(orow + RP * j, DC + (th.lane & (PC - 1)))));
     }
 }
 

@@ -26,19 +26,6 @@ using fc::sm80::kNumTiles;
 using fc::sm80::Tile;
 using fc::sm80::tile_smem_bytes;
 
-const char *dtype_name(int dt)
-{
-    switch (dt) {
-    case FC_DTYPE_F32: return "f32";
-    case FC_DTYPE_F16: return "f16";
-    case FC_DTYPE_BF16: return "bf16";
-    case FC_DTYPE_E4M3: return "e4m3";
-    case FC_DTYPE_E5M2: return "e5m2";
-    case FC_DTYPE_F64: return "f64";
-    default: return "unknown";
-    }
-}
-
 /* Architecture class of a device (tiles.cuh), -1 if this path has no SASS
  * that can run there (sm_80/86/89 SASS runs on any 8.x >= its minor; the
  * 90/90a SASS on 9.0). */
@@ -173,14 +160,6 @@ fc_status check_alignment(const fc_sm80_tensor_ref *t, int n, char *why, size_t 
     return FC_OK;
 }
 
-/* O takes the epilogue's 16-byte stores: out 16-byte aligned, its strides
- * multiples of 8 elements (varlen: batch stride 0); any other valid layout
- * gets element stores (epilogue.cuh). */
-int32_t o_vec_ok(const fc_fwd_params *p)
-{
-    return aligned16(p->o) && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 && p->o_batch_stride % 8 == 0;
-}
-
 } /* namespace */
 
 extern "C" void fc_sm80_tile_shape(int config, int *block_m, int *block_n)
@@ -255,7 +234,7 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
 {
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
         snprintf(why, why_len, "dtype %s is not supported by the sm80 kernels: supported f16, bf16",
-                 dtype_name(p->dtype));
+                 fc_dtype_name(p->dtype));
         return FC_ERR_UNSUPPORTED;
     }
     const int hd = p->head_dim;
@@ -310,7 +289,7 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     if (plan_name_get(names, key, choice->name)) return FC_OK;
     char var[16] = "";
     if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
-    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s%s", dtype_name(p->dtype), hd,
+    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s%s", fc_dtype_name(p->dtype), hd,
              t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "", choice->masks == FC_MASKS_NONE ? "_plain" : "");
     plan_name_put(names, key, choice->name);
     return FC_OK;
@@ -357,7 +336,7 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
     a.m_tiles = fc_fastdiv_make((int32_t)m_tiles);
     a.pdl = choice->pdl;
     a.plain = choice->masks == FC_MASKS_NONE;
-    a.o_vec = o_vec_ok(p);
+    a.o_vec = fc_o_vec_ok(p);
     fc_sm80_kv_maps maps;
     memset(&maps, 0, sizeof maps);
     if (t.variant & fc::sm80::kVarTma) {

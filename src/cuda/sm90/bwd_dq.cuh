@@ -80,10 +80,9 @@ __device__ __forceinline__ void bwd_dq_turn_wait(const fc_sm80_bwd_args &a, cons
                                                  int lane)
 {
     if (lane == 0) {
-        const fc_fwd_params &f = a.p.f;
-        const fc_brange nr = fc_bwd_kv_blocks(st.m, C::BM, C::BN, c.sq, c.sk, f.window_left, f.window_right);
-        const int *sem = a.sems + ((int64_t)c.b * f.heads_q + st.h) * a.m_blocks + st.m;
-        while (fc::ptx::ld_acquire_gpu(sem) != c.n - nr.lo) {
+        const int first = fc::sm80::dq_first_adder(a, c, st.m, C::BM, C::BN);
+        const int *sem = fc::sm80::dq_sem(a, c, st.h, st.m);
+        while (fc::ptx::ld_acquire_gpu(sem) != c.n - first) {
         }
     }
     __syncwarp();
@@ -95,7 +94,7 @@ __device__ __forceinline__ void bwd_dq_release(const fc_sm80_bwd_args &a, const 
     __syncwarp();
     if (lane == 0) {
         __threadfence();
-        fc::ptx::red_release_gpu_add(a.sems + ((int64_t)c.b * a.p.f.heads_q + st.h) * a.m_blocks + st.m, 1);
+        fc::ptx::red_release_gpu_add(fc::sm80::dq_sem(a, c, st.h, st.m), 1);
     }
 }
 

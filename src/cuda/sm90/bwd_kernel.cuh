@@ -68,15 +68,16 @@ __device__ __forceinline__ void bwd_store_grad(uint16_t *g, int64_t row_stride, 
     }
 }
 
-/* A consumer thread's place: its warpgroup cw, warp, lane, g = lane / 4,
- * t2 = 2 (lane % 4), and its index among the 256 consumer threads. */
+/* A consumer thread's place: its warpgroup cw, its index among the 256
+ * consumer threads (ctid) and within its warpgroup (tid), warp, lane,
+ * g = lane / 4, t2 = 2 (lane % 4). */
 struct BwdThread {
-    int cw, ctid, warp, lane, g, t2;
+    int cw, ctid, tid, warp, lane, g, t2;
 };
 
 /* Step it's loads are in (wait), a varlen tail zeroed, then S^T and dP^T
- * issued, each its own commit group: S first, so that P can start while
- * dP^T is still on the tensor cores. With `real` false (no step left) one
+ * issued as one commit group (P waits for both: design-sm90.md, tried and
+ * lost). With `real` false (no step left) one
  * k-step of each is issued on stage 0 without waiting, its result
  * dropped: a wgmma issued on one branch only leaves ptxas unable to track
  * the accumulators in flight across the loop, and it then serialises every
@@ -89,7 +90,6 @@ __device__ __forceinline__ void bwd_issue_sdp(const fc_fwd_params &f, const fc::
     if (!real) {
         wg_fence();
         Wgmma<C::BM, kBF16>::ss0(S, desc_kmajor<C::SW>(base + C::OFF_K), desc_kmajor<C::SW>(base + C::OFF_Q));
-        wg_commit();
         Wgmma<C::BM, kBF16>::ss0(dP, desc_kmajor<C::SW>(base + C::OFF_V), desc_kmajor<C::SW>(base + C::OFF_DO));
         wg_commit();
         return;
@@ -100,7 +100,6 @@ __device__ __forceinline__ void bwd_issue_sdp(const fc_fwd_params &f, const fc::
     if (f.cu_seqlens_q && (m + 1) * C::BM > c.sq) bwd_zero_rows<C::Q_BYTES, C::BM, C>(q, dO, c.sq - m * C::BM, th.ctid);
     wg_fence();
     bwd_issue_kt<C, kBF16>(S, base + C::OFF_K, q, th.cw);
-    wg_commit();
     bwd_issue_kt<C, kBF16>(dP, base + C::OFF_V, dO, th.cw);
     wg_commit();
 }
@@ -113,7 +112,8 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
     BwdThread th;
     th.cw = cw;
     th.ctid = threadIdx.x - 128;
-    th.warp = (th.ctid - 128 * cw) >> 5;
+    th.tid = th.ctid - 128 * cw;
+    th.warp = th.tid >> 5;
     th.lane = th.ctid & 31;
     th.g = th.lane >> 2;
     th.t2 = 2 * (th.lane & 3);
@@ -126,7 +126,7 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
     float dk[C::D / 2], dv[C::D / 2];
 #pragma unroll
     for (int i = 0; i < C::D / 2; ++i) dk[i] = dv[i] = 0.f;
-    BwdMask bm;
+    fc_bwd_mask bm;
     bm.sq = c.sq;
     bm.sk = c.sk;
     bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
@@ -152,13 +152,8 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
         wg_wait<0>();
         fence_regs(S);
         fence_regs(dP);
-        if constexpr (kSoftcap) {
-            if (full) bwd_p_ds_softcap<C, false>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
-            else bwd_p_ds_softcap<C, true>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
-        } else {
-            if (full) bwd_p<C, false>(S, ld, th.t2, a.sl2, bm);
-            else bwd_p<C, true>(S, ld, th.t2, a.sl2, bm);
-        }
+        if (full) bwd_p<C, false, kSoftcap>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
+        else bwd_p<C, true, kSoftcap>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
         bwd_pack<C, kBF16>(S, P);
         wg_fence();
         bwd_issue_acc<C, kBF16>(dv, P, dO);
@@ -191,9 +186,9 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
         fc_bwd_next_block(kDet, a.group, mr, gi, m, &gn, &mn);
         gi = gn;
         m = mn;
-        if constexpr (!C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.ctid - 128 * cw);
+        if constexpr (!C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.tid);
         bwd_issue_sdp<C, kBF16>(f, c, base, it + 1, m, th, S, dP, gi < a.group);
-        if constexpr (C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.ctid - 128 * cw);
+        if constexpr (C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.tid);
     }
     wg_wait<0>(); /* the dropped last issue */
     fence_regs(S);
@@ -279,11 +274,7 @@ fc_status bwd_launch_row(const fc_sm90_bwd_params *prm, int device, cudaStream_t
     const bool pdl = a.pdl != 0;
     const size_t dq_bytes = (size_t)a.dq_rows * a.p.f.heads_q * C::D * sizeof(float);
     if (dq_bytes > 0) FC_CUDA_TRY("sm90 backward dq_accum clear", cudaMemsetAsync(a.dq_accum, 0, dq_bytes, stream));
-    const int64_t pre_work = a.rows * a.p.f.heads_q * 4 > a.n_sems ? a.rows * a.p.f.heads_q * 4 : a.n_sems;
-    if (pre_work > 0)
-        FC_CUDA_TRY("sm90 backward preprocess launch",
-                    fc_launch(fc::sm80::bwd_preprocess_kernel<kBF16, C::D>, fc::sm80::aux_grid(pre_work),
-                              fc::sm80::kBwdAuxThreads, 0, stream, pdl, a));
+    FC_CUDA_TRY("sm90 backward preprocess launch", (fc::sm80::launch_bwd_preprocess<kBF16, C::D>(a, stream, pdl)));
     const bool det = a.p.deterministic != 0, cap = a.softcap_in != 0.f;
     fc_status st;
     if (det) st = cap ? bwd_launch_main<kRow, kBF16, true, true>(prm, device, stream, err, err_len)

@@ -12,40 +12,36 @@
 #ifndef FC_SM90_BWD_SCORES_CUH
 #define FC_SM90_BWD_SCORES_CUH
 
+#include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm90/bwd_tiles.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
 
 namespace fc90 {
 
-/* The per-element mask of a block that is not whole (bwd_ranges.h,
- * fc_bwd_block_full): the thread's first key and query, the sequence
- * lengths and the band on key - query. */
-struct BwdMask {
-    int j0, i0;
-    int sq, sk;
-    int lo, hi;
-};
-
-/* P^T in place of S^T without softcap: P = 2^(s sl2 - lse2), masked
- * pairs 0. */
-template <class C, bool kMask>
-__device__ __forceinline__ void bwd_p(float (&s)[C::BM / 2], uint32_t ld, int t2, float sl2, const BwdMask &bm)
+/* P^T in place of S^T: t = softcap ? tanh(s softcap_in) : s, P = 2^(t sl2 -
+ * lse2), masked pairs 0. With softcap dS^T too, in place of dP^T: its
+ * factor 1 - t^2 needs t, which would otherwise cost a register per
+ * element across the dV issue; without, bwd_ds follows that issue. */
+template <class C, bool kMask, bool kSoftcap>
+__device__ __forceinline__ void bwd_p(float (&s)[C::BM / 2], float (&dp)[C::BM / 2], uint32_t ld, int t2, float sl2,
+                                      float softcap_in, const fc_bwd_mask &bm)
 {
 #pragma unroll
     for (int j = 0; j < C::BM / 8; ++j) {
         const uint64_t lw = lds64(ld + 4 * (8 * j + t2));
         const float l2[2] = {__uint_as_float((uint32_t)lw), __uint_as_float((uint32_t)(lw >> 32))};
+        const uint64_t dw = kSoftcap ? lds64(ld + 4 * (C::BM + 8 * j + t2)) : 0;
+        const float dd[2] = {__uint_as_float((uint32_t)dw), __uint_as_float((uint32_t)(dw >> 32))};
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int x = 4 * j + 2 * h + e;
-                float p = ex2(fmaf(s[x], sl2, -l2[e]));
-                if constexpr (kMask) {
-                    const int key = bm.j0 + 8 * h, q = bm.i0 + 8 * j + e, d = key - q;
-                    if (q >= bm.sq || key >= bm.sk || d < bm.lo || d > bm.hi) p = 0.f;
-                }
+                const float t = kSoftcap ? tanh_acc(s[x] * softcap_in) : s[x];
+                float p = ex2(fmaf(t, sl2, -l2[e]));
+                if (kMask && fc_bwd_hidden(bm, bm.j0 + 8 * h, bm.i0 + 8 * j + e)) p = 0.f;
                 s[x] = p;
+                if constexpr (kSoftcap) dp[x] = p * (dp[x] - dd[e]) * (1.f - t * t);
             }
     }
 }
@@ -60,35 +56,6 @@ __device__ __forceinline__ void bwd_ds(const float (&p)[C::BM / 2], float (&dp)[
         const float dd[2] = {__uint_as_float((uint32_t)dw), __uint_as_float((uint32_t)(dw >> 32))};
 #pragma unroll
         for (int i = 0; i < 4; ++i) dp[4 * j + i] = p[4 * j + i] * (dp[4 * j + i] - dd[i & 1]);
-    }
-}
-
-/* Both at once with softcap, which needs t = tanh(s softcap_in) for dS's
- * factor 1 - t^2 (kept for dS, t would cost a register per element
- * across the dV issue): t, P = 2^(t sl2 - lse2), dS = P (dP - D)(1 - t^2). */
-template <class C, bool kMask>
-__device__ __forceinline__ void bwd_p_ds_softcap(float (&s)[C::BM / 2], float (&dp)[C::BM / 2], uint32_t ld, int t2,
-                                                 float sl2, float softcap_in, const BwdMask &bm)
-{
-#pragma unroll
-    for (int j = 0; j < C::BM / 8; ++j) {
-        const uint64_t lw = lds64(ld + 4 * (8 * j + t2)), dw = lds64(ld + 4 * (C::BM + 8 * j + t2));
-        const float l2[2] = {__uint_as_float((uint32_t)lw), __uint_as_float((uint32_t)(lw >> 32))};
-        const float dd[2] = {__uint_as_float((uint32_t)dw), __uint_as_float((uint32_t)(dw >> 32))};
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int x = 4 * j + 2 * h + e;
-                const float t = tanh_acc(s[x] * softcap_in);
-                float p = ex2(fmaf(t, sl2, -l2[e]));
-                if constexpr (kMask) {
-                    const int key = bm.j0 + 8 * h, q = bm.i0 + 8 * j + e, d = key - q;
-                    if (q >= bm.sq || key >= bm.sk || d < bm.lo || d > bm.hi) p = 0.f;
-                }
-                s[x] = p;
-                dp[x] = p * (dp[x] - dd[e]) * (1.f - t * t);
-            }
     }
 }
 

@@ -349,7 +349,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
     }
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
         snprintf(why, why_len, "dtype %s is not supported by the sm90 kernels: supported f16, bf16",
-                 p->dtype == FC_DTYPE_F32 ? "f32" : "fp8");
+                 fc_dtype_name(p->dtype));
         return FC_ERR_UNSUPPORTED;
     }
     int shift = 0;
@@ -369,10 +369,6 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  (double)p->scale);
         return FC_ERR_UNSUPPORTED;
     }
-    if ((p->cu_seqlens_q == NULL) != (p->cu_seqlens_k == NULL)) {
-        snprintf(why, why_len, "the sm90 kernels need both cu_seqlens_q and cu_seqlens_k, or neither");
-        return FC_ERR_UNSUPPORTED;
-    }
     if (p->heads_kv <= 0 || p->heads_q % p->heads_kv != 0) {
         snprintf(why, why_len, "heads_q %d is not a multiple of heads_kv %d", (int)p->heads_q,
                  (int)p->heads_kv);
@@ -387,18 +383,9 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
     }
 
     /* TMA-expressible layouts. Varlen tensors have no batch dimension. */
-    const int64_t rows_q = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
-    if (rows_q >= ((int64_t)1 << 31) - 256) {
-        snprintf(why, why_len, "%lld query rows: the sm90 kernels address rows with int32 TMA "
-                 "coordinates (limit 2^31 - 256)", (long long)rows_q);
+    const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
+    if (!fc_tma_q_ok(p, "q", p->q, qs, k_tma_who, why, why_len) || !fc_tma_kv_ok(p, k_tma_who, why, why_len))
         return FC_ERR_UNSUPPORTED;
-    }
-    {
-        const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
-        const int64_t qn[3] = {rows_q, p->heads_q, fc_tma_k_batches(p)};
-        if (!fc_tma_layout_ok("q", p->q, qs, qn, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
-        if (!fc_tma_kv_ok(p, k_tma_who, why, why_len)) return FC_ERR_UNSUPPORTED;
-    }
     if (row_tiles(p, t.block_m, shift) * FC_MAX_SPLITS >= ((int64_t)1 << 31) ||
         ((int64_t)p->seqlen_q << shift) >= ((int64_t)1 << 31)) {
         snprintf(why, why_len, "%lld query tiles exceed the sm90 scheduler's int32 tile index",
@@ -482,7 +469,7 @@ fc_status geometry(const fc_fwd_params *p, const fc_cuda_choice *choice, Geometr
         snprintf(err, err_len, "sm90 forward: %lld tiles exceed the int32 tile index", (long long)g.tiles);
         return FC_ERR_UNSUPPORTED;
     }
-    g.rows_q = p->cu_seqlens_q ? p->total_q : p->seqlen_q;
+    g.rows_q = fc_tma_q_rows(p);
     g.rows_k = fc_tma_k_rows(p);
     g.nb = fc_tma_k_batches(p);
     return FC_OK;
@@ -514,20 +501,14 @@ fc_status encode_kv_maps(fc_sm90_params &prm, const fc_fwd_params *p, const Tile
     const bool none = g.rows_k == 0;
     const int64_t hk = none ? p->heads_q : p->heads_kv;
     const int64_t rk = none ? g.rows_q : g.rows_k;
-    const int64_t n[3] = {rk, hk, g.nb};
-    const uint64_t dims[4] = {(uint64_t)p->head_dim, (uint64_t)rk, (uint64_t)hk, (uint64_t)g.nb};
-    const uint32_t box[4] = {(uint32_t)t.swz / 2, (uint32_t)t.block_n, 1, 1};
     const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
     const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
     const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
-    uint64_t sb[3];
-    fc_tma_map_strides(none ? qs : ks, n, 3, p->head_dim, sb);
-    fc_status st = fc_tma_encode_map(&prm.tm_k, "sm90 forward: k", none ? p->q : p->k, bf16, 4, dims, sb, box,
-                                     t.swz, err, err_len);
+    fc_status st = fc_tma_encode_rows(&prm.tm_k, "sm90 forward: k", none ? p->q : p->k, bf16, none ? qs : ks, rk, hk,
+                                      g.nb, p->head_dim, t.block_n, t.swz, err, err_len);
     if (st) return st;
-    fc_tma_map_strides(none ? qs : vs, n, 3, p->head_dim, sb);
-    return fc_tma_encode_map(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, 4, dims, sb, box, t.swz,
-                             err, err_len);
+    return fc_tma_encode_rows(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, none ? qs : vs, rk, hk, g.nb,
+                              p->head_dim, t.block_n, t.swz, err, err_len);
 }
 
 /* The TMA store of O: dense, unsplit, whole position groups in a
@@ -587,7 +568,7 @@ void fill_params(fc_sm90_params &prm, const fc_fwd_params *p, const fc_cuda_devi
     prm.num_units = (int32_t)g.units;
     prm.num_tiles = (int32_t)g.tiles;
     prm.tail_first = prm.num_tiles;
-    prm.longest_first = p->window_right >= 0 && p->window_left < 0;
+    prm.longest_first = fc_causal_like(p);
     /* L2 sections for the longest-first order: as many KV heads as fill
      * half the L2 (K and V of one KV head of one sequence each), times the
      * units that share one. */
@@ -600,8 +581,7 @@ void fill_params(fc_sm90_params &prm, const fc_fwd_params *p, const fc_cuda_devi
     prm.l2_section = fc_fastdiv_make((int32_t)(group * g.m_blocks));
     prm.rotate = choice->rotate;
     prm.masks = choice->masks;
-    prm.o_vec_ok = ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
-                   (varlen || p->batch <= 1 || p->o_batch_stride % 8 == 0);
+    prm.o_vec_ok = fc_o_vec_ok(p);
 }
 
 /* Stream-ordered device memory of one call, freed after its kernel. */

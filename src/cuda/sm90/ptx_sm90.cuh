@@ -1,5 +1,5 @@
 /*
- * ptx_sm90.cuh -- inline-PTX wrappers for the Hopper (sm_90a) forward kernel:
+ * ptx_sm90.cuh -- inline-PTX wrappers for the Hopper (sm_90a) kernels:
  * mbarrier, TMA (cp.async.bulk.tensor), proxy fences, named barriers,
  * setmaxnreg, and wgmma (descriptors, SS/RS issue, fence/commit/wait).
  *
@@ -351,13 +351,15 @@ template <int kSwz> __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t ad
 #define FC90_STR_(x) #x
 #define FC90_STR(x) FC90_STR_(x)
 
-/* SS: D(64xN, f32) (+)= A(64x16 from smem desc) * B(16xN from smem desc), both
- * K-major (no transpose). Operands after the accumulators: desc_a = %T0,
- * desc_b = %T1, scale_d = %T2 (0: D = A*B, the first k-step of S). */
-#define FC90_WGMMA_SS(N, G, OPS, TY, T0, T1, T2)                                            \
+/* SS: D(64xN, f32) (+)= A(64x16 from smem desc) * B(16xN from smem desc).
+ * TR is the imm-trans-a, imm-trans-b pair: "0, 0" both K-major (S = Q K^T),
+ * "1, 1" both MN-major (the backward's dQ = dS K, dS^T and K as they lie
+ * in shared memory). Operands after the accumulators: desc_a = %T0, desc_b
+ * = %T1, scale_d = %T2 (0: D = A*B, the first k-step of S). */
+#define FC90_WGMMA_SS(N, G, OPS, TY, TR, T0, T1, T2)                                        \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" FC90_STR(T2) ", 0;\n"                \
                  "wgmma.mma_async.sync.aligned.m64n" FC90_STR(N) "k16.f32." TY "." TY " {"  \
-                 FC90_S##G "}, %" FC90_STR(T0) ", %" FC90_STR(T1) ", p, 1, 1, 0, 0;\n}\n" \
+                 FC90_S##G "}, %" FC90_STR(T0) ", %" FC90_STR(T1) ", p, 1, 1, " TR ";\n}\n" \
                  : OPS("+f", d)                                                                   \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
@@ -369,16 +371,6 @@ template <int kSwz> __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t ad
                  FC90_S##G "}, %" FC90_STR(T0) ", %" FC90_STR(T1) ", p, 1, 1, 0, 0;\n}\n" \
                  : OPS("=f", d)                                                             \
                  : "l"(desc_a), "l"(desc_b))
-
-/* SS with both operands MN-major (imm-trans-a = imm-trans-b = 1): A (64x16)
- * stored M-contiguous, B (16xN) N-contiguous; the backward's dQ = dS K,
- * with dS^T and K as they lie in shared memory. T2 = scale_d as in SS. */
-#define FC90_WGMMA_SS_TT(N, G, OPS, TY, T0, T1, T2)                                         \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" FC90_STR(T2) ", 0;\n"                \
-                 "wgmma.mma_async.sync.aligned.m64n" FC90_STR(N) "k16.f32." TY "." TY " {"  \
-                 FC90_S##G "}, %" FC90_STR(T0) ", %" FC90_STR(T1) ", p, 1, 1, 1, 1;\n}\n" \
-                 : OPS("+f", d)                                                                   \
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
 /* RS: D(64xN, f32) += A(64x16 from 4 b32 registers per thread) * B(16xN from
  * smem desc, MN-major: imm-trans-b = 1). Operands: a0..a3 = %T0..%T3,
@@ -399,12 +391,12 @@ template <int N, bool kBF16> struct Wgmma;
         static __device__ __forceinline__ void ss(float *d, uint64_t desc_a, uint64_t desc_b, \
                                                   int scale_d)                             \
         {                                                                                   \
-            FC90_WGMMA_SS(N, G, OPS, "bf16", T0, T1, T2);                                   \
+            FC90_WGMMA_SS(N, G, OPS, "bf16", "0, 0", T0, T1, T2);                                   \
         }                                                                                   \
         static __device__ __forceinline__ void ss_tt(float *d, uint64_t desc_a, uint64_t desc_b, \
                                                      int scale_d)                          \
         {                                                                                   \
-            FC90_WGMMA_SS_TT(N, G, OPS, "bf16", T0, T1, T2);                                   \
+            FC90_WGMMA_SS(N, G, OPS, "bf16", "1, 1", T0, T1, T2);                                   \
         }                                                                                   \
         static __device__ __forceinline__ void ss0(float *d, uint64_t desc_a, uint64_t desc_b) \
         {                                                                                   \
@@ -421,12 +413,12 @@ template <int N, bool kBF16> struct Wgmma;
         static __device__ __forceinline__ void ss(float *d, uint64_t desc_a, uint64_t desc_b, \
                                                   int scale_d)                             \
         {                                                                                   \
-            FC90_WGMMA_SS(N, G, OPS, "f16", T0, T1, T2);                                    \
+            FC90_WGMMA_SS(N, G, OPS, "f16", "0, 0", T0, T1, T2);                                    \
         }                                                                                   \
         static __device__ __forceinline__ void ss_tt(float *d, uint64_t desc_a, uint64_t desc_b, \
                                                      int scale_d)                          \
         {                                                                                   \
-            FC90_WGMMA_SS_TT(N, G, OPS, "f16", T0, T1, T2);                                   \
+            FC90_WGMMA_SS(N, G, OPS, "f16", "1, 1", T0, T1, T2);                                   \
         }                                                                                   \
         static __device__ __forceinline__ void ss0(float *d, uint64_t desc_a, uint64_t desc_b) \
         {                                                                                   \
