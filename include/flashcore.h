@@ -160,6 +160,25 @@ typedef struct fc_attention_args {
     fc_backend backend;
     /* Reserved for FP8 (per-tensor descales); must stay 0 today. */
     const float *q_descale, *k_descale, *v_descale;
+    /* Paged KV cache (docs/API.md, "Paged KV cache"). block_table non-NULL:
+     * k and v are pages, [num_pages, page_size, heads_kv, head_dim] with any
+     * strides (so [num_pages, heads_kv, page_size, head_dim] storage is the
+     * strided view of it), page_size >= 1; block_table is int32
+     * [batch, max_pages_per_seq] with rows block_table_stride elements apart
+     * (0 = max_pages_per_seq), in the backend's memory space, and key j of
+     * sequence b is row j % page_size of page
+     * block_table[b * stride + j / page_size]. q, out and lse stay dense
+     * (no cu_seqlens). The forward only: the backward refuses it. */
+    const int32_t *block_table;
+    int32_t max_pages_per_seq;
+    int64_t block_table_stride;
+    /* Keys in use per sequence (the cache lengths), int32 [batch] in the
+     * backend's memory space, each in [0, seqlen_k] (paged: seqlen_k is
+     * max_pages_per_seq * page_size); causal and windows align to them.
+     * NULL: every sequence uses all seqlen_k keys. Dense calls only (varlen
+     * has cu_seqlens_k); forward only. Block-table entries past a
+     * sequence's used pages are never read. */
+    const int32_t *seqused_k;
 } fc_attention_args;
 
 /* What the selection function chose (or would choose). */

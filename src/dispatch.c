@@ -94,6 +94,8 @@ static void locate_pointers(const fc_fwd_params *p, const fc_bwd_params *b, call
         add_pointer(c, p->cu_seqlens_q, "cu_seqlens_q");
         add_pointer(c, p->cu_seqlens_k, "cu_seqlens_k");
     }
+    if (p->block_table) add_pointer(c, p->block_table, "block_table");
+    if (p->seqused_k) add_pointer(c, p->seqused_k, "seqused_k");
     if (b) {
         add_pointer(c, b->dout, "dout");
         add_pointer(c, b->dq, "dq");
@@ -136,6 +138,10 @@ static fc_status select_cpu(fc_context *ctx, const fc_fwd_params *p, const call_
         st = fc_check_varlen(ctx, p, p->cu_seqlens_q, p->cu_seqlens_k);
         if (st) return st;
     }
+    if (p->block_table || p->seqused_k) {
+        st = fc_check_paged(ctx, p, p->seqused_k, p->block_table);
+        if (st) return st;
+    }
     plan->backend = b;
     snprintf(plan->name, sizeof plan->name, "%s", b == FC_BACKEND_CPU ? "cpu_tiled" : "cpu_reference");
     plan->num_splits = 1;
@@ -158,6 +164,26 @@ static fc_status check_device_varlen(fc_context *ctx, const fc_fwd_params *p, vo
     return st;
 }
 
+/* Validate device-resident seqused_k and block table the same way: the
+ * counts first, then the table rows (the pages each sequence uses). */
+static fc_status check_device_paged(fc_context *ctx, const fc_fwd_params *p, void *stream)
+{
+    if (fc_cuda_stream_is_capturing(stream)) return FC_OK;
+    const size_t used_n = p->seqused_k ? (size_t)p->batch : 0;
+    const size_t table_n = p->block_table ? (size_t)(p->batch - 1) * (size_t)p->block_table_stride + (size_t)p->max_pages : 0;
+    int32_t *h = malloc((used_n + table_n + 1) * sizeof(int32_t));
+    if (!h)
+        return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of host memory",
+                            (used_n + table_n + 1) * sizeof(int32_t));
+    fc_status st = FC_OK;
+    if (used_n) st = fc_cuda_copy_to_host(h, p->seqused_k, used_n * sizeof(int32_t), stream, ctx->err, sizeof ctx->err);
+    if (!st && table_n)
+        st = fc_cuda_copy_to_host(h + used_n, p->block_table, table_n * sizeof(int32_t), stream, ctx->err, sizeof ctx->err);
+    if (!st) st = fc_check_paged(ctx, p, used_n ? h : NULL, table_n ? h + used_n : NULL);
+    free(h);
+    return st;
+}
+
 /* What every CUDA plan needs: the device, every pointer in device memory,
  * a dtype the kernels take, and valid cu_seqlens whenever they are given,
  * forward and backward, whatever the token counts: with no query token
@@ -175,6 +201,7 @@ static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call
                             "dtype %s is not supported by the cuda kernels: supported f16, bf16 (the cpu "
                             "backend takes f32, cpu-reference f64)",
                             fc_dtype_name(p->dtype));
+    if (p->block_table || p->seqused_k) return check_device_paged(ctx, p, stream);
     return p->cu_seqlens_q ? check_device_varlen(ctx, p, stream) : FC_OK;
 }
 

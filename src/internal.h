@@ -51,6 +51,15 @@ typedef struct fc_fwd_params {
     const int32_t *cu_seqlens_q, *cu_seqlens_k; /* NULL = dense; backend memory   */
     int64_t total_q, total_k;                   /* varlen token counts            */
 
+    /* Paged KV (block_table non-NULL): k/v's batch stride steps pages, the
+     * row stride rows of a page; seqlen_k = max_pages * page_size. Key j of
+     * sequence b: fc_key_offset. seqused_k: keys in use per sequence (dense
+     * or paged; NULL = seqlen_k). All in the backend's memory space. */
+    const int32_t *block_table;
+    int64_t block_table_stride;
+    int32_t page_size, num_pages, max_pages;
+    const int32_t *seqused_k;
+
     /* Filled by the CUDA layer for split-KV; 0/NULL otherwise. */
     int32_t num_splits;
     float *o_accum;   /* [num_splits, batch*heads_q, seqlen_q, head_dim] fp32 */
@@ -94,6 +103,23 @@ static inline int fc_o_vec_ok(const fc_fwd_params *p)
 {
     return ((uintptr_t)p->o & 15) == 0 && p->o_row_stride % 8 == 0 && p->o_head_stride % 8 == 0 &&
            (p->cu_seqlens_q || p->batch <= 1 || p->o_batch_stride % 8 == 0);
+}
+
+/* Element offset in k (or v: pass its strides) of key j of dense or paged
+ * sequence b, whose first key is at `base` when dense (0 when paged). The
+ * CPU paths call it per key; the kernels unroll the same rule. */
+static inline int64_t fc_key_offset(const fc_fwd_params *p, int64_t b, int64_t base, int64_t j,
+                                    int64_t row_stride, int64_t page_stride)
+{
+    if (!p->block_table) return base + j * row_stride;
+    const int64_t page = p->block_table[b * p->block_table_stride + j / p->page_size];
+    return page * page_stride + (j % p->page_size) * row_stride;
+}
+
+/* Keys sequence b of a dense or paged call uses (seqused_k, else all). */
+static inline int64_t fc_used_keys(const fc_fwd_params *p, int64_t b)
+{
+    return p->seqused_k ? p->seqused_k[b] : p->seqlen_k;
 }
 
 /* The visibility rule, shared by every backend so they cannot disagree.

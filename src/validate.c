@@ -65,6 +65,7 @@ static const char *const dims_q[] = {"batch", "seqlen_q", "heads_q", "head_dim"}
 static const char *const dims_kv[] = {"batch", "seqlen_k", "heads_kv", "head_dim"};
 static const char *const dims_q_var[] = {"total_q", "heads_q", "head_dim"};
 static const char *const dims_kv_var[] = {"total_k", "heads_kv", "head_dim"};
+static const char *const dims_pages[] = {"num_pages", "page_size", "heads_kv", "head_dim"};
 static const char *const dims_lse[] = {"batch", "heads_q", "seqlen_q"};
 static const char *const dims_lse_var[] = {"heads_q", "total_q"};
 
@@ -169,7 +170,8 @@ static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int 
     const int nd = varlen ? 3 : 4;
     fc_status st;
     const int e0 = varlen ? 0 : -1; /* varlen token counts may be 0 */
-    const char *const *dq = varlen ? dims_q_var : dims_q, *const *dkv = varlen ? dims_kv_var : dims_kv;
+    const char *const *dq = varlen ? dims_q_var : dims_q;
+    const char *const *dkv = varlen ? dims_kv_var : a->block_table ? dims_pages : dims_kv;
     if ((st = check_tensor(ctx, "q", &a->q, nd, dq, e0, 0))) return st;
     if ((st = check_tensor(ctx, "k", &a->k, nd, dkv, e0, 0))) return st;
     if ((st = check_tensor(ctx, "v", &a->v, nd, dkv, e0, 0))) return st;
@@ -185,7 +187,7 @@ static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int 
     if (a->k.shape[3 - o] != d)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "k head_dim %lld differs from q head_dim %lld",
                             (long long)a->k.shape[3 - o], (long long)d);
-    if (!varlen && a->k.shape[0] != a->q.shape[0])
+    if (!varlen && !a->block_table && a->k.shape[0] != a->q.shape[0])
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "k batch %lld differs from q batch %lld",
                             (long long)a->k.shape[0], (long long)a->q.shape[0]);
     if (hq % hkv != 0)
@@ -261,6 +263,48 @@ static fc_status check_varlen_args(fc_context *ctx, const fc_attention_args *a)
     return FC_OK;
 }
 
+/* The paged-cache and seqused_k scalars; their contents are checked by
+ * fc_check_paged once they are host-readable. */
+static fc_status check_paged_args(fc_context *ctx, const fc_attention_args *a, int varlen, int bwd)
+{
+    if (!a->block_table && !a->seqused_k) return FC_OK;
+    const char *what = a->block_table ? "block_table (a paged KV cache)" : "seqused_k";
+    if (bwd)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "%s is forward-only: the backward takes dense or varlen k/v", what);
+    if (varlen)
+        return fc_set_error(ctx, a->block_table ? FC_ERR_UNSUPPORTED : FC_ERR_INVALID_ARGUMENT,
+                            a->block_table ? "block_table with cu_seqlens (varlen q) is not supported: "
+                                             "give q dense, [batch, seqlen_q, heads_q, head_dim]"
+                                           : "seqused_k with cu_seqlens: cu_seqlens_k already gives the "
+                                             "key counts");
+    if (!a->block_table) return FC_OK;
+    if (a->max_pages_per_seq < 1)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "max_pages_per_seq is %d: must be >= 1",
+                            (int)a->max_pages_per_seq);
+    if (a->block_table_stride < 0 || a->block_table_stride > INT32_MAX)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "block_table_stride %lld is out of range [0, %d]",
+                            (long long)a->block_table_stride, INT32_MAX);
+    if (a->block_table_stride != 0 && a->block_table_stride < a->max_pages_per_seq)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "block_table_stride %lld is less than max_pages_per_seq %d (0 means "
+                            "max_pages_per_seq)", (long long)a->block_table_stride, (int)a->max_pages_per_seq);
+    const int64_t keys = (int64_t)a->max_pages_per_seq * a->k.shape[1];
+    if (keys > INT32_MAX)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "max_pages_per_seq %d x page_size %lld = %lld keys per sequence: the limit is %d",
+                            (int)a->max_pages_per_seq, (long long)a->k.shape[1], (long long)keys, INT32_MAX);
+    return FC_OK;
+}
+
+/* Entries of the block table the call may read: every row but the last in
+ * full stride, the last row's max_pages_per_seq. */
+static uint64_t block_table_entries(const fc_attention_args *a)
+{
+    const int64_t stride = a->block_table_stride ? a->block_table_stride : a->max_pages_per_seq;
+    return (uint64_t)(a->q.shape[0] - 1) * (uint64_t)stride + (uint64_t)a->max_pages_per_seq;
+}
+
 /* The backward's dout (like out, read) and dq, dk, dv (like q, k, v, written). */
 static fc_status check_grads(fc_context *ctx, const fc_attention_backward_args *b, int varlen)
 {
@@ -327,7 +371,7 @@ static int spans_overlap(const span *a, const span *b)
 
 /* Everything the call reads: q, k, v, then the int32/float arrays (varlen
  * cu_seqlens of num_seqs + 1 entries, the per-tensor descales where set). */
-static int read_spans(const fc_attention_args *a, int varlen, span in[11])
+static int read_spans(const fc_attention_args *a, int varlen, span in[13])
 {
     int n = 0;
     in[n++] = span_of_tensor("q", &a->q);
@@ -338,6 +382,9 @@ static int read_spans(const fc_attention_args *a, int varlen, span in[11])
         in[n++] = span_of_bytes("cu_seqlens_q", a->cu_seqlens_q, bytes);
         in[n++] = span_of_bytes("cu_seqlens_k", a->cu_seqlens_k, bytes);
     }
+    if (a->block_table)
+        in[n++] = span_of_bytes("block_table", a->block_table, block_table_entries(a) * sizeof(int32_t));
+    if (a->seqused_k) in[n++] = span_of_bytes("seqused_k", a->seqused_k, (uint64_t)a->q.shape[0] * sizeof(int32_t));
     const float *ds[3] = {a->q_descale, a->k_descale, a->v_descale};
     static const char *const dn[3] = {"q_descale", "k_descale", "v_descale"};
     for (int i = 0; i < 3; i++)
@@ -348,7 +395,7 @@ static int read_spans(const fc_attention_args *a, int varlen, span in[11])
 /* What the call writes: the forward's out and lse (when requested); the
  * backward's dq, dk, dv and the caller's workspace. The backward reads out,
  * lse and dout: they join the inputs. */
-static int write_spans(const fc_attention_args *a, const fc_attention_backward_args *b, span in[11],
+static int write_spans(const fc_attention_args *a, const fc_attention_backward_args *b, span in[13],
                        int *ni, span out[4])
 {
     int no = 0;
@@ -372,7 +419,7 @@ static int write_spans(const fc_attention_args *a, const fc_attention_backward_a
 static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
                                 const fc_attention_backward_args *b, int varlen)
 {
-    span in[11], out[4];
+    span in[13], out[4];
     int ni = read_spans(a, varlen, in);
     for (int i = 3; i < ni; i++) /* past q, k, v: int32 and float arrays */
         if (in[i].lo % 4 != 0)
@@ -436,6 +483,15 @@ static void fill_params(const fc_attention_args *a, int varlen, fc_fwd_params *p
         p->seqlen_q = (int32_t)a->q.shape[1];
         p->seqlen_k = (int32_t)a->k.shape[1];
     }
+    p->seqused_k = a->seqused_k;
+    if (a->block_table) {
+        p->block_table = a->block_table;
+        p->block_table_stride = a->block_table_stride ? a->block_table_stride : a->max_pages_per_seq;
+        p->page_size = (int32_t)a->k.shape[1];
+        p->num_pages = (int32_t)a->k.shape[0];
+        p->max_pages = a->max_pages_per_seq;
+        p->seqlen_k = p->max_pages * p->page_size; /* check_paged_args: fits int32 */
+    }
 }
 
 /* The checks of both calls, in one order; b is NULL for the forward. */
@@ -457,6 +513,7 @@ static fc_status check_call(fc_context *ctx, const fc_attention_args *a, const f
     if ((st = check_lse(ctx, a, varlen, b != NULL))) return st;
     if (b && (st = check_grads(ctx, b, varlen))) return st;
     if (varlen && (st = check_varlen_args(ctx, a))) return st;
+    if ((st = check_paged_args(ctx, a, varlen, b != NULL))) return st;
     if ((st = check_pointers(ctx, a, b, varlen))) return st;
     /* after the pointer checks, so a descale that aliases an output is named */
     if (a->q_descale || a->k_descale || a->v_descale)
@@ -506,4 +563,28 @@ fc_status fc_check_varlen(fc_context *ctx, const fc_fwd_params *p, const int32_t
     fc_status st = check_cu_seqlens(ctx, "cu_seqlens_q", cu_q, p->batch, p->total_q, p->seqlen_q);
     if (st) return st;
     return check_cu_seqlens(ctx, "cu_seqlens_k", cu_k, p->batch, p->total_k, p->seqlen_k);
+}
+
+/* Validate host-visible seqused_k and block table (host copies for CUDA
+ * are made by the caller; either may be NULL when p has none): every count
+ * in [0, seqlen_k], every page a sequence uses in [0, num_pages). */
+fc_status fc_check_paged(fc_context *ctx, const fc_fwd_params *p, const int32_t *used, const int32_t *table)
+{
+    for (int b = 0; b < p->batch; b++) {
+        const int64_t keys = used ? used[b] : p->seqlen_k;
+        if (keys < 0 || keys > p->seqlen_k)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "seqused_k[%d] is %lld: must be in [0, %d]%s", b, (long long)keys,
+                                (int)p->seqlen_k, p->block_table ? " (max_pages_per_seq * page_size)" : " (seqlen_k)");
+        if (!table) continue;
+        const int64_t pages = (keys + p->page_size - 1) / p->page_size;
+        for (int64_t j = 0; j < pages; j++) {
+            const int32_t pg = table[b * p->block_table_stride + j];
+            if (pg < 0 || pg >= p->num_pages)
+                return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                    "block_table[%d][%lld] is %d: page indices must be in [0, %d) (num_pages)", b,
+                                    (long long)j, (int)pg, (int)p->num_pages);
+        }
+    }
+    return FC_OK;
 }

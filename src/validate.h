@@ -21,4 +21,8 @@ fc_status fc_build_bwd_params(fc_context *ctx, const fc_attention_backward_args 
 fc_status fc_check_varlen(fc_context *ctx, const fc_fwd_params *p, const int32_t *cu_q,
                           const int32_t *cu_k);
 
+/* Check host-readable copies of seqused_k and the block table against p
+ * (NULL where p has none): counts in [0, seqlen_k], used pages in range. */
+fc_status fc_check_paged(fc_context *ctx, const fc_fwd_params *p, const int32_t *used, const int32_t *table);
+
 #endif /* FC_VALIDATE_H */

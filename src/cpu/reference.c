@@ -43,9 +43,10 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
     }
 
     for (int b = 0; b < p->batch; b++) {
-        int64_t sq = p->seqlen_q, sk = p->seqlen_k;
-        int64_t q0 = (int64_t)b * p->q_batch_stride, k0 = (int64_t)b * p->k_batch_stride;
-        int64_t v0 = (int64_t)b * p->v_batch_stride, o0 = (int64_t)b * p->o_batch_stride;
+        int64_t sq = p->seqlen_q, sk = fc_used_keys(p, b);
+        const int paged = p->block_table != NULL; /* then fc_key_offset finds each key's page */
+        int64_t q0 = (int64_t)b * p->q_batch_stride, k0 = paged ? 0 : (int64_t)b * p->k_batch_stride;
+        int64_t v0 = paged ? 0 : (int64_t)b * p->v_batch_stride, o0 = (int64_t)b * p->o_batch_stride;
         int64_t l0 = (int64_t)b * p->lse_batch_stride;
         if (varlen) { /* sequence b is a run of tokens; offsets are token offsets */
             int64_t tq = p->cu_seqlens_q[b], tk = p->cu_seqlens_k[b];
@@ -67,7 +68,8 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                 double mx = -INFINITY;
                 for (int64_t j = 0; j < sk; j++) {
                     if (!fc_key_visible(i, j, sq, sk, p->window_left, p->window_right)) continue;
-                    fc_ref_load_row(p->k, p->dtype, k0 + j * p->k_row_stride + hk * p->k_head_stride, D, kvrow);
+                    const int64_t kj = fc_key_offset(p, b, k0, j, p->k_row_stride, p->k_batch_stride);
+                    fc_ref_load_row(p->k, p->dtype, kj + hk * p->k_head_stride, D, kvrow);
                     double dot = 0.0;
                     for (int64_t d = 0; d < D; d++) dot += qrow[d] * kvrow[d];
                     double s = (double)p->scale * dot;
@@ -85,7 +87,8 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                 for (int64_t d = 0; d < D; d++) acc[d] = 0.0;
                 for (int64_t j = 0; j < sk; j++) {
                     if (!fc_key_visible(i, j, sq, sk, p->window_left, p->window_right)) continue;
-                    fc_ref_load_row(p->v, p->dtype, v0 + j * p->v_row_stride + hk * p->v_head_stride, D, kvrow);
+                    const int64_t vj = fc_key_offset(p, b, v0, j, p->v_row_stride, p->v_batch_stride);
+                    fc_ref_load_row(p->v, p->dtype, vj + hk * p->v_head_stride, D, kvrow);
                     double w = exp(score[j] - mx);
                     sum += w;
                     for (int64_t d = 0; d < D; d++) acc[d] += w * kvrow[d];

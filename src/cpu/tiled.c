@@ -48,14 +48,17 @@ static const double k_ln2 = 0.69314718055994530942;
 /* ---- one sequence's view ---------------------------------------------------- */
 
 /* Lengths of sequence b and element offsets of its first token in each
- * tensor (dense: batch stride; varlen: token offset times row stride). */
+ * tensor (dense: batch stride; varlen: token offset times row stride;
+ * paged k/v: 0, fc_key_offset finds each key's page). */
 typedef struct seq_view {
+    int64_t b;
     int64_t sq, sk;
     int64_t q, k, v, o, lse;
 } seq_view;
 
 static void seq_view_of(const fc_fwd_params *p, int b, seq_view *sv)
 {
+    sv->b = b;
     if (p->cu_seqlens_q) {
         int64_t tq = p->cu_seqlens_q[b], tk = p->cu_seqlens_k[b];
         sv->sq = p->cu_seqlens_q[b + 1] - tq;
@@ -67,12 +70,12 @@ static void seq_view_of(const fc_fwd_params *p, int b, seq_view *sv)
         sv->v = tk * p->v_row_stride;
     } else {
         sv->sq = p->seqlen_q;
-        sv->sk = p->seqlen_k;
+        sv->sk = fc_used_keys(p, b);
         sv->q = (int64_t)b * p->q_batch_stride;
         sv->o = (int64_t)b * p->o_batch_stride;
         sv->lse = (int64_t)b * p->lse_batch_stride;
-        sv->k = (int64_t)b * p->k_batch_stride;
-        sv->v = (int64_t)b * p->v_batch_stride;
+        sv->k = p->block_table ? 0 : (int64_t)b * p->k_batch_stride;
+        sv->v = p->block_table ? 0 : (int64_t)b * p->v_batch_stride;
     }
 }
 
