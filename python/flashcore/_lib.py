@@ -58,6 +58,10 @@ class fc_attention_args(ctypes.Structure):
         ("q_descale", ctypes.c_void_p),  # reserved for FP8: stay NULL
         ("k_descale", ctypes.c_void_p),
         ("v_descale", ctypes.c_void_p),
+        ("block_table", ctypes.c_void_p),  # paged KV: int32 [batch, max_pages_per_seq]
+        ("max_pages_per_seq", ctypes.c_int32),
+        ("block_table_stride", ctypes.c_int64),  # 0 = max_pages_per_seq
+        ("seqused_k", ctypes.c_void_p),  # int32 [batch] keys in use, NULL = all
     ]
 
 
