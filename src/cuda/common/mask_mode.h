@@ -20,7 +20,8 @@
  *        which no tile sees iff block_n % P == 0 and d mod P <= 1 (and
  *        d >= 1: the first row sees a key). The clamp to sk only shortens
  *        the span.
- *  ANY   the rest (softcap, left windows, varlen, a KV tail, other edges).
+ *  ANY   the rest (softcap, left windows, varlen or seqused_k, a KV tail,
+ *        other edges).
  * tests/test_mask_mode.c checks NONE and FIRST against fc_key_visible over
  * every tile of random problems.
  *
@@ -39,7 +40,7 @@ enum { FC_MASKS_NONE = 0, FC_MASKS_FIRST = 1, FC_MASKS_ANY = 2 };
  * of the query heads packed per tile row group (pack-GQA), else 0. */
 static inline int fc_cuda_mask_mode(const fc_fwd_params *p, int block_m, int block_n, int shift)
 {
-    const int dense_whole = !p->cu_seqlens_k && p->seqlen_k % block_n == 0;
+    const int dense_whole = !p->cu_seqlens_k && !p->seqused_k && p->seqlen_k % block_n == 0;
     if (p->softcap != 0.0f || !dense_whole || p->window_left >= 0) return FC_MASKS_ANY;
     if (p->window_right < 0) return FC_MASKS_NONE;
     const int64_t d = (int64_t)p->seqlen_k - p->seqlen_q + p->window_right + 1;

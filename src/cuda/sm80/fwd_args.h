@@ -34,6 +34,7 @@ typedef struct fc_sm80_args {
     fc_fastdiv grid_heads; /* heads on the grid: heads_kv when packed, else heads_q */
     fc_fastdiv m_tiles;    /* M tiles per (batch, grid head): ceil(seqlen_q*pack_g / block_m) */
     fc_fastdiv num_splits; /* >= 1                                           */
+    fc_fastdiv page;       /* kVarPaged rows: keys per page (p.page_size)     */
     int32_t plain;      /* host only: no softcap and no masked block in the call
                          * (fc_cuda_choice.masks 0): the kernel instance
                          * without that code                                */

@@ -116,6 +116,7 @@ struct Shape {
     /* Code variants (tiles.cuh, Tile::variant; 0 = the plain kernel). */
     static constexpr bool LEAN_ADDR = (VAR_ & 1) != 0;            /* kVarLeanAddr   */
     static constexpr bool EARLY = (VAR_ & 2) != 0 && !KV_SPLIT;   /* kVarEarlyFirst */
+    static constexpr bool PAGED = (VAR_ & 16) != 0;               /* kVarPaged      */
 
     static_assert(HD % 32 == 0 && HD >= 32 && HD <= 256, "head_dim: multiple of 32 in 32..256");
     static_assert(BM % (16 * W) == 0 && (MT == 1 || MT == 2), "block_m = 16 * warps * (1 or 2)");
@@ -125,9 +126,11 @@ struct Shape {
     static_assert((WROWS * HD / 8) % 32 == 0, "epilogue: whole 16-byte chunks per lane");
     static_assert(!TMA || (KV_SPLIT && PC == 4 && BN <= 256),
                   "kVarTma: split K/V rows with 64-byte panel rows (the TMA swizzle), box rows <= 256");
-    static_assert(VAR_ >= 0 && VAR_ <= 15 && ((VAR_ & 2) == 0 || !KV_SPLIT) && (!TMA || !LEAN_ADDR),
+    static_assert(VAR_ >= 0 && VAR_ <= 31 && ((VAR_ & 2) == 0 || !KV_SPLIT) && (!TMA || !LEAN_ADDR),
                   "variant bits: 1 lean addressing, 2 early first block (ring rows only), 4 no plain "
-                  "instance, 8 TMA K/V (split rows, not with 1)");
+                  "instance, 8 TMA K/V (split rows, not with 1), 16 paged K/V");
+    static_assert(!PAGED || (!TMA && !LEAN_ADDR && !KV_BASE_IN_SMEM && !LEAN_REGS),
+                  "kVarPaged: cp.async rows whose K/V bases and block-table row stay in registers");
 };
 
 /* The dynamic shared memory of a CTA, as shared-window addresses. */

@@ -66,6 +66,8 @@ struct KvAddr {
     int h_kv;          /* KV head                                              */
     int sk;            /* keys of this sequence                                */
     int tid;
+    const int32_t *__restrict__ bt; /* kVarPaged: the sequence's block-table row */
+    fc_fastdiv page;                /* kVarPaged: keys per page                  */
 };
 
 template <class S_>
@@ -81,6 +83,13 @@ __device__ __forceinline__ KvAddr kv_addr(const fc_sm80_args &a, const TileCoord
     ka.h_kv = fc_fastdiv_div(c.h_base, a.heads_per_kv);
     ka.row0 = unit_row<BN, PC>(tid);
     ka.chunk0 = unit_chunk<BN, PC>(tid);
+    if constexpr (S_::PAGED) { /* the head's base; load_kv_paged adds page and row */
+        ka.kb0 = (const uint16_t *)p.k + (int64_t)ka.h_kv * p.k_head_stride;
+        ka.vb0 = (const uint16_t *)p.v + (int64_t)ka.h_kv * p.v_head_stride;
+        ka.bt = p.block_table + (int64_t)c.b * p.block_table_stride;
+        ka.page = a.page;
+        return ka;
+    }
     ka.kb0 = (const uint16_t *)p.k + c.bk * p.k_batch_stride + c.k_start * p.k_row_stride +
              (int64_t)ka.h_kv * p.k_head_stride;
     ka.vb0 = (const uint16_t *)p.v + c.bk * p.v_batch_stride + c.k_start * p.v_row_stride +
@@ -277,12 +286,54 @@ __device__ inline void load_q_lean(const fc_sm80_args &a, const TileCoords &c, u
     }
 }
 
-/* The loads a kernel instance issues: lean or the general ones. */
+/* ---- kVarPaged loads. Each of a thread's NR distinct rows per tile (as in
+ * the lean loads) is key j of the sequence: row j % page_size of page
+ * bt[j / page_size], one block-table read per row shared by K and V. The
+ * page and in-page offsets are 64-bit (a cache may exceed 2^31 elements). */
+template <class S_, class Sel>
+__device__ inline void load_kv_paged(const fc_fwd_params &p, const KvAddr &ka, const Smem &sm, int n, int stage, Sel)
+{
+    constexpr int BN = S_::BN, HD = S_::HD, NT = S_::NT, PC = S_::PC, QS = pass_rows<S_>();
+    static_assert(BN % QS == 0, "paged K/V load: passes must tile the rows");
+    constexpr int UNITS = BN * HD / 8;
+    constexpr int NR = BN / QS;
+    const uint32_t sK = sm.kv + stage * S_::STAGE_BYTES + ka.soff;
+    const uint32_t sV = sK + S_::KV_BYTES;
+    const int j0 = n * BN + ka.row0;
+    const uint16_t *kr[NR], *vr[NR];
+    bool okr[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+        const int j = j0 + r * QS;
+        okr[r] = j < ka.sk;
+        kr[r] = (const uint16_t *)p.k; /* rows past sk: zero-filled from a valid address */
+        vr[r] = (const uint16_t *)p.v;
+        if (okr[r]) {
+            const int pi = fc_fastdiv_div(j, ka.page);
+            const int64_t page = __ldg(ka.bt + pi), w = j - pi * ka.page.d;
+            if constexpr (Sel::K) kr[r] = ka.kb0 + (page * p.k_batch_stride + w * p.k_row_stride + ka.chunk0 * 8);
+            if constexpr (Sel::V) vr[r] = ka.vb0 + (page * p.v_batch_stride + w * p.v_row_stride + ka.chunk0 * 8);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
+        if (UNITS % NT == 0 || ka.tid + k * NT < UNITS) {
+            const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * PC;
+            const int r = DR / QS;
+            if constexpr (Sel::K) ptx::cp_async_16(sK + k * NT * 16, kr[r] + DC * 8, okr[r]);
+            if constexpr (Sel::V) ptx::cp_async_16(sV + k * NT * 16, vr[r] + DC * 8, okr[r]);
+        }
+    }
+}
+
+/* The loads a kernel instance issues: paged, lean or the general ones. */
 template <class S_, class Sel, class FromRegs>
 __device__ inline void kv_load(const fc_fwd_params &p, const KvAddr &ka, const Smem &sm, int n, int stage,
                                         Sel sel, FromRegs from_regs)
 {
-    if constexpr (S_::LEAN_ADDR)
+    if constexpr (S_::PAGED)
+        load_kv_paged<S_>(p, ka, sm, n, stage, sel);
+    else if constexpr (S_::LEAN_ADDR)
         load_kv_lean<S_>(p, ka, sm, n, stage, sel, from_regs);
     else
         load_kv<S_>(p, ka, sm, n, stage, sel);

@@ -60,7 +60,9 @@ int64_t grid_of(const fc_fwd_params *p, const fc::sm80::Tile &t)
 bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_device *dev)
 {
     char why[256]; /* (why not: the fallback row needs no message) */
-    return t.head_dim == p->head_dim && tile_smem_bytes(t) <= dev->smem_optin &&
+    const bool paged_row = (t.variant & fc::sm80::kVarPaged) != 0;
+    return t.head_dim == p->head_dim && paged_row == (p->block_table != nullptr) &&
+           tile_smem_bytes(t) <= dev->smem_optin &&
            (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(t)) &&
            (!(t.variant & fc::sm80::kVarTma) || fc_tma_kv_ok(p, "", why, sizeof why));
 }
@@ -131,6 +133,19 @@ int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev, const 
         if (planned(i) && (best < 0 || tile_smem_bytes(kTiles[i]) < tile_smem_bytes(kTiles[best])))
             best = i;
     return best;
+}
+
+/* "64, 128": the head dims of the kVarPaged rows, from the table. */
+void paged_head_dims(char *list, size_t len)
+{
+    int n = 0;
+    list[0] = 0;
+    for (int i = 0; i < kNumTiles; ++i) {
+        const int hd = kTiles[i].head_dim;
+        bool dup = !(kTiles[i].variant & fc::sm80::kVarPaged);
+        for (int j = 0; j < i && !dup; ++j) dup = (kTiles[j].variant & fc::sm80::kVarPaged) && kTiles[j].head_dim == hd;
+        if (!dup && n < (int)len) n += snprintf(list + n, len - n, "%s%d", n ? ", " : "", hd);
+    }
 }
 
 bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
@@ -248,6 +263,13 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     if (st != FC_OK) return st;
 
     const int cfg = pick_tile(cls, p, dev, tune);
+    if (cfg < 0 && p->block_table) {
+        char list[64];
+        paged_head_dims(list, sizeof list);
+        snprintf(why, why_len, "head_dim %d with a paged KV cache (block_table) is not supported by the sm80 kernels: "
+                 "supported %s", hd, list);
+        return FC_ERR_UNSUPPORTED;
+    }
     if (cfg < 0) {
         snprintf(why, why_len,
                  "device %s allows %lld bytes of shared memory per block: no sm80 tile for head_dim %d fits",
@@ -328,6 +350,7 @@ extern "C" fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choic
     a.pack_g = fc_fastdiv_make(choice->pack_gqa ? a.heads_per_kv.d : 1);
     a.grid_heads = fc_fastdiv_make(p->heads_q / a.pack_g.d);
     a.num_splits = fc_fastdiv_make(splits);
+    a.page = fc_fastdiv_make(p->block_table ? p->page_size : 1);
     const int64_t m_tiles = ((int64_t)p->seqlen_q * a.pack_g.d + t.block_m - 1) / t.block_m;
     if (m_tiles > INT_MAX) {
         snprintf(err, err_len, "internal: sm80 m_tiles %lld overflows", (long long)m_tiles);

@@ -67,6 +67,7 @@ __device__ __forceinline__ TileCoords locate_tile(const fc_sm80_args &a)
         c.k_start = s0;
         c.sk = p.cu_seqlens_k[c.b + 1] - s0;
     }
+    if (p.seqused_k) c.sk = p.seqused_k[c.b]; /* a cache's length (dense or paged) */
     c.bq = p.cu_seqlens_q ? 0 : c.b;
     c.bk = p.cu_seqlens_k ? 0 : c.b;
     c.r0 = (int64_t)m_tile * BM;

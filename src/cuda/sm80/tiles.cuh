@@ -73,6 +73,10 @@ constexpr int kVarLeanAddr = 1;
 constexpr int kVarEarlyFirst = 2;
 constexpr int kVarNoPlain = 4;
 constexpr int kVarTma = 8;
+/*  kVarPaged      K/V from a paged cache (fc_attention_args.block_table):
+ *                 each thread's rows through the block table; the planner
+ *                 takes these rows for paged calls and only for them. */
+constexpr int kVarPaged = 16;
 
 // clang-format off
 constexpr Tile kTiles[] = {
@@ -117,6 +121,15 @@ constexpr Tile kTiles[] = {
      * at gqa-decode on an H200. */
     {kClassSm80,  64,  64,  64, 4, 4, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst, 64},
     {kClassSm90,  64,  64,  64, 4, 4, 2, 0, 0, kVarLeanAddr | kVarEarlyFirst, 64},
+
+    /* ------------- paged KV cache (kVarPaged): decode and chunked prefill ------------- */
+    /* The decode rows' tiles (64 query rows: a GQA group's decode or
+     * speculative tokens fill them); SM86 parts run the SM80 rows. Never
+     * plain: a cache call nearly always has seqused_k, so masked tails. */
+    {kClassSm80, 128,  64,  64, 4, 2, 2, 0, 0, kVarPaged | kVarNoPlain},
+    {kClassSm90, 128,  64,  64, 4, 2, 2, 0, 0, kVarPaged | kVarNoPlain},
+    {kClassSm80,  64,  64,  64, 4, 4, 2, 0, 0, kVarPaged | kVarNoPlain},
+    {kClassSm90,  64,  64,  64, 4, 4, 2, 0, 0, kVarPaged | kVarNoPlain},
 };
 // clang-format on
 
@@ -173,7 +186,9 @@ constexpr bool tile_ok(const Tile &t)
            /* an alternate is one kind of alternate; a few-rows one fits its rows */
            (t.min_sk > 0) + (t.small_grid != 0) + (t.max_rows != 0) <= 1 &&
            t.max_rows >= 0 && t.max_rows <= t.block_m &&
-           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst | kVarNoPlain | kVarTma) &&
+           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst | kVarNoPlain | kVarTma | kVarPaged) &&
+           /* paged: cp.async per-row addresses (no TMA boxes, no lean pointers) */
+           (!(t.variant & kVarPaged) || !(t.variant & (kVarTma | kVarLeanAddr))) &&
            !((t.variant & kVarEarlyFirst) && t.stages < 2) &&
            /* TMA: split K/V rows of the SM90 class, without lean addressing
             * (no K/V address code left to make lean) */

@@ -352,6 +352,11 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  fc_dtype_name(p->dtype));
         return FC_ERR_UNSUPPORTED;
     }
+    if (p->block_table || p->seqused_k) {
+        snprintf(why, why_len, "the sm90 kernels take no %s: the sm80-class path runs it",
+                 p->block_table ? "paged KV cache (block_table)" : "seqused_k");
+        return FC_ERR_UNSUPPORTED;
+    }
     int shift = 0;
     const int cfg = pick_config(p, dev, tune, &shift);
     if (cfg < 0) {
