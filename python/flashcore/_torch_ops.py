@@ -3,7 +3,8 @@ flashcore::attention_bwd (torch.library custom ops), their fake
 implementations (shapes, dtypes, the lse shape: what torch.compile and meta
 tensors need) and autograd (register_autograd), so a model that calls
 flashcore compiles with fullgraph=True and loss.backward() runs the
-library's backward.
+library's backward. attention_fwd also takes a paged KV cache (block_table,
+seqused_k: flashcore.attention_with_kvcache), whose gradient raises.
 
 Imported only where torch already is (flashcore/__init__ when torch was
 imported first, else the first call that needs it), so importing flashcore
