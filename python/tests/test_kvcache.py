@@ -61,9 +61,9 @@ def lib_order(storage, layout):
 class Paged:
     """A random paged cache: pages handed out in shuffled order, the second
     sequence sharing the first one's first page, table entries past each
-    sequence's pages out of range, unused rows NaN."""
+    sequence's pages out of range, rows no sequence uses set to fill."""
 
-    def __init__(self, rng, B, Hkv, D, page_size, max_pages, lens, layout="nhd", extra=3):
+    def __init__(self, rng, B, Hkv, D, page_size, max_pages, lens, layout="nhd", extra=3, fill=np.nan):
         self.lens = np.asarray(lens, dtype=np.int32)
         need = [-(-int(n) // page_size) for n in lens]
         share = B > 1 and need[0] > 0 and need[1] > 0
@@ -81,7 +81,7 @@ class Paged:
         shape = (self.num_pages, page_size, Hkv, D) if layout == "nhd" else (self.num_pages, Hkv, page_size, D)
         self.k, self.v = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
         for x in (self.k, self.v):
-            lib_order(x, layout)[~used] = np.nan
+            lib_order(x, layout)[~used] = fill
         self.layout, self.page_size = layout, page_size
 
     def inputs(self, kind, dtype):
