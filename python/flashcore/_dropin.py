@@ -133,7 +133,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     """flash-attn's flash_attn_with_kvcache (k_new/v_new are its k/v):
     attention of q over a KV cache, for decoding. q (batch, seqlen_q,
     nheads, headdim); k_cache, v_cache (batch, seqlen_cache, nheads_k,
-    headdim), or with block_table (num_pages, page_size, nheads_k, headdim)
+    headdim) (a larger cache: its view k_cache[:batch]), or with block_table (num_pages, page_size, nheads_k, headdim)
     pages, any page size, and block_table (batch, max_pages) int32: key j
     of sequence b is row j % page_size of page block_table[b, j //
     page_size] (a (num_pages, nheads_k, page_size, headdim) storage works
