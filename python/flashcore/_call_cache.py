@@ -70,13 +70,13 @@ def key(q, k, v, return_lse, out, cuda_path, common):
         if not isinstance(out, tensor):
             return None
         given = (*_sig(out), out.requires_grad, out.is_leaf)
+    sig = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+           v.shape, v.stride(), v.dtype, v.device, given, bool(return_lse), cuda_path, *common.values())
+    if common["block_table"] is None and common["seqused_k"] is None:
+        return sig
     paged = _paged_sig(common, q)
-    if paged is False:
-        return None
-    # the paged tensors' signatures stand in for them (common holds them last)
-    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-            v.shape, v.stride(), v.dtype, v.device, given, bool(return_lse), cuda_path,
-            *tuple(common.values())[:-_NPAGED], *paged)
+    # the paged tensors' signatures replace them (common holds them last)
+    return None if paged is False else (*sig[:-_NPAGED], *paged)
 
 
 def bwd_key(tensors, grads, deterministic, cuda_path, common):
@@ -125,9 +125,11 @@ def run(sig, q, k, v, out, cuda_path, common):
     if e.lse_shape is not None:
         torch = _arrays._torch()
         lse = torch.empty(e.lse_shape, dtype=torch.float32, device=e.torch_device)
-    _context.context().run_kept(_lib.load().fc_attention_forward, e,
-                                (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _ptr(lse),
-                                 _ptr(common["block_table"]), _ptr(common["seqused_k"])))
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _ptr(lse))
+    table, used = common["block_table"], common["seqused_k"]
+    if table is not None or used is not None:  # else they stay NULL, as kept
+        ptrs += (_ptr(table), _ptr(used))
+    _context.context().run_kept(_lib.load().fc_attention_forward, e, ptrs)
     return out, lse
 
 
