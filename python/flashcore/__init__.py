@@ -12,6 +12,8 @@ CUDA) go straight to the C API as pointers with strides; nothing is copied.
     out.sum().backward()                 # autograd runs the library's backward
     out = flashcore.flash_attn_func(q, k, v, causal=True)            # flash-attn's signature
     out = flashcore.scaled_dot_product_attention(q, k, v, is_causal=True)  # torch's
+    out = flashcore.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+                                           block_table=pages, causal=True)  # decoding
     ok, why = flashcore.supported(q, k, v, cuda_path=90)
     flashcore.kernel_info       # what the last call on this thread ran
     flashcore.last_host_profile()  # its host time in the library, per phase
@@ -20,6 +22,12 @@ The library is loaded on first use (see flashcore._lib for where it is
 looked for; FLASHCORE_LIBRARY overrides). __version__ is the loaded
 library's fc_version_string(), which is also the package version (both come
 from FLASHCORE_VERSION_STRING in include/flashcore.h).
+
+attention_with_kvcache is flash-attn's flash_attn_with_kvcache: attention
+over a KV cache, dense or paged (block_table: int32 [B, max_pages] page
+indices into k_cache/v_cache [num_pages, page_size, Hkv, D]), with
+per-sequence cache lengths (cache_seqlens); forward only.
+flashcore.attention takes the same as block_table= and seqused_k=.
 
 With torch, the calls are the custom ops flashcore::attention_fwd and
 flashcore::attention_bwd (flashcore._torch_ops): torch.compile traces them
@@ -34,13 +42,15 @@ from . import _attention, _context, _lib, _limits
 from ._attention import attention, supported
 from ._backward import attention_backward, attention_backward_supported
 from ._context import KernelInfo, last_host_profile, last_kernel_info
-from ._dropin import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
+from ._dropin import (attention_with_kvcache, flash_attn_func, flash_attn_varlen_func,
+                      scaled_dot_product_attention)
 from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentError,
                      LibraryNotFoundError, NoDeviceError, OutOfMemoryError, UnsupportedError)
 
 __all__ = [
     "attention", "supported", "attention_backward", "attention_backward_supported",
     "flash_attn_func", "flash_attn_varlen_func", "scaled_dot_product_attention",
+    "attention_with_kvcache",
     "build_info", "cuda_available", "device_info", "version_number",
     "library_path", "set_num_threads", "set_tuning", "get_tuning", "last_kernel_info",
     "last_host_profile", "KernelInfo",

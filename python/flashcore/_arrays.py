@@ -230,25 +230,90 @@ def empty(like, user_shape, float32=False, layout="bshd"):
     return view(obj, "out", layout)
 
 
-def _host_seqlens(x, name, total):
-    """cu_seqlens given in host memory, as a contiguous int32 numpy array:
-    1-D integers within int32, at least 2 entries, the last one equal to
-    total (tokens past it would be left unwritten)."""
+def full_int32(like, n, value):
+    """An int32 array of n entries equal to value, of like's kind and device
+    (like: a numpy array or torch tensor)."""
+    if is_torch(like):
+        return _torch().full((n,), value, dtype=_torch().int32, device=like.device)
+    return np.full(n, value, dtype=np.int32)
+
+
+def _rows_ok(shape, strides):
+    """Can the library read an int array of this shape and element strides
+    in place: a contiguous last dimension, rows that do not overlap?"""
+    if shape and shape[-1] > 1 and strides[-1] != 1:
+        return False
+    return len(shape) < 2 or shape[0] <= 1 or strides[0] >= shape[1]
+
+
+def int32_in_place(x):
+    """A torch tensor the binding passes to the library as it is (no cast,
+    no copy: int32_array returns it)."""
+    return x.dtype == _torch().int32 and _rows_ok(tuple(x.shape), x.stride())
+
+
+def _host_int32(x, name, ndim):
+    """x (a sequence, numpy array or CPU tensor) as an ndim-D int32 numpy
+    array the library reads in place: x itself where it is one, else a
+    C-order copy of integers that fit int32."""
     if is_torch(x):
         x = x.numpy()
     arr = np.asarray(x)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise InvalidArgumentError("%s: expected a 1-D integer array, got %s of shape %s"
-                                   % (name, arr.dtype, arr.shape))
-    if arr.size < 2:
-        raise InvalidArgumentError("%s: has %d entries: expected batch+1 >= 2" % (name, arr.size))
+    if arr.ndim != ndim or arr.dtype.kind not in "iu":
+        raise InvalidArgumentError("%s: expected a %d-D integer array, got %s of shape %s"
+                                   % (name, ndim, arr.dtype, arr.shape))
+    if arr.dtype == np.int32 and arr.flags.aligned and _rows_ok(arr.shape, [s // 4 for s in arr.strides]):
+        return arr
     # Only a type wider than int32 pays for the range check.
     dt = arr.dtype
     wide = dt.itemsize > 4 or (dt.kind == "u" and dt.itemsize == 4)
-    if wide and (arr.min() < -2**31 or arr.max() >= 2**31):
+    if wide and arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
         raise InvalidArgumentError("%s: values do not fit int32" % name)
-    _check_last(int(arr[-1]), name, total)
     return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _device_int32(x, name, like, ndim):
+    """x, a CUDA tensor, as int32 on like's device that the library reads in
+    place (x itself where it is one: no sync, so graph capture works)."""
+    torch = _torch()
+    dev = torch.device("cuda", like.device[1])
+    if x.device != dev:
+        raise InvalidArgumentError("%s: must be on %s like q (got %s)" % (name, dev, x.device))
+    if x.dim() != ndim or x.is_floating_point() or x.is_complex():
+        raise InvalidArgumentError("%s: expected a %d-D integer tensor, got %s of shape %s"
+                                   % (name, ndim, x.dtype, tuple(x.shape)))
+    if int32_in_place(x):
+        return x
+    t = x.to(torch.int32).contiguous()
+    # Narrowing wraps silently; only a non-int32 tensor pays this check's sync.
+    if x.dtype != torch.int32 and not torch.equal(t.to(x.dtype), x):
+        raise InvalidArgumentError("%s: values do not fit int32" % name)
+    return t
+
+
+def int32_array(x, name, like, ndim):
+    """x (integers: a sequence, numpy array or torch tensor) as an ndim-D
+    int32 array in like's memory space that the library reads in place:
+    (that array or tensor, a numpy array of the values or None where they
+    are in device memory). x itself where it is one already."""
+    if like.device[0] == "cpu" or not is_torch(x):
+        if is_torch(x) and x.device.type != "cpu":
+            raise InvalidArgumentError("%s: must be on the CPU like q (got %s)" % (name, x.device))
+        host = _host_int32(x, name, ndim)
+        if like.device[0] == "cpu":
+            return host, host
+        return _torch().from_numpy(host).to(_torch().device("cuda", like.device[1])), host
+    return _device_int32(x, name, like, ndim), None
+
+
+def data_ptr(x):
+    """The data pointer of a numpy array or torch tensor."""
+    return x.ctypes.data if isinstance(x, np.ndarray) else x.data_ptr()
+
+
+def row_stride(x):
+    """The element stride between rows of a 2-D numpy array or torch tensor."""
+    return x.strides[0] // x.itemsize if isinstance(x, np.ndarray) else x.stride(0)
 
 
 def _check_last(last, name, total):
@@ -264,27 +329,15 @@ def seqlens(x, name, like, total):
     count of the tensor it indexes. Returns (keepalive object, pointer, number
     of entries, max length or None when the offsets are in device memory:
     device_seqlens_max reads them)."""
-    if like.device[0] == "cpu" or not is_torch(x):
-        if is_torch(x) and x.device.type != "cpu":
-            raise InvalidArgumentError("%s: must be on the CPU like q (got %s)" % (name, x.device))
-        host = _host_seqlens(x, name, total)
+    arr, host = int32_array(x, name, like, 1)
+    n = int(arr.shape[0])
+    if n < 2:
+        raise InvalidArgumentError("%s: has %d entries: expected batch+1 >= 2" % (name, n))
+    mx = None
+    if host is not None:
+        _check_last(int(host[-1]), name, total)
         mx = int((host[1:] - host[:-1]).max())  # np.diff costs 3x more on small arrays
-        if like.device[0] == "cpu":
-            return host, host.ctypes.data, int(host.size), mx
-        t = _torch().from_numpy(host).to(_torch().device("cuda", like.device[1]))
-        return t, t.data_ptr(), int(t.numel()), mx
-    torch = _torch()
-    dev = torch.device("cuda", like.device[1])
-    if x.device != dev:
-        raise InvalidArgumentError("%s: must be on %s like q (got %s)" % (name, dev, x.device))
-    if x.dim() != 1 or x.is_floating_point() or x.is_complex() or x.numel() < 2:
-        raise InvalidArgumentError("%s: expected a 1-D integer tensor of batch+1 >= 2 entries, got "
-                                   "%s of shape %s" % (name, x.dtype, tuple(x.shape)))
-    t = x.to(torch.int32).contiguous()
-    # Narrowing wraps silently; only a non-int32 tensor pays this check's sync.
-    if x.dtype != torch.int32 and not torch.equal(t.to(x.dtype), x):
-        raise InvalidArgumentError("%s: values do not fit int32" % name)
-    return t, t.data_ptr(), int(t.numel()), None
+    return arr, data_ptr(arr), n, mx
 
 
 def device_seqlens_max(keep, name, total):

@@ -40,7 +40,7 @@ def _forward(q, k, v, return_lse, out, cuda_path, common, torch_q=True):
     torch tensor (its calls may be kept, _call_cache)."""
     sig = _call_cache.key(q, k, v, return_lse, out, cuda_path, common) if torch_q else None
     if sig is not None:
-        res = _call_cache.run(sig, q, k, v, out, cuda_path)
+        res = _call_cache.run(sig, q, k, v, out, cuda_path, common)
         if res is not None:
             return res
     call = _prepare(q, k, v, return_lse, out, common)
@@ -52,7 +52,7 @@ def _forward(q, k, v, return_lse, out, cuda_path, common, torch_q=True):
 def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               return_lse=False, backend="auto", out=None, layout="bshd", cuda_path=None,
-              deterministic=False):
+              deterministic=False, block_table=None, seqused_k=None):
     """Attention forward: softmax(scale * q k^T + mask) v.
 
     q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D] (layout='bshd', the library's order) or
@@ -63,13 +63,22 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     layout as q), and lse ([B,Hq,Sq] float32; varlen [Hq,total_q]) when
     return_lse. cuda_path=80/90 forces one CUDA kernel family (tests, peers).
 
+    Paged KV cache (dense q; forward only): block_table int32 [B, max_pages]
+    of page indices, k/v pages [num_pages, page_size, Hkv, D] ('bhsd':
+    [num_pages, Hkv, page_size, D]); key j of sequence b is row
+    j % page_size of page block_table[b, j // page_size]. seqused_k int32
+    [B]: keys in use per sequence (dense or paged k/v; None: all), to which
+    causal and windows align. flashcore.attention_with_kvcache is the
+    flash-attn signature of this.
+
     Differentiable and traceable: with torch tensors that require grad (and
     grad mode on), under torch.compile, or on the meta device, the call is
     the custom op flashcore::attention_fwd (_torch_ops), whose backward runs
     the library's (flashcore.attention_backward) with these options; lse is
     then not differentiable, out= is refused, cuda_path applies to the
     forward only, and deterministic=True asks for a bitwise-reproducible
-    backward.
+    backward. A paged or seqused_k call has no backward: its gradient raises
+    UnsupportedError.
 
     Raises a FlashCoreError subclass with the library's message on failure;
     a failed call has not written out.
@@ -82,9 +91,10 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
                                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                                  return_lse=return_lse, backend=backend, out=out, layout=layout,
-                                 cuda_path=cuda_path, deterministic=deterministic)
+                                 cuda_path=cuda_path, deterministic=deterministic,
+                                 block_table=block_table, seqused_k=seqused_k)
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-                             max_seqlen_q, max_seqlen_k, backend, layout)
+                             max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k)
     res, lse = _forward(q, k, v, return_lse, out, cuda_path, common, torch_q)
     return (res, lse) if return_lse else res
 
@@ -92,12 +102,13 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
 def supported(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               return_lse=False, backend="auto", out=None, layout="bshd", cuda_path=None,
-              deterministic=False):
+              deterministic=False, block_table=None, seqused_k=None):
     """Would attention() accept these arguments? Returns (True, kernel name)
     or (False, reason). Launches nothing and reads no tensor data (except
-    CUDA cu_seqlens, which the library validates). Asks about the forward
-    only (attention_backward_supported asks about the backward)."""
+    CUDA cu_seqlens, block_table and seqused_k, which the library
+    validates). Asks about the forward only (attention_backward_supported
+    asks about the backward)."""
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-                             max_seqlen_q, max_seqlen_k, backend, layout)
+                             max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k)
     return _context.ask(_lib.load().fc_attention_supported,
                         lambda: _prepare(q, k, v, return_lse, out, common), cuda_path)

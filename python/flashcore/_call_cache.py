@@ -5,20 +5,22 @@ shape, strides, dtype and device, and the options) and of its data
 pointers. So the args struct that the full checks (_request) built for a
 signature is kept as bytes, and the next call with the same signature
 copies it into the thread's struct (unless that holds it already) and sets
-the data pointers (q, k, v and the new out and lse; the backward's dout,
-q, k, v, out, lse and the new dq, dk, dv), instead of inspecting and
-converting every tensor again. The library runs all of its own checks on
-every call.
+the data pointers (q, k, v, the new out and lse, and a paged call's
+block_table and seqused_k; the backward's dout, q, k, v, out, lse and the
+new dq, dk, dv), instead of inspecting and converting every tensor again.
+The library runs all of its own checks on every call.
 
 Kept: forward calls and backward calls (attention_backward, the op's
 backward) that are dense and have no empty tensor (varlen offsets are data
-the checks read, an empty tensor may have no pointer). A given out= is part
+the checks read, an empty tensor may have no pointer); a paged call where
+its block_table and seqused_k are int32 tensors on q's device that the
+library reads in place (else the pointer is a converted copy's). A given out= is part
 of the forward's signature, with what its writability check reads; a
 backward with given dq, dk or dv is not kept. Per process, at most _MAX
 signatures (then the cache starts over).
 """
 
-from . import _arrays, _context, _lib
+from . import _arrays, _context, _lib, _request
 
 _MAX = 256
 _kept = {}
@@ -36,6 +38,24 @@ def _sig(x):
     return x.shape, x.stride(), x.dtype, x.device
 
 
+_NPAGED = len(_request.PAGED)
+
+
+def _paged_sig(common, q):
+    """The signatures of block_table and seqused_k (None where absent), or
+    False where one is not read in place (its pointer would be a copy's)."""
+    sig = ()
+    for name in _request.PAGED:
+        x = common[name]
+        if x is None:
+            sig += (None,)
+        elif isinstance(x, _arrays._torch().Tensor) and x.device == q.device and _arrays.int32_in_place(x):
+            sig += (x.shape, x.stride())
+        else:
+            return False
+    return sig
+
+
 def key(q, k, v, return_lse, out, cuda_path, common):
     """The signature of a forward call that may be kept (q a torch tensor),
     or None. One flat tuple: each nested one would cost its own allocation
@@ -50,8 +70,13 @@ def key(q, k, v, return_lse, out, cuda_path, common):
         if not isinstance(out, tensor):
             return None
         given = (*_sig(out), out.requires_grad, out.is_leaf)
-    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-            v.shape, v.stride(), v.dtype, v.device, given, bool(return_lse), cuda_path, *common.values())
+    sig = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+           v.shape, v.stride(), v.dtype, v.device, given, bool(return_lse), cuda_path, *common.values())
+    if common["block_table"] is None and common["seqused_k"] is None:
+        return sig
+    paged = _paged_sig(common, q)
+    # the paged tensors' signatures replace them (common holds them last)
+    return None if paged is False else (*sig[:-_NPAGED], *paged)
 
 
 def bwd_key(tensors, grads, deterministic, cuda_path, common):
@@ -83,9 +108,14 @@ def _get(sig):
         return None
 
 
-def run(sig, q, k, v, out, cuda_path):
+def _ptr(x):
+    return None if x is None else x.data_ptr()
+
+
+def run(sig, q, k, v, out, cuda_path, common):
     """The kept forward call of signature sig on these tensors (and out, if
-    given): (out, lse or None), or None when none is kept."""
+    given; block_table and seqused_k from common): (out, lse or None), or
+    None when none is kept."""
     e = _get(sig)
     if e is None:
         return None
@@ -95,9 +125,11 @@ def run(sig, q, k, v, out, cuda_path):
     if e.lse_shape is not None:
         torch = _arrays._torch()
         lse = torch.empty(e.lse_shape, dtype=torch.float32, device=e.torch_device)
-    _context.context().run_kept(_lib.load().fc_attention_forward, e,
-                                (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                 None if lse is None else lse.data_ptr()))
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _ptr(lse))
+    table, used = common["block_table"], common["seqused_k"]
+    if table is not None or used is not None:  # else they stay NULL, as kept
+        ptrs += (_ptr(table), _ptr(used))
+    _context.context().run_kept(_lib.load().fc_attention_forward, e, ptrs)
     return out, lse
 
 

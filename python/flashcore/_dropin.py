@@ -1,14 +1,18 @@
-"""Drop-in signatures: flash-attn's flash_attn_func and flash_attn_varlen_func,
-torch's scaled_dot_product_attention, computed by flashcore.attention (so
-they differentiate, compile and run on torch's current stream as it does).
+"""Drop-in signatures: flash-attn's flash_attn_func, flash_attn_varlen_func
+and flash_attn_with_kvcache (as attention_with_kvcache), torch's
+scaled_dot_product_attention, computed by flashcore.attention (so they
+differentiate, compile and run on torch's current stream as it does).
 
 Same argument names, layouts and return values, so code switches with one
 import. What FlashCore does not implement (dropout, ALiBi, an arbitrary
-mask, the attention probabilities, a paged KV cache, a zero scale) raises
-UnsupportedError naming the argument: never a silently different answer.
+mask, the attention probabilities, a paged cache with varlen q, appending
+to or rotating a KV cache, a zero scale) raises UnsupportedError naming
+the argument: never a silently different answer.
 """
 
-from . import _attention
+import numbers
+
+from . import _arrays, _attention, _limits
 from .errors import InvalidArgumentError, UnsupportedError
 
 
@@ -77,13 +81,81 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     flash_attn_func, per sequence. Returns out (total_q, nheads, headdim).
     """
     if block_table is not None:
-        raise UnsupportedError("block_table: a paged KV cache is not implemented; pass "
-                               "block_table=None with contiguous k, v")
+        raise UnsupportedError("block_table: a paged KV cache with variable-length q is not "
+                               "implemented; flashcore.attention_with_kvcache takes it with dense q "
+                               "[batch, seqlen_q, nheads, headdim]")
     opts = _flash_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                           return_attn_probs)
     return _attention.attention(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                                 deterministic=deterministic, **opts)
+
+
+# attention_with_kvcache's arguments that FlashCore does not implement, with
+# what to do instead.
+_KVCACHE_TODO = (
+    ("k_new", "appending to the cache is not implemented; write the new keys and values into "
+              "k_cache/v_cache first and count them in cache_seqlens"),
+    ("v_new", "appending to the cache is not implemented; write the new keys and values into "
+              "k_cache/v_cache first and count them in cache_seqlens"),
+    ("rotary_cos", "rotary embedding is not implemented; rotate q and the new keys first"),
+    ("rotary_sin", "rotary embedding is not implemented; rotate q and the new keys first"),
+    ("cache_batch_idx", "cache batch indices are not implemented; pass the cache rows in q's "
+                        "batch order, or a block_table"),
+    ("cache_leftpad", "left-padded caches are not implemented; keep each sequence's keys from "
+                      "position 0"),
+)
+
+
+def _kvcache_refusals(given, num_splits):
+    for name, todo in _KVCACHE_TODO:
+        if given[name] is not None:
+            raise UnsupportedError("%s: %s" % (name, todo))
+    if num_splits:
+        raise UnsupportedError("num_splits=%r: choosing the split count is not implemented; pass 0 "
+                               "(the library chooses)" % (num_splits,))
+
+
+def _cache_seqlens(cache_seqlens, q):
+    """flash-attn's int cache_seqlens, one length for every sequence, as an
+    int32 array of q's kind and device; anything else as given."""
+    if not isinstance(cache_seqlens, numbers.Integral) or isinstance(cache_seqlens, bool):
+        return cache_seqlens
+    n = _limits.int32(cache_seqlens, "cache_seqlens")
+    return _arrays.full_int32(q, q.shape[0], n)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, k_new=None,
+                           v_new=None, rotary_cos=None, rotary_sin=None, cache_batch_idx=None,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                           rotary_interleaved=True, alibi_slopes=None, return_softmax_lse=False,
+                           num_splits=0, out=None, cache_leftpad=None):
+    """flash-attn's flash_attn_with_kvcache (k_new/v_new are its k/v):
+    attention of q over a KV cache, for decoding. q (batch, seqlen_q,
+    nheads, headdim); k_cache, v_cache (batch, seqlen_cache, nheads_k,
+    headdim) (a larger cache: its view k_cache[:batch]), or with block_table (num_pages, page_size, nheads_k, headdim)
+    pages, any page size, and block_table (batch, max_pages) int32: key j
+    of sequence b is row j % page_size of page block_table[b, j //
+    page_size] (a (num_pages, nheads_k, page_size, headdim) storage works
+    as the view .transpose(1, 2)). cache_seqlens: int32 (batch,) keys in
+    use per sequence, or an int for all; None: the whole cache. causal and
+    window_size align to each sequence's last key (bottom-right), as in
+    flash-attn. Returns out (batch, seqlen_q, nheads, headdim) (written
+    into out= if given), and softmax_lse (batch, nheads, seqlen_q) float32
+    when return_softmax_lse. numpy arrays or torch tensors, no copy.
+
+    Inference only (flash-attn's has no backward either): a gradient
+    through it raises UnsupportedError. rotary_interleaved only matters
+    with rotary_cos/sin. Not implemented, UnsupportedError naming the
+    argument: k_new/v_new, rotary_cos/sin, cache_batch_idx, cache_leftpad,
+    alibi_slopes, num_splits != 0.
+    """
+    _kvcache_refusals(dict(k_new=k_new, v_new=v_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                           cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad), num_splits)
+    opts = _flash_options(0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, False)
+    return _attention.attention(q, k_cache, v_cache, block_table=block_table,
+                                seqused_k=_cache_seqlens(cache_seqlens, q),
+                                return_lse=return_softmax_lse, out=out, **opts)
 
 
 def _sdpa_operands(query, key, value, enable_gqa):

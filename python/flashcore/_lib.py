@@ -149,17 +149,17 @@ def reset(args, init=None):
 
 
 def _data_offset(struct, path):
-    """Byte offset in struct of the data pointer of the fc_tensor at path
-    ("q", or "fwd.q" inside the backward's args)."""
+    """Byte offset in struct of the data pointer at path: an fc_tensor's
+    ("q", or "fwd.q" inside the backward's args) or a pointer field's."""
     off = 0
     for name in path.split("."):
         field = getattr(struct, name)
         off += field.offset
         struct = dict(struct._fields_)[name]
-    return off + fc_tensor.data.offset
+    return off + (fc_tensor.data.offset if struct is fc_tensor else 0)
 
 
-FWD_DATA = ("q", "k", "v", "out", "lse")
+FWD_DATA = ("q", "k", "v", "out", "lse", "block_table", "seqused_k")
 BWD_DATA = ("fwd.q", "fwd.k", "fwd.v", "fwd.out", "fwd.lse", "dout", "dq", "dk", "dv")
 
 

@@ -1,10 +1,11 @@
 """Checked requests: the arguments of attention() and attention_backward()
 put into the C structs. Each check lives here once and both calls use it:
 names and options, the q/k/v operands, tensors that must match another one
-(out, dout, the gradients), lse, varlen offsets, dense calls without rows."""
+(out, dout, the gradients), lse, varlen offsets, the paged cache's block
+table and key counts, dense calls without rows."""
 
 from . import _arrays, _lib, _limits
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedError
 
 
 class Call:
@@ -13,7 +14,7 @@ class Call:
     returns) and the results to hand back."""
 
     __slots__ = ("args", "keep", "device", "layout", "varlen", "views", "seqlens",
-                 "no_rows", "results")
+                 "paged", "no_rows", "results")
 
 
 def check_names(layout, backend):
@@ -70,26 +71,43 @@ def _check_operands(vq, vk, vv, varlen, layout, backend):
         raise InvalidArgumentError("backend='cuda': q, k, v are in host memory; pass CUDA tensors")
 
 
+# The forward-only arguments, last in common(): a kept call's signature
+# stands their tensors' signatures in for them (_call_cache.key).
+PAGED = ("block_table", "seqused_k")
+
+
 def common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-           backend, layout):
-    """The keyword arguments that forward and backward share, for start()."""
+           backend, layout, block_table=None, seqused_k=None):
+    """The keyword arguments of start(): those that forward and backward
+    share, then the forward's paged cache (PAGED; the backward refuses it)."""
     return dict(causal=causal, window=window, softcap=softcap, scale=scale,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                max_seqlen_k=max_seqlen_k, backend=backend, layout=layout)
+                max_seqlen_k=max_seqlen_k, backend=backend, layout=layout,
+                block_table=block_table, seqused_k=seqused_k)
 
 
-def start(args, q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-          max_seqlen_q, max_seqlen_k, backend, layout):
-    """The checks both calls share, in one order: names, varlen, options
-    (into args, an fc_attention_args), then q, k, v. Returns the Call to
-    complete with the call's own tensors and finish()."""
-    layout, backend = check_names(layout, backend)
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+def _check_varlen(varlen, cu_seqlens_q, cu_seqlens_k, layout, block_table, seqused_k):
     if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
         raise InvalidArgumentError("cu_seqlens_q and cu_seqlens_k: give both or neither")
     if varlen and layout != "bshd":
         raise InvalidArgumentError("layout: variable-length tensors are [total, heads, head_dim]; "
                                    "layout='bhsd' applies to 4-D tensors only")
+    # Before the operand checks, which would name paged k's rank instead.
+    if varlen and block_table is not None:
+        raise UnsupportedError("block_table with cu_seqlens: a paged KV cache takes dense q "
+                               "[batch, seqlen_q, heads_q, head_dim]")
+    if varlen and seqused_k is not None:
+        raise InvalidArgumentError("seqused_k with cu_seqlens: cu_seqlens_k already gives the key counts")
+
+
+def start(args, q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
+          max_seqlen_q, max_seqlen_k, backend, layout, block_table=None, seqused_k=None):
+    """The checks both calls share, in one order: names, varlen, options
+    (into args, an fc_attention_args), then q, k, v. Returns the Call to
+    complete with the call's own tensors and finish()."""
+    layout, backend = check_names(layout, backend)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    _check_varlen(varlen, cu_seqlens_q, cu_seqlens_k, layout, block_table, seqused_k)
     _fill_options(args, causal, window, softcap, scale)
     args.backend = _lib.BACKENDS[backend]
     views = tuple(_arrays.view(x, n, layout) for x, n in ((q, "q"), (k, "k"), (v, "v")))
@@ -97,6 +115,7 @@ def start(args, q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seq
     call = Call()
     call.args, call.layout, call.varlen, call.views = args, layout, varlen, views
     call.seqlens = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    call.paged = (block_table, seqused_k)
     call.device = views[0].device
     call.keep = list(views)
     return call
@@ -171,6 +190,33 @@ def _fill_varlen(args, call, vq, vk, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
     args.max_seqlen_k = _limits.int32(max_seqlen_k, "max_seqlen_k")
 
 
+def _fill_paged(args, call, vq, fill):
+    """block_table and seqused_k (call.paged) into args, as int32 arrays in
+    q's memory space. The library cannot see their shapes, so they are
+    checked here: [batch, max_pages_per_seq] and [batch]. fill False: only
+    checked (a call without query rows reads neither)."""
+    table, used = call.paged
+    batch = vq.shape[0]
+    if table is not None:
+        t, _ = _arrays.int32_array(table, "block_table", vq, 2)
+        if t.shape[0] != batch or t.shape[1] < 1:
+            raise InvalidArgumentError("block_table: shape %s, expected [batch %d, max_pages_per_seq >= 1]"
+                                       % (tuple(t.shape), batch))
+        call.keep.append(t)
+        if fill:
+            args.block_table = _arrays.data_ptr(t)
+            args.max_pages_per_seq = _limits.int32(t.shape[1], "block_table max_pages_per_seq")
+            args.block_table_stride = _arrays.row_stride(t) if batch > 1 else 0
+    if used is not None:
+        u, _ = _arrays.int32_array(used, "seqused_k", vq, 1)
+        if u.shape[0] != batch:
+            raise InvalidArgumentError("seqused_k: %d entries, expected one a sequence (batch %d)"
+                                       % (u.shape[0], batch))
+        call.keep.append(u)
+        if fill:
+            args.seqused_k = _arrays.data_ptr(u)
+
+
 def finish(call, fwd, tensors):
     """Put q, k, v and tensors [(view or None, fc_tensor field, is_lse)] into
     fwd (call's fc_attention_args) and the fields, with the varlen offsets.
@@ -179,20 +225,25 @@ def finish(call, fwd, tensors):
     the C API (every dimension >= 1): it goes in as a varlen call of one
     empty sequence, which the library checks in full (heads, head_dim,
     options, outputs) and answers without work. Only what that form drops is
-    checked here; the shapes it drops were matched to q, k, v in Python."""
+    checked here (k's batch, v's shape, the paged cache's shapes); the shapes
+    it drops were matched to q, k, v in Python."""
     vq, vk, vv = call.views
     call.keep += [t[0] for t in tensors]
     call.no_rows = not call.varlen and (vq.shape[0] == 0 or vq.shape[1] == 0)
     if call.no_rows:
-        if vk.shape[0] != vq.shape[0]:
+        # paged k/v hold pages, not sequences: block_table has q's batch
+        if vk.shape[0] != vq.shape[0] and call.paged[0] is None:
             raise InvalidArgumentError("k: batch %d differs from q's %d" % (vk.shape[0], vq.shape[0]))
         if vv.shape != vk.shape:
             raise InvalidArgumentError("v: shape %s differs from k's %s" % (vv.user_shape, vk.user_shape))
+        _fill_paged(fwd, call, vq, False)
         vq, vk, vv = (_arrays.no_rows(x) for x in (vq, vk, vv))
         tensors = [(_arrays.no_rows(x, lse) if x is not None else None, f, lse) for x, f, lse in tensors]
         _fill_varlen(fwd, call, vq, vk, [0, 0], [0, 0], 0, 0)
     elif call.varlen:
         _fill_varlen(fwd, call, vq, vk, *call.seqlens)
+    else:
+        _fill_paged(fwd, call, vq, True)
     for x, field in ((vq, fwd.q), (vk, fwd.k), (vv, fwd.v)):
         x.fill(field)
     for x, field, _ in tensors:

@@ -3,7 +3,8 @@ flashcore::attention_bwd (torch.library custom ops), their fake
 implementations (shapes, dtypes, the lse shape: what torch.compile and meta
 tensors need) and autograd (register_autograd), so a model that calls
 flashcore compiles with fullgraph=True and loss.backward() runs the
-library's backward.
+library's backward. attention_fwd also takes a paged KV cache (block_table,
+seqused_k: flashcore.attention_with_kvcache), whose gradient raises.
 
 Imported only where torch already is (flashcore/__init__ when torch was
 imported first, else the first call that needs it), so importing flashcore
@@ -24,17 +25,27 @@ _OPTIONS = ("Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, Sy
             "float scale, float softcap, bool causal, int window_left, int window_right, "
             "bool bhsd, str backend, int cuda_path, bool deterministic")
 Options = collections.namedtuple("Options", [p.split()[-1] for p in _OPTIONS.split(",")])
+# The forward's last arguments, the paged cache (_request.PAGED); defaulted
+# so that a call with Options alone is the dense one.
+_PAGED = "Tensor? block_table=None, Tensor? seqused_k=None"
+_N = len(Options._fields)
 
 # Inductor must hand the ops the strides eager mode would: the library reads
 # any layout but wants the last dimension contiguous.
 _TAGS = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
 
 
-def _common(o):
-    """Options o as the binding's keyword arguments."""
-    return _request.common(o.causal, (o.window_left, o.window_right), o.softcap, o.scale or None, o.cu_seqlens_q,
-                           o.cu_seqlens_k, None if o.max_seqlen_q < 0 else o.max_seqlen_q,
-                           None if o.max_seqlen_k < 0 else o.max_seqlen_k, o.backend, "bhsd" if o.bhsd else "bshd")
+def _common(o, paged=None):
+    """Options o as the binding's keyword arguments: the forward's, with
+    paged (its block_table, seqused_k), or else attention_backward's."""
+    c = _request.common(o.causal, (o.window_left, o.window_right), o.softcap, o.scale or None, o.cu_seqlens_q,
+                        o.cu_seqlens_k, None if o.max_seqlen_q < 0 else o.max_seqlen_q,
+                        None if o.max_seqlen_k < 0 else o.max_seqlen_k, o.backend, "bhsd" if o.bhsd else "bshd",
+                        *(paged or (None, None)))
+    if paged is None:
+        for name in _request.PAGED:
+            del c[name]
+    return c
 
 
 def _lse_shape(q, varlen, bhsd):
@@ -43,15 +54,17 @@ def _lse_shape(q, varlen, bhsd):
 
 
 @torch.library.custom_op("flashcore::attention_fwd", mutates_args=(), tags=_TAGS,
-                         schema="(Tensor q, Tensor k, Tensor v, %s) -> (Tensor, Tensor)" % _OPTIONS)
+                         schema="(Tensor q, Tensor k, Tensor v, %s, %s) -> (Tensor, Tensor)"
+                                % (_OPTIONS, _PAGED))
 def _fwd(q, k, v, *opts):
-    o = Options(*opts)
-    return _attention._forward(q, k, v, True, None, o.cuda_path or None, _common(o))
+    o = Options(*opts[:_N])
+    return _attention._forward(q, k, v, True, None, o.cuda_path or None, _common(o, opts[_N:]))
 
 
 @_fwd.register_fake
 def _fwd_fake(q, k, v, *opts):
-    o = Options(*opts)
+    # out and lse follow q alone: paged k/v hold pages, not sequences
+    o = Options(*opts[:_N])
     lse = q.new_empty(_lse_shape(q, o.cu_seqlens_q is not None, o.bhsd), dtype=torch.float32)
     return q.new_empty(q.shape), lse
 
@@ -74,19 +87,26 @@ def _bwd_fake(dout, q, k, v, out, lse, *opts):
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-    ctx.opts = inputs[5:]
+    ctx.paged = any(x is not None for x in inputs[3 + _N:])
+    if not ctx.paged:  # a paged call has no backward: nothing to keep for one
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.opts = inputs[5:3 + _N]
     ctx.mark_non_differentiable(lse)
 
 
 def _backward_rule(ctx, dout, _dlse):
+    if ctx.paged:
+        raise UnsupportedError(
+            "backward of a paged KV cache or seqused_k call (flashcore.attention_with_kvcache): "
+            "not implemented, as in flash-attn; call it under torch.no_grad() or "
+            "torch.inference_mode(), or use dense k, v without seqused_k for training")
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     # out.sum().backward() hands a broadcast dout (stride 0 everywhere); the
     # library reads any strides but a contiguous last dimension.
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     dq, dk, dv = torch.ops.flashcore.attention_bwd(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.opts)
-    return (dq, dk, dv) + (None,) * len(Options._fields)
+    return (dq, dk, dv) + (None,) * (_N + 2)
 
 
 def _no_double_backward(ctx, *grads):
@@ -109,12 +129,15 @@ def routes(q, k, v):
                                         or getattr(v, "requires_grad", False))
 
 
-def _offsets(x):
+def _tensor(x):
+    """An optional integer argument (offsets, block table, key counts) as the
+    op's Tensor? (lists and numpy arrays are converted)."""
     return x if x is None or isinstance(x, torch.Tensor) else torch.as_tensor(x)
 
 
 def attention(q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-              max_seqlen_k, return_lse, backend, out, layout, cuda_path, deterministic):
+              max_seqlen_k, return_lse, backend, out, layout, cuda_path, deterministic, block_table,
+              seqused_k):
     """flashcore.attention through flashcore::attention_fwd (see routes())."""
     if out is not None:
         raise InvalidArgumentError(
@@ -123,8 +146,9 @@ def attention(q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqle
     layout, backend = _request.check_names(layout, backend)
     wl, wr = _request.window_pair(window)
     res, lse = torch.ops.flashcore.attention_fwd(
-        q, k, v, _offsets(cu_seqlens_q), _offsets(cu_seqlens_k),
+        q, k, v, _tensor(cu_seqlens_q), _tensor(cu_seqlens_k),
         -1 if max_seqlen_q is None else max_seqlen_q, -1 if max_seqlen_k is None else max_seqlen_k,
         0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal), wl, wr,
-        layout == "bhsd", backend, cuda_path or 0, bool(deterministic))
+        layout == "bhsd", backend, cuda_path or 0, bool(deterministic), _tensor(block_table),
+        _tensor(seqused_k))
     return (res, lse) if return_lse else res
