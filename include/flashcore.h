@@ -231,6 +231,16 @@ FC_API fc_status fc_context_set_device(fc_context *ctx, int device);
  * silent fallback). */
 FC_API fc_status fc_context_set_cuda_path(fc_context *ctx, int path);
 
+/* Whether the CUDA backend checks the contents of the call's device int32
+ * arrays (cu_seqlens_q/k, seqused_k, block_table) before it launches: 1
+ * (default) copies them to the host synchronously and checks them (skipped
+ * while the stream is capturing a graph); 0 trusts them, which removes a
+ * host-device round trip from every such call (a decode step's ~100 us
+ * becomes its kernel time) and makes invalid contents the caller's error:
+ * out-of-range reads, undefined results, as in a captured call. The CPU
+ * backends always check. */
+FC_API fc_status fc_context_set_check_device_arrays(fc_context *ctx, int on);
+
 /* ---- attention ---------------------------------------------------------- */
 /* Fill *args with defaults: no tensors, scale 0 (=1/sqrt(d)), softcap 0,
  * causal 0, windows -1, no varlen, backend AUTO. Thread-safe. */

@@ -12,6 +12,7 @@ struct fc_context {
     int num_threads;         /* CPU backend workers, 0 = one per core            */
     int device;              /* CUDA device, -1 = current                        */
     int cuda_path;           /* 0 auto, 80 or 90 forced                          */
+    int trust_arrays;        /* 1: device int32 arrays taken unchecked           */
     fc_tuning tuning;        /* the experimental hooks (fc_context_set_tuning)   */
     char *trace_file;        /* the context's copy of tuning.sm90_trace_file     */
     fc_host_profile prof;    /* the last successful forward call's host time     */

@@ -82,6 +82,17 @@ fc_status fc_context_set_cuda_path(fc_context *ctx, int path)
     return FC_OK;
 }
 
+fc_status fc_context_set_check_device_arrays(fc_context *ctx, int on)
+{
+    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    if (on != 0 && on != 1)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "check_device_arrays %d is invalid: use 1 (check) or 0",
+                            on);
+    ctx->trust_arrays = !on;
+    ctx->err[0] = 0;
+    return FC_OK;
+}
+
 /* ---- experimental: tuning hooks ------------------------------------------- */
 
 void fc_tuning_init(fc_tuning *t)

@@ -82,7 +82,7 @@ __device__ __forceinline__ void park_kv_bases(const KvAddr &ka, const Smem &sm, 
  * n_begin+1..n_begin+STAGES-1 (all slots free). */
 template <class S_>
 __device__ __forceinline__ void pipeline_prologue(const fc_sm80_args &a, const fc_sm80_kv_maps *maps,
-                                                  const TileCoords &c, const KvAddr &ka, const Smem &sm, int tid,
+                                                  const TileCoords &c, KvAddr &ka, const Smem &sm, int tid,
                                                   int n_begin, int n_end)
 {
     constexpr int STAGES = S_::STAGES;
@@ -129,7 +129,7 @@ __device__ __forceinline__ void pipeline_prologue(const fc_sm80_args &a, const f
  * (n - n_begin - 1) groups committed, block n is number n - n_begin + 1:
  * the same STAGES-2 may be pending.) */
 template <class S_>
-__device__ inline void ring_top(const fc_fwd_params &p, const KvAddr &ka, const Smem &sm, const int &n,
+__device__ inline void ring_top(const fc_fwd_params &p, KvAddr &ka, const Smem &sm, const int &n,
                                 const int &n_end, const int &stage)
 {
     constexpr int STAGES = S_::STAGES;
@@ -153,7 +153,7 @@ using StageArg = typename std::conditional<S_::VAR == 0, int, const int &>::type
  * buffer that has just become free. */
 template <class S_>
 __device__ __forceinline__ void block_top(const fc_sm80_args &a, const fc_sm80_kv_maps *maps, const TileCoords &c,
-                                          const KvAddr &ka, const Smem &sm, int tid, int n, int n_end,
+                                          KvAddr &ka, const Smem &sm, int tid, int n, int n_end,
                                           StageArg<S_> stage, uint32_t ph, bool first)
 {
     constexpr int STAGES = S_::STAGES;
@@ -187,7 +187,7 @@ __device__ __forceinline__ void block_top(const fc_sm80_args &a, const fc_sm80_k
  * refill the K buffer with block n+1. */
 template <class S_, bool PLAIN>
 __device__ __forceinline__ void block_mid(const fc_sm80_args &a, const fc_sm80_kv_maps *maps, const TileCoords &c,
-                                          const KvAddr &ka, const Smem &sm, int tid, int n, int n_end, uint32_t &ph)
+                                          KvAddr &ka, const Smem &sm, int tid, int n, int n_end, uint32_t &ph)
 {
     const fc_fwd_params &p = a.p;
     if constexpr (S_::TMA) {
@@ -228,6 +228,7 @@ __device__ __forceinline__ void mainloop(const fc_sm80_args &a, const fc_sm80_kv
     KvAddr ka = kv_addr<S_>(a, c, th.tid);
     park_kv_bases<S_>(ka, sm, br, th.tid);
     kv_addr_thread<S_>(p, ka);
+    if constexpr (S_::PAGED) paged_fetch<S_>(ka, n_begin);
 
     QFrags<S_> qf;
     const float sl2 = a.sl2;
