@@ -161,29 +161,6 @@ static void rerun_diff(const kit_case *c, const void *a, const void *b, const fl
              (long long)first, (long long)nl);
 }
 
-/* Elements of out that are not logical (padding) must still hold the poison. */
-static int64_t stray_writes(const kit_case *c, const void *out)
-{
-    const kit_shape *s = &c->s;
-    const fc_tensor *o = &c->args.out;
-    const int64_t n = (int64_t)(c->out_bytes / kit_dtype_size(s->dtype));
-    unsigned char *logical = calloc((size_t)(n > 0 ? n : 1), 1);
-    if (!logical) return -1;
-    const int64_t rows = s->varlen ? c->total_q : (int64_t)s->batch * s->seqlen_q;
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t b = s->varlen ? 0 : r / s->seqlen_q, i = s->varlen ? r : r % s->seqlen_q;
-        const int64_t base = s->varlen ? i * o->stride[0] : b * o->stride[0] + i * o->stride[1];
-        const int64_t hs = s->varlen ? o->stride[1] : o->stride[2];
-        for (int h = 0; h < s->heads_q; h++)
-            for (int dd = 0; dd < s->head_dim; dd++) logical[base + h * hs + dd] = 1;
-    }
-    int64_t stray = 0;
-    for (int64_t k = 0; k < n; k++)
-        if (!logical[k] && !kit_is_poison(out, s->dtype, k)) stray++;
-    free(logical);
-    return stray;
-}
-
 static void describe(const kit_shape *s, char *buf, size_t len)
 {
     snprintf(buf, len, "%s d%d b%d h%d/%d s%d/%d %s%s%s%s%s%s%s%s", kit_dtype_name(s->dtype), s->head_dim, s->batch,
@@ -272,7 +249,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         kit_gate g = kit_gate_for(s->dtype);
         kit_metrics m;
         kit_compare(&c, out1, lse1, ref, ref_lse, &g, &m);
-        const int64_t stray = stray_writes(&c, out1);
+        const int64_t stray = kit_stray_writes(&c, out1);
         const int same = st2 == FC_OK && memcmp(out1, out2, c.out_bytes) == 0 &&
                          (!lse1 || memcmp(lse1, lse2, c.lse_bytes) == 0);
         const int ok = kit_gate_pass(&m, &g) && stray == 0 && same && info.backend == FC_BACKEND_CUDA;
