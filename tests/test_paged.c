@@ -16,7 +16,8 @@
  *   3. the kit's caches reached every feature (spare pages, padded rows,
  *      out-of-range unused entries, both page layouts, counts 0/1/full).
  *
- * Usage: test_paged [--cases N] [--seed S] [--verbose]
+ * Usage: test_paged [--quick] [--cases N] [--seed S] [--verbose]
+ *   --quick    20 random cases and the edges in f32 (default: 170, every dtype)
  * Output: a line per failure (every case with --verbose), a line per group,
  * then "N passed, M failed".
  */
@@ -33,9 +34,10 @@
 static int g_verbose;
 static int g_seen[TP_SEEN_N];
 
-/* One case: reference, its own check, then the tiled path. */
-static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint64_t seed, void (*prep)(kit_case *))
+/* One case: reference, its own check, then the tiled path (tp_run_fn). */
+static void run_case(void *user, const char *tag, const kit_shape *s, uint64_t seed, void (*prep)(kit_case *))
 {
+    fc_context *ctx = user;
     char why[512], line[400], desc[300];
     tp_ref r;
     int ok = tp_ref_init(ctx, &r, s, seed, prep, why, sizeof why) == 0;
@@ -56,55 +58,25 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
     tp_ref_free(&r);
 }
 
-static void random_cases(fc_context *ctx, int n, uint64_t seed)
+int main(int argc, char **argv)
 {
+    tu_opts o = {.cases = 170, .seed = 1};
+    if (tu_parse_opts(argc, argv, &o, "test_paged [--quick] [--cases N] [--seed S] [--verbose]") != 0) return 2;
+    g_verbose = o.verbose;
+    fc_context *ctx = NULL;
+    if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
     static const int pages[] = {1, 3, 16, 64, 256};
     static const int dims[] = {32, 64, 64, 96, 128, 128, 256};
     static const fc_dtype dtypes[] = {FC_DTYPE_F32, FC_DTYPE_F16, FC_DTYPE_BF16};
     const tp_config cfg = {pages, 5, dims, 7, dtypes, 3, 3e7};
-    const int p0 = g_pass, f0 = g_fail;
-    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 0x9a6ed;
-    for (int i = 0; i < n; i++) {
-        const kit_shape s = tp_random_shape(&rng, &cfg);
-        char tag[32];
-        snprintf(tag, sizeof tag, "random#%d", i);
-        run_case(ctx, tag, &s, seed * 100000 + (uint64_t)i, NULL);
-    }
-    group_done("random configurations", p0, f0);
-}
-
-static void edge_cases(fc_context *ctx)
-{
-    const int p0 = g_pass, f0 = g_fail;
-    for (int dt = 0; dt < 3; dt++)
-        for (int i = 0; i < TP_NUM_EDGES; i++) {
-            const kit_shape s = tp_edge_shape(i, (fc_dtype)dt);
-            run_case(ctx, tp_edges[i].name, &s, 500 + (uint64_t)i, tp_edges[i].prep);
-        }
-    group_done("named edges", p0, f0);
-}
-
-int main(int argc, char **argv)
-{
-    int ncases = 170;
-    uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--verbose")) g_verbose = 1;
-        else if (!strcmp(argv[i], "--cases") && i + 1 < argc) ncases = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
-        else {
-            fprintf(stderr, "usage: test_paged [--cases N] [--seed S] [--verbose]\n");
-            return 2;
-        }
-    }
-    fc_context *ctx = NULL;
-    if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
     const double t0 = kit_now();
-    random_cases(ctx, ncases, seed);
-    edge_cases(ctx);
-    const int p0 = g_pass, f0 = g_fail;
-    tp_check_seen(g_seen);
-    group_done("kit cache features reached", p0, f0);
+    tp_random_cases(run_case, ctx, &cfg, o.quick ? 20 : o.cases, o.seed);
+    tp_edge_cases(run_case, ctx, dtypes, o.quick ? 1 : 3);
+    if (!o.quick) { /* too few cases to reach every feature */
+        const int p0 = g_pass, f0 = g_fail;
+        tp_check_seen(g_seen);
+        group_done("kit cache features reached", p0, f0);
+    }
     fc_context_free(ctx);
     printf("(%.1f s)\n", kit_now() - t0);
     return test_summary();

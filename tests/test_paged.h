@@ -30,13 +30,13 @@ typedef struct tp_config {
     double max_work; /* reference multiply-adds per case: keeps the run short */
 } tp_config;
 
-static double tp_work(const kit_shape *s)
+static inline double tp_work(const kit_shape *s)
 {
     return 2.0 * s->batch * s->heads_q * (double)s->seqlen_q * (double)s->seqlen_k * s->head_dim;
 }
 
 /* Smaller until the reference's work fits: batch, heads, keys, queries. */
-static void tp_shrink(kit_shape *s, double max_work)
+static inline void tp_shrink(kit_shape *s, double max_work)
 {
     while (tp_work(s) > max_work) {
         if (s->batch > 1) s->batch--;
@@ -52,7 +52,7 @@ static void tp_shrink(kit_shape *s, double max_work)
  * keys, and chunked prefill (64-200 causal queries after a longer paged
  * prefix); GQA 1, 4, 8; every page size of cfg or dense k/v with seqused_k;
  * causal, windows, softcap, lse on/off, every layout. */
-static kit_shape tp_random_shape(uint64_t *rng, const tp_config *cfg)
+static inline kit_shape tp_random_shape(uint64_t *rng, const tp_config *cfg)
 {
 #define R(n) ((int)(kit_rand_u64(rng) % (uint64_t)(n)))
     static const int ratios[] = {1, 4, 8};
@@ -77,13 +77,13 @@ static kit_shape tp_random_shape(uint64_t *rng, const tp_config *cfg)
 
 /* ---- named edges --------------------------------------------------------------- */
 
-static void tp_all_empty(kit_case *c)
+static inline void tp_all_empty(kit_case *c)
 {
     for (int b = 0; b < c->s.batch; b++) c->seqused_k[b] = 0;
 }
 
 /* 0, 1, 2, 3 keys: with 8 causal queries most rows see none */
-static void tp_few_keys(kit_case *c)
+static inline void tp_few_keys(kit_case *c)
 {
     for (int b = 0; b < c->s.batch; b++) c->seqused_k[b] = b % 4;
 }
@@ -117,7 +117,7 @@ static const tp_edge tp_edges[] = {
 #define TP_NUM_EDGES ((int)(sizeof tp_edges / sizeof tp_edges[0]))
 
 /* Edge i in dtype dt; the layouts take turns. */
-static kit_shape tp_edge_shape(int i, fc_dtype dt)
+static inline kit_shape tp_edge_shape(int i, fc_dtype dt)
 {
     const tp_edge *e = &tp_edges[i];
     kit_shape s = test_shape(e->batch, e->hq, e->hkv, e->sq, e->sk, e->d, dt);
@@ -137,7 +137,7 @@ typedef struct tp_ref {
     float *lse;
 } tp_ref;
 
-static void tp_ref_free(tp_ref *r)
+static inline void tp_ref_free(tp_ref *r)
 {
     free(r->out);
     free(r->lse);
@@ -148,8 +148,8 @@ static void tp_ref_free(tp_ref *r)
 /* The case (prep applied), its reference (poisoned first) and the
  * reference's own check against the dense twin. 0, or -1 with why (free r
  * either way). */
-static int tp_ref_init(fc_context *ctx, tp_ref *r, const kit_shape *s, uint64_t seed, void (*prep)(kit_case *),
-                       char *why, size_t why_len)
+static inline int tp_ref_init(fc_context *ctx, tp_ref *r, const kit_shape *s, uint64_t seed,
+                              void (*prep)(kit_case *), char *why, size_t why_len)
 {
     memset(r, 0, sizeof *r);
     if (kit_case_init(&r->c, s, seed) != 0) {
@@ -175,7 +175,7 @@ static int tp_ref_init(fc_context *ctx, tp_ref *r, const kit_shape *s, uint64_t 
  * the dtype's gates, every logical element written and nothing else, rows
  * with no visible key exactly 0 / -inf (in the reference too). 1 if all hold;
  * line gets the figures. */
-static int tp_judge(const tp_ref *r, const void *out, const float *lse, char *line, size_t n)
+static inline int tp_judge(const tp_ref *r, const void *out, const float *lse, char *line, size_t n)
 {
     const kit_case *c = &r->c;
     const kit_gate g = kit_gate_for(c->s.dtype);
@@ -196,7 +196,7 @@ static int tp_judge(const tp_ref *r, const void *out, const float *lse, char *li
 }
 
 /* "f16 d64 b3 h8/2 sq4 sk100 bshd page16 x7 (22 pages, stride 9) used 0,3,100 causal ..." */
-static void tp_describe(const kit_case *c, char *buf, size_t n)
+static inline void tp_describe(const kit_case *c, char *buf, size_t n)
 {
     const kit_shape *s = &c->s;
     int k = snprintf(buf, n, "%s d%d b%d h%d/%d sq%d sk%d %s", kit_dtype_name(s->dtype), s->head_dim, s->batch,
@@ -210,6 +210,37 @@ static void tp_describe(const kit_case *c, char *buf, size_t n)
         snprintf(buf + k, n - (size_t)k, "%s%s%s%s", s->causal ? " causal" : "",
                  s->window_left >= 0 || s->window_right >= 0 ? " window" : "", s->softcap > 0 ? " softcap" : "",
                  s->want_lse ? " lse" : "");
+}
+
+/* ---- the case lists ------------------------------------------------------------------ */
+
+/* How a test runs one case (prep: after the inputs are drawn, or NULL). */
+typedef void (*tp_run_fn)(void *user, const char *tag, const kit_shape *s, uint64_t seed, void (*prep)(kit_case *c));
+
+/* n random configurations from seed, as a group. */
+static inline void tp_random_cases(tp_run_fn run, void *user, const tp_config *cfg, int n, uint64_t seed)
+{
+    const int p0 = g_pass, f0 = g_fail;
+    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 0x9a6ed;
+    for (int i = 0; i < n; i++) {
+        const kit_shape s = tp_random_shape(&rng, cfg);
+        char tag[32];
+        snprintf(tag, sizeof tag, "random#%d", i);
+        run(user, tag, &s, seed * 100000 + (uint64_t)i, NULL);
+    }
+    group_done("random configurations", p0, f0);
+}
+
+/* Every named edge in each of the dtypes, as a group. */
+static inline void tp_edge_cases(tp_run_fn run, void *user, const fc_dtype *dtypes, int ndtypes)
+{
+    const int p0 = g_pass, f0 = g_fail;
+    for (int t = 0; t < ndtypes; t++)
+        for (int i = 0; i < TP_NUM_EDGES; i++) {
+            const kit_shape s = tp_edge_shape(i, dtypes[t]);
+            run(user, tp_edges[i].name, &s, 500 + (uint64_t)i, tp_edges[i].prep);
+        }
+    group_done("named edges", p0, f0);
 }
 
 /* ---- what the cases reached ---------------------------------------------------------- */
@@ -232,7 +263,7 @@ static const char *const tp_seen_names[TP_SEEN_N] = {
     "seqused_k with dense k/v"};
 
 /* Count the features of c into seen[TP_SEEN_N]. */
-static void tp_note(const kit_case *c, int *seen)
+static inline void tp_note(const kit_case *c, int *seen)
 {
     const int64_t cap = c->block_table ? (int64_t)c->max_pages * c->s.page_size : c->s.seqlen_k;
     seen[TP_SEEN_SPARE] += c->block_table && c->num_pages > c->s.batch * c->max_pages;
@@ -249,7 +280,7 @@ static void tp_note(const kit_case *c, int *seen)
     }
 }
 
-static void tp_check_seen(const int *seen)
+static inline void tp_check_seen(const int *seen)
 {
     for (int i = 0; i < TP_SEEN_N; i++)
         CHECK(seen[i] > 0, "no case had %s", tp_seen_names[i]);
