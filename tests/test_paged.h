@@ -88,6 +88,16 @@ static inline void tp_few_keys(kit_case *c)
     for (int b = 0; b < c->s.batch; b++) c->seqused_k[b] = b % 4;
 }
 
+/* Every sequence reads sequence 0's pages (a shared prefix): one page in
+ * several rows of the table. */
+static inline void tp_shared_pages(kit_case *c)
+{
+    for (int b = 1; b < c->s.batch; b++) {
+        memcpy(c->block_table + b * c->table_stride, c->block_table, (size_t)c->table_stride * sizeof(int32_t));
+        c->seqused_k[b] = c->seqused_k[0];
+    }
+}
+
 typedef struct tp_edge {
     const char *name;
     int batch, hq, hkv, sq, sk, d, page, causal, window_left;
@@ -113,6 +123,7 @@ static const tp_edge tp_edges[] = {
     {"chunked prefill, page 256, window",     1, 4,  4,  200, 900,  64,  256,  1, 64, TP_NONE, NULL},
     {"speculative gqa 8, page 3",             3, 16, 2,  4,   500,  64,  3,    1, -1, TP_RAND, NULL},
     {"decode, page 1024",                     2, 8,  2,  1,   3000, 128, 1024, 0, -1, TP_RAND, NULL},
+    {"every sequence on the same pages",      3, 8,  2,  3,   200,  64,  16,   1, -1, TP_FULL, tp_shared_pages},
 };
 #define TP_NUM_EDGES ((int)(sizeof tp_edges / sizeof tp_edges[0]))
 
