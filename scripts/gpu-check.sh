@@ -57,18 +57,24 @@ sm80_table_rows() {
 }
 sm80_rows() { sm80_table_rows sm90; }
 sm80_variant_rows() { sm80_table_rows variant; }
-# [VAR=value...] gpu_matrix KEY ARGS...: the GPU matrix with ARGS (and the
-# variables the call sets), its log in $OUT/gpu-test-KEY.log; prints its
+# [VAR=value...] gpu_prog KEY PROG ARGS...: test program PROG with ARGS (and
+# the variables the call sets), its log in $OUT/gpu-test-KEY.log; prints its
 # result line "gpuKEY VALUE" (the test stage's jobs run in the background),
 # the failures' diagnostics on stderr
-gpu_matrix() {
-  local key=$1
-  shift
-  if timeout 300 "$BUILD/tests/test_cuda_forward" "$@" >"$OUT/gpu-test-$key.log" 2>&1; then
+gpu_prog() {
+  local key=$1 prog=$2
+  shift 2
+  if timeout 300 "$BUILD/tests/$prog" "$@" >"$OUT/gpu-test-$key.log" 2>&1; then
     echo "gpu$key ok: $(tail -1 "$OUT/gpu-test-$key.log")"
   else
     echo "gpu$key FAIL: $(tail -1 "$OUT/gpu-test-$key.log")"; grep -m 15 -i fail "$OUT/gpu-test-$key.log" >&2
   fi
+}
+# [VAR=value...] gpu_matrix KEY ARGS...: the forward's GPU matrix (gpu_prog)
+gpu_matrix() {
+  local key=$1
+  shift
+  gpu_prog "$key" test_cuda_forward "$@"
 }
 # run_rows VAR PATH LIST: the GPU matrix on path PATH once per "row head_dim ..." line
 # that LIST prints, with VAR=row forcing the row (log gpu-test-PATH-row-ROW.log);
@@ -118,24 +124,25 @@ fi
 
 if want test; then
   log "ctest"
-  # test_cuda_forward and test_cuda_backward run below, with their own logs
-  if ctest --test-dir "$BUILD" --output-on-failure -E "test_cuda_forward|test_cuda_backward|python_binding" >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
+  # test_cuda_forward, test_cuda_backward and test_cuda_paged run below, with their own logs
+  if ctest --test-dir "$BUILD" --output-on-failure -E "test_cuda_forward|test_cuda_backward|test_cuda_paged|python_binding" >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
   tail -15 "$OUT/ctest.log"
   n=$([ $quick = 1 ] && echo 60 || echo 300)
   nr=$([ $quick = 1 ] && echo 12 || echo 40)
   # The matrices run side by side, each a background job that prints its
   # result lines into $OUT/t-JOB.res: a test process is mostly the fp64
-  # reference on one host core, so on the device's 16 cores seven at once
+  # reference on one host core, so on the device's 16 cores eight at once
   # take about as long as the longest (the path-90 matrix) instead of the
   # sum (~200 s of a 454 s check). The GPU runs their small kernels
   # interleaved; no result depends on timing.
-  log "GPU matrices side by side: paths 80 and 90 ($n cases), forced rows ($nr cases each), rotated, tail, pytest"
+  log "GPU matrices side by side: paths 80 and 90 ($n cases), forced rows ($nr cases each), rotated, tail, paged, pytest"
   for path in 80 90; do gpu_matrix $path --path $path --cases $n >"$OUT/t-$path.res" & done
   # the backward (both CUDA paths' kernels) against the reference backward
-  (if timeout 300 "$BUILD/tests/test_cuda_backward" --cases $n >"$OUT/gpu-test-bwd.log" 2>&1; then
-     echo "gpubwd ok: $(tail -1 "$OUT/gpu-test-bwd.log")"
-   else echo "gpubwd FAIL: $(tail -1 "$OUT/gpu-test-bwd.log")"; grep -m 15 -i fail "$OUT/gpu-test-bwd.log" >&2; fi
-  ) >"$OUT/t-bwd.res" &
+  gpu_prog bwd test_cuda_backward --cases $n >"$OUT/t-bwd.res" &
+  # the paged KV cache and seqused_k: the library's choice and both paths
+  # forced, against the reference (each case's reference checked against a
+  # dense twin on the host: half the cases for about the same time)
+  gpu_prog paged test_cuda_paged --cases $((n / 2)) >"$OUT/t-paged.res" &
   # Every row of the Hopper tile table (FLASHCORE_SM90_CONFIG) and every
   # sm90-class row of the sm80 table (FLASHCORE_SM80_CONFIG), forced, on
   # random cases of its head_dim: rows the planner picks only for some shapes
@@ -157,7 +164,7 @@ if want test; then
     else echo "pytest FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log" >&2; fi
   ) >"$OUT/t-pytest.res" &
   collect_results t-
-  for k in gpu80 gpu90 gpubwd gpu90-rows gpu80-rows gpu90-rot gpu90-tail pytest; do
+  for k in gpu80 gpu90 gpubwd gpupaged gpu90-rows gpu80-rows gpu90-rot gpu90-tail pytest; do
     [ -n "${result[$k]:-}" ] || result[$k]="FAIL: its job printed no result"
   done
   log "GPU matrices done"
@@ -185,6 +192,10 @@ if want sanitize || want_explicit sanitize-bwd; then
     for path in 80 90; do san_run "$tool" "san-$tool-$path" --path $path; done
     # the backward's kernels (preprocess, main in both dQ modes, convert)
     SAN_TEST=test_cuda_backward san_run "$tool" "san-$tool-bwd"
+    # paged KV: a page index read wrong reads another allocation, which the
+    # matrices may not see; memcheck does (racecheck and synccheck leave the
+    # paged cases out, to keep `all` inside one 600 s call)
+    [ "$tool" = memcheck ] && SAN_TEST=test_cuda_paged san_run "$tool" "san-$tool-paged"
     # the rotated tile loop (the planner takes it only for several tiles per CTA)
     FLASHCORE_SM90_ROTATE=1 san_run "$tool" "san-$tool-90rot" --path 90
     # tail balancing on a 5-CTA grid: split tiles, partials, the arrival

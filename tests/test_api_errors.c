@@ -8,8 +8,11 @@
  *     (one selection function for both),
  *   - nothing was written: out and lse still hold their poison, and the
  *     inputs are unchanged (byte-compared with copies taken before the call).
- * Then valid cu_seqlens placed inside out and lse (rejected) and right next
- * to out in one buffer (accepted and correct), the context setters, NULL
+ * The rows include the paged KV cache and seqused_k (entries and counts out
+ * of range, the scalars, misaligned or overlapping arrays, either with
+ * cu_seqlens), whose arrays are in the snapshot too. Then valid cu_seqlens
+ * placed inside out and lse (rejected) and right next to out in one buffer
+ * (accepted and correct), the context setters, NULL
  * context/args, the CUDA request without a usable GPU, and pure supported()
  * probes with dummy pointers (offsets that overflow int64; and offsets
  * beyond 2^31 that must be accepted).
@@ -35,6 +38,8 @@ enum {
     F_VARLEN = 1 << 1, /* base case is varlen (3 sequences)                               */
     F_KEEPB = 1 << 2,  /* the row sets args.backend itself: do not loop over backends     */
     F_D600 = 1 << 3,   /* base case with head_dim 600                                     */
+    F_PAGED = 1 << 4,  /* base case with a paged k/v cache (page 3) and seqused_k         */
+    F_USED = 1 << 5,   /* base case with dense k/v and seqused_k                          */
 };
 
 static kit_shape base_shape(int flags)
@@ -43,6 +48,10 @@ static kit_shape base_shape(int flags)
     kit_shape s = test_shape(flags & F_VARLEN ? 3 : 2, 4, 2, 5, 7, 16, dt);
     s.name = "base";
     s.varlen = flags & F_VARLEN ? 1 : 0;
+    /* every sequence uses seqlen_k 7 of its 3 pages of 3: each row's
+     * entries are all used, so each is checked */
+    s.page_size = flags & F_PAGED ? 3 : 0;
+    s.seqused = flags & (F_PAGED | F_USED) ? KIT_SEQUSED_FULL : KIT_SEQUSED_NONE;
     if (flags & F_D600) {
         s.batch = 1; s.heads_q = 1; s.heads_kv = 1; s.seqlen_q = 2; s.seqlen_k = 3; s.head_dim = 600;
     }
@@ -210,6 +219,28 @@ MUT(m_cu_q_beyond, a->q.shape[0] -= 1; a->out.shape[0] -= 1; a->lse.shape[1] -= 
 MUT(m_cu_k_beyond, a->k.shape[0] -= 1; a->v.shape[0] -= 1;)
 MUT(m_num_seqs0, a->num_seqs = 0;)
 MUT(m_num_seqs_neg, a->num_seqs = -3;)
+/* paged KV cache and seqused_k: table entries and counts, the scalars,
+ * pointers, and the combinations no backend takes */
+MUT(m_table_neg, c->block_table[0] = -1;)
+MUT(m_table_past, c->block_table[c->table_stride + 2] = c->num_pages;)
+MUT(m_used_neg, c->seqused_k[1] = -1;)
+MUT(m_used_past_pages, c->seqused_k[0] = c->max_pages * c->s.page_size + 1;)
+MUT(m_used_past_keys, c->seqused_k[1] = (int32_t)c->s.seqlen_k + 1;)
+MUT(m_max_pages0, a->max_pages_per_seq = 0;)
+MUT(m_max_pages_neg, a->max_pages_per_seq = -2;)
+MUT(m_table_stride_short, a->block_table_stride = a->max_pages_per_seq - 1;)
+MUT(m_table_stride_neg, a->block_table_stride = -1;)
+MUT(m_table_stride_huge, a->block_table_stride = (int64_t)INT32_MAX + 1;)
+MUT(m_pages_keys_huge, a->max_pages_per_seq = INT32_MAX / (int32_t)c->s.page_size + 1; a->block_table_stride = 0;)
+MUT(m_table_misaligned, a->block_table = (const int32_t *)(const void *)((char *)c->block_table + 2);)
+MUT(m_used_misaligned, a->seqused_k = (const int32_t *)(const void *)((char *)c->seqused_k + 1);)
+/* the arrays inside an output: refused on the overlap, before their
+ * contents (the poison run_row puts there) are read */
+MUT(m_table_in_out, a->block_table = (const int32_t *)c->out;)
+MUT(m_used_in_lse, a->seqused_k = (const int32_t *)c->lse;)
+static const int32_t k_table_dummy[4] = {0, 1, 2, 0};
+MUT(m_varlen_table, a->block_table = k_table_dummy; a->max_pages_per_seq = 1;)
+MUT(m_varlen_used, a->seqused_k = k_table_dummy;)
 /* backend */
 MUT(m_backend_7, a->backend = (fc_backend)7;)
 MUT(m_backend_neg, a->backend = (fc_backend)-1;)
@@ -356,6 +387,25 @@ static const row k_rows[] = {
     {"cu_seqlens_k beyond k tokens", m_cu_k_beyond, F_VARLEN, INV, "cu_seqlens_k"},
     {"num_seqs 0", m_num_seqs0, F_VARLEN, INV, "num_seqs"},
     {"num_seqs -3", m_num_seqs_neg, F_VARLEN, INV, "num_seqs"},
+    {"block_table entry -1", m_table_neg, F_PAGED, INV, "block_table[0][0] is -1"},
+    {"block_table entry num_pages", m_table_past, F_PAGED | F_F32, INV, "block_table[1][2]"},
+    {"seqused_k -1", m_used_neg, F_PAGED, INV, "seqused_k[1] is -1"},
+    {"seqused_k past the pages", m_used_past_pages, F_PAGED, INV, "seqused_k[0] is 10"},
+    {"seqused_k past seqlen_k (dense)", m_used_past_keys, F_USED, INV, "seqused_k[1] is 8"},
+    {"seqused_k -1 (dense)", m_used_neg, F_USED | F_F32, INV, "seqused_k[1]"},
+    {"max_pages_per_seq 0", m_max_pages0, F_PAGED, INV, "max_pages_per_seq is 0"},
+    {"max_pages_per_seq -2", m_max_pages_neg, F_PAGED, INV, "max_pages_per_seq"},
+    {"block_table_stride < max_pages", m_table_stride_short, F_PAGED, INV, "block_table_stride 2"},
+    {"block_table_stride -1", m_table_stride_neg, F_PAGED, INV, "block_table_stride -1"},
+    {"block_table_stride > INT32_MAX", m_table_stride_huge, F_PAGED, INV, "block_table_stride"},
+    {"max_pages x page_size > INT32_MAX", m_pages_keys_huge, F_PAGED, INV, "max_pages_per_seq 715827883 x page_size"},
+    {"block_table misaligned", m_table_misaligned, F_PAGED, INV, "block_table"},
+    {"seqused_k misaligned", m_used_misaligned, F_PAGED | F_F32, INV, "seqused_k"},
+    {"seqused_k misaligned (dense)", m_used_misaligned, F_USED, INV, "seqused_k"},
+    {"block_table inside out", m_table_in_out, F_PAGED, INV, "out overlaps block_table"},
+    {"seqused_k inside lse", m_used_in_lse, F_PAGED, INV, "lse overlaps seqused_k"},
+    {"block_table with cu_seqlens", m_varlen_table, F_VARLEN, UNS, "block_table with cu_seqlens"},
+    {"seqused_k with cu_seqlens", m_varlen_used, F_VARLEN, INV, "seqused_k with cu_seqlens"},
     {"backend 7", m_backend_7, F_KEEPB, INV, "backend"},
     {"backend -1", m_backend_neg, F_KEEPB, INV, "backend"},
     {"head_dim 600 on cpu", m_none, F_D600, UNS, "supported 1 to 512"},
@@ -367,12 +417,13 @@ static const row k_rows[] = {
 /* Every buffer of a case, to prove a failing call wrote nothing. */
 static int snapshot_take(tu_snapshot *s, kit_case *c)
 {
-    void *buf[5] = {c->q, c->k, c->v, c->out, c->lse};
-    const size_t bytes[5] = {c->q_bytes, c->k_bytes, c->v_bytes, c->out_bytes, c->lse ? c->lse_bytes : 0};
-    return tu_snapshot_take(s, 5, buf, bytes);
+    void *buf[7] = {c->q, c->k, c->v, c->out, c->lse, c->block_table, c->seqused_k};
+    const size_t bytes[7] = {c->q_bytes, c->k_bytes, c->v_bytes, c->out_bytes, c->lse ? c->lse_bytes : 0,
+                             c->table_bytes, c->used_bytes};
+    return tu_snapshot_take(s, 7, buf, bytes);
 }
 
-static const char *const k_buf_names[5] = {"q", "k", "v", "out", "lse"};
+static const char *const k_buf_names[7] = {"q", "k", "v", "out", "lse", "block_table", "seqused_k"};
 
 static const char *backend_str(fc_backend b)
 {

@@ -100,6 +100,11 @@ MUT(m_causal2, a->fwd.causal = 2;)
 MUT(m_scale_nan, a->fwd.scale = (float)(0.0 / 0.0);)
 MUT(m_cu_k_decreasing, b->c.cu_k[2] = b->c.cu_k[1] - 1;)
 MUT(m_backend_7, a->fwd.backend = (fc_backend)7;)
+/* the forward-only fields: k and v read as 2 pages of 7 keys, or 3 and 5
+ * keys in use of the dense 7 (valid values: refused for being there) */
+static const int32_t k_pages[2] = {1, 0}, k_used[3] = {3, 5, 2};
+MUT(m_paged, a->fwd.block_table = k_pages; a->fwd.max_pages_per_seq = 1;)
+MUT(m_seqused, a->fwd.seqused_k = k_used;)
 
 typedef struct row {
     const char *name;
@@ -155,6 +160,10 @@ static const row k_rows[] = {
     {"scale NaN", m_scale_nan, 0, INV, "scale"},
     {"varlen cu_seqlens_k decreasing", m_cu_k_decreasing, F_VARLEN, INV, "cu_seqlens_k"},
     {"backend 7", m_backend_7, F_KEEPB, INV, "backend"},
+    {"paged k/v (block_table)", m_paged, 0, UNS, "block_table (a paged KV cache) is forward-only"},
+    {"block_table with cu_seqlens", m_paged, F_VARLEN, UNS, "block_table"},
+    {"seqused_k", m_seqused, F_F32, UNS, "seqused_k is forward-only"},
+    {"seqused_k with cu_seqlens", m_seqused, F_VARLEN, UNS, "seqused_k"},
 };
 
 /* ---- running one row --------------------------------------------------------------- */

@@ -2,8 +2,9 @@
  * test_cli_commands.c -- the `flashcore` command itself, run as a process
  * (its path is argv[1], given by CMake): `check --bwd` and `bench --bwd` on
  * the CPU backends, the bench file they write read back, `compare` refusing
- * to pair a forward with a backward, and usage errors. With a usable CUDA
- * device also `check --bwd --backend cuda --quick`.
+ * to pair a forward with a backward, the paged KV cache (check's paged rows,
+ * --page-size on check and bench), and usage errors. With a usable CUDA
+ * device also `check --bwd --backend cuda --quick` and the paged rows there.
  */
 #define _POSIX_C_SOURCE 200809L /* popen, mkstemp */
 #include <math.h>
@@ -97,10 +98,10 @@ static void test_check_bwd(void)
 }
 
 /* The fields of the first row of a bench JSON file that the kit does not
- * keep: "flops" and meta's "pass". */
-static void raw_fields(const char *path, double *flops, char *meta_pass, size_t n)
+ * keep: the number row_key ("flops", "page_size") and meta's "pass". */
+static void raw_fields(const char *path, const char *row_key, double *num, char *meta_pass, size_t n)
 {
-    *flops = NAN;
+    *num = NAN;
     meta_pass[0] = '\0';
     FILE *f = fopen(path, "rb");
     char *buf = malloc(1 << 20);
@@ -109,9 +110,9 @@ static void raw_fields(const char *path, double *flops, char *meta_pass, size_t 
     char err[256];
     if (len && kit_json_parse(buf, len, &j, err, sizeof(err)) == 0) {
         const kit_json *rows = kit_json_get(j, "rows"), *meta = kit_json_get(j, "meta");
-        const kit_json *fl = rows && rows->n ? kit_json_get(&rows->items[0], "flops") : NULL;
+        const kit_json *fl = rows && rows->n ? kit_json_get(&rows->items[0], row_key) : NULL;
         const kit_json *mp = meta ? kit_json_get(meta, "pass") : NULL;
-        if (fl && fl->type == KIT_JSON_NUMBER) *flops = fl->number;
+        if (fl && fl->type == KIT_JSON_NUMBER) *num = fl->number;
         if (mp && mp->type == KIT_JSON_STRING) snprintf(meta_pass, n, "%s", mp->string);
     }
     kit_json_free(j);
@@ -147,7 +148,7 @@ static void test_bench_bwd(void)
         const double flops = 2.5 * 4.0 * 2 * 4 * 96 * 128 * 64;
         double got;
         char meta_pass[8];
-        raw_fields(bwd, &got, meta_pass, sizeof(meta_pass));
+        raw_fields(bwd, "flops", &got, meta_pass, sizeof(meta_pass));
         CHECK(got == flops && strcmp(meta_pass, "bwd") == 0, "flops %.17g (want %.17g), meta pass '%s'", got, flops,
               meta_pass);
         CHECK(fabs(r->tflops - flops / (r->p50_us * 1e-6) / 1e12) <= 1e-6 + 1e-3 * r->tflops, "tflops %g", r->tflops);
@@ -163,12 +164,36 @@ static void test_bench_bwd(void)
     remove(bwd);
 }
 
+/* The paged KV cache through the CLI: check's named paged and seqused_k
+ * rows, --page-size on check and on bench (its JSON row says so). */
+static void test_paged(void)
+{
+    expect_check("check --backend cpu,reference --seeds 0 --filter paged", 10);
+    expect_check("check --backend cpu --seeds 0 --filter seqused", 1);
+    expect_check("check --backend cpu --quick --seeds 3 --page-size 16", 15);
+    expect_run("check --backend cpu --quick --seeds 0 --page-size 3 --filter gqa-4", 0, "gqa-4+p3");
+    char path[] = "/tmp/test_cli_paged_XXXXXX", args[256], meta_pass[8];
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0, "cannot create a temporary file");
+    if (fd < 0) return;
+    close(fd);
+    snprintf(args, sizeof(args),
+             "bench --custom 2,4,2,3,300,64,bf16 --page-size 16 --backend cpu --iters 3 --warmup-ms 0 --json %s", path);
+    expect_run(args, 0, "custom-2x4x2-q3-k300-d64-bf16/p16");
+    double page = NAN;
+    raw_fields(path, "page_size", &page, meta_pass, sizeof(meta_pass));
+    CHECK(page == 16 && strcmp(meta_pass, "fwd") == 0, "bench --page-size 16: row page_size %g, meta pass '%s'", page,
+          meta_pass);
+    remove(path);
+}
+
 static void test_usage(void)
 {
     expect_run("bench --bwd --list", 0, "gqa-train");
     expect_run("bench --bwd --list", 0, "bwd GFLOP");
     const char *bad[] = {"check --bwd=1", "check --backend cpu,bogus", "check --backend cpu,", "bench --bwd=yes",
-                         "check --bwd --filter no-such-case"};
+                         "check --bwd --filter no-such-case", "check --bwd --page-size 16",
+                         "bench --bwd --page-size 16", "check --page-size 0", "bench --page-size x"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) expect_run(bad[i], 2, NULL);
 }
 
@@ -182,6 +207,12 @@ int main(int argc, char **argv)
     test_usage();
     test_check_bwd();
     test_bench_bwd();
-    if (fc_cuda_available()) expect_check("check --bwd --backend cuda --quick", 0);
+    test_paged();
+    if (fc_cuda_available()) {
+        expect_check("check --bwd --backend cuda --quick", 0);
+        /* the CLI's device copies of the block table and seqused_k (the
+         * f32 row is a SKIP there) */
+        expect_check("check --backend cuda --seeds 0 --filter paged", 4);
+    }
     return test_summary();
 }

@@ -53,53 +53,6 @@ static void verdict(int ok, const char *name, const char *detail)
     fflush(stdout);
 }
 
-/* The masking rule as flashcore.h states it (independent of the library's
- * own copy): is any key of a (sq, sk) sequence visible to query i? */
-static int row_has_key(int64_t i, int64_t sq, int64_t sk, const kit_shape *s)
-{
-    int64_t diag = i + sk - sq;
-    int64_t wr = s->causal ? 0 : s->window_right;
-    int64_t lo = 0, hi = sk - 1; /* visible keys: [lo, hi] */
-    if (wr >= 0 && diag + wr < hi) hi = diag + wr;
-    if (s->window_left >= 0 && diag - s->window_left > lo) lo = diag - s->window_left;
-    return lo <= hi;
-}
-
-/* Rows of the case with no visible key must hold exactly 0 in out and -inf
- * in lse. Counts such rows into *empty; returns the number of violations. */
-static int64_t check_empty_rows(const kit_case *c, const void *out, const float *lse, int64_t *empty)
-{
-    const kit_shape *s = &c->s;
-    const fc_tensor *o = &c->args.out, *l = &c->args.lse;
-    int64_t bad = 0;
-    *empty = 0;
-    for (int b = 0; b < s->batch; b++) {
-        int64_t sq = s->seqlen_q, sk = s->seqlen_k, t0 = 0;
-        if (s->varlen) {
-            t0 = c->cu_q[b];
-            sq = c->cu_q[b + 1] - c->cu_q[b];
-            sk = c->cu_k[b + 1] - c->cu_k[b];
-        }
-        for (int64_t i = 0; i < sq; i++) {
-            if (row_has_key(i, sq, sk, s)) continue;
-            for (int h = 0; h < s->heads_q; h++) {
-                (*empty)++;
-                int64_t base = s->varlen ? (t0 + i) * o->stride[0] + h * o->stride[1]
-                                         : b * o->stride[0] + i * o->stride[1] + h * o->stride[2];
-                for (int d = 0; d < s->head_dim; d++)
-                    if (kit_is_poison(out, s->dtype, base + d) || kit_load(out, s->dtype, base + d) != 0.0f)
-                        bad++;
-                if (lse) {
-                    int64_t li = s->varlen ? h * l->stride[0] + (t0 + i) * l->stride[1]
-                                           : b * l->stride[0] + h * l->stride[1] + i * l->stride[2];
-                    if (!(isinf(lse[li]) && lse[li] < 0)) bad++;
-                }
-            }
-        }
-    }
-    return bad;
-}
-
 /* Run one backend into the case's (freshly poisoned) buffers. */
 static fc_status run_backend(fc_context *ctx, kit_case *c, fc_backend backend)
 {
@@ -148,8 +101,8 @@ static int run_case_prep(fc_context *ctx, const char *name, const kit_shape *s, 
     kit_metrics m, mref;
     kit_compare(&c, c.out, c.lse, ref, ref_lse, &g, &m);
     kit_compare(&c, ref, ref_lse, ref, ref_lse, &g, &mref); /* the reference wrote everything too */
-    int64_t empty = 0, empty_bad = check_empty_rows(&c, c.out, c.lse, &empty);
-    int64_t empty_ref = 0, empty_bad_ref = check_empty_rows(&c, ref, ref_lse, &empty_ref);
+    int64_t empty = 0, empty_bad = kit_empty_rows(&c, c.out, c.lse, &empty);
+    int64_t empty_ref = 0, empty_bad_ref = kit_empty_rows(&c, ref, ref_lse, &empty_ref);
     ok = kit_gate_pass(&m, &g) && mref.unwritten == 0 && mref.lse_bad == 0 && empty_bad == 0 &&
          empty_bad_ref == 0;
     snprintf(line, sizeof line,

@@ -43,6 +43,8 @@
 
 #if defined(FC_HAVE_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "test_cuda_util.h"
 #endif
 
 #if !defined(FC_HAVE_CUDA)
@@ -59,62 +61,43 @@ static int g_paths[2] = {80, 90}, g_npaths = 2;
 /* ---- device buffers ------------------------------------------------------------ */
 
 typedef struct dev_bwd {
-    void *q, *k, *v, *out, *dout, *g[3]; /* g: dq, dk, dv */
-    float *lse;
-    int32_t *cu_q, *cu_k;
+    dev_case f;      /* the forward's tensors and offsets (test_cuda_util.h) */
+    void *dout, *g[3]; /* g: dq, dk, dv */
     void *ws;
     fc_attention_backward_args args; /* = the host case's args with device pointers */
 } dev_bwd;
 
-static void dev_free(dev_bwd *d)
+static void bwd_free(dev_bwd *d)
 {
-    cudaFree(d->q); cudaFree(d->k); cudaFree(d->v); cudaFree(d->out); cudaFree(d->dout);
+    dev_free(&d->f);
+    cudaFree(d->dout);
     cudaFree(d->g[0]); cudaFree(d->g[1]); cudaFree(d->g[2]);
-    cudaFree(d->lse); cudaFree(d->cu_q); cudaFree(d->cu_k); cudaFree(d->ws);
+    cudaFree(d->ws);
     memset(d, 0, sizeof *d);
 }
 
-static int dev_upload(const kit_bwd_case *b, dev_bwd *d, char *err, size_t err_len)
+static int bwd_upload(const kit_bwd_case *b, dev_bwd *d, char *err, size_t err_len)
 {
-    const kit_case *c = &b->c;
     memset(d, 0, sizeof *d);
+    if (dev_upload(&b->c, &d->f, err, err_len) != 0) return -1;
+    void **dst[4] = {&d->dout, &d->g[0], &d->g[1], &d->g[2]};
+    const void *src[4] = {b->dout, b->dq, b->dk, b->dv}; /* dq, dk, dv: the kit's poison */
+    const size_t bytes[4] = {b->dout_bytes, b->dq_bytes, b->dk_bytes, b->dv_bytes};
     cudaError_t e = cudaSuccess;
-#define UP(dst, src, bytes)                                                                  \
-    do {                                                                                     \
-        if (e == cudaSuccess) e = cudaMalloc((void **)&(dst), (bytes));                     \
-        if (e == cudaSuccess) e = cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice); \
-    } while (0)
-    UP(d->q, c->q, c->q_bytes);
-    UP(d->k, c->k, c->k_bytes);
-    UP(d->v, c->v, c->v_bytes);
-    UP(d->out, c->out, c->out_bytes);
-    UP(d->lse, c->lse, c->lse_bytes);
-    UP(d->dout, b->dout, b->dout_bytes);
-    UP(d->g[0], b->dq, b->dq_bytes); /* the kit's poison */
-    UP(d->g[1], b->dk, b->dk_bytes);
-    UP(d->g[2], b->dv, b->dv_bytes);
-    if (c->cu_q) {
-        UP(d->cu_q, c->cu_q, ((size_t)c->s.batch + 1) * sizeof(int32_t));
-        UP(d->cu_k, c->cu_k, ((size_t)c->s.batch + 1) * sizeof(int32_t));
+    for (int i = 0; i < 4 && e == cudaSuccess; i++) {
+        e = cudaMalloc(dst[i], bytes[i]);
+        if (e == cudaSuccess) e = cudaMemcpy(*dst[i], src[i], bytes[i], cudaMemcpyHostToDevice);
     }
-#undef UP
-    /* pageable cudaMemcpy may return before its DMA lands (test_cuda_forward) */
+    /* pageable cudaMemcpy may return before its DMA lands (test_cuda_util.h) */
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         snprintf(err, err_len, "device setup: %s", cudaGetErrorString(e));
-        dev_free(d);
+        bwd_free(d);
         return -1;
     }
     fc_attention_backward_args *a = &d->args;
     *a = b->args;
-    a->fwd.q.data = d->q;
-    a->fwd.k.data = d->k;
-    a->fwd.v.data = d->v;
-    a->fwd.out.data = d->out;
-    a->fwd.lse.data = d->lse;
-    a->fwd.cu_seqlens_q = d->cu_q;
-    a->fwd.cu_seqlens_k = d->cu_k;
-    a->fwd.backend = FC_BACKEND_CUDA;
+    dev_point(&d->f, &a->fwd);
     a->dout.data = d->dout;
     a->dq.data = d->g[0];
     a->dk.data = d->g[1];
@@ -125,7 +108,7 @@ static int dev_upload(const kit_bwd_case *b, dev_bwd *d, char *err, size_t err_l
 /* One run: poison dq/dk/dv on the device (and the caller workspace, when
  * ws_bytes > 0, with 0xff bytes: NaNs), run, wait, copy the gradients back
  * into got[]. */
-static fc_status dev_run(fc_context *ctx, const kit_bwd_case *b, dev_bwd *d, cudaStream_t stream, int det,
+static fc_status bwd_run(fc_context *ctx, const kit_bwd_case *b, dev_bwd *d, cudaStream_t stream, int det,
                          int64_t ws_bytes, void *const got[3], fc_kernel_info *info, char *err, size_t err_len)
 {
     const size_t bytes[3] = {b->dq_bytes, b->dk_bytes, b->dv_bytes};
@@ -224,7 +207,7 @@ static void judge(fc_context *ctx, int path, const char *tag, const char *desc, 
     fc_kernel_info info, sup;
     memset(&info, 0, sizeof info);
     fc_status st = fc_attention_backward_supported(ctx, &d->args, &sup);
-    if (st == FC_OK) st = dev_run(ctx, b, d, stream, 0, 0, h->a, &info, err, sizeof err);
+    if (st == FC_OK) st = bwd_run(ctx, b, d, stream, 0, 0, h->a, &info, err, sizeof err);
     else snprintf(err, sizeof err, "%s: %s", fc_status_string(st), fc_last_error(ctx));
     if (st == FC_ERR_UNSUPPORTED && !bwd_supports(path, b->c.s.head_dim)) {
         char why[200];
@@ -244,13 +227,13 @@ static void judge(fc_context *ctx, int path, const char *tag, const char *desc, 
     }
     fc_kernel_info ia2, ib, ic;
     /* A' (into C's buffers, before C): dk and dv take no atomics */
-    const fc_status sa2 = dev_run(ctx, b, d, stream, 0, 0, h->c, &ia2, err, sizeof err);
+    const fc_status sa2 = bwd_run(ctx, b, d, stream, 0, 0, h->c, &ia2, err, sizeof err);
     const int aa = sa2 == FC_OK ? differs(b, h->a, h->c) & 6 : 6; /* dk, dv only */
     d->args.deterministic = 1; /* the workspace C's mode needs */
     fc_status sb = fc_attention_backward_supported(ctx, &d->args, &sup);
-    if (sb == FC_OK) sb = dev_run(ctx, b, d, stream, 1, 0, h->b, &ib, err, sizeof err);
+    if (sb == FC_OK) sb = bwd_run(ctx, b, d, stream, 1, 0, h->b, &ib, err, sizeof err);
     else snprintf(err, sizeof err, "%s: %s", fc_status_string(sb), fc_last_error(ctx));
-    fc_status sc = sb == FC_OK ? dev_run(ctx, b, d, stream, 1, sup.workspace_bytes > 0 ? sup.workspace_bytes : 0,
+    fc_status sc = sb == FC_OK ? bwd_run(ctx, b, d, stream, 1, sup.workspace_bytes > 0 ? sup.workspace_bytes : 0,
                                          h->c, &ic, err, sizeof err)
                                : sb;
     const kit_bwd_gate g = kit_bwd_gate_for(b->c.s.dtype, KIT_BWD_CUDA);
@@ -296,7 +279,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
     if (st != FC_OK) {
         g_fail++;
         printf("FAIL %s %s: host forward/reference: %s (%s)\n", tag, desc, fc_status_string(st), fc_last_error(ctx));
-    } else if (dev_upload(&b, &d, err, sizeof err) != 0) {
+    } else if (bwd_upload(&b, &d, err, sizeof err) != 0) {
         g_fail++;
         printf("FAIL %s %s: %s\n", tag, desc, err);
     } else {
@@ -312,7 +295,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         }
         fc_context_set_cuda_path(ctx, 0);
     }
-    dev_free(&d);
+    bwd_free(&d);
     bufs_free(&h);
     kit_bwd_case_free(&b);
 }
@@ -460,7 +443,7 @@ static void odd_strides(runner *r)
         if (kit_bwd_case_init(&b, &s, 150 + (uint64_t)i) != 0) { CHECK(0, "odd strides: kit_bwd_case_init"); continue; }
         fc_tensor *t[5] = {NULL, &b.args.dout, &b.args.dq, &b.args.dk, &b.args.dv};
         if (t[i]) t[i]->stride[2] -= 1;
-        if (dev_upload(&b, &d, err, sizeof err) != 0) {
+        if (bwd_upload(&b, &d, err, sizeof err) != 0) {
             CHECK(0, "odd strides: %s", err);
             kit_bwd_case_free(&b);
             continue;
@@ -488,7 +471,7 @@ static void odd_strides(runner *r)
                   "odd %s strides: a refused call wrote %s", which[i], kit_grad_name(g));
             free(now);
         }
-        dev_free(&d);
+        bwd_free(&d);
         kit_bwd_case_free(&b);
     }
 }

@@ -37,6 +37,8 @@
 
 #if defined(FC_HAVE_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "test_cuda_util.h"
 #endif
 
 #if !defined(FC_HAVE_CUDA)
@@ -48,95 +50,6 @@ int main(void)
 #else
 
 static int g_verbose;
-
-/* ---- device buffers ------------------------------------------------------------ */
-
-typedef struct dev_case {
-    void *q, *k, *v, *out;
-    float *lse;
-    int32_t *cu_q, *cu_k;
-    fc_attention_args args; /* = the host case's args with device pointers */
-} dev_case;
-
-static void dev_free(dev_case *d)
-{
-    cudaFree(d->q); cudaFree(d->k); cudaFree(d->v); cudaFree(d->out);
-    cudaFree(d->lse); cudaFree(d->cu_q); cudaFree(d->cu_k);
-    memset(d, 0, sizeof *d);
-}
-
-static int dev_upload(const kit_case *c, dev_case *d, char *err, size_t err_len)
-{
-    memset(d, 0, sizeof *d);
-    cudaError_t e = cudaSuccess;
-#define UP(dst, src, bytes)                                                                  \
-    do {                                                                                     \
-        if (e == cudaSuccess) e = cudaMalloc((void **)&(dst), (bytes));                     \
-        if (e == cudaSuccess) e = cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice); \
-    } while (0)
-    UP(d->q, c->q, c->q_bytes);
-    UP(d->k, c->k, c->k_bytes);
-    UP(d->v, c->v, c->v_bytes);
-    UP(d->out, c->out, c->out_bytes); /* c->out holds the poison */
-    if (c->lse) UP(d->lse, c->lse, c->lse_bytes);
-    if (c->cu_q) {
-        UP(d->cu_q, c->cu_q, ((size_t)c->s.batch + 1) * sizeof(int32_t));
-        UP(d->cu_k, c->cu_k, ((size_t)c->s.batch + 1) * sizeof(int32_t));
-    }
-#undef UP
-    /* A cudaMemcpy from pageable memory may return before its DMA has
-     * landed, and the kernel runs on a non-blocking stream that does not
-     * wait for it: wait here (see dev_run). */
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        snprintf(err, err_len, "device setup: %s", cudaGetErrorString(e));
-        dev_free(d);
-        return -1;
-    }
-    d->args = c->args;
-    d->args.q.data = d->q;
-    d->args.k.data = d->k;
-    d->args.v.data = d->v;
-    d->args.out.data = d->out;
-    if (c->lse) d->args.lse.data = d->lse;
-    d->args.cu_seqlens_q = d->cu_q;
-    d->args.cu_seqlens_k = d->cu_k;
-    d->args.backend = FC_BACKEND_CUDA;
-    return 0;
-}
-
-/* Poison out/lse on the device, run, wait, copy back into out/lse. */
-static fc_status dev_run(fc_context *ctx, const kit_case *c, dev_case *d, cudaStream_t stream, void *out,
-                         float *lse, fc_kernel_info *info, char *err, size_t err_len)
-{
-    kit_poison(out, c->out_bytes, c->s.dtype, lse, c->lse_bytes);
-    cudaError_t e = cudaMemcpy(d->out, out, c->out_bytes, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && lse) e = cudaMemcpy(d->lse, lse, c->lse_bytes, cudaMemcpyHostToDevice);
-    /* The poison must have landed before the kernel starts: a cudaMemcpy from
-     * pageable memory returns once the data is staged, not written, and the
-     * kernel's stream is non-blocking. Without this wait the tail of the
-     * poison DMA overwrote the first outputs a kernel wrote (the zeros of
-     * tiles that see no key), now and then: a "rerun DIFFERENT" with
-     * poisoned outputs in a correct kernel. */
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        snprintf(err, err_len, "poisoning: %s", cudaGetErrorString(e));
-        return FC_ERR_CUDA;
-    }
-    fc_status st = fc_attention_forward(ctx, &d->args, (void *)stream, info);
-    if (st != FC_OK) {
-        snprintf(err, err_len, "%s: %s", fc_status_string(st), fc_last_error(ctx));
-        return st;
-    }
-    e = cudaStreamSynchronize(stream);
-    if (e == cudaSuccess) e = cudaMemcpy(out, d->out, c->out_bytes, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess && lse) e = cudaMemcpy(lse, d->lse, c->lse_bytes, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) {
-        snprintf(err, err_len, "after the kernel: %s", cudaGetErrorString(e));
-        return FC_ERR_CUDA;
-    }
-    return FC_OK;
-}
 
 /* Where two runs of one case differ (a race shows here first): how many
  * output and LSE elements, the largest difference, and the first element
@@ -159,29 +72,6 @@ static void rerun_diff(const kit_case *c, const void *a, const void *b, const fl
         for (size_t i = 0; i < c->lse_bytes / sizeof(float); i++) nl += memcmp(la + i, lb + i, sizeof(float)) != 0;
     snprintf(buf, len, " (%lld outputs differ, max %.3g, first at %lld; %lld LSE)", (long long)nd, maxd,
              (long long)first, (long long)nl);
-}
-
-/* Elements of out that are not logical (padding) must still hold the poison. */
-static int64_t stray_writes(const kit_case *c, const void *out)
-{
-    const kit_shape *s = &c->s;
-    const fc_tensor *o = &c->args.out;
-    const int64_t n = (int64_t)(c->out_bytes / kit_dtype_size(s->dtype));
-    unsigned char *logical = calloc((size_t)(n > 0 ? n : 1), 1);
-    if (!logical) return -1;
-    const int64_t rows = s->varlen ? c->total_q : (int64_t)s->batch * s->seqlen_q;
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t b = s->varlen ? 0 : r / s->seqlen_q, i = s->varlen ? r : r % s->seqlen_q;
-        const int64_t base = s->varlen ? i * o->stride[0] : b * o->stride[0] + i * o->stride[1];
-        const int64_t hs = s->varlen ? o->stride[1] : o->stride[2];
-        for (int h = 0; h < s->heads_q; h++)
-            for (int dd = 0; dd < s->head_dim; dd++) logical[base + h * hs + dd] = 1;
-    }
-    int64_t stray = 0;
-    for (int64_t k = 0; k < n; k++)
-        if (!logical[k] && !kit_is_poison(out, s->dtype, k)) stray++;
-    free(logical);
-    return stray;
 }
 
 static void describe(const kit_shape *s, char *buf, size_t len)
@@ -272,7 +162,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         kit_gate g = kit_gate_for(s->dtype);
         kit_metrics m;
         kit_compare(&c, out1, lse1, ref, ref_lse, &g, &m);
-        const int64_t stray = stray_writes(&c, out1);
+        const int64_t stray = kit_stray_writes(&c, out1);
         const int same = st2 == FC_OK && memcmp(out1, out2, c.out_bytes) == 0 &&
                          (!lse1 || memcmp(lse1, lse2, c.lse_bytes) == 0);
         const int ok = kit_gate_pass(&m, &g) && stray == 0 && same && info.backend == FC_BACKEND_CUDA;
@@ -674,43 +564,16 @@ int main(int argc, char **argv)
         return 77;
     }
 
-    /* Which paths can run at all here: probe a shape both families cover. */
-    const int all_paths[2] = {80, 90};
-    int paths[2], path_ok[2], npaths = 0;
-    char path_why[2][200];
-    for (int i = 0; i < 2; i++) {
-        if (only_path && all_paths[i] != only_path) continue;
-        kit_shape s = test_shape(1, 2, 2, 64, 64, 128, FC_DTYPE_BF16);
-        kit_case c;
-        paths[npaths] = all_paths[i];
-        path_ok[npaths] = 0;
-        snprintf(path_why[npaths], sizeof path_why[npaths], "path %d: probe failed", all_paths[i]);
-        if (kit_case_init(&c, &s, 1) == 0) {
-            dev_case d;
-            char err[300];
-            if (dev_upload(&c, &d, err, sizeof err) == 0) {
-                fc_context_set_cuda_path(ctx, all_paths[i]);
-                fc_status st = fc_attention_supported(ctx, &d.args, NULL);
-                path_ok[npaths] = st == FC_OK;
-                if (st != FC_OK)
-                    snprintf(path_why[npaths], sizeof path_why[npaths], "path %d unavailable: %.170s", all_paths[i],
-                             fc_last_error(ctx));
-                fc_context_set_cuda_path(ctx, 0);
-                dev_free(&d);
-            }
-            kit_case_free(&c);
-        }
-        printf("path %d: %s\n", all_paths[i], path_ok[npaths] ? "available" : path_why[npaths]);
-        npaths++;
-    }
+    tcu_paths pp;
+    tcu_probe_paths(ctx, only_path, &pp);
 
     runner r;
     memset(&r, 0, sizeof r);
     r.ctx = ctx;
-    r.paths = paths;
-    r.npaths = npaths;
-    r.path_ok = path_ok;
-    r.path_why = (const char(*)[200])path_why;
+    r.paths = pp.path;
+    r.npaths = pp.n;
+    r.path_ok = pp.ok;
+    r.path_why = (const char(*)[200])pp.why;
     r.streams[0] = NULL; /* the legacy default stream */
     if (cudaStreamCreateWithFlags(&r.streams[1], cudaStreamNonBlocking) != cudaSuccess) {
         printf("FAIL cudaStreamCreate\n0 passed, 1 failed\n");

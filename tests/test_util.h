@@ -102,6 +102,32 @@ static inline fc_status test_reference(fc_context *ctx, const kit_case *c, void 
     return fc_attention_forward(ctx, &a, NULL, NULL);
 }
 
+/* The options of the matrix-style tests: [--quick] [--cases N] [--seed S]
+ * [--path 80|90] [--verbose]. Fields keep the caller's defaults where an
+ * option is absent. 0, or -1 (with the usage line on stderr) on anything
+ * else, a --path other than 80 or 90 included. */
+typedef struct tu_opts {
+    int quick, verbose, cases, path;
+    uint64_t seed;
+} tu_opts;
+
+static inline int tu_parse_opts(int argc, char **argv, tu_opts *o, const char *usage)
+{
+    for (int i = 1; i < argc; i++) {
+        const int more = i + 1 < argc;
+        if (!strcmp(argv[i], "--quick")) o->quick = 1;
+        else if (!strcmp(argv[i], "--verbose")) o->verbose = 1;
+        else if (!strcmp(argv[i], "--cases") && more) o->cases = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && more) o->seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--path") && more && ((o->path = atoi(argv[++i])) == 80 || o->path == 90)) continue;
+        else {
+            fprintf(stderr, "usage: %s\n", usage);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Why cases were skipped, each reason once with its count: tu_note_skip
  * counts a skip (g_skip) under a reason, tu_print_skips lists them before
  * the closing line. The table is a function's static, so a program that

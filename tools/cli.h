@@ -122,6 +122,7 @@ typedef struct cli_exec {
     fc_attention_backward_args bargs; /* backward: the same, and the gradients */
     void *stream;           /* CUDA: the stream all work goes on    */
     void *dq, *dk, *dv, *dout, *dlse, *dcu_q, *dcu_k; /* device buffers */
+    void *dtable, *dused;   /* device: the block table and seqused_k */
     struct { void *dout, *dq, *dk, *dv; } grad;       /* device: the backward's */
 } cli_exec;
 

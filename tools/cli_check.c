@@ -20,6 +20,8 @@ typedef struct check_named {
     int varlen;
     kit_layout layout;
     float scale, input_scale;
+    int page;             /* > 0: k/v through a paged cache of this page size (forward only) */
+    kit_seqused used;     /* seqused_k (forward only) */
 } check_named;
 
 #define F16 FC_DTYPE_F16
@@ -28,9 +30,12 @@ typedef struct check_named {
 #define BSHD KIT_LAYOUT_BSHD
 #define BHSD KIT_LAYOUT_BHSD
 #define PAD KIT_LAYOUT_PADDED
+#define FULL KIT_SEQUSED_FULL
+#define RND KIT_SEQUSED_RANDOM
 
 /* Columns: {name, B, Hq, Hkv, Sq, Sk, D, c = causal, dtype}, q = quick, window
- * left/right, softcap, vl = varlen, layout, scale, in = input_scale. */
+ * left/right, softcap, vl = varlen, layout, scale, in = input_scale; the
+ * forward-only rows last add page (page size, 0 dense) and seqused_k. */
 static const check_named k_named[] = {
     /* name                       B  Hq  Hkv  Sq    Sk     D    c  dtype           q  wl   wr  cap  vl  lay   scale  in */
     /* The benchmark shapes (full where the reference is fast enough) */
@@ -87,6 +92,13 @@ static const check_named k_named[] = {
     {{"d80",                      1, 2,  2,   128,  128,   80,  0, F16},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"d256-causal",              1, 2,  2,   256,  256,   256, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"fp8-e4m3(reserved)",       1, 2,  2,   64,   64,    64,  0, FC_DTYPE_E4M3}, 1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    /* paged KV cache (shuffled pages, spare ones) and seqused_k: forward only                            page  used */
+    {{"paged-decode-p16",         4, 32, 8,   1,    1000,  128, 0, BF16},          1, -1,  -1, 0,   0,  BSHD, 0,     0, 16,  RND},
+    {{"paged-spec-p3-causal",     3, 8,  2,   4,    500,   64,  1, F16},           1, -1,  -1, 0,   0,  BHSD, 0,     0, 3,   RND},
+    {{"paged-chunk-p64-causal",   2, 8,  2,   128,  640,   128, 1, BF16},          0, -1,  -1, 0,   0,  PAD,  0,     0, 64,  FULL},
+    {{"paged-p1-window-32-0",     2, 4,  4,   8,    300,   64,  0, F16},           0, 32,  0,  0,   0,  BSHD, 0,     0, 1,   RND},
+    {{"paged-p256-softcap-f32",   2, 4,  1,   2,    700,   64,  0, F32},           0, -1,  -1, 30,  0,  BHSD, 0,     0, 256, FULL},
+    {{"seqused-dense-decode",     4, 8,  2,   1,    800,   128, 0, BF16},          1, -1,  -1, 0,   0,  BSHD, 0,     0, 0,   RND},
 };
 #define NUM_NAMED ((int)(sizeof(k_named) / sizeof(k_named[0])))
 
@@ -111,8 +123,13 @@ static kit_shape shape_of(const check_named *n)
     s.layout = n->layout;
     s.want_lse = 1;
     s.input_scale = n->input_scale;
+    s.page_size = n->page;
+    s.seqused = n->used;
     return s;
 }
+
+/* 1 if s runs the forward only (a paged cache or seqused_k). */
+static int forward_only(const kit_shape *s) { return s->page_size > 0 || s->seqused != KIT_SEQUSED_NONE; }
 
 static int pick(uint64_t *rng, int n) { return (int)(kit_rand_u64(rng) % (uint64_t)n); }
 
@@ -155,6 +172,12 @@ static kit_shape random_shape(uint64_t seed)
     if (s.varlen) s.batch += 2;
     s.layout = (kit_layout)pick(&rng, 3);
     s.want_lse = pick(&rng, 10) < 8;
+    /* drawn last, so every earlier field is what the seed always gave */
+    if (!s.varlen && pick(&rng, 10) < 2) {
+        static const int pages[] = {1, 3, 16, 64, 256};
+        s.page_size = pick(&rng, 4) ? pages[pick(&rng, 5)] : 0;
+        s.seqused = s.page_size ? (kit_seqused)pick(&rng, 3) : pick(&rng, 2) ? KIT_SEQUSED_RANDOM : KIT_SEQUSED_FULL;
+    }
     while (kit_flops_nominal(&s) > RANDOM_FLOP_BUDGET) {
         if (s.seqlen_q >= s.seqlen_k && s.seqlen_q > 1) s.seqlen_q = (s.seqlen_q + 1) / 2;
         else if (s.seqlen_k > 1) s.seqlen_k = (s.seqlen_k + 1) / 2;
@@ -175,6 +198,9 @@ static void describe(const kit_shape *s, char *buf, size_t n)
     if ((size_t)k < n && s->scale > 0) k += snprintf(buf + k, n - (size_t)k, " scale=%g", s->scale);
     if ((size_t)k < n && s->input_scale > 0) k += snprintf(buf + k, n - (size_t)k, " inputs*%g", s->input_scale);
     if ((size_t)k < n && s->varlen) k += snprintf(buf + k, n - (size_t)k, " varlen");
+    if ((size_t)k < n && s->page_size) k += snprintf(buf + k, n - (size_t)k, " paged=%d", s->page_size);
+    if ((size_t)k < n && s->seqused)
+        k += snprintf(buf + k, n - (size_t)k, " seqused_k=%s", s->seqused == KIT_SEQUSED_FULL ? "seqlen_k" : "random");
     if ((size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k, " %s%s", kit_layout_name(s->layout), s->want_lse ? " lse" : "");
 }
@@ -182,7 +208,7 @@ static void describe(const kit_shape *s, char *buf, size_t n)
 static void help(void)
 {
     printf("usage: flashcore check [--bwd] [--quick] [--seeds N] [--backend B[,B...]] [--dtype f32|f16|bf16]\n"
-           "                       [--filter TEXT] [--threads N] [--list]\n\n"
+           "                       [--filter TEXT] [--page-size N] [--threads N] [--list]\n\n"
            "Runs named shapes and random configurations on a backend and compares each\n"
            "output (and lse) with the fp64 reference through the per-dtype gates (max abs\n"
            "error, rel L2, %% elements over tolerance, unwritten elements, lse). With --bwd\n"
@@ -194,7 +220,8 @@ static void help(void)
            "Named shapes: the benchmark shapes (scaled down where the reference would be\n"
            "too slow; the name says how) and edge shapes: seqlen 1/17/1000, sq != sk\n"
            "causal, windows, softcap, GQA 4/8, MQA, varlen with empty sequences, BHSD and\n"
-           "padded layouts, f32/f16/bf16, head dims 32..256.\n\n"
+           "padded layouts, f32/f16/bf16, head dims 32..256, paged KV caches and seqused_k\n"
+           "(forward only: --bwd leaves those rows out and keeps its random cases dense).\n\n"
            "  --bwd            check the backward instead of the forward\n"
            "  --quick          a subset of the named shapes and 5 random configurations\n"
            "  --seeds N        random configurations rand-1..rand-N (default 20; 5 with --quick)\n"
@@ -202,6 +229,9 @@ static void help(void)
            "                   several comma-separated: every case on each\n"
            "  --dtype T        run every case in this dtype instead of its own\n"
            "  --filter TEXT    only cases whose name contains TEXT\n"
+           "  --page-size N    the forward through a paged KV cache: every case's k and v in\n"
+           "                   pages of N keys (shuffled, with spare pages), seqused_k = seqlen_k\n"
+           "                   unless the case has its own; varlen cases are left out\n"
            "  --threads N      CPU worker threads (default 0 = one per core)\n"
            "  --list           print the selected cases and exit\n\n"
            "A combination the library does not support (FC_ERR_UNSUPPORTED) is a SKIP with\n"
@@ -214,7 +244,7 @@ static void help(void)
 typedef struct check_opts {
     fc_backend backends[MAX_BACKENDS];
     int num_backends;
-    long long seeds, threads;
+    long long seeds, threads, page;
     int quick, list, have_dtype, bwd;
     fc_dtype dtype;
     const char *filter;
@@ -279,12 +309,42 @@ static int parse_opts(int argc, char **argv, check_opts *o)
             o->have_dtype = 1;
         } else if (cli_is(&a, arg, "--filter")) {
             if (!(o->filter = cli_value(&a, arg))) return CLI_EXIT_USAGE;
+        } else if (cli_is(&a, arg, "--page-size")) {
+            if (cli_int(&a, arg, 1, 1 << 20, &o->page)) return CLI_EXIT_USAGE;
         } else {
             return cli_unknown(&a, arg);
         }
     }
+    if (o->bwd && o->page) {
+        fprintf(stderr, "flashcore check: --page-size: the backward takes no paged cache (forward only)\n");
+        return CLI_EXIT_USAGE;
+    }
     if (o->seeds < 0) o->seeds = o->quick ? 5 : 20;
     return 0;
+}
+
+/* Adds the case unless the options leave it out: the backward has no paged
+ * form (named forward-only rows are dropped, random ones made dense), and
+ * --page-size puts every dense case's k/v through pages of that size
+ * (seqused_k seqlen_k unless the case draws its own; varlen ones drop). */
+static void add_case(const check_opts *o, check_case *cases, int *n, const char *name, kit_shape s, uint64_t seed,
+                     int named)
+{
+    if (o->bwd && forward_only(&s)) {
+        if (named) return;
+        s.page_size = 0;
+        s.seqused = KIT_SEQUSED_NONE;
+    }
+    if (o->page && s.varlen) return;
+    check_case *c = &cases[(*n)++];
+    snprintf(c->name, sizeof(c->name), "%s", name);
+    if (o->page) {
+        snprintf(c->name, sizeof(c->name), "%s+p%lld", name, o->page);
+        s.page_size = (int)o->page;
+        if (s.seqused == KIT_SEQUSED_NONE) s.seqused = KIT_SEQUSED_FULL;
+    }
+    c->s = s;
+    c->seed = seed;
 }
 
 /* The selected cases (named, then random); *n of them, NULL on no memory. */
@@ -297,19 +357,13 @@ static check_case *select_cases(const check_opts *o, int *n)
     for (int i = 0; i < NUM_NAMED; i++) {
         if (o->quick && !k_named[i].quick) continue;
         if (o->filter && !strstr(k_named[i].dims.name, o->filter)) continue;
-        check_case *c = &cases[(*n)++];
-        snprintf(c->name, sizeof(c->name), "%s", k_named[i].dims.name);
-        c->s = shape_of(&k_named[i]);
-        c->seed = 1000 + (uint64_t)i;
+        add_case(o, cases, n, k_named[i].dims.name, shape_of(&k_named[i]), 1000 + (uint64_t)i, 1);
     }
     for (long long i = 1; i <= o->seeds; i++) {
         char name[32];
         snprintf(name, sizeof(name), "rand-%lld", i);
         if (o->filter && !strstr(name, o->filter)) continue;
-        check_case *c = &cases[(*n)++];
-        snprintf(c->name, sizeof(c->name), "%s", name);
-        c->s = random_shape((uint64_t)i);
-        c->seed = (uint64_t)i;
+        add_case(o, cases, n, name, random_shape((uint64_t)i), (uint64_t)i, 0);
     }
     for (int i = 0; i < *n; i++) {
         cases[i].s.name = cases[i].name;

@@ -11,11 +11,20 @@
 
 void cli_exec_free(cli_exec *e)
 {
-    void *bufs[] = {e->dq, e->dk, e->dv, e->dout, e->dlse, e->dcu_q, e->dcu_k,
+    void *bufs[] = {e->dq, e->dk, e->dv, e->dout, e->dlse, e->dcu_q, e->dcu_k, e->dtable, e->dused,
                     e->grad.dout, e->grad.dq, e->grad.dk, e->grad.dv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cli_cuda_free(bufs[i]);
     cli_cuda_stream_destroy(e->stream);
     memset(e, 0, sizeof(*e));
+}
+
+/* The block table and seqused_k of a paged or seqused case, on the device. */
+static int upload_paged(cli_exec *e, const kit_case *c, char *err, size_t err_len)
+{
+    return (c->block_table && (cli_cuda_malloc(&e->dtable, c->table_bytes, "block_table", err, err_len) ||
+                               cli_cuda_h2d(e->dtable, c->block_table, c->table_bytes, e->stream, err, err_len))) ||
+           (c->seqused_k && (cli_cuda_malloc(&e->dused, c->used_bytes, "seqused_k", err, err_len) ||
+                             cli_cuda_h2d(e->dused, c->seqused_k, c->used_bytes, e->stream, err, err_len)));
 }
 
 int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_t err_len)
@@ -40,7 +49,8 @@ int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_
         cli_cuda_h2d(e->dk, c->k, c->k_bytes, e->stream, err, err_len) ||
         cli_cuda_h2d(e->dv, c->v, c->v_bytes, e->stream, err, err_len) ||
         (cu_bytes && cli_cuda_h2d(e->dcu_q, c->cu_q, cu_bytes, e->stream, err, err_len)) ||
-        (cu_bytes && cli_cuda_h2d(e->dcu_k, c->cu_k, cu_bytes, e->stream, err, err_len))) {
+        (cu_bytes && cli_cuda_h2d(e->dcu_k, c->cu_k, cu_bytes, e->stream, err, err_len)) ||
+        upload_paged(e, c, err, err_len)) {
         cli_exec_free(e);
         return -1;
     }
@@ -53,6 +63,8 @@ int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_
         e->args.cu_seqlens_q = e->dcu_q;
         e->args.cu_seqlens_k = e->dcu_k;
     }
+    e->args.block_table = e->dtable;
+    e->args.seqused_k = e->dused;
     return 0;
 }
 

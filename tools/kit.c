@@ -4,6 +4,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kit.h"
+#include "kit_internal.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -237,47 +238,61 @@ static void set_tensor(fc_tensor *t, void *data, fc_dtype dt, int varlen, int64_
     }
 }
 
+/* N(0,1)*scale values, redrawn where one rounds to 0 in the dtype (a few
+ * tries: a tiny scale may leave no choice): a kernel that reads the wrong
+ * page or row must not meet zeros that happen to give the right sum. */
 static void fill_normal(void *buf, fc_dtype dt, int64_t n, uint64_t *rng, float scale)
 {
-    for (int64_t i = 0; i < n; i++) kit_store(buf, dt, i, (float)(kit_rand_normal(rng) * scale));
+    for (int64_t i = 0; i < n; i++)
+        for (int tries = 0; tries < 4; tries++) {
+            kit_store(buf, dt, i, (float)(kit_rand_normal(rng) * scale));
+            if (kit_load(buf, dt, i) != 0.0f) break;
+        }
 }
 
-int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
+static int shape_ok(const kit_shape *s)
 {
-    memset(c, 0, sizeof *c);
-    c->s = *s;
     if (s->batch <= 0 || s->heads_q <= 0 || s->heads_kv <= 0 || s->seqlen_q < 0 || s->seqlen_k < 0 ||
-        s->head_dim <= 0 || kit_dtype_size(s->dtype) == 0)
-        return -1;
-    uint64_t rng = seed * 0x2545F4914F6CDD1Dull + 12345;
-    size_t es = kit_dtype_size(s->dtype);
-    int64_t outer = s->varlen ? 1 : s->batch;
-    int64_t sq = s->seqlen_q, sk = s->seqlen_k;
+        s->head_dim <= 0 || kit_dtype_size(s->dtype) == 0 || s->page_size < 0)
+        return 0;
+    return !(s->varlen && (s->page_size > 0 || s->seqused != KIT_SEQUSED_NONE)); /* dense-only options */
+}
 
-    if (s->varlen) {
-        c->cu_q = calloc((size_t)s->batch + 1, sizeof(int32_t));
-        c->cu_k = calloc((size_t)s->batch + 1, sizeof(int32_t));
-        if (!c->cu_q || !c->cu_k) { kit_case_free(c); return -1; }
-        for (int b = 0; b < s->batch; b++) {
-            /* lengths in [0, max]; every third sequence may be empty, the
-             * first always has the maximum so max_seqlen is attained. */
-            int lq = b == 0 ? s->seqlen_q : (int)(kit_rand_u64(&rng) % (uint64_t)(s->seqlen_q + 1));
-            int lk = b == 0 ? s->seqlen_k : (int)(kit_rand_u64(&rng) % (uint64_t)(s->seqlen_k + 1));
-            if (b % 3 == 2 && (kit_rand_u64(&rng) & 1)) lq = 0;
-            if (b % 3 == 1 && (kit_rand_u64(&rng) & 1)) lk = 0;
-            c->cu_q[b + 1] = c->cu_q[b] + lq;
-            c->cu_k[b + 1] = c->cu_k[b] + lk;
-        }
-        c->total_q = c->cu_q[s->batch];
-        c->total_k = c->cu_k[s->batch];
-        sq = c->total_q;
-        sk = c->total_k;
+/* Random lengths in [0, max] into cu_seqlens: every third sequence may be
+ * empty, the first always has the maximum so max_seqlen is attained. */
+static int init_varlen(kit_case *c, uint64_t *rng)
+{
+    const kit_shape *s = &c->s;
+    c->cu_q = calloc((size_t)s->batch + 1, sizeof(int32_t));
+    c->cu_k = calloc((size_t)s->batch + 1, sizeof(int32_t));
+    if (!c->cu_q || !c->cu_k) return -1;
+    for (int b = 0; b < s->batch; b++) {
+        int lq = b == 0 ? s->seqlen_q : (int)(kit_rand_u64(rng) % (uint64_t)(s->seqlen_q + 1));
+        int lk = b == 0 ? s->seqlen_k : (int)(kit_rand_u64(rng) % (uint64_t)(s->seqlen_k + 1));
+        if (b % 3 == 2 && (kit_rand_u64(rng) & 1)) lq = 0;
+        if (b % 3 == 1 && (kit_rand_u64(rng) & 1)) lk = 0;
+        c->cu_q[b + 1] = c->cu_q[b] + lq;
+        c->cu_k[b + 1] = c->cu_k[b] + lk;
     }
+    c->total_q = c->cu_q[s->batch];
+    c->total_k = c->cu_k[s->batch];
+    return 0;
+}
 
+/* q, k, v and out: strides by layout, buffers filled (out poisoned later),
+ * tensors in args. k and v: [batch, seqlen_k, ...], varlen tokens or pages. */
+static int init_tensors(kit_case *c, uint64_t *rng)
+{
+    const kit_shape *s = &c->s;
+    const size_t es = kit_dtype_size(s->dtype);
+    const int paged = s->page_size > 0;
+    const int64_t outer = s->varlen ? 1 : s->batch, sq = s->varlen ? c->total_q : s->seqlen_q;
+    const int64_t kv_outer = paged ? c->num_pages : outer;
+    const int64_t sk = s->varlen ? c->total_k : paged ? s->page_size : s->seqlen_k;
     int64_t stq[4], stk[4], stv[4], sto[4];
     int64_t nq = layout_strides(s->layout, outer, sq, s->heads_q, s->head_dim, stq);
-    int64_t nk = layout_strides(s->layout, outer, sk, s->heads_kv, s->head_dim, stk);
-    int64_t nv = layout_strides(s->layout, outer, sk, s->heads_kv, s->head_dim, stv);
+    int64_t nk = layout_strides(s->layout, kv_outer, sk, s->heads_kv, s->head_dim, stk);
+    int64_t nv = layout_strides(s->layout, kv_outer, sk, s->heads_kv, s->head_dim, stv);
     int64_t no = s->odd_out ? odd_strides(outer, sq, s->heads_q, s->head_dim, sto)
                             : layout_strides(s->layout, outer, sq, s->heads_q, s->head_dim, sto);
     /* never allocate 0 bytes: malloc(0) may return NULL */
@@ -289,37 +304,49 @@ int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
     c->k = malloc(c->k_bytes);
     c->v = malloc(c->v_bytes);
     c->out = malloc(c->out_bytes);
-    if (!c->q || !c->k || !c->v || !c->out) { kit_case_free(c); return -1; }
+    if (!c->q || !c->k || !c->v || !c->out) return -1;
     float isc = s->input_scale > 0 ? s->input_scale : 1.0f;
-    /* padding gets random values too: a kernel that reads it would show */
-    fill_normal(c->q, s->dtype, (int64_t)(c->q_bytes / es), &rng, isc);
-    fill_normal(c->k, s->dtype, (int64_t)(c->k_bytes / es), &rng, isc);
-    fill_normal(c->v, s->dtype, (int64_t)(c->v_bytes / es), &rng, 1.0f);
-
+    /* padding and spare pages get random values too: a kernel that reads them would show */
+    fill_normal(c->q, s->dtype, (int64_t)(c->q_bytes / es), rng, isc);
+    fill_normal(c->k, s->dtype, (int64_t)(c->k_bytes / es), rng, isc);
+    fill_normal(c->v, s->dtype, (int64_t)(c->v_bytes / es), rng, 1.0f);
     fc_attention_args *a = &c->args;
-    fc_attention_args_init(a);
     set_tensor(&a->q, c->q, s->dtype, s->varlen, outer, sq, s->heads_q, s->head_dim, stq);
-    set_tensor(&a->k, c->k, s->dtype, s->varlen, outer, sk, s->heads_kv, s->head_dim, stk);
-    set_tensor(&a->v, c->v, s->dtype, s->varlen, outer, sk, s->heads_kv, s->head_dim, stv);
+    set_tensor(&a->k, c->k, s->dtype, s->varlen, kv_outer, sk, s->heads_kv, s->head_dim, stk);
+    set_tensor(&a->v, c->v, s->dtype, s->varlen, kv_outer, sk, s->heads_kv, s->head_dim, stv);
     set_tensor(&a->out, c->out, s->dtype, s->varlen, outer, sq, s->heads_q, s->head_dim, sto);
-    if (s->want_lse) {
-        int64_t nl = (int64_t)s->heads_q * (s->varlen ? sq : (int64_t)s->batch * sq);
-        c->lse_bytes = (size_t)(nl > 0 ? nl : 1) * sizeof(float);
-        c->lse = malloc(c->lse_bytes);
-        if (!c->lse) { kit_case_free(c); return -1; }
-        fc_tensor *l = &a->lse;
-        l->data = c->lse;
-        l->dtype = FC_DTYPE_F32;
-        if (s->varlen) {
-            l->ndim = 2;
-            l->shape[0] = s->heads_q; l->shape[1] = sq;
-            l->stride[0] = sq; l->stride[1] = 1;
-        } else {
-            l->ndim = 3;
-            l->shape[0] = s->batch; l->shape[1] = s->heads_q; l->shape[2] = sq;
-            l->stride[0] = (int64_t)s->heads_q * sq; l->stride[1] = sq; l->stride[2] = 1;
-        }
+    return 0;
+}
+
+/* lse when asked for: dense [batch, heads_q, seqlen_q], varlen [heads_q, total_q]. */
+static int init_lse(kit_case *c)
+{
+    const kit_shape *s = &c->s;
+    if (!s->want_lse) return 0;
+    const int64_t sq = s->varlen ? c->total_q : s->seqlen_q;
+    int64_t nl = (int64_t)s->heads_q * (s->varlen ? sq : (int64_t)s->batch * sq);
+    c->lse_bytes = (size_t)(nl > 0 ? nl : 1) * sizeof(float);
+    c->lse = malloc(c->lse_bytes);
+    if (!c->lse) return -1;
+    fc_tensor *l = &c->args.lse;
+    l->data = c->lse;
+    l->dtype = FC_DTYPE_F32;
+    if (s->varlen) {
+        l->ndim = 2;
+        l->shape[0] = s->heads_q; l->shape[1] = sq;
+        l->stride[0] = sq; l->stride[1] = 1;
+    } else {
+        l->ndim = 3;
+        l->shape[0] = s->batch; l->shape[1] = s->heads_q; l->shape[2] = sq;
+        l->stride[0] = (int64_t)s->heads_q * sq; l->stride[1] = sq; l->stride[2] = 1;
     }
+    return 0;
+}
+
+static void set_options(kit_case *c)
+{
+    const kit_shape *s = &c->s;
+    fc_attention_args *a = &c->args;
     a->scale = s->scale;
     a->softcap = s->softcap;
     a->causal = s->causal;
@@ -332,6 +359,23 @@ int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
         a->max_seqlen_q = s->seqlen_q;
         a->max_seqlen_k = s->seqlen_k;
     }
+}
+
+int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->s = *s;
+    if (!shape_ok(s)) return -1;
+    fc_attention_args_init(&c->args);
+    uint64_t rng = seed * 0x2545F4914F6CDD1Dull + 12345;
+    /* the paged structure draws from a stream of its own: dense cases keep
+     * the inputs they always had */
+    if ((s->varlen && init_varlen(c, &rng)) || kit_paged_setup(c, seed) || init_tensors(c, &rng) ||
+        init_lse(c)) {
+        kit_case_free(c);
+        return -1;
+    }
+    set_options(c);
     kit_poison(c->out, c->out_bytes, s->dtype, c->lse, c->lse_bytes);
     return 0;
 }
@@ -341,6 +385,7 @@ void kit_case_free(kit_case *c)
     if (!c) return;
     free(c->q); free(c->k); free(c->v); free(c->out); free(c->lse);
     free(c->cu_q); free(c->cu_k);
+    free(c->block_table); free(c->seqused_k);
     memset(c, 0, sizeof *c);
 }
 
@@ -421,6 +466,77 @@ void kit_compare(const kit_case *c, const void *out, const float *lse, const voi
             if (e > m->lse_max_abs || e != e) m->lse_max_abs = e;
         }
     }
+}
+
+/* The masking rule as flashcore.h states it (independent of the library's
+ * own copy): is any key of a (sq, sk) sequence visible to query i? */
+static int row_has_key(int64_t i, int64_t sq, int64_t sk, const kit_shape *s)
+{
+    int64_t diag = i + sk - sq;
+    int64_t wr = s->causal ? 0 : s->window_right;
+    int64_t lo = 0, hi = sk - 1; /* visible keys: [lo, hi] */
+    if (wr >= 0 && diag + wr < hi) hi = diag + wr;
+    if (s->window_left >= 0 && diag - s->window_left > lo) lo = diag - s->window_left;
+    return lo <= hi;
+}
+
+/* Elements of row i, head h of sequence b (query tokens from t0) that break
+ * the empty-row rule: out not exactly 0 (or never written), lse not -inf. */
+static int64_t empty_row_bad(const kit_case *c, const void *out, const float *lse, int b, int64_t t0, int64_t i,
+                             int h)
+{
+    const kit_shape *s = &c->s;
+    const fc_tensor *o = &c->args.out, *l = &c->args.lse;
+    int64_t bad = 0;
+    const int64_t base = s->varlen ? (t0 + i) * o->stride[0] + h * o->stride[1]
+                                   : b * o->stride[0] + i * o->stride[1] + h * o->stride[2];
+    for (int d = 0; d < s->head_dim; d++)
+        if (kit_is_poison(out, s->dtype, base + d) || kit_load(out, s->dtype, base + d) != 0.0f) bad++;
+    if (lse) {
+        const int64_t li = s->varlen ? h * l->stride[0] + (t0 + i) * l->stride[1]
+                                     : b * l->stride[0] + h * l->stride[1] + i * l->stride[2];
+        if (!(isinf(lse[li]) && lse[li] < 0)) bad++;
+    }
+    return bad;
+}
+
+int64_t kit_empty_rows(const kit_case *c, const void *out, const float *lse, int64_t *empty)
+{
+    const kit_shape *s = &c->s;
+    int64_t bad = 0;
+    *empty = 0;
+    for (int b = 0; b < s->batch; b++) {
+        const int64_t t0 = s->varlen ? c->cu_q[b] : 0;
+        const int64_t sq = s->varlen ? c->cu_q[b + 1] - t0 : s->seqlen_q, sk = kit_case_keys(c, b);
+        for (int64_t i = 0; i < sq; i++) {
+            if (row_has_key(i, sq, sk, s)) continue;
+            *empty += s->heads_q;
+            for (int h = 0; h < s->heads_q; h++) bad += empty_row_bad(c, out, lse, b, t0, i, h);
+        }
+    }
+    return bad;
+}
+
+int64_t kit_stray_writes(const kit_case *c, const void *out)
+{
+    const kit_shape *s = &c->s;
+    const fc_tensor *o = &c->args.out;
+    const int64_t n = (int64_t)(c->out_bytes / kit_dtype_size(s->dtype));
+    unsigned char *logical = calloc((size_t)(n > 0 ? n : 1), 1);
+    if (!logical) return -1;
+    const int64_t rows = s->varlen ? c->total_q : (int64_t)s->batch * s->seqlen_q;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t b = s->varlen ? 0 : r / s->seqlen_q, i = s->varlen ? r : r % s->seqlen_q;
+        const int64_t base = s->varlen ? i * o->stride[0] : b * o->stride[0] + i * o->stride[1];
+        const int64_t hs = s->varlen ? o->stride[1] : o->stride[2];
+        for (int h = 0; h < s->heads_q; h++)
+            for (int dd = 0; dd < s->head_dim; dd++) logical[base + h * hs + dd] = 1;
+    }
+    int64_t stray = 0;
+    for (int64_t k = 0; k < n; k++)
+        if (!logical[k] && !kit_is_poison(out, s->dtype, k)) stray++;
+    free(logical);
+    return stray;
 }
 
 int kit_gate_pass(const kit_metrics *m, const kit_gate *g)

@@ -23,6 +23,14 @@ typedef enum kit_layout {
     KIT_LAYOUT_PADDED = 2  /* BSHD with padding between heads and rows (non-contiguous) */
 } kit_layout;
 
+/* seqused_k of a dense or paged case (kit_paged.c). */
+typedef enum kit_seqused {
+    KIT_SEQUSED_NONE = 0,  /* NULL: every sequence uses all its keys (paged: the whole capacity) */
+    KIT_SEQUSED_FULL = 1,  /* seqlen_k for every sequence                                     */
+    KIT_SEQUSED_RANDOM = 2 /* per sequence in [0, capacity]: 0, 1 and the capacity each 1/8,
+                            * else uniform                                                    */
+} kit_seqused;
+
 typedef struct kit_shape {
     const char *name;            /* may be NULL                                         */
     int batch, heads_q, heads_kv;
@@ -40,6 +48,9 @@ typedef struct kit_shape {
                                   * aligned (valid input; the 16-byte paths must cope) */
     int want_lse;
     float input_scale;           /* inputs are N(0,1)*input_scale; 0 means 1            */
+    int page_size;               /* > 0: k and v are a paged cache of pages of this many
+                                  * keys (kit_paged.c); 0: dense. Not with varlen.       */
+    kit_seqused seqused;         /* seqused_k (dense or paged); not with varlen         */
 } kit_shape;
 
 /* A problem with its host buffers. args holds host pointers into them. */
@@ -51,10 +62,21 @@ typedef struct kit_case {
     size_t q_bytes, k_bytes, v_bytes, out_bytes, lse_bytes; /* allocation sizes */
     int32_t *cu_q, *cu_k;                                   /* varlen offsets, batch+1 */
     int64_t total_q, total_k;
+    /* Paged cases: k and v are [num_pages, page_size, heads_kv, head_dim] in
+     * the case's layout (BHSD: [num_pages, heads_kv, page_size, head_dim]
+     * storage, the strided view), every page random, spare pages that no
+     * sequence uses; block_table rows table_stride entries apart (the args
+     * may say 0 for max_pages), pages in random order, and every entry a
+     * sequence does not use (past its seqused_k, or row padding) out of
+     * range: the library must never read it. */
+    int32_t *block_table, *seqused_k;                       /* NULL when not used  */
+    int32_t num_pages, max_pages;
+    int64_t table_stride;
+    size_t table_bytes, used_bytes;                         /* allocation sizes    */
 } kit_case;
 
-/* Allocate and fill a case (inputs N(0,1) from seed). Returns 0, or -1 on
- * allocation failure / bad shape (with nothing left allocated). */
+/* Allocate and fill a case (inputs N(0,1) from seed, never 0). Returns 0, or
+ * -1 on allocation failure / bad shape (with nothing left allocated). */
 int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed);
 void kit_case_free(kit_case *c);
 /* Fill out and lse with the poison pattern (a NaN payload no kernel produces). */
@@ -95,6 +117,28 @@ typedef struct kit_gate {
     double lse_atol, lse_rtol;       /* per-element tolerance for lse         */
 } kit_gate;
 kit_gate kit_gate_for(fc_dtype dtype);
+
+/* Keys sequence b of c uses: its cu_seqlens_k length, seqused_k[b], the
+ * paged capacity (max_pages * page_size) or seqlen_k. */
+int64_t kit_case_keys(const kit_case *c, int b);
+/* Element offset of key j of sequence b in k, and in v (the kit gives both
+ * the same strides): dense, varlen or through the block table. */
+int64_t kit_key_offset(const kit_case *c, int b, int64_t j);
+/* Rows of c with no visible key (by the masking rule as flashcore.h states
+ * it, each sequence with its kit_case_keys) must hold exactly 0 in out and
+ * -inf in lse (when given). Counts such rows (times heads) into *empty;
+ * returns the number of elements that break the rule. */
+int64_t kit_empty_rows(const kit_case *c, const void *out, const float *lse, int64_t *empty);
+/* Elements of out (poisoned before the call) outside its logical ones
+ * (padding) that were written; -1 when out of memory. */
+int64_t kit_stray_writes(const kit_case *c, const void *out);
+/* The reference checked against itself on a paged or seqused_k case c:
+ * each sequence's used keys gathered into a dense [batch, max_used, heads,
+ * dim] twin (same q, the same seqused_k), whose fp64 reference must equal
+ * ref_out/ref_lse (c's reference, poisoned first) bit for bit: the same
+ * sums in the same order. 1 equal, 0 not, -1 error; why says what. */
+int kit_paged_reference_check(fc_context *ctx, const kit_case *c, const void *ref_out, const float *ref_lse,
+                              char *why, size_t why_len);
 
 /* Compare out/lse (laid out as in c) with ref_out/ref_lse (same layout). */
 void kit_compare(const kit_case *c, const void *out, const float *lse, const void *ref_out,
