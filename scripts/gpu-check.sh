@@ -8,7 +8,8 @@
 #   bash scripts/gpu-check.sh [all|STAGE[,STAGE...]] [--quick]
 #   stages: build test sanitize sass bench (the forward, then the backward),
 #   and (not in `all`) bench-bwd: the backward's benchmark alone;
-#   sanitize-bwd: the three sanitizers on the backward's kernels alone; trace: a
+#   sanitize-bwd: the three sanitizers on the backward's kernels alone;
+#   bench-paged: bench/paged.py (paged decode vs contiguous); trace: a
 #   trace build of the Hopper kernels (-DFC_SM90_TRACE=1, in $BUILD-trace)
 #   timing each tile's phases on TRACE_SHAPES (bench/trace_sm90.py); profile:
 #   Nsight Compute on one call per system (PROFILE_SYSTEMS, default our two
@@ -294,6 +295,18 @@ if want bench; then
   fi
 fi
 
+if want_explicit bench-paged; then
+  # Decode from a paged cache beside the contiguous decode (and FlashInfer
+  # when carried): bench/paged.py, its own files (paged.json, paged.md).
+  # PAGED_EXTRA: more bench/paged.py arguments, e.g. "--quick".
+  log "paged decode benchmark"
+  read -r -a pextra <<< "${PAGED_EXTRA:-}"
+  if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
+       python3 bench/paged.py --out "$OUT" "${pextra[@]}" >"$OUT/paged.log" 2>&1; then result[bench-paged]=ok
+  else result[bench-paged]=FAIL; tail -30 "$OUT/paged.log"; fi
+  tail -30 "$OUT/paged.log"
+fi
+
 if want bench || want_explicit bench-bwd; then
   # The backward beside cuDNN's and FA2's (peers.py --bwd), in files of its
   # own (peers-bwd.json and .md come back; its chart goes into logs.tgz) and
@@ -373,6 +386,6 @@ for k in $(echo "${!result[@]}" | tr ' ' '\n' | sort); do
   case "${result[$k]}" in FAIL*) status=1 ;; esac
 done | tee "$OUT/summary.txt"
 grep -q "| FAIL" "$OUT/summary.txt" && status=1
-(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|peers-bwd\.(json|md)|logs.tgz)$') &&
+(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|peers-bwd\.(json|md)|paged\.(json|md)|logs.tgz)$') &&
   [ -n "$logs" ] && tar czf logs.tgz $logs && rm -f $logs)
 exit $status

@@ -104,6 +104,8 @@ static void test_context_lifetime(void)
         CHECK(fc_context_set_cuda_path(a, 80) == FC_OK, "set_cuda_path(80)");
         CHECK(fc_context_set_cuda_path(a, 90) == FC_OK, "set_cuda_path(90)");
         CHECK(fc_context_set_cuda_path(a, 0) == FC_OK, "set_cuda_path(0) again");
+        CHECK(fc_context_set_check_device_arrays(a, 0) == FC_OK, "set_check_device_arrays(0)");
+        CHECK(fc_context_set_check_device_arrays(a, 1) == FC_OK, "set_check_device_arrays(1)");
         /* a setter's error is per context */
         CHECK(fc_context_set_num_threads(a, -1) == FC_ERR_INVALID_ARGUMENT, "set_num_threads(-1)");
         CHECK(fc_last_error(a)[0] != 0, "no message after a rejected setter");

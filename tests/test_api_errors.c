@@ -674,6 +674,8 @@ static void test_setters(fc_context *ctx)
         {"set_device(INT32_MIN)", fc_context_set_device, INT32_MIN, NULL},
         {"set_cuda_path(-1)", fc_context_set_cuda_path, -1, NULL},
         {"set_cuda_path(89)", fc_context_set_cuda_path, 89, NULL},
+        {"set_check_device_arrays(2)", fc_context_set_check_device_arrays, 2, "check_device_arrays"},
+        {"set_check_device_arrays(-1)", fc_context_set_check_device_arrays, -1, NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fc_status st = bad[i].set(ctx, bad[i].value);
@@ -691,6 +693,7 @@ static void test_setters(fc_context *ctx)
         {"set_num_threads", fc_context_set_num_threads, 1},
         {"set_device", fc_context_set_device, 0},
         {"set_cuda_path", fc_context_set_cuda_path, 0},
+        {"set_check_device_arrays", fc_context_set_check_device_arrays, 1},
     };
     for (size_t i = 0; i < sizeof null_ctx / sizeof null_ctx[0]; i++)
         CHECK(null_ctx[i].set(NULL, null_ctx[i].value) == FC_ERR_INVALID_ARGUMENT, "%s(NULL) not invalid",

@@ -52,7 +52,7 @@ __all__ = [
     "flash_attn_func", "flash_attn_varlen_func", "scaled_dot_product_attention",
     "attention_with_kvcache",
     "build_info", "cuda_available", "device_info", "version_number",
-    "library_path", "set_num_threads", "set_tuning", "get_tuning", "last_kernel_info",
+    "library_path", "set_num_threads", "set_check_device_arrays", "set_tuning", "get_tuning", "last_kernel_info",
     "last_host_profile", "KernelInfo",
     "FlashCoreError",
     "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "CudaError", "NoDeviceError",
@@ -93,6 +93,15 @@ def set_num_threads(n):
     """CPU backend worker threads for calls made from this thread (0 = one
     per online core, the default)."""
     _context.context().set_num_threads(_limits.int32(n, "num_threads"))
+
+
+def set_check_device_arrays(on):
+    """For calls made from this thread: whether CUDA calls copy their device
+    int32 arrays (cu_seqlens, seqused_k / cache_seqlens, block_table) to the
+    host and check them first (True, the default: one synchronous round trip
+    per call, skipped while a CUDA graph is captured), or trust them (False:
+    invalid contents read out of bounds; fc_context_set_check_device_arrays)."""
+    _context.context().set_check_device_arrays(bool(on))
 
 
 def set_tuning(**fields):

@@ -108,6 +108,9 @@ class _Context:
         self.check(self._lib.fc_context_set_num_threads(self.handle, n))
         self.num_threads = n
 
+    def set_check_device_arrays(self, on):
+        self.check(self._lib.fc_context_set_check_device_arrays(self.handle, 1 if on else 0))
+
     def set_tuning(self, **fields):
         """Set the experimental tuning hooks: the given fields, every other
         field at its default (fc_tuning_init)."""

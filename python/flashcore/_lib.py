@@ -211,6 +211,7 @@ def _declare(lib):
         "fc_context_free": (None, [P]),
         "fc_last_error": (c.c_char_p, [P]),
         "fc_context_set_num_threads": (c.c_int, [P, c.c_int]),
+        "fc_context_set_check_device_arrays": (c.c_int, [P, c.c_int]),
         "fc_context_set_device": (c.c_int, [P, c.c_int]),
         "fc_context_set_cuda_path": (c.c_int, [P, c.c_int]),
         "fc_tuning_init": (None, [c.POINTER(fc_tuning)]),
