@@ -68,7 +68,7 @@ struct KvAddr {
     int tid;
     const int32_t *__restrict__ bt; /* kVarPaged: the sequence's block-table row */
     fc_fastdiv page;                /* kVarPaged: keys per page                  */
-    int pg[4];                      /* kVarPaged: the pages of the next tile's rows */
+    int pg[4], pw[4];               /* kVarPaged: the next tile's rows: page, row in it */
 };
 
 template <class S_>
@@ -102,8 +102,9 @@ __device__ __forceinline__ KvAddr kv_addr(const fc_sm80_args &a, const TileCoord
 template <class S_>
 __device__ __forceinline__ void kv_addr_thread(const fc_fwd_params &p, KvAddr &ka)
 {
-    ka.kt = ka.kb0 + ka.row0 * p.k_row_stride + ka.chunk0 * 8;
-    ka.vt = ka.vb0 + ka.row0 * p.v_row_stride + ka.chunk0 * 8;
+    const int64_t r0 = S_::PAGED ? 0 : ka.row0; /* paged: the row is added per key */
+    ka.kt = ka.kb0 + r0 * p.k_row_stride + ka.chunk0 * 8;
+    ka.vt = ka.vb0 + r0 * p.v_row_stride + ka.chunk0 * 8;
     ka.soff = unit_smem_offset<S_::PC>(ka.tid);
 }
 
@@ -289,12 +290,17 @@ __device__ inline void load_q_lean(const fc_sm80_args &a, const TileCoords &c, u
 
 /* ---- kVarPaged loads. Each of a thread's NR distinct rows per tile (as in
  * the lean loads) is key j of the sequence: row j % page_size of page
- * bt[j / page_size], one block-table read per row shared by K and V. The
- * reads run a tile ahead (paged_fetch into ka.pg, used by the next call):
- * read where they are used, each tile's copies waited a table read's
- * latency (-14% against the dense kernel at B128 S32k, page 16, H200).
- * The page and in-page offsets are 64-bit (a cache may exceed 2^31
- * elements). The ring loads tiles in order, one call per tile. */
+ * bt[j / page_size], one block-table read per row shared by K and V.
+ * paged_fetch reads a tile ahead into ka.pg / ka.pw (page, row in page),
+ * used by the next call: read where they were used, each tile's copies
+ * waited a table read's latency (-14% against the dense kernel at B128
+ * S32k, page 16, H200). The decode kernel runs at 2 warps per scheduler,
+ * so its time follows its instruction count (ncu: +14% instructions, +14%
+ * time against the dense kernel with the per-row 64-bit address math):
+ * the planner keeps every K/V stride under 2^31 (plan.cu), so offsets are
+ * 32x32->64-bit products, and rows past sk take page 0's address (always
+ * valid) instead of a select. The ring loads tiles in order, one call per
+ * tile. */
 template <class S_>
 __device__ __forceinline__ void paged_fetch(KvAddr &ka, int n)
 {
@@ -303,7 +309,9 @@ __device__ __forceinline__ void paged_fetch(KvAddr &ka, int n)
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
         const int j = n * BN + ka.row0 + r * QS;
-        ka.pg[r] = j < ka.sk ? __ldg(ka.bt + fc_fastdiv_div(j, ka.page)) : 0; /* past sk: never read */
+        const int pi = fc_fastdiv_div(j, ka.page);
+        ka.pw[r] = j - pi * ka.page.d;
+        ka.pg[r] = j < ka.sk ? __ldg(ka.bt + pi) : 0; /* past sk: the table is not read */
     }
 }
 template <class S_, class Sel>
@@ -317,27 +325,23 @@ __device__ inline void load_kv_paged(const fc_fwd_params &p, KvAddr &ka, const S
     const uint32_t sK = sm.kv + stage * S_::STAGE_BYTES + ka.soff;
     const uint32_t sV = sK + S_::KV_BYTES;
     const int j0 = n * BN + ka.row0;
+    const int32_t kbs = (int32_t)p.k_batch_stride, krs = (int32_t)p.k_row_stride;
+    const int32_t vbs = (int32_t)p.v_batch_stride, vrs = (int32_t)p.v_row_stride;
     const uint16_t *kr[NR], *vr[NR];
     bool okr[NR];
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
-        const int j = j0 + r * QS;
-        okr[r] = j < ka.sk;
-        kr[r] = (const uint16_t *)p.k; /* rows past sk: zero-filled from a valid address */
-        vr[r] = (const uint16_t *)p.v;
-        if (okr[r]) {
-            const int64_t page = ka.pg[r], w = j - fc_fastdiv_div(j, ka.page) * ka.page.d;
-            if constexpr (Sel::K) kr[r] = ka.kb0 + (page * p.k_batch_stride + w * p.k_row_stride + ka.chunk0 * 8);
-            if constexpr (Sel::V) vr[r] = ka.vb0 + (page * p.v_batch_stride + w * p.v_row_stride + ka.chunk0 * 8);
-        }
+        okr[r] = j0 + r * QS < ka.sk;
+        kr[r] = ka.kt + ((int64_t)ka.pg[r] * kbs + (int64_t)ka.pw[r] * krs);
+        vr[r] = ka.vt + ((int64_t)ka.pg[r] * vbs + (int64_t)ka.pw[r] * vrs);
     }
 #pragma unroll
     for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
         if (UNITS % NT == 0 || ka.tid + k * NT < UNITS) {
             const int DR = (k * QS) % BN, DC = ((k * QS) / BN) * PC;
             const int r = DR / QS;
-            if constexpr (Sel::K) ptx::cp_async_16(sK + k * NT * 16, kr[r] + DC * 8, okr[r]);
-            if constexpr (Sel::V) ptx::cp_async_16(sV + k * NT * 16, vr[r] + DC * 8, okr[r]);
+            ptx::cp_async_16(sK + k * NT * 16, kr[r] + DC * 8, okr[r]);
+            ptx::cp_async_16(sV + k * NT * 16, vr[r] + DC * 8, okr[r]);
         }
     }
     paged_fetch<S_>(ka, n + 1);

@@ -148,6 +148,15 @@ void paged_head_dims(char *list, size_t len)
     }
 }
 
+/* The kVarPaged loads multiply 32-bit strides (loads.cuh). */
+bool paged_strides_ok(const fc_fwd_params *p)
+{
+    const int64_t s[4] = {p->k_batch_stride, p->k_row_stride, p->v_batch_stride, p->v_row_stride};
+    for (int i = 0; i < 4; ++i)
+        if (s[i] > INT32_MAX) return false;
+    return true;
+}
+
 bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 
 /* The 16-byte cp.async / store path needs 16-byte aligned bases and every
@@ -268,6 +277,11 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
         paged_head_dims(list, sizeof list);
         snprintf(why, why_len, "head_dim %d with a paged KV cache (block_table) is not supported by the sm80 kernels: "
                  "supported %s", hd, list);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->block_table && !paged_strides_ok(p)) {
+        snprintf(why, why_len, "a paged KV cache with a k/v stride of 2^31 elements or more is not supported by "
+                 "the sm80 kernels (they form page offsets in 32x32-bit products)");
         return FC_ERR_UNSUPPORTED;
     }
     if (cfg < 0) {
