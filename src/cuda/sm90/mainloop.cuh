@@ -94,7 +94,8 @@ __device__ __forceinline__ void issue_first_s(float (&S)[C::BN / 2], const Bars<
  * first block vb can be that block: once its S is done (before its
  * softmax; placed where it costs no register: 4 bytes spilled at d256
  * elsewhere), wait for its V and zero those rows (the any-block-mask
- * instance only: varlen always runs it). Every consumer warpgroup that
+ * instance only: varlen and seqused_k always run it; a cache's rows past
+ * its length may hold anything, NaN included). Every consumer warpgroup that
  * reads the block zeroes them itself (the same zeros, so no wait on another
  * warpgroup), then orders its generic writes before its wgmma's
  * async-proxy reads (fence.proxy.async, then its own barrier); the P.V's
@@ -107,7 +108,7 @@ __device__ __forceinline__ void zero_v_tail(const fc_sm90_params &p, const Tile 
                                             uint32_t base, int v_stage, uint32_t v_phase)
 {
     const int r0 = g.sk - vb * C::BN; /* first row of the block past the sequence */
-    if (!p.cu_k || r0 >= C::BN) return;
+    if ((!p.cu_k && !p.used_k) || r0 >= C::BN) return;
     FC90_WAIT(bars.v_full(v_stage), v_phase);
     /* A fresh %tid.x: nothing more kept live across the first block. */
     const uint32_t t = (uint32_t)fc::dev::tid_x_volatile();

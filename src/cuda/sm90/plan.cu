@@ -270,7 +270,7 @@ TailShape tail_shape(const fc_fwd_params *p, const fc_cuda_device *dev, const Ti
 bool tail_on(const fc_fwd_params *p, const TileRow &t, const fc_cuda_choice *choice, const TailShape &ts,
              int forced)
 {
-    const bool uniform = p->cu_seqlens_q == NULL && !banded(p);
+    const bool uniform = p->cu_seqlens_q == NULL && p->seqused_k == NULL && !banded(p);
     /* (the kernel's share arithmetic is 32-bit: rest * nb and grid^2 fit) */
     if (!uniform || !fc90::tail_row(t) || FC_SM90_SIMPLE || choice->rotate || choice->masks == FC_MASKS_ANY ||
         ts.rounds < 1 || ts.rest == 0 || ts.nb < 2 || ts.blocks >= ((int64_t)1 << 30) || ts.grid > 32768 ||
@@ -352,9 +352,8 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  fc_dtype_name(p->dtype));
         return FC_ERR_UNSUPPORTED;
     }
-    if (p->block_table || p->seqused_k) {
-        snprintf(why, why_len, "the sm90 kernels take no %s: the sm80-class path runs it",
-                 p->block_table ? "paged KV cache (block_table)" : "seqused_k");
+    if (p->block_table) {
+        snprintf(why, why_len, "the sm90 kernels take no paged KV cache (block_table): the sm80-class path runs it");
         return FC_ERR_UNSUPPORTED;
     }
     int shift = 0;
@@ -546,6 +545,7 @@ void fill_params(fc_sm90_params &prm, const fc_fwd_params *p, const fc_cuda_devi
     prm.lse_accum = g.splits > 1 ? p->lse_accum : NULL;
     prm.cu_q = p->cu_seqlens_q;
     prm.cu_k = p->cu_seqlens_k;
+    prm.used_k = p->seqused_k;
     prm.o_batch_stride = varlen ? 0 : p->o_batch_stride;
     prm.o_row_stride = p->o_row_stride;
     prm.o_head_stride = p->o_head_stride;

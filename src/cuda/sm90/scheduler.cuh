@@ -82,7 +82,7 @@ template <class C> __host__ __device__ __forceinline__ void decode_tile(const fc
         g.q_off = 0;
         g.sq = p.seqlen_q;
         g.k_off = 0;
-        g.sk = p.seqlen_k;
+        g.sk = p.used_k ? FC90_LDG(p.used_k + g.b) : p.seqlen_k; /* a cache's length */
     }
     g.m0 = g.m_block * C::BM;
     const int rows_total = g.sq << p.pack_shift;

@@ -32,6 +32,7 @@ typedef struct fc_sm90_params {
     float *o_accum;   /* split-KV partials (num_splits > 1), else NULL      */
     float *lse_accum;
     const int32_t *cu_q, *cu_k; /* varlen offsets (device) or NULL           */
+    const int32_t *used_k; /* dense: keys in use per sequence (seqused_k) or NULL */
     int *tile_ctr;    /* dynamic tile scheduler: zeroed counter, or NULL (static) */
     float *tail_ws;   /* tail balancing (tail_first < num_tiles): per-piece partials,
                        * slot 2*cta + j, consumer warpgroup, (head_dim/2 + 4) floats
