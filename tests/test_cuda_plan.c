@@ -182,6 +182,11 @@ static int sm80_plan_group(void)
      * cp.async row (the SM86 class's 64x32, the smallest that fits). */
     fc_fwd_params d256_bcast = shape(4, 8, 8, 4096, 256, 0, 1);
     d256_bcast.k_head_stride = 0;
+    /* A cache's lengths (seqused_k): the TMA row would bring rows past them
+     * unzeroed, so the cp.async fallback as above. */
+    fc_fwd_params d256_used = shape(4, 8, 8, 4096, 256, 0, 1);
+    static const int32_t used4[4] = {4096, 17, 0, 300};
+    d256_used.seqused_k = used4;
     fc_fwd_params d64_decode = shape(32, 32, 8, 8192, 64, 0, 1);
     d64_decode.seqlen_q = 1;
     d64_decode.q_batch_stride = d64_decode.o_batch_stride = 32 * 64;
@@ -196,6 +201,7 @@ static int sm80_plan_group(void)
         {"s2k-d128 H100", &h100, shape(8, 16, 16, 2048, 128, 0, 1), 128, 64, 0},
         {"s4k-d256 H100", &h100, shape(4, 8, 8, 4096, 256, 0, 1), 64, 64, 0},
         {"d256 bcast-K H100", &h100, d256_bcast, 64, 32, 0},
+        {"d256 seqused H100", &h100, d256_used, 64, 32, 0},
         /* d64 at long KV: the 128x96 row (min_sk 4096) */
         {"s16k-d64 H100", &h100, shape(1, 32, 32, 16384, 64, 0, 0), 128, 96, 0},
         /* under one wave of 128-row tiles: the small-grid d64 row */

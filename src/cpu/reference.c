@@ -21,12 +21,11 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
     /* Longest key sequence: the size of the per-row score scratch. From the
      * real lengths: max_seqlen_k is only a bound (INT32_MAX would ask for
      * 16 GiB on a 5-token call). */
-    int64_t max_sk = varlen ? 0 : p->seqlen_k;
-    if (varlen)
-        for (int b = 0; b < p->batch; b++) {
-            int64_t sk = (int64_t)p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b];
-            if (sk > max_sk) max_sk = sk;
-        }
+    int64_t max_sk = varlen || p->seqused_k ? 0 : p->seqlen_k;
+    for (int b = 0; b < p->batch && (varlen || p->seqused_k); b++) { /* (a paged seqlen_k is the capacity) */
+        const int64_t sk = varlen ? (int64_t)p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b] : fc_used_keys(p, b);
+        if (sk > max_sk) max_sk = sk;
+    }
     double *score = malloc((size_t)(max_sk > 0 ? max_sk : 1) * sizeof(double)); /* [max_sk] */
     double *acc = malloc((size_t)(D > 0 ? D : 1) * sizeof(double));             /* [D]      */
     double *qrow = malloc((size_t)(D > 0 ? D : 1) * sizeof(double));            /* [D]      */

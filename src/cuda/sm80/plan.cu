@@ -61,10 +61,13 @@ bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_dev
 {
     char why[256]; /* (why not: the fallback row needs no message) */
     const bool paged_row = (t.variant & fc::sm80::kVarPaged) != 0;
+    /* kVarTma with seqused_k: its boxes bring a dense cache's rows past a
+     * sequence's length, which may hold NaN, and only varlen calls zero
+     * them (mainloop.cuh block_mid); a cp.async row zero-fills them. */
     return t.head_dim == p->head_dim && paged_row == (p->block_table != nullptr) &&
            tile_smem_bytes(t) <= dev->smem_optin &&
            (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(t)) &&
-           (!(t.variant & fc::sm80::kVarTma) || fc_tma_kv_ok(p, "", why, sizeof why));
+           (!(t.variant & fc::sm80::kVarTma) || (!p->seqused_k && fc_tma_kv_ok(p, "", why, sizeof why)));
 }
 
 /* The kVarTma maps of K and V (fwd_args.h): 5-d, so that a whole K or V
