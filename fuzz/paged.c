@@ -196,7 +196,8 @@ static void misplace(fz_in *in, fz_call *c)
     case 1:
         if (c->off[into] < 0) return;
         fz_footprint(fz_tensor_of(c, into), &lo, &hi);
-        c->off[b] = c->off[into] + lo + 4 * fz_range(in, 0, 3);
+        /* starting inside the output's bytes, so the two must overlap */
+        c->off[b] = c->off[into] + lo + 4 * (fz_range(in, 0, 3) % ((hi - lo + 3) / 4));
         break;
     default: /* the call now means a dense cache, or every key in use */
         c->off[b] = -1;
