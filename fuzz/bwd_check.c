@@ -48,6 +48,8 @@ static void run_reference(const fz_call *c, fz_arena *r, int zero_out)
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) t[i]->data = fz_rebase(c, r, t[i]->data);
     b.fwd.cu_seqlens_q = fz_rebase(c, r, b.fwd.cu_seqlens_q);
     b.fwd.cu_seqlens_k = fz_rebase(c, r, b.fwd.cu_seqlens_k);
+    b.fwd.block_table = fz_rebase(c, r, b.fwd.block_table);
+    b.fwd.seqused_k = fz_rebase(c, r, b.fwd.seqused_k);
     b.fwd.backend = FC_BACKEND_CPU_REFERENCE;
     b.workspace = NULL;
     b.workspace_bytes = 0;
@@ -302,6 +304,13 @@ static void check_deterministic(fc_context *ctx, fz_call *c, const fc_attention_
     free(first);
 }
 
+static fc_status twin_supported(fc_context *ctx, const fz_call *c, const fc_attention_args *twin)
+{
+    fc_attention_backward_args b = bwd_args(c);
+    b.fwd = *twin;
+    return fc_attention_backward_supported(ctx, &b, NULL);
+}
+
 void fz_bwd_check(fz_call *c)
 {
     fc_context *ctx = fz_make_context(c);
@@ -315,6 +324,7 @@ void fz_bwd_check(fz_call *c)
     const fc_status st = fc_attention_backward(ctx, pa, NULL, &info);
     if (st == FC_OK || sup == FC_OK) snprintf(c->kernel, sizeof c->kernel, "%s", info.name);
     fz_after_call(ctx, c, FZ_BACKWARD, sup, st, "fc_attention_backward");
+    fz_check_expected(ctx, c, st, twin_supported);
     if (st == FC_OK) {
         fz_note_kernel(FZ_BACKWARD, info.name);
         judge_success(c, &info);

@@ -85,9 +85,12 @@ int fz_bwd_build(fz_in *in, fz_call *c)
     fz_gen_forward(in, c, ok);
     gen_grads(in, c, ok);
     gen_workspace(in, c);
-    if (fz_place_call(in, c)) return -1;
-    fz_fill_inputs(in, c, ok);
+    int64_t size = fz_place_call(in, c);
+    fz_fill_plan_read(in, c);
     const uint64_t seed = fz_u64(in) ^ 0x13198A2E03707344ull;
+    size = fz_gen_paged(in, c, ok, size);
+    if (fz_alloc_call(c, size)) return -1;
+    fz_fill_inputs(c, ok);
     fz_write_arrays(c);
     fill_forward_outputs(c, ok, seed);
     fz_scrub_inputs(c, ok);

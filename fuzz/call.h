@@ -12,8 +12,33 @@
  * then those only a backward call has. */
 enum {
     FB_Q, FB_K, FB_V, FB_O, FB_LSE, FB_CUQ, FB_CUK, FB_DESC,
-    FB_DOUT, FB_DQ, FB_DK, FB_DV, FB_WS, FB_N
+    FB_DOUT, FB_DQ, FB_DK, FB_DV, FB_WS, FB_BT, FB_SU, FB_N
 };
+
+/* A call's block table and seqused_k (paged.c): what the arena holds, the
+ * clean values a twin call gets, and the status a corruption must give. */
+typedef struct fz_paged {
+    int table_on, used_on;   /* block_table / seqused_k set (the pointer may be misplaced) */
+    int pool;                /* k and v are page pools                                  */
+    int batch;               /* rows of the table, entries of seqused_k                 */
+    int32_t page_size, num_pages, max_pages; /* as meant                                */
+    int64_t stride;          /* the row stride as meant (never 0)                        */
+    int64_t clean_arg_stride; /* block_table_stride as meant (0: max_pages)             */
+    int32_t arg_max_pages;   /* max_pages_per_seq and block_table_stride as passed      */
+    int64_t arg_stride;
+    int64_t table_n;         /* int32 entries placed for the table                       */
+    int32_t *table, *clean;  /* what the arena holds; the valid table a twin reads       */
+    int32_t used[4], used_clean[4];
+    fc_status expect;        /* what the call must answer when its clean twin is accepted */
+    int known;               /* expect holds                                             */
+} fz_paged;
+
+/* What fill.c draws from the bytes before the arena exists. */
+typedef struct fz_fill_plan {
+    uint64_t rng;
+    double qk_scale;
+    int sparse;
+} fz_fill_plan;
 
 typedef struct fz_call {
     fc_attention_args a;
@@ -37,6 +62,9 @@ typedef struct fz_call {
     int special;             /* the inputs each hold one NaN or Inf            */
     fz_arena ar;
     int64_t off[FB_N];       /* byte offset of each buffer's data pointer; -1: NULL */
+    int desc_which;          /* which descale pointer FB_DESC becomes                */
+    fz_fill_plan fill;
+    fz_paged pg;
 } fz_call;
 
 /* Larger tensors than this are never placed: a stride that would need more
@@ -57,15 +85,18 @@ void fz_gen_forward(fz_in *in, fz_call *c, int ok[FB_N]);
 /* A tensor of the given shape: strides (padded, permuted) and, now and then,
  * a corruption; ok as above. */
 void fz_gen_tensor(fz_in *in, fc_tensor *t, fc_dtype dt, int nd, const int64_t *shape, int *ok);
-/* Place every buffer the call has (odd ones out: misaligned, aliased, NULL),
- * allocate the arena and point the arguments into it. 0, or -1 when the
- * arena cannot be allocated. */
-int fz_place_call(fz_in *in, fz_call *c);
+/* Place every buffer the call has (odd ones out: misaligned, aliased, NULL);
+ * returns the arena size. Then fz_alloc_call allocates the arena and points
+ * the arguments into it: 0, or -1 when the arena cannot be allocated. */
+int64_t fz_place_call(fz_in *in, fz_call *c);
+int fz_alloc_call(fz_call *c, int64_t size);
 /* The tensor of buffer b (NULL for the arrays and the workspace). */
 fc_tensor *fz_tensor_of(fz_call *c, int b);
 /* Random inputs (q, k, v; dout for the backward) from a seed the bytes
- * give; the varlen offsets and descales written into their buffers. */
-void fz_fill_inputs(fz_in *in, fz_call *c, const int ok[FB_N]);
+ * give (read by fz_fill_plan_read before the arena exists); the varlen
+ * offsets, descales and paged arrays written into their buffers. */
+void fz_fill_plan_read(fz_in *in, fz_call *c);
+void fz_fill_inputs(fz_call *c, const int ok[FB_N]);
 void fz_fill_input(fz_call *c, int b, uint64_t *rng, double scale, int sparse, int special);
 void fz_write_arrays(fz_call *c);
 /* Inputs holding the poison pattern get a plain NaN instead (fill.c). */
@@ -108,6 +139,32 @@ double fz_abs_scale(const fz_call *c);
 double fz_logit_bound(const fz_call *c);
 /* 1 if the CUDA kernels' large-logit limit may be reached (docs/API.md). */
 int fz_past_cuda_logit_limit(const fz_call *c, double bound);
+
+/* ---- paged KV cache and seqused_k (paged.c, paged_check.c) ---------------- */
+/* Decisions read after every older one (inputs made before paged calls
+ * existed decode as they did): on a dense forward, sometimes k and v as
+ * page pools with a block table and/or seqused_k, valid or corrupt; on a
+ * varlen or backward call, the arrays it must refuse. Places the new
+ * buffers past `size`; returns the arena size. */
+int64_t fz_gen_paged(fz_in *in, fz_call *c, int ok[FB_N], int64_t size);
+/* Cache rows no sequence uses get a NaN payload (after the inputs' fill). */
+void fz_mark_unused_rows(fz_call *c, const int ok[FB_N]);
+void fz_write_paged(fz_call *c);
+void fz_paged_free(fz_call *c);
+/* Keys sequence b reads (clamped to the cache) and the element offset of
+ * its key j in t (k or v, paged or dense). */
+int64_t fz_paged_keys(const fz_call *c, int b);
+int64_t fz_paged_key_offset(const fz_call *c, const fc_tensor *t, int b, int64_t j);
+/* Element idx of t set to a NaN payload nothing else holds. */
+void fz_store_nan(const fc_tensor *t, int64_t idx);
+/* Where the generator knows the status a corrupt call must get: the same
+ * call with clean arrays (its twin, asked of `supported`) is accepted, so
+ * st must be that status; refused, so st must not be FC_OK. */
+typedef fc_status (*fz_twin_fn)(fc_context *ctx, const fz_call *c, const fc_attention_args *twin);
+void fz_check_expected(fc_context *ctx, const fz_call *c, fc_status st, fz_twin_fn supported);
+/* A paged or seqused_k forward that succeeded: the reference's answer in r
+ * must equal, bit for bit, its answer on a dense copy of the used keys. */
+void fz_paged_cross_check(const fz_call *c, const fz_arena *r);
 
 /* ---- the backward (bwd_gen.c, bwd_check.c) -------------------------------------- */
 /* As fz_fwd_build and fz_fwd_check, for fc_attention_backward. */

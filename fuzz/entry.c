@@ -22,12 +22,32 @@ static void describe_tensor(const fz_call *c, const char *name, const fc_tensor 
     for (int i = 0; i < 4; i++) fprintf(stderr, "%lld%s", (long long)t->stride[i], i < 3 ? "," : "]\n");
 }
 
-static void describe_cu(const fz_call *c, const char *name, const int32_t *p, const int32_t *v)
+static void describe_cu(const fz_call *c, const char *name, const int32_t *p, const int32_t *v, int n)
 {
     fprintf(stderr, "  %s=", name);
     if (!p) { fprintf(stderr, "NULL\n"); return; }
     fprintf(stderr, "arena+%lld {", (long long)((const uint8_t *)p - c->ar.base));
-    for (int i = 0; i <= c->nseq; i++) fprintf(stderr, "%d%s", v[i], i < c->nseq ? "," : "}\n");
+    for (int i = 0; i < n; i++) fprintf(stderr, "%d%s", v[i], i < n - 1 ? "," : "}\n");
+}
+
+/* block_table and seqused_k, where set, with what the generator meant. */
+static void describe_paged(const fz_call *c)
+{
+    const fz_paged *g = &c->pg;
+    const fc_attention_args *a = &c->a;
+    if (g->table_on) {
+        fprintf(stderr, "  block_table=");
+        if (a->block_table) fprintf(stderr, "arena+%lld", (long long)((const uint8_t *)a->block_table - c->ar.base));
+        else fprintf(stderr, "NULL");
+        fprintf(stderr, " max_pages_per_seq=%d block_table_stride=%lld (meant: %d pages of %d keys, stride %lld, "
+                "pool of %d)\n  rows:", (int)a->max_pages_per_seq, (long long)a->block_table_stride,
+                (int)g->max_pages, (int)g->page_size, (long long)g->stride, (int)g->num_pages);
+        for (int64_t i = 0; i < g->table_n && i < 48; i++)
+            fprintf(stderr, "%s%d", i % g->stride ? "," : " | ", (int)g->table[i]);
+        fprintf(stderr, "%s\n", g->table_n > 48 ? " ..." : "");
+    }
+    if (g->used_on) describe_cu(c, "seqused_k", a->seqused_k, g->used, g->batch);
+    if (g->known) fprintf(stderr, "  expected: %s where the clean twin is accepted\n", fc_status_string(g->expect));
 }
 
 /* The backward's own arguments. */
@@ -62,9 +82,10 @@ void fz_describe_call(const fz_call *c)
     if (c->varlen) {
         fprintf(stderr, "  varlen: num_seqs=%d max_seqlen_q=%d max_seqlen_k=%d\n", (int)a->num_seqs,
                 (int)a->max_seqlen_q, (int)a->max_seqlen_k);
-        describe_cu(c, "cu_seqlens_q", a->cu_seqlens_q, c->cu[0]);
-        describe_cu(c, "cu_seqlens_k", a->cu_seqlens_k, c->cu[1]);
+        describe_cu(c, "cu_seqlens_q", a->cu_seqlens_q, c->cu[0], c->nseq + 1);
+        describe_cu(c, "cu_seqlens_k", a->cu_seqlens_k, c->cu[1], c->nseq + 1);
     }
+    describe_paged(c);
     if (a->q_descale || a->k_descale || a->v_descale) fprintf(stderr, "  a descale pointer is set\n");
     if (c->bwd) describe_backward(c);
     if (c->kernel[0]) fprintf(stderr, "  kernel: %s\n", c->kernel);
@@ -78,13 +99,14 @@ static void describe_current(void)
 static void run_call(fz_in *in, int (*build)(fz_in *, fz_call *), void (*check)(fz_call *))
 {
     fz_call c;
-    if (build(in, &c)) return;
+    if (build(in, &c)) { fz_paged_free(&c); return; }
     g_cur = &c;
     if (fz_verbose) fz_describe_call(&c);
     else fz_describe = describe_current;
     check(&c);
     g_cur = NULL;
     fz_arena_free(&c.ar);
+    fz_paged_free(&c);
 }
 
 void fz_entry_forward(fz_in *in) { run_call(in, fz_fwd_build, fz_fwd_check); }

@@ -37,15 +37,23 @@ void fz_poison_output(fz_call *c, int b)
     free(offs);
 }
 
-/* q and k scaled together (the logits' size), v and dout at unit scale. */
-void fz_fill_inputs(fz_in *in, fz_call *c, const int ok[FB_N])
+/* q and k scaled together (the logits' size), v and dout at unit scale.
+ * The bytes are read before the arena exists (paged decisions follow them). */
+void fz_fill_plan_read(fz_in *in, fz_call *c)
 {
     static const double isc[] = {1.0, 1.0, 1.0, 0.1, 4.0, 30.0};
-    uint64_t rng = fz_u64(in) ^ 0x243F6A8885A308D3ull;
-    const double qk_scale = isc[fz_range(in, 0, 5)];
-    const int sparse = fz_chance(in, 10), special = c->special = fz_chance(in, 2);
+    c->fill.rng = fz_u64(in) ^ 0x243F6A8885A308D3ull;
+    c->fill.qk_scale = isc[fz_range(in, 0, 5)];
+    c->fill.sparse = fz_chance(in, 10);
+    c->special = fz_chance(in, 2);
+}
+
+void fz_fill_inputs(fz_call *c, const int ok[FB_N])
+{
+    uint64_t rng = c->fill.rng;
+    const int sparse = c->fill.sparse, special = c->special;
     for (int b = FB_Q; b <= FB_V; b++)
-        if (ok[b] && c->off[b] >= 0) fz_fill_input(c, b, &rng, b == FB_V ? 1.0 : qk_scale, sparse, special);
+        if (ok[b] && c->off[b] >= 0) fz_fill_input(c, b, &rng, b == FB_V ? 1.0 : c->fill.qk_scale, sparse, special);
     if (c->bwd && ok[FB_DOUT] && c->off[FB_DOUT] >= 0) fz_fill_input(c, FB_DOUT, &rng, 1.0, sparse, special);
 }
 
@@ -73,4 +81,5 @@ void fz_write_arrays(fz_call *c)
     for (int b = FB_CUQ; b <= FB_CUK; b++)
         if (c->off[b] >= 0) memcpy(c->ar.base + c->off[b], c->cu[b - FB_CUQ], 4 * (size_t)(c->nseq + 1));
     if (c->off[FB_DESC] >= 0) memcpy(c->ar.base + c->off[FB_DESC], (const float[]){1, 1, 1}, 12);
+    fz_write_paged(c);
 }

@@ -169,6 +169,8 @@ static fc_attention_args rebased_args(const fz_call *c, const fz_arena *r)
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) *ptrs[i] = fz_rebase(c, r, *ptrs[i]);
     a.cu_seqlens_q = fz_rebase(c, r, a.cu_seqlens_q);
     a.cu_seqlens_k = fz_rebase(c, r, a.cu_seqlens_k);
+    a.block_table = fz_rebase(c, r, a.block_table);
+    a.seqused_k = fz_rebase(c, r, a.seqused_k);
     return a;
 }
 
@@ -228,6 +230,7 @@ static void judge_success(const fz_call *c, const fc_kernel_info *info)
     j.ref = r.base;
     judge_outputs(&j);
     judge_lse(&j);
+    fz_paged_cross_check(c, &r);
     const int pass = j.well ? kit_gate_pass(&j.m, &j.g)
                             : j.m.unwritten == 0 && j.m.nonfinite == 0 && j.m.lse_bad == 0;
     fz_stats_of[FZ_FORWARD].gated += (uint64_t)j.well;
@@ -264,6 +267,12 @@ void fz_after_call(fc_context *ctx, const fz_call *c, int kind, fc_status sup, f
                 fc_status_string(st), st ? fc_last_error(ctx) : "", (long long)at);
 }
 
+static fc_status twin_supported(fc_context *ctx, const fz_call *c, const fc_attention_args *twin)
+{
+    (void)c;
+    return fc_attention_supported(ctx, twin, NULL);
+}
+
 void fz_fwd_check(fz_call *c)
 {
     fc_context *ctx = fz_make_context(c);
@@ -275,6 +284,7 @@ void fz_fwd_check(fz_call *c)
     const fc_status fwd = fc_attention_forward(ctx, args, NULL, &info);
     if (fwd == FC_OK || sup == FC_OK) snprintf(c->kernel, sizeof c->kernel, "%s", info.name);
     fz_after_call(ctx, c, FZ_FORWARD, sup, fwd, "fc_attention_forward");
+    fz_check_expected(ctx, c, fwd, twin_supported);
     fc_context_free(ctx);
     if (fwd != FC_OK) return;
     fz_note_kernel(FZ_FORWARD, info.name);

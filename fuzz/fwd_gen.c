@@ -275,15 +275,20 @@ void fz_gen_forward(fz_in *in, fz_call *c, int ok[FB_N])
     gen_options(in, c);
 }
 
-/* Inputs first, then the outputs' poison, then cu_seqlens and descales, so
- * offsets placed inside an output hold valid values when the call reads them. */
+/* Inputs first, then the outputs' poison, then cu_seqlens, descales and
+ * the paged arrays, so those placed inside an output hold valid values
+ * when the call reads them. */
 int fz_fwd_build(fz_in *in, fz_call *c)
 {
     memset(c, 0, sizeof *c);
     int ok[FB_N] = {0};
     fz_gen_forward(in, c, ok);
-    if (fz_place_call(in, c)) return -1;
-    fz_fill_inputs(in, c, ok);
+    int64_t size = fz_place_call(in, c);
+    fz_fill_plan_read(in, c);
+    size = fz_gen_paged(in, c, ok, size);
+    if (fz_alloc_call(c, size)) return -1;
+    fz_fill_inputs(c, ok);
+    fz_mark_unused_rows(c, ok);
     fz_scrub_inputs(c, ok);
     for (int b = FB_O; b <= FB_LSE; b++)
         if (ok[b] && c->off[b] >= 0) fz_poison_output(c, b);

@@ -20,6 +20,7 @@ static int buffer_extent(fz_call *c, int b, int64_t *lo, int64_t *hi)
 {
     *lo = 0;
     *hi = 0;
+    if (b == FB_BT || b == FB_SU) return 0; /* placed by paged.c, after every older decision */
     if (b == FB_LSE && c->a.lse.ndim == 0) return 0;
     if (b == FB_CUQ || b == FB_CUK) { *hi = 4 * (c->nseq + 1); return c->varlen; }
     if (b == FB_DESC) { *hi = 12; return 0; } /* placed only when a descale is set */
@@ -112,7 +113,7 @@ static int64_t place(fz_in *in, fz_call *c)
     return size + 64;
 }
 
-static void set_pointers(fz_in *in, fz_call *c)
+static void set_pointers(fz_call *c)
 {
     uint8_t *p[FB_N];
     for (int b = 0; b < FB_N; b++) p[b] = c->off[b] >= 0 ? c->ar.base + c->off[b] : NULL;
@@ -120,14 +121,22 @@ static void set_pointers(fz_in *in, fz_call *c)
         if (fz_tensor_of(c, b)) fz_tensor_of(c, b)->data = p[b];
     c->a.cu_seqlens_q = (const int32_t *)p[FB_CUQ];
     c->a.cu_seqlens_k = (const int32_t *)p[FB_CUK];
+    if (c->pg.table_on) c->a.block_table = (const int32_t *)p[FB_BT];
+    if (c->pg.used_on) c->a.seqused_k = (const int32_t *)p[FB_SU];
     const float **desc[] = {&c->a.q_descale, &c->a.k_descale, &c->a.v_descale};
-    if (p[FB_DESC]) *desc[fz_range(in, 0, 2)] = (const float *)p[FB_DESC];
+    if (p[FB_DESC]) *desc[c->desc_which] = (const float *)p[FB_DESC];
 }
 
-int fz_place_call(fz_in *in, fz_call *c)
+int64_t fz_place_call(fz_in *in, fz_call *c)
 {
     const int64_t size = place(in, c);
+    c->desc_which = c->off[FB_DESC] >= 0 ? fz_range(in, 0, 2) : 0;
+    return size;
+}
+
+int fz_alloc_call(fz_call *c, int64_t size)
+{
     if (fz_arena_init(&c->ar, (size_t)size, fz_cuda_mode)) return -1;
-    set_pointers(in, c);
+    set_pointers(c);
     return 0;
 }
