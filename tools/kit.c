@@ -376,6 +376,7 @@ int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
         return -1;
     }
     set_options(c);
+    kit_paged_nan_unused(c);
     kit_poison(c->out, c->out_bytes, s->dtype, c->lse, c->lse_bytes);
     return 0;
 }

@@ -14,5 +14,8 @@
  * a stream of their own (seed), and their fields in c->args. Nothing for a
  * plain shape. 0, or -1 when out of memory (kit_case_free cleans up). */
 int kit_paged_setup(kit_case *c, uint64_t seed);
+/* After the inputs are drawn: NaN in every k/v row no sequence uses (past
+ * a cache's length, spare pages), so a kernel that reads one shows. */
+void kit_paged_nan_unused(const kit_case *c);
 
 #endif /* FC_KIT_INTERNAL_H */

@@ -8,6 +8,7 @@
 #include "kit_internal.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +79,44 @@ static void fill_table(kit_case *c, const int32_t *perm)
         for (int64_t p = 0; p < c->table_stride; p++)
             row[p] = p < pages ? perm[(int64_t)b * c->max_pages + p] : unused_entry(c, b + p);
     }
+}
+
+/* Pool row r of c's k/v (a page's row, or a dense sequence's key) and its
+ * element offset in k (strides: k's or v's). */
+static int64_t row_offset(const kit_case *c, int64_t r, const fc_tensor *t)
+{
+    const int64_t per = c->s.page_size > 0 ? c->s.page_size : capacity(c);
+    return r / per * t->stride[0] + r % per * t->stride[1];
+}
+
+static void nan_row(const kit_case *c, int64_t r)
+{
+    const fc_tensor *t[2] = {&c->args.k, &c->args.v};
+    void *buf[2] = {c->k, c->v};
+    for (int i = 0; i < 2; i++)
+        for (int64_t h = 0; h < t[i]->shape[2]; h++)
+            for (int64_t d = 0; d < t[i]->shape[3]; d++)
+                kit_store(buf[i], c->s.dtype, row_offset(c, r, t[i]) + h * t[i]->stride[2] + d, NAN);
+}
+
+/* Rows no sequence uses (past a cache's length, spare pages) hold NaN: a
+ * kernel that reads one without masking it (a box load past the length
+ * whose V rows are not zeroed) turns its rows NaN. Best effort: skipped
+ * when the bitmap cannot be allocated. */
+void kit_paged_nan_unused(const kit_case *c)
+{
+    if (c->s.page_size <= 0 && !c->seqused_k) return; /* every row is used */
+    const int ps = c->s.page_size;
+    const int64_t per = ps > 0 ? ps : capacity(c);
+    const int64_t rows = (ps > 0 ? (int64_t)c->num_pages : c->s.batch) * per;
+    unsigned char *used = rows > 0 ? calloc((size_t)rows, 1) : NULL;
+    if (!used) return;
+    for (int b = 0; b < c->s.batch; b++)
+        for (int64_t j = 0; j < kit_case_keys(c, b); j++)
+            used[ps > 0 ? c->block_table[b * c->table_stride + j / ps] * per + j % ps : b * per + j] = 1;
+    for (int64_t r = 0; r < rows; r++)
+        if (!used[r]) nan_row(c, r);
+    free(used);
 }
 
 int kit_paged_setup(kit_case *c, uint64_t seed)
