@@ -135,25 +135,15 @@ def check(torch, cache, out):
 
 
 def time_row(torch, timer, runs, args):
-    """p50 seconds per call of each system, interleaved rounds."""
-    replays = {}
+    """p50 seconds per call of each system: graphs of ~replay_s each, then
+    peers.py's warm-up and interleaved rounds."""
+    replays, calls = [], {}
     for name, fn in runs.items():
         est = timer.estimate(lambda i, fn=fn: fn(), 1)
-        n = max(1, min(200, int(args.replay_s / max(est, 1e-7))))
-        replays[name] = (timer.capture(lambda i, fn=fn: fn(), n, 1), n)
-    t_end = time.perf_counter() + args.warmup_s
-    while time.perf_counter() < t_end:
-        for rp, _ in replays.values():
-            rp()
-        timer.sync()
-    names = list(replays)
-    samples = {n: [] for n in names}
-    for r in range(args.rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        ts = timer.round([replays[n][0] for n in order], lead=replays[order[0]][0])
-        for n, t in zip(order, ts):
-            samples[n].append(t / replays[n][1])
-    return {n: statistics.median(v) for n, v in samples.items()}
+        calls[name] = max(1, min(200, int(args.replay_s / max(est, 1e-7))))
+        replays.append((name, timer.capture(lambda i, fn=fn: fn(), calls[name], 1)))
+    samples = peers.interleaved_rounds(timer, replays, args.warmup_s, args.rounds)
+    return {n: statistics.median(v) / calls[n] for n, v in samples.items()}
 
 
 def run_row(torch, fc, timer, spec, args, copy_tbps, unavailable):

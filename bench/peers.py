@@ -795,6 +795,28 @@ class WallTimer:
         return out
 
 
+def interleaved_rounds(timer, replays, warmup_s, repeats, min_repeats=None, budget_s=None):
+    """Seconds per replay of each (name, replay) pair, {name: [...]}. Warm-up:
+    >= warmup_s of real work, all replays in turn. Then timed rounds,
+    interleaved: A, B, C, then B, C, A, ...: the order turns by one each
+    round so that no system always comes first or follows the same
+    neighbour; each round starts behind an untimed replay (GraphTimer).
+    Stops after min_repeats rounds once budget_s has passed."""
+    t1 = time.perf_counter()
+    while time.perf_counter() - t1 < warmup_s:
+        timer.round([rp for _, rp in replays])
+    samples = {name: [] for name, _ in replays}
+    t1 = time.perf_counter()
+    for r in range(repeats):
+        k = r % len(replays)
+        order = replays[k:] + replays[:k]
+        for (name, _), sec in zip(order, timer.round([rp for _, rp in order], lead=order[-1][1])):
+            samples[name].append(sec)
+        if min_repeats is not None and r + 1 >= min_repeats and time.perf_counter() - t1 > budget_s:
+            break
+    return samples
+
+
 # ---- one shape --------------------------------------------------------------------
 
 def base_row(shape, system, bwd=False):
@@ -880,22 +902,10 @@ def run_shape(torch, shape, systems, unavailable, timer, device, args, l2_bytes)
     if not replays:
         return list(rows.values())
 
-    # Warm-up: >= warmup_s of real work, all systems in turn.
     t1 = time.perf_counter()
-    while time.perf_counter() - t1 < args.warmup_s:
-        timer.round([rp for _, rp in replays])
-    # Timed rounds, interleaved: A, B, C, then B, C, A, ...: the order turns
-    # by one each round so that no system always comes first or follows the
-    # same neighbour; each round starts behind an untimed replay (GraphTimer).
-    samples = {s.name: [] for s, _ in replays}
-    t1 = time.perf_counter()
-    for r in range(args.repeats):
-        k = r % len(replays)
-        order = replays[k:] + replays[:k]
-        for (s, _), sec in zip(order, timer.round([rp for _, rp in order], lead=order[-1][1])):
-            samples[s.name].append(sec / n_calls)
-        if r + 1 >= args.min_repeats and time.perf_counter() - t1 > args.budget_s:
-            break
+    samples = interleaved_rounds(timer, [(s.name, rp) for s, rp in replays], args.warmup_s, args.repeats,
+                                 args.min_repeats, args.budget_s)
+    samples = {name: [sec / n_calls for sec in v] for name, v in samples.items()}
     clock = gpu_state() if device != "cpu" else "n/a"
     for s, _ in replays:
         v = sorted(samples[s.name])
