@@ -154,13 +154,13 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
         fence_regs(dP);
         if (full) bwd_p<C, false, kSoftcap>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
         else bwd_p<C, true, kSoftcap>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
-        bwd_pack<C, kBF16>(S, P);
+        convert_p<C::BM, kBF16>(S, P);
         wg_fence();
         bwd_issue_acc<C, kBF16>(dv, P, dO);
         wg_commit();
         if constexpr (!kSoftcap) bwd_ds<C>(S, dP, ld, th.t2);
         /* dS^T stored for dQ; dK += dS^T Q */
-        bwd_pack<C, kBF16>(dP, dS);
+        convert_p<C::BM, kBF16>(dP, dS);
         const uint32_t ds_tile = base + C::OFF_DS + (it & 1) * C::DS_BYTES;
         bwd_store_ds<C>(ds_tile, dS, cw, th.warp, th.g, th.t2);
         fence_proxy_async();

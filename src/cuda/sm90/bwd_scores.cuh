@@ -15,6 +15,7 @@
 #include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm90/bwd_tiles.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
+#include "cuda/sm90/softmax.cuh" /* convert_p: 16-bit A fragments of the RS GEMMs */
 
 namespace fc90 {
 
@@ -57,15 +58,6 @@ __device__ __forceinline__ void bwd_ds(const float (&p)[C::BM / 2], float (&dp)[
 #pragma unroll
         for (int i = 0; i < 4; ++i) dp[4 * j + i] = p[4 * j + i] * (dp[4 * j + i] - dd[i & 1]);
     }
-}
-
-/* 16-bit pairs of adjacent queries: the A fragments of the RS GEMMs
- * (softmax.cuh convert_p has why the order matches). */
-template <class C, bool kBF16>
-__device__ __forceinline__ void bwd_pack(const float (&x)[C::BM / 2], uint32_t (&y)[C::BM / 4])
-{
-#pragma unroll
-    for (int i = 0; i < C::BM / 4; ++i) y[i] = pack2<kBF16>(x[2 * i], x[2 * i + 1]);
 }
 
 /* dS^T into the buffer [block_n keys][64 queries] (128-byte rows, 128B

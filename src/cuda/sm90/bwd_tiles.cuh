@@ -117,7 +117,8 @@ template <int kRow> struct BwdCfg {
      * d128 spilled under 232 registers. */
     static constexpr bool SDP_FIRST = D + BM + DQN / 2 <= 192;
     static constexpr int THREADS = 384;
-    static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+    /* the forward's split of a 3-warpgroup CTA (tiles.cuh): 40 / 232 */
+    static constexpr int PRODUCER_REGS = producer_regs(2), CONSUMER_REGS = consumer_regs(2, 1);
     static constexpr uint32_t KV_BYTES = bwd_kv_bytes(T);
     static constexpr uint32_t Q_BYTES = bwd_q_bytes(T);
     static constexpr uint32_t DS_BYTES = bwd_ds_bytes(T);

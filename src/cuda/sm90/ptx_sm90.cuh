@@ -385,52 +385,34 @@ template <int kSwz> __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t ad
 
 template <int N, bool kBF16> struct Wgmma;
 
-/* G = N/16 groups of 8 accumulators; the numbers after are 8G .. 8G+5. */
-#define FC90_DEFINE_WGMMA(N, G, OPS, T0, T1, T2, T3, T4, T5)                                \
-    template <> struct Wgmma<N, true> {                                                     \
+/* G = N/16 groups of 8 accumulators; the numbers after are 8G .. 8G+5.
+ * One body per input type (TY: "bf16" or "f16"). */
+#define FC90_DEFINE_WGMMA_TY(N, G, OPS, IS_BF16, TY, T0, T1, T2, T3, T4, T5)                   \
+    template <> struct Wgmma<N, IS_BF16> {                                                  \
         static __device__ __forceinline__ void ss(float *d, uint64_t desc_a, uint64_t desc_b, \
                                                   int scale_d)                             \
         {                                                                                   \
-            FC90_WGMMA_SS(N, G, OPS, "bf16", "0, 0", T0, T1, T2);                                   \
+            FC90_WGMMA_SS(N, G, OPS, TY, "0, 0", T0, T1, T2);                               \
         }                                                                                   \
         static __device__ __forceinline__ void ss_tt(float *d, uint64_t desc_a, uint64_t desc_b, \
                                                      int scale_d)                          \
         {                                                                                   \
-            FC90_WGMMA_SS(N, G, OPS, "bf16", "1, 1", T0, T1, T2);                                   \
+            FC90_WGMMA_SS(N, G, OPS, TY, "1, 1", T0, T1, T2);                               \
         }                                                                                   \
         static __device__ __forceinline__ void ss0(float *d, uint64_t desc_a, uint64_t desc_b) \
         {                                                                                   \
-            FC90_WGMMA_SS0(N, G, OPS, "bf16", T0, T1);                                      \
+            FC90_WGMMA_SS0(N, G, OPS, TY, T0, T1);                                          \
         }                                                                                   \
         static __device__ __forceinline__ void rs(float *d, uint32_t a0, uint32_t a1,        \
                                                   uint32_t a2, uint32_t a3, uint64_t desc_b, \
                                                   int scale_d)                             \
         {                                                                                   \
-            FC90_WGMMA_RS(N, G, OPS, "bf16", T0, T1, T2, T3, T4, T5);                       \
-        }                                                                                   \
-    };                                                                                      \
-    template <> struct Wgmma<N, false> {                                                    \
-        static __device__ __forceinline__ void ss(float *d, uint64_t desc_a, uint64_t desc_b, \
-                                                  int scale_d)                             \
-        {                                                                                   \
-            FC90_WGMMA_SS(N, G, OPS, "f16", "0, 0", T0, T1, T2);                                    \
-        }                                                                                   \
-        static __device__ __forceinline__ void ss_tt(float *d, uint64_t desc_a, uint64_t desc_b, \
-                                                     int scale_d)                          \
-        {                                                                                   \
-            FC90_WGMMA_SS(N, G, OPS, "f16", "1, 1", T0, T1, T2);                                   \
-        }                                                                                   \
-        static __device__ __forceinline__ void ss0(float *d, uint64_t desc_a, uint64_t desc_b) \
-        {                                                                                   \
-            FC90_WGMMA_SS0(N, G, OPS, "f16", T0, T1);                                       \
-        }                                                                                   \
-        static __device__ __forceinline__ void rs(float *d, uint32_t a0, uint32_t a1,        \
-                                                  uint32_t a2, uint32_t a3, uint64_t desc_b, \
-                                                  int scale_d)                             \
-        {                                                                                   \
-            FC90_WGMMA_RS(N, G, OPS, "f16", T0, T1, T2, T3, T4, T5);                        \
+            FC90_WGMMA_RS(N, G, OPS, TY, T0, T1, T2, T3, T4, T5);                           \
         }                                                                                   \
     };
+#define FC90_DEFINE_WGMMA(N, G, OPS, T0, T1, T2, T3, T4, T5)                                \
+    FC90_DEFINE_WGMMA_TY(N, G, OPS, true, "bf16", T0, T1, T2, T3, T4, T5)                   \
+    FC90_DEFINE_WGMMA_TY(N, G, OPS, false, "f16", T0, T1, T2, T3, T4, T5)
 
 /* The N values the tile table uses: block_n for S = Q K^T, head_dim for
  * O += P V (tiles.cuh). Unused ones cost nothing (never instantiated). */
