@@ -53,7 +53,7 @@ typedef struct fc_fwd_params {
 
     /* Paged KV (block_table non-NULL): k/v's batch stride steps pages, the
      * row stride rows of a page; seqlen_k = max_pages * page_size. Key j of
-     * sequence b: fc_key_offset. seqused_k: keys in use per sequence (dense
+     * sequence b: fc_key_slot_of. seqused_k: keys in use per sequence (dense
      * or paged; NULL = seqlen_k). All in the backend's memory space. */
     const int32_t *block_table;
     int64_t block_table_stride;
@@ -105,20 +105,33 @@ static inline int fc_o_vec_ok(const fc_fwd_params *p)
            (p->cu_seqlens_q || p->batch <= 1 || p->o_batch_stride % 8 == 0);
 }
 
-/* Element offset in k (or v: pass its strides) of key j of dense or paged
- * sequence b, whose first key is at `base` when dense (0 when paged). The
- * CPU paths call it per key; the kernels unroll the same rule. */
-static inline int64_t fc_key_offset(const fc_fwd_params *p, int64_t b, int64_t base, int64_t j,
-                                    int64_t row_stride, int64_t page_stride)
+/* Key j of sequence b: paged, its page and its row in the page; dense or
+ * varlen, (b, j). Its element offset in k (or v: pass v's strides) is
+ * fc_key_offset: base (a varlen sequence's first token, else 0) +
+ * blk * batch stride + row * row stride (varlen batch strides are 0). The
+ * CPU paths call it per key, once for K and V; the kernels unroll the
+ * same rule. */
+typedef struct fc_key_slot {
+    int64_t blk, row;
+} fc_key_slot;
+static inline fc_key_slot fc_key_slot_of(const fc_fwd_params *p, int64_t b, int64_t j)
 {
-    if (!p->block_table) return base + j * row_stride;
-    const int64_t page = p->block_table[b * p->block_table_stride + j / p->page_size];
-    return page * page_stride + (j % p->page_size) * row_stride;
+    fc_key_slot s = {b, j};
+    if (p->block_table) {
+        s.blk = p->block_table[b * p->block_table_stride + j / p->page_size];
+        s.row = j % p->page_size;
+    }
+    return s;
+}
+static inline int64_t fc_key_offset(fc_key_slot s, int64_t base, int64_t row_stride, int64_t batch_stride)
+{
+    return base + s.blk * batch_stride + s.row * row_stride;
 }
 
-/* Keys sequence b of a dense or paged call uses (seqused_k, else all). */
+/* Keys sequence b uses: its varlen length, seqused_k, or all seqlen_k. */
 static inline int64_t fc_used_keys(const fc_fwd_params *p, int64_t b)
 {
+    if (p->cu_seqlens_k) return (int64_t)p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b];
     return p->seqused_k ? p->seqused_k[b] : p->seqlen_k;
 }
 

@@ -21,11 +21,9 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
     /* Longest key sequence: the size of the per-row score scratch. From the
      * real lengths: max_seqlen_k is only a bound (INT32_MAX would ask for
      * 16 GiB on a 5-token call). */
-    int64_t max_sk = varlen || p->seqused_k ? 0 : p->seqlen_k;
-    for (int b = 0; b < p->batch && (varlen || p->seqused_k); b++) { /* (a paged seqlen_k is the capacity) */
-        const int64_t sk = varlen ? (int64_t)p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b] : fc_used_keys(p, b);
-        if (sk > max_sk) max_sk = sk;
-    }
+    int64_t max_sk = 0; /* (a paged seqlen_k is the capacity, too) */
+    for (int b = 0; b < p->batch; b++)
+        if (fc_used_keys(p, b) > max_sk) max_sk = fc_used_keys(p, b);
     double *score = malloc((size_t)(max_sk > 0 ? max_sk : 1) * sizeof(double)); /* [max_sk] */
     double *acc = malloc((size_t)(D > 0 ? D : 1) * sizeof(double));             /* [D]      */
     double *qrow = malloc((size_t)(D > 0 ? D : 1) * sizeof(double));            /* [D]      */
@@ -42,15 +40,13 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
     }
 
     for (int b = 0; b < p->batch; b++) {
-        int64_t sq = p->seqlen_q, sk = fc_used_keys(p, b);
-        const int paged = p->block_table != NULL; /* then fc_key_offset finds each key's page */
-        int64_t q0 = (int64_t)b * p->q_batch_stride, k0 = paged ? 0 : (int64_t)b * p->k_batch_stride;
-        int64_t v0 = paged ? 0 : (int64_t)b * p->v_batch_stride, o0 = (int64_t)b * p->o_batch_stride;
-        int64_t l0 = (int64_t)b * p->lse_batch_stride;
+        int64_t sq = p->seqlen_q;
+        const int64_t sk = fc_used_keys(p, b);
+        int64_t q0 = (int64_t)b * p->q_batch_stride, o0 = (int64_t)b * p->o_batch_stride;
+        int64_t l0 = (int64_t)b * p->lse_batch_stride, k0 = 0, v0 = 0; /* keys: fc_key_offset */
         if (varlen) { /* sequence b is a run of tokens; offsets are token offsets */
             int64_t tq = p->cu_seqlens_q[b], tk = p->cu_seqlens_k[b];
             sq = p->cu_seqlens_q[b + 1] - tq;
-            sk = p->cu_seqlens_k[b + 1] - tk;
             q0 = tq * p->q_row_stride;
             o0 = tq * p->o_row_stride;
             l0 = tq * p->lse_row_stride;
@@ -67,7 +63,7 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                 double mx = -INFINITY;
                 for (int64_t j = 0; j < sk; j++) {
                     if (!fc_key_visible(i, j, sq, sk, p->window_left, p->window_right)) continue;
-                    const int64_t kj = fc_key_offset(p, b, k0, j, p->k_row_stride, p->k_batch_stride);
+                    const int64_t kj = fc_key_offset(fc_key_slot_of(p, b, j), k0, p->k_row_stride, p->k_batch_stride);
                     fc_ref_load_row(p->k, p->dtype, kj + hk * p->k_head_stride, D, kvrow);
                     double dot = 0.0;
                     for (int64_t d = 0; d < D; d++) dot += qrow[d] * kvrow[d];
@@ -86,7 +82,7 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                 for (int64_t d = 0; d < D; d++) acc[d] = 0.0;
                 for (int64_t j = 0; j < sk; j++) {
                     if (!fc_key_visible(i, j, sq, sk, p->window_left, p->window_right)) continue;
-                    const int64_t vj = fc_key_offset(p, b, v0, j, p->v_row_stride, p->v_batch_stride);
+                    const int64_t vj = fc_key_offset(fc_key_slot_of(p, b, j), v0, p->v_row_stride, p->v_batch_stride);
                     fc_ref_load_row(p->v, p->dtype, vj + hk * p->v_head_stride, D, kvrow);
                     double w = exp(score[j] - mx);
                     sum += w;

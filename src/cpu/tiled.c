@@ -47,9 +47,9 @@ static const double k_ln2 = 0.69314718055994530942;
 
 /* ---- one sequence's view ---------------------------------------------------- */
 
-/* Lengths of sequence b and element offsets of its first token in each
- * tensor (dense: batch stride; varlen: token offset times row stride;
- * paged k/v: 0, fc_key_offset finds each key's page). */
+/* Lengths of sequence b and element offsets of its first token in q, o
+ * and lse (dense: batch stride; varlen: token offset times row stride),
+ * and the varlen base of its keys in k and v (fc_key_offset adds the rest). */
 typedef struct seq_view {
     int64_t b;
     int64_t sq, sk;
@@ -62,7 +62,6 @@ static void seq_view_of(const fc_fwd_params *p, int b, seq_view *sv)
     if (p->cu_seqlens_q) {
         int64_t tq = p->cu_seqlens_q[b], tk = p->cu_seqlens_k[b];
         sv->sq = p->cu_seqlens_q[b + 1] - tq;
-        sv->sk = p->cu_seqlens_k[b + 1] - tk;
         sv->q = tq * p->q_row_stride;
         sv->o = tq * p->o_row_stride;
         sv->lse = tq * p->lse_row_stride;
@@ -70,13 +69,12 @@ static void seq_view_of(const fc_fwd_params *p, int b, seq_view *sv)
         sv->v = tk * p->v_row_stride;
     } else {
         sv->sq = p->seqlen_q;
-        sv->sk = fc_used_keys(p, b);
         sv->q = (int64_t)b * p->q_batch_stride;
         sv->o = (int64_t)b * p->o_batch_stride;
         sv->lse = (int64_t)b * p->lse_batch_stride;
-        sv->k = p->block_table ? 0 : (int64_t)b * p->k_batch_stride;
-        sv->v = p->block_table ? 0 : (int64_t)b * p->v_batch_stride;
+        sv->k = sv->v = 0;
     }
+    sv->sk = fc_used_keys(p, b);
 }
 
 /* ---- a work item -------------------------------------------------------------- */

@@ -49,8 +49,9 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
     for (int jj = 0; jj < nb; jj++) {
         const int64_t key = j0 + jj;
         /* convert contiguously (vectorizes), then scatter into the transpose */
-        const int64_t koff = fc_key_offset(p, sv->b, sv->k, key, p->k_row_stride, p->k_batch_stride);
-        const int64_t voff = fc_key_offset(p, sv->b, sv->v, key, p->v_row_stride, p->v_batch_stride);
+        const fc_key_slot ks = fc_key_slot_of(p, sv->b, key); /* one page lookup for K and V */
+        const int64_t koff = fc_key_offset(ks, sv->k, p->k_row_stride, p->k_batch_stride);
+        const int64_t voff = fc_key_offset(ks, sv->v, p->v_row_stride, p->v_batch_stride);
         FC_ISA(load_f32)(p->k, p->dtype, koff + (int64_t)g * p->k_head_stride, D, t->krow, 1);
         if (job->f64)
             for (int64_t d = 0; d < D; d++) t->ktd[d * TILE_N + jj] = t->krow[d];
