@@ -77,17 +77,6 @@ static inline kit_shape tp_random_shape(uint64_t *rng, const tp_config *cfg)
 
 /* ---- named edges --------------------------------------------------------------- */
 
-static inline void tp_all_empty(kit_case *c)
-{
-    for (int b = 0; b < c->s.batch; b++) c->seqused_k[b] = 0;
-}
-
-/* 0, 1, 2, 3 keys: with 8 causal queries most rows see none */
-static inline void tp_few_keys(kit_case *c)
-{
-    for (int b = 0; b < c->s.batch; b++) c->seqused_k[b] = b % 4;
-}
-
 /* Every sequence reads sequence 0's pages (a shared prefix): one page in
  * several rows of the table. */
 static inline void tp_shared_pages(kit_case *c)
@@ -102,21 +91,25 @@ typedef struct tp_edge {
     const char *name;
     int batch, hq, hkv, sq, sk, d, page, causal, window_left;
     kit_seqused used;
-    void (*prep)(kit_case *c); /* after the inputs are drawn, or NULL */
+    /* after the inputs are drawn, or NULL; it may not give a sequence keys
+     * the draw left unused (the kit filled those rows with NaN) */
+    void (*prep)(kit_case *c);
 } tp_edge;
 
 #define TP_NONE KIT_SEQUSED_NONE
 #define TP_FULL KIT_SEQUSED_FULL
 #define TP_RAND KIT_SEQUSED_RANDOM
+#define TP_EMPTY KIT_SEQUSED_EMPTY
+#define TP_FEW KIT_SEQUSED_FEW /* 0, 1, 2, 3 keys: with 8 causal queries most rows see none */
 static const tp_edge tp_edges[] = {
     /* name                                   B  Hq  Hkv Sq   Sk    D    page  c  wl  used     prep */
-    {"all sequences empty (paged, causal)",   3, 8,  2,  4,   100,  128, 16,   1, -1, TP_RAND, tp_all_empty},
-    {"all sequences empty (dense seqused)",   2, 4,  4,  3,   50,   64,  0,    0, -1, TP_RAND, tp_all_empty},
+    {"all sequences empty (paged, causal)",   3, 8,  2,  4,   100,  128, 16,   1, -1, TP_EMPTY, NULL},
+    {"all sequences empty (dense seqused)",   2, 4,  4,  3,   50,   64,  0,    0, -1, TP_EMPTY, NULL},
     {"one page holds every key",              2, 4,  4,  3,   16,   64,  16,   0, -1, TP_FULL, NULL},
     {"one page, longer than the keys",        3, 4,  2,  2,   5,    128, 64,   1, -1, TP_RAND, NULL},
     {"page_size 1",                           3, 8,  1,  5,   37,   64,  1,    1, -1, TP_RAND, NULL},
     {"page_size 1, one key",                  1, 4,  4,  1,   1,    128, 1,    0, -1, TP_FULL, NULL},
-    {"seqused 0..3 causal (empty rows)",      4, 4,  2,  8,   64,   64,  16,   1, -1, TP_RAND, tp_few_keys},
+    {"seqused 0..3 causal (empty rows)",      4, 4,  2,  8,   64,   64,  16,   1, -1, TP_FEW,  NULL},
     {"dense seqused decode",                  4, 8,  2,  1,   300,  128, 0,    0, -1, TP_RAND, NULL},
     {"dense seqused causal window",           3, 4,  4,  8,   200,  64,  0,    1, 16, TP_RAND, NULL},
     {"chunked prefill, page 64",              2, 8,  2,  128, 600,  128, 64,   1, -1, TP_FULL, NULL},

@@ -27,8 +27,10 @@ typedef enum kit_layout {
 typedef enum kit_seqused {
     KIT_SEQUSED_NONE = 0,  /* NULL: every sequence uses all its keys (paged: the whole capacity) */
     KIT_SEQUSED_FULL = 1,  /* seqlen_k for every sequence                                     */
-    KIT_SEQUSED_RANDOM = 2 /* per sequence in [0, capacity]: 0, 1 and the capacity each 1/8,
-                            * else uniform                                                    */
+    KIT_SEQUSED_RANDOM = 2, /* per sequence in [0, capacity]: 0, 1 and the capacity each 1/8,
+                             * else uniform                                                    */
+    KIT_SEQUSED_EMPTY = 3,  /* 0 for every sequence                                            */
+    KIT_SEQUSED_FEW = 4     /* b % 4 for sequence b (at most the capacity): empty causal rows  */
 } kit_seqused;
 
 typedef struct kit_shape {

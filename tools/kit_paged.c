@@ -56,10 +56,12 @@ static int32_t unused_entry(const kit_case *c, int64_t i)
     return i % 4 == 1 ? c->num_pages + (int32_t)(i % 7) : far[i % 4];
 }
 
-static int32_t draw_used(const kit_case *c, uint64_t *rng)
+static int32_t draw_used(const kit_case *c, int b, uint64_t *rng)
 {
     const int64_t cap = capacity(c);
     if (c->s.seqused == KIT_SEQUSED_FULL) return c->s.seqlen_k;
+    if (c->s.seqused == KIT_SEQUSED_EMPTY) return 0;
+    if (c->s.seqused == KIT_SEQUSED_FEW) return (int32_t)(b % 4 < cap ? b % 4 : cap);
     switch (pick(rng, 8)) {
     case 0: return 0;
     case 1: return cap > 0 ? 1 : 0;
@@ -128,7 +130,7 @@ int kit_paged_setup(kit_case *c, uint64_t seed)
     if (s->seqused != KIT_SEQUSED_NONE) {
         c->used_bytes = (size_t)s->batch * sizeof(int32_t);
         if (!(c->seqused_k = malloc(c->used_bytes))) return -1;
-        for (int b = 0; b < s->batch; b++) c->seqused_k[b] = draw_used(c, &rng);
+        for (int b = 0; b < s->batch; b++) c->seqused_k[b] = draw_used(c, b, &rng);
         c->args.seqused_k = c->seqused_k;
     }
     if (s->page_size <= 0) return 0;
