@@ -179,6 +179,24 @@ typedef struct fc_attention_args {
      * has cu_seqlens_k); forward only. Block-table entries past a
      * sequence's used pages are never read. */
     const int32_t *seqused_k;
+    /* Append (docs/API.md, "Appending to the cache"). k_new.data non-NULL:
+     * k_new and v_new [batch, seqlen_new, heads_kv, head_dim], q's dtype,
+     * are written into the cache (k, v; dense or paged) at keys
+     * seqused_k[b] .. seqused_k[b] + seqlen_new - 1 before the attention,
+     * which then sees seqused_k[b] + seqlen_new keys. seqused_k is required
+     * (the lengths before the append) and is not updated. k and v are then
+     * written: they may share an allocation (an interleaved K/V cache) but
+     * no element, and overlap nothing else. Forward only, dense q.
+     * Rotary (rotary_cos.data non-NULL, needs k_new): cos and sin
+     * [seqlen_ro, rotary_dim / 2], q's dtype, rotate the first rotary_dim
+     * dims (even, <= head_dim) of k_new (position seqused_k[b] + t) and of q
+     * (position seqused_k[b] + i when causal or windowed, else
+     * seqused_k[b]; q itself is not modified). rotary_interleaved 1 pairs
+     * dims (2i, 2i+1) (GPT-J), 0 pairs (i, i + rotary_dim / 2) (GPT-NeoX).
+     * Every position must be < seqlen_ro. */
+    fc_tensor k_new, v_new;
+    fc_tensor rotary_cos, rotary_sin;
+    int32_t rotary_interleaved;
 } fc_attention_args;
 
 /* What the selection function chose (or would choose). */

@@ -96,6 +96,14 @@ static void locate_pointers(const fc_fwd_params *p, const fc_bwd_params *b, call
     }
     if (p->block_table) add_pointer(c, p->block_table, "block_table");
     if (p->seqused_k) add_pointer(c, p->seqused_k, "seqused_k");
+    if (p->app.k_new) {
+        add_pointer(c, p->app.k_new, "k_new");
+        add_pointer(c, p->app.v_new, "v_new");
+    }
+    if (p->app.cos) {
+        add_pointer(c, p->app.cos, "rotary_cos");
+        add_pointer(c, p->app.sin, "rotary_sin");
+    }
     if (b) {
         add_pointer(c, b->dout, "dout");
         add_pointer(c, b->dq, "dq");
@@ -347,11 +355,25 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params
     }
 }
 
+static fc_status run_cpu(fc_context *ctx, const fc_fwd_params *p, const fc_plan *plan)
+{
+    if (plan->backend == FC_BACKEND_CPU_REFERENCE) return fc_cpu_reference_forward(p, ctx->err, sizeof ctx->err);
+    return fc_cpu_tiled_forward(p, ctx->num_threads, ctx->err, sizeof ctx->err);
+}
+
 fc_status fc_run(fc_context *ctx, const fc_fwd_params *p, const fc_plan *plan, void *stream)
 {
     switch (plan->backend) {
-    case FC_BACKEND_CPU_REFERENCE: return fc_cpu_reference_forward(p, ctx->err, sizeof ctx->err);
-    case FC_BACKEND_CPU: return fc_cpu_tiled_forward(p, ctx->num_threads, ctx->err, sizeof ctx->err);
+    case FC_BACKEND_CPU_REFERENCE:
+    case FC_BACKEND_CPU: {
+        if (!p->app.k_new) return run_cpu(ctx, p, plan);
+        fc_fwd_params lp;
+        void *scratch = NULL;
+        fc_status st = fc_cpu_append(p, &lp, &scratch, ctx->err, sizeof ctx->err);
+        if (!st) st = run_cpu(ctx, &lp, plan);
+        free(scratch);
+        return st;
+    }
     case FC_BACKEND_CUDA: {
         fc_fwd_params q = *p;
         q.num_splits = plan->num_splits;

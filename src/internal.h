@@ -27,6 +27,20 @@ extern "C" {
  *         sequence b owns tokens cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1, batch strides are 0.
  * lse:    dense (b, h, s) at lse + b*lse_batch_stride + h*lse_head_stride + s*lse_row_stride;
  *         varlen (h, t)   at lse + h*lse_head_stride + t*lse_row_stride.          */
+/* The append step (k_new non-NULL; fc_attention_args has the rules).
+ * fc_run consumes it before any attention kernel runs (fc_cpu_append,
+ * cuda/append.h): the kernels get the rotated q, seqused_k + seqlen_new
+ * and app zeroed. */
+typedef struct fc_append_params {
+    const void *k_new, *v_new; /* [batch, seqlen_new, heads_kv, head_dim]  */
+    int64_t kn_batch_stride, kn_row_stride, kn_head_stride;
+    int64_t vn_batch_stride, vn_row_stride, vn_head_stride;
+    int32_t seqlen_new;
+    const void *cos, *sin;     /* [seqlen_ro, rotary_dim / 2]; NULL: none */
+    int64_t cos_row_stride, sin_row_stride;
+    int32_t rotary_dim, seqlen_ro, interleaved;
+} fc_append_params;
+
 typedef struct fc_fwd_params {
     const void *q, *k, *v;
     void *o;
@@ -64,6 +78,10 @@ typedef struct fc_fwd_params {
     int32_t num_splits;
     float *o_accum;   /* [num_splits, batch*heads_q, seqlen_q, head_dim] fp32 */
     float *lse_accum; /* [num_splits, batch*heads_q, seqlen_q] fp32            */
+
+    /* Append and rotary (fc_append_params): last in the struct, so the
+     * kernels' parameter layout stays put. */
+    fc_append_params app;
 } fc_fwd_params;
 
 /* The backward's plain-data params. f carries q, k, v, out (f.o, read here),
@@ -128,6 +146,11 @@ static inline int64_t fc_key_offset(fc_key_slot s, int64_t base, int64_t row_str
     return base + s.blk * batch_stride + s.row * row_stride;
 }
 
+/* Rotary positions of q: row i of sequence b is at seqused_k[b] (before
+ * the append) + i * step, step 1 when a mask makes the rows' positions
+ * matter (causal or a window), else 0 (flash-attn's rule). */
+static inline int fc_rotary_q_step(const fc_fwd_params *p) { return p->window_left >= 0 || p->window_right >= 0; }
+
 /* Keys sequence b uses: its varlen length, seqused_k, or all seqlen_k. */
 static inline int64_t fc_used_keys(const fc_fwd_params *p, int64_t b)
 {
@@ -158,6 +181,12 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
 /* Tiled online-softmax path, multithreaded over (batch, head, query tile).
  * num_threads <= 0 means one per online core. */
 fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *err, size_t err_len);
+
+/* The append step on host memory (append.c): k_new/v_new (rotated) into
+ * the cache, then *lp = p for the attention: q rotated into new scratch
+ * (when rotary), seqused_k + seqlen_new, app cleared. *scratch (free() it
+ * after the attention) holds both. */
+fc_status fc_cpu_append(const fc_fwd_params *p, fc_fwd_params *lp, void **scratch, char *err, size_t err_len);
 
 /* Backward: the fp64 oracle (dq, dk, dv each rounded once) and the tiled
  * multithreaded path. Both deterministic; both allocate their own scratch. */

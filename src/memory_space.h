@@ -8,7 +8,7 @@
 #define FC_MEMORY_SPACE_H
 
 /* Most pointers one call hands the library (the backward's 11, plus room). */
-#define FC_MAX_CALL_POINTERS 14
+#define FC_MAX_CALL_POINTERS 18
 
 /* is_device[i] = 1 if ptrs[i] is device or managed memory, else 0 (host,
  * pinned host, unknown). n <= FC_MAX_CALL_POINTERS. Every pointer must stay

@@ -68,6 +68,8 @@ static const char *const dims_kv_var[] = {"total_k", "heads_kv", "head_dim"};
 static const char *const dims_pages[] = {"num_pages", "page_size", "heads_kv", "head_dim"};
 static const char *const dims_lse[] = {"batch", "heads_q", "seqlen_q"};
 static const char *const dims_lse_var[] = {"heads_q", "total_q"};
+static const char *const dims_new[] = {"batch", "seqlen_new", "heads_kv", "head_dim"};
+static const char *const dims_rotary[] = {"seqlen_ro", "rotary_dim / 2"};
 
 /* Shape, stride and pointer checks common to every tensor. empty_dim is the
  * one dimension that may be 0 (the token count of a varlen tensor), or -1. */
@@ -173,8 +175,9 @@ static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int 
     const char *const *dq = varlen ? dims_q_var : dims_q;
     const char *const *dkv = varlen ? dims_kv_var : a->block_table ? dims_pages : dims_kv;
     if ((st = check_tensor(ctx, "q", &a->q, nd, dq, e0, 0))) return st;
-    if ((st = check_tensor(ctx, "k", &a->k, nd, dkv, e0, 0))) return st;
-    if ((st = check_tensor(ctx, "v", &a->v, nd, dkv, e0, 0))) return st;
+    const int append = a->k_new.data != NULL; /* the cache is written */
+    if ((st = check_tensor(ctx, "k", &a->k, nd, dkv, e0, append))) return st;
+    if ((st = check_tensor(ctx, "v", &a->v, nd, dkv, e0, append))) return st;
     if ((st = check_tensor(ctx, "out", &a->out, nd, dq, e0, !bwd))) return st;
 
     const int o = varlen ? 1 : 0; /* index shift: varlen tensors have no batch dim */
@@ -305,6 +308,79 @@ static uint64_t block_table_entries(const fc_attention_args *a)
     return (uint64_t)(a->q.shape[0] - 1) * (uint64_t)stride + (uint64_t)a->max_pages_per_seq;
 }
 
+/* k_new / v_new against q and the cache, the rotary tables against the
+ * head dim. Their contents (positions within the cache and the tables)
+ * are checked by fc_check_paged with seqused_k. */
+static fc_status check_new_kv(fc_context *ctx, const fc_attention_args *a)
+{
+    fc_status st;
+    if ((int)a->k_new.dtype != (int)a->q.dtype || (int)a->v_new.dtype != (int)a->q.dtype)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "k_new (%s) and v_new (%s) must have q's dtype %s",
+                            fc_dtype_name(a->k_new.dtype), fc_dtype_name(a->v_new.dtype), fc_dtype_name(a->q.dtype));
+    if ((st = check_tensor(ctx, "k_new", &a->k_new, 4, dims_new, 1, 0))) return st;
+    if ((st = check_tensor(ctx, "v_new", &a->v_new, 4, dims_new, 1, 0))) return st;
+    if (!same_shape(&a->k_new, &a->v_new))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "v_new.shape must equal k_new.shape");
+    if (a->k_new.shape[0] != a->q.shape[0] || a->k_new.shape[2] != a->k.shape[2] ||
+        a->k_new.shape[3] != a->q.shape[3])
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "k_new.shape is [%lld, %lld, %lld, %lld]: must be [batch %lld, seqlen_new, heads_kv %lld, "
+                            "head_dim %lld]", (long long)a->k_new.shape[0], (long long)a->k_new.shape[1],
+                            (long long)a->k_new.shape[2], (long long)a->k_new.shape[3], (long long)a->q.shape[0],
+                            (long long)a->k.shape[2], (long long)a->q.shape[3]);
+    return FC_OK;
+}
+
+static fc_status check_rotary(fc_context *ctx, const fc_attention_args *a)
+{
+    if (!a->rotary_cos.data || !a->rotary_sin.data)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "rotary_cos and rotary_sin go together: %s.data is NULL",
+                            a->rotary_cos.data ? "rotary_sin" : "rotary_cos");
+    if ((int)a->rotary_cos.dtype != (int)a->q.dtype || (int)a->rotary_sin.dtype != (int)a->q.dtype)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "rotary_cos (%s) and rotary_sin (%s) must have q's dtype %s",
+                            fc_dtype_name(a->rotary_cos.dtype), fc_dtype_name(a->rotary_sin.dtype),
+                            fc_dtype_name(a->q.dtype));
+    fc_status st;
+    if ((st = check_tensor(ctx, "rotary_cos", &a->rotary_cos, 2, dims_rotary, -1, 0))) return st;
+    if ((st = check_tensor(ctx, "rotary_sin", &a->rotary_sin, 2, dims_rotary, -1, 0))) return st;
+    if (!same_shape(&a->rotary_cos, &a->rotary_sin))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "rotary_sin.shape must equal rotary_cos.shape");
+    if (2 * a->rotary_cos.shape[1] > a->q.shape[3])
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "rotary_cos.shape[1] is %lld: rotary_dim %lld exceeds head_dim %lld",
+                            (long long)a->rotary_cos.shape[1], 2 * (long long)a->rotary_cos.shape[1],
+                            (long long)a->q.shape[3]);
+    return FC_OK;
+}
+
+/* The append step's arguments (k_new, v_new, rotary): forward, dense q,
+ * with seqused_k. */
+static fc_status check_append_args(fc_context *ctx, const fc_attention_args *a, int varlen, int bwd)
+{
+    if (a->rotary_interleaved != 0 && a->rotary_interleaved != 1)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "rotary_interleaved is %d: use 0 or 1",
+                            (int)a->rotary_interleaved);
+    const int append = a->k_new.data || a->v_new.data, rotary = a->rotary_cos.data || a->rotary_sin.data;
+    if (!append && !rotary) return FC_OK;
+    if (bwd)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "k_new/v_new and rotary_cos/sin are forward-only (a decoding step's append)");
+    if (varlen)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "k_new/v_new with cu_seqlens (varlen q) is not supported: give q dense and the "
+                            "cache lengths in seqused_k");
+    if (!a->k_new.data || !a->v_new.data)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s", !append ? "rotary_cos/sin rotate q and k_new: set "
+                                                                           "k_new and v_new too"
+                                                                         : "k_new and v_new go together: one is NULL");
+    if (!a->seqused_k)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "k_new needs seqused_k: the cache lengths the new keys are written after");
+    fc_status st = check_new_kv(ctx, a);
+    if (st) return st;
+    return rotary ? check_rotary(ctx, a) : FC_OK;
+}
+
 /* The backward's dout (like out, read) and dq, dk, dv (like q, k, v, written). */
 static fc_status check_grads(fc_context *ctx, const fc_attention_backward_args *b, int varlen)
 {
@@ -340,6 +416,11 @@ static fc_status check_grads(fc_context *ctx, const fc_attention_backward_args *
 
 /* ---- aliasing ------------------------------------------------------------------ */
 
+/* Read spans at most: 7 tensors (q, k, v, k_new, v_new, rotary_cos/sin), 7
+ * arrays (cu_seqlens x2, block_table, seqused_k, 3 descales) and the
+ * backward's out, lse and dout. */
+#define FC_MAX_SPANS 18
+
 /* The bytes [lo, hi) a call reads or writes through one argument. */
 typedef struct span {
     const char *name;
@@ -369,14 +450,23 @@ static int spans_overlap(const span *a, const span *b)
     return a->lo < a->hi && b->lo < b->hi && a->lo < b->hi && b->lo < a->hi;
 }
 
-/* Everything the call reads: q, k, v, then the int32/float arrays (varlen
- * cu_seqlens of num_seqs + 1 entries, the per-tensor descales where set). */
-static int read_spans(const fc_attention_args *a, int varlen, span in[13])
+/* Everything the call reads: the tensors (q, k and v unless appended to,
+ * the appended keys and rotary tables), then from index *arrays the
+ * int32/float arrays (varlen cu_seqlens of num_seqs + 1 entries, the block
+ * table, seqused_k, the per-tensor descales where set). */
+static int read_spans(const fc_attention_args *a, int varlen, span in[FC_MAX_SPANS], int *arrays)
 {
     int n = 0;
     in[n++] = span_of_tensor("q", &a->q);
-    in[n++] = span_of_tensor("k", &a->k);
-    in[n++] = span_of_tensor("v", &a->v);
+    if (!a->k_new.data) { /* else the cache is written: an output */
+        in[n++] = span_of_tensor("k", &a->k);
+        in[n++] = span_of_tensor("v", &a->v);
+    }
+    const fc_tensor *app[4] = {&a->k_new, &a->v_new, &a->rotary_cos, &a->rotary_sin};
+    static const char *const an[4] = {"k_new", "v_new", "rotary_cos", "rotary_sin"};
+    for (int i = 0; i < 4; i++)
+        if (app[i]->data) in[n++] = span_of_tensor(an[i], app[i]);
+    *arrays = n;
     if (varlen) {
         const uint64_t bytes = ((uint64_t)a->num_seqs + 1) * sizeof(int32_t);
         in[n++] = span_of_bytes("cu_seqlens_q", a->cu_seqlens_q, bytes);
@@ -395,13 +485,17 @@ static int read_spans(const fc_attention_args *a, int varlen, span in[13])
 /* What the call writes: the forward's out and lse (when requested); the
  * backward's dq, dk, dv and the caller's workspace. The backward reads out,
  * lse and dout: they join the inputs. */
-static int write_spans(const fc_attention_args *a, const fc_attention_backward_args *b, span in[13],
-                       int *ni, span out[4])
+static int write_spans(const fc_attention_args *a, const fc_attention_backward_args *b, span in[FC_MAX_SPANS],
+                       int *ni, span out[6])
 {
     int no = 0;
     if (!b) {
         out[no++] = span_of_tensor("out", &a->out);
         if (a->lse.data) out[no++] = span_of_tensor("lse", &a->lse);
+        if (a->k_new.data) { /* last: they may share an allocation (check_pointers) */
+            out[no++] = span_of_tensor("k", &a->k);
+            out[no++] = span_of_tensor("v", &a->v);
+        }
         return no;
     }
     in[(*ni)++] = span_of_tensor("out", &a->out);
@@ -419,9 +513,10 @@ static int write_spans(const fc_attention_args *a, const fc_attention_backward_a
 static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
                                 const fc_attention_backward_args *b, int varlen)
 {
-    span in[13], out[4];
-    int ni = read_spans(a, varlen, in);
-    for (int i = 3; i < ni; i++) /* past q, k, v: int32 and float arrays */
+    span in[FC_MAX_SPANS], out[6];
+    int arrays;
+    int ni = read_spans(a, varlen, in, &arrays);
+    for (int i = arrays; i < ni; i++) /* int32 and float arrays */
         if (in[i].lo % 4 != 0)
             return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to its 4-byte elements",
                                 in[i].name, (const void *)(uintptr_t)in[i].lo);
@@ -432,9 +527,11 @@ static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
                 return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                                     "%s overlaps %s in memory: outputs must not alias inputs", out[o].name,
                                     in[i].name);
+    /* an appended-to k and v (the last two) may interleave in one allocation */
+    const int kv_shared = a->k_new.data && !b;
     for (int o = 1; o < no; o++)
         for (int e = 0; e < o; e++)
-            if (spans_overlap(&out[o], &out[e]))
+            if (!(kv_shared && o == no - 1 && e == no - 2) && spans_overlap(&out[o], &out[e]))
                 return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                                     "%s overlaps %s in memory: outputs must not alias each other",
                                     out[o].name, out[e].name);
@@ -442,6 +539,23 @@ static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
 }
 
 /* ---- the params ------------------------------------------------------------------- */
+
+static void fill_append(const fc_attention_args *a, fc_append_params *ap)
+{
+    ap->k_new = a->k_new.data;
+    ap->v_new = a->v_new.data;
+    set_strides(&a->k_new, 0, &ap->kn_batch_stride, &ap->kn_row_stride, &ap->kn_head_stride);
+    set_strides(&a->v_new, 0, &ap->vn_batch_stride, &ap->vn_row_stride, &ap->vn_head_stride);
+    ap->seqlen_new = (int32_t)a->k_new.shape[1];
+    ap->interleaved = a->rotary_interleaved;
+    if (!a->rotary_cos.data) return;
+    ap->cos = a->rotary_cos.data;
+    ap->sin = a->rotary_sin.data;
+    ap->cos_row_stride = a->rotary_cos.stride[0];
+    ap->sin_row_stride = a->rotary_sin.stride[0];
+    ap->seqlen_ro = (int32_t)a->rotary_cos.shape[0];
+    ap->rotary_dim = 2 * (int32_t)a->rotary_cos.shape[1];
+}
 
 /* Translate checked args into params. */
 static void fill_params(const fc_attention_args *a, int varlen, fc_fwd_params *p, int *nothing_to_do)
@@ -492,6 +606,7 @@ static void fill_params(const fc_attention_args *a, int varlen, fc_fwd_params *p
         p->max_pages = a->max_pages_per_seq;
         p->seqlen_k = p->max_pages * p->page_size; /* check_paged_args: fits int32 */
     }
+    if (a->k_new.data) fill_append(a, &p->app);
 }
 
 /* The checks of both calls, in one order; b is NULL for the forward. */
@@ -514,6 +629,7 @@ static fc_status check_call(fc_context *ctx, const fc_attention_args *a, const f
     if (b && (st = check_grads(ctx, b, varlen))) return st;
     if (varlen && (st = check_varlen_args(ctx, a))) return st;
     if ((st = check_paged_args(ctx, a, varlen, b != NULL))) return st;
+    if ((st = check_append_args(ctx, a, varlen, b != NULL))) return st;
     if ((st = check_pointers(ctx, a, b, varlen))) return st;
     /* after the pointer checks, so a descale that aliases an output is named */
     if (a->q_descale || a->k_descale || a->v_descale)
@@ -570,12 +686,22 @@ fc_status fc_check_varlen(fc_context *ctx, const fc_fwd_params *p, const int32_t
  * in [0, seqlen_k], every page a sequence uses in [0, num_pages). */
 fc_status fc_check_paged(fc_context *ctx, const fc_fwd_params *p, const int32_t *used, const int32_t *table)
 {
+    const fc_append_params *ap = &p->app;
     for (int b = 0; b < p->batch; b++) {
-        const int64_t keys = used ? used[b] : p->seqlen_k;
-        if (keys < 0 || keys > p->seqlen_k)
+        const int64_t start = used ? used[b] : p->seqlen_k, keys = start + ap->seqlen_new;
+        if (start < 0 || keys > p->seqlen_k)
             return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                "seqused_k[%d] is %lld: must be in [0, %d]%s", b, (long long)keys,
-                                (int)p->seqlen_k, p->block_table ? " (max_pages_per_seq * page_size)" : " (seqlen_k)");
+                                "seqused_k[%d] is %lld%s: must be in [0, %lld]%s", b, (long long)start,
+                                ap->k_new ? " before seqlen_new keys are appended" : "",
+                                (long long)p->seqlen_k - ap->seqlen_new,
+                                p->block_table ? " (max_pages_per_seq * page_size)" : " (seqlen_k)");
+        /* the last rotary position: k_new's last row, or q's (rows step) */
+        const int64_t q_last = fc_rotary_q_step(p) ? p->seqlen_q - 1 : 0;
+        const int64_t last = start + (ap->seqlen_new - 1 > q_last ? ap->seqlen_new - 1 : q_last);
+        if (ap->cos && last >= ap->seqlen_ro)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "sequence %d needs rotary position %lld: rotary_cos/sin have %d rows (seqlen_ro)", b,
+                                (long long)last, (int)ap->seqlen_ro);
         if (!table) continue;
         const int64_t pages = (keys + p->page_size - 1) / p->page_size;
         for (int64_t j = 0; j < pages; j++) {

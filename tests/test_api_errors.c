@@ -40,7 +40,38 @@ enum {
     F_D600 = 1 << 3,   /* base case with head_dim 600                                     */
     F_PAGED = 1 << 4,  /* base case with a paged k/v cache (page 3) and seqused_k         */
     F_USED = 1 << 5,   /* base case with dense k/v and seqused_k                          */
+    F_APPEND = 1 << 6, /* with F_USED or F_PAGED: 2 keys appended (k_new, v_new), rotary on
+                        * half the head dim                                               */
 };
+
+/* The appended keys and rotary tables of F_APPEND cases: [2, 2, 2, 16]
+ * and [16, 4], zeros (valid values; the rows break shapes and pointers). */
+static float g_new[2][2 * 2 * 2 * 16], g_rot[2][16 * 4];
+
+static fc_tensor dense_tensor(void *data, fc_dtype dt, int nd, const int64_t *shape)
+{
+    fc_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dt;
+    t.ndim = nd;
+    int64_t st = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        t.shape[i] = shape[i];
+        t.stride[i] = st;
+        st *= shape[i];
+    }
+    return t;
+}
+
+static void attach_append(fc_attention_args *a)
+{
+    static const int64_t nshape[4] = {2, 2, 2, 16}, rshape[2] = {16, 4};
+    a->k_new = dense_tensor(g_new[0], a->q.dtype, 4, nshape);
+    a->v_new = dense_tensor(g_new[1], a->q.dtype, 4, nshape);
+    a->rotary_cos = dense_tensor(g_rot[0], a->q.dtype, 2, rshape);
+    a->rotary_sin = dense_tensor(g_rot[1], a->q.dtype, 2, rshape);
+}
 
 static kit_shape base_shape(int flags)
 {
@@ -52,6 +83,7 @@ static kit_shape base_shape(int flags)
      * entries are all used, so each is checked */
     s.page_size = flags & F_PAGED ? 3 : 0;
     s.seqused = flags & (F_PAGED | F_USED) ? KIT_SEQUSED_FULL : KIT_SEQUSED_NONE;
+    s.append = flags & F_APPEND ? 2 : 0; /* the kit leaves room: seqused_k 5 (dense), 7 (paged) */
     if (flags & F_D600) {
         s.batch = 1; s.heads_q = 1; s.heads_kv = 1; s.seqlen_q = 2; s.seqlen_k = 3; s.head_dim = 600;
     }
@@ -240,6 +272,20 @@ MUT(m_table_in_out, a->block_table = (const int32_t *)c->out;)
 MUT(m_used_in_lse, a->seqused_k = (const int32_t *)c->lse;)
 static const int32_t k_table_dummy[4] = {0, 1, 2, 0};
 MUT(m_varlen_table, a->block_table = k_table_dummy; a->max_pages_per_seq = 1;)
+/* the append step: k_new / v_new and the rotary tables */
+MUT(m_new_no_used, a->seqused_k = NULL;)
+MUT(m_new_v_null, a->v_new.data = NULL;)
+MUT(m_new_dtype, a->k_new.dtype = FC_DTYPE_BF16;)
+MUT(m_new_heads, a->k_new.shape[2] = 1; a->v_new.shape[2] = 1;)
+MUT(m_new_last_stride, a->v_new.stride[3] = 2;)
+MUT(m_new_is_k, a->k_new.data = c->k;)
+MUT(m_new_past_cache, c->seqused_k[1] += 1;)
+MUT(m_rot_only, a->k_new.data = NULL; a->v_new.data = NULL;)
+MUT(m_rot_sin_null, a->rotary_sin.data = NULL;)
+MUT(m_rot_too_wide, a->rotary_cos.shape[1] = a->rotary_sin.shape[1] = 9;)
+MUT(m_rot_too_short, a->rotary_cos.shape[0] = a->rotary_sin.shape[0] = 6;)
+MUT(m_rot_interleaved, a->rotary_interleaved = 2;)
+MUT(m_rot_varlen, attach_append(a);)
 MUT(m_varlen_used, a->seqused_k = k_table_dummy;)
 /* backend */
 MUT(m_backend_7, a->backend = (fc_backend)7;)
@@ -406,6 +452,20 @@ static const row k_rows[] = {
     {"seqused_k inside lse", m_used_in_lse, F_PAGED, INV, "lse overlaps seqused_k"},
     {"block_table with cu_seqlens", m_varlen_table, F_VARLEN, UNS, "block_table with cu_seqlens"},
     {"seqused_k with cu_seqlens", m_varlen_used, F_VARLEN, INV, "seqused_k with cu_seqlens"},
+    {"k_new without seqused_k", m_new_no_used, F_USED | F_APPEND, INV, "k_new needs seqused_k"},
+    {"k_new without v_new", m_new_v_null, F_PAGED | F_APPEND, INV, "k_new and v_new go together"},
+    {"k_new dtype bf16", m_new_dtype, F_USED | F_APPEND, INV, "k_new (bf16)"},
+    {"k_new heads 1 of 2", m_new_heads, F_PAGED | F_APPEND | F_F32, INV, "k_new.shape"},
+    {"v_new last stride 2", m_new_last_stride, F_USED | F_APPEND, INV, "v_new.stride[3]"},
+    {"k_new is the cache", m_new_is_k, F_USED | F_APPEND, INV, "k overlaps k_new"},
+    {"appended keys past the cache", m_new_past_cache, F_USED | F_APPEND, INV, "before seqlen_new keys"},
+    {"appended keys past the pages", m_new_past_cache, F_PAGED | F_APPEND, INV, "seqused_k[1] is 8"},
+    {"rotary without k_new", m_rot_only, F_USED | F_APPEND, INV, "set k_new and v_new"},
+    {"rotary_sin NULL", m_rot_sin_null, F_PAGED | F_APPEND, INV, "rotary_sin.data is NULL"},
+    {"rotary_dim 18 > head_dim", m_rot_too_wide, F_USED | F_APPEND, INV, "exceeds head_dim"},
+    {"rotary tables too short", m_rot_too_short, F_USED | F_APPEND | F_F32, INV, "rotary position 6"},
+    {"rotary_interleaved 2", m_rot_interleaved, F_USED | F_APPEND, INV, "rotary_interleaved is 2"},
+    {"k_new with cu_seqlens", m_rot_varlen, F_VARLEN, UNS, "k_new/v_new with cu_seqlens"},
     {"backend 7", m_backend_7, F_KEEPB, INV, "backend"},
     {"backend -1", m_backend_neg, F_KEEPB, INV, "backend"},
     {"head_dim 600 on cpu", m_none, F_D600, UNS, "supported 1 to 512"},
@@ -486,6 +546,7 @@ static void run_row(fc_context *ctx, const row *r, uint64_t seed)
         return;
     }
     fc_attention_args a = c.args;
+    if (r->flags & F_APPEND) attach_append(&a);
     /* the unbroken case must be accepted (except the d600 row, whose whole
      * point is a valid request beyond the CPU limit) */
     if (!(r->flags & F_D600)) {

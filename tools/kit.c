@@ -255,6 +255,7 @@ static int shape_ok(const kit_shape *s)
     if (s->batch <= 0 || s->heads_q <= 0 || s->heads_kv <= 0 || s->seqlen_q < 0 || s->seqlen_k < 0 ||
         s->head_dim <= 0 || kit_dtype_size(s->dtype) == 0 || s->page_size < 0)
         return 0;
+    if (s->append < 0 || (s->append > 0 && (s->seqused == KIT_SEQUSED_NONE || s->append > s->seqlen_k))) return 0;
     return !(s->varlen && (s->page_size > 0 || s->seqused != KIT_SEQUSED_NONE)); /* dense-only options */
 }
 

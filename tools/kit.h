@@ -53,6 +53,9 @@ typedef struct kit_shape {
     int page_size;               /* > 0: k and v are a paged cache of pages of this many
                                   * keys (kit_paged.c); 0: dense. Not with varlen.       */
     kit_seqused seqused;         /* seqused_k (dense or paged); not with varlen         */
+    int append;                  /* > 0 (with seqused): keys each sequence appends
+                                  * (k_new, supplied by the test): seqused_k leaves room
+                                  * for them and kit_case_keys counts them                */
 } kit_shape;
 
 /* A problem with its host buffers. args holds host pointers into them. */

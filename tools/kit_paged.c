@@ -58,8 +58,8 @@ static int32_t unused_entry(const kit_case *c, int64_t i)
 
 static int32_t draw_used(const kit_case *c, int b, uint64_t *rng)
 {
-    const int64_t cap = capacity(c);
-    if (c->s.seqused == KIT_SEQUSED_FULL) return c->s.seqlen_k;
+    const int64_t room = capacity(c) - c->s.append, cap = room > 0 ? room : 0;
+    if (c->s.seqused == KIT_SEQUSED_FULL) return (int32_t)(c->s.seqlen_k < cap ? c->s.seqlen_k : cap);
     if (c->s.seqused == KIT_SEQUSED_EMPTY) return 0;
     if (c->s.seqused == KIT_SEQUSED_FEW) return (int32_t)(b % 4 < cap ? b % 4 : cap);
     switch (pick(rng, 8)) {
@@ -146,7 +146,7 @@ int kit_paged_setup(kit_case *c, uint64_t seed)
 int64_t kit_case_keys(const kit_case *c, int b)
 {
     if (c->cu_k) return c->cu_k[b + 1] - c->cu_k[b];
-    if (c->seqused_k) return c->seqused_k[b];
+    if (c->seqused_k) return c->seqused_k[b] + c->s.append;
     return capacity(c);
 }
 

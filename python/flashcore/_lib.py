@@ -62,6 +62,11 @@ class fc_attention_args(ctypes.Structure):
         ("max_pages_per_seq", ctypes.c_int32),
         ("block_table_stride", ctypes.c_int64),  # 0 = max_pages_per_seq
         ("seqused_k", ctypes.c_void_p),  # int32 [batch] keys in use, NULL = all
+        ("k_new", fc_tensor),  # appended keys, [batch, seqlen_new, heads_kv, d]
+        ("v_new", fc_tensor),
+        ("rotary_cos", fc_tensor),  # [seqlen_ro, rotary_dim / 2]
+        ("rotary_sin", fc_tensor),
+        ("rotary_interleaved", ctypes.c_int32),
     ]
 
 

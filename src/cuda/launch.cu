@@ -1,6 +1,7 @@
 /*
  * launch.cu -- the CUDA layer's entry for running a planned kernel choice:
- *   fc_cuda_forward                 split-KV workspace + path launcher + combine
+ *   fc_cuda_forward                 the append step (append.cu) where asked, split-KV
+ *                                   workspace + path launcher + combine
  *   fc_cuda_backward                workspace (the caller's or stream-ordered) + the
  *                                   planned path's backward
  *   fc_cuda_tile_shape              block_m/block_n of a choice, either path
@@ -11,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/append.h"
 #include "cuda/combine.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm80/fwd_args.h"
@@ -102,6 +104,21 @@ fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const f
     return ws_free(ws, stream, st, err, err_len);
 }
 
+/* The append step, when the call has one, then the attention on what it
+ * left (its scratch freed in stream order after both). */
+fc_status run_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev, void *stream,
+                      char *err, size_t err_len)
+{
+    if (!p->app.k_new) return run_path(p, choice, dev, stream, err, err_len);
+    void *ws = nullptr;
+    fc_status st = ws_alloc(&ws, fc_cuda_append_scratch_bytes(p), stream, "append step", err, err_len);
+    if (st != FC_OK) return st;
+    fc_fwd_params lp;
+    st = fc_cuda_append(p, ws, choice->pdl, stream, &lp, err, err_len);
+    if (st == FC_OK) st = run_path(&lp, choice, dev, stream, err, err_len);
+    return ws_free(ws, stream, st, err, err_len);
+}
+
 /* The backward: the caller's workspace or one of the library's, then the
  * planned path's kernels. */
 fc_status run_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, const fc_cuda_device *dev,
@@ -139,7 +156,7 @@ fc_status on_device(const fc_cuda_device *dev, char *err, size_t err_len, Fn fn)
 extern "C" fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
                                      const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
 {
-    return on_device(dev, err, err_len, [&] { return run_path(p, choice, dev, stream, err, err_len); });
+    return on_device(dev, err, err_len, [&] { return run_forward(p, choice, dev, stream, err, err_len); });
 }
 
 extern "C" fc_status fc_cuda_backward(const fc_bwd_params *p, const fc_cuda_choice *choice,

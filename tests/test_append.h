@@ -1,0 +1,328 @@
+/*
+ * test_append.h -- what the append tests share (test_append.c on the CPU
+ * backends, test_cuda_paged.c's append group on CUDA): a paged or dense
+ * cache case (kit, with room for the new keys), k_new / v_new and RoPE
+ * tables, and the oracle, computed here and not by the library's append
+ * step: the cache after the append and q rotated, in double, then the fp64
+ * reference attention over them. A backend's call with k_new is judged on
+ * its output (the kit's gates, every element written, empty rows) and on
+ * the cache it leaves: v bit for bit, k within one rounding of the
+ * oracle's, every other element untouched.
+ *
+ * Header-only (static), like test_paged.h.
+ */
+#ifndef FC_TEST_APPEND_H
+#define FC_TEST_APPEND_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashcore.h"
+#include "kit.h"
+#include "test_paged.h"
+#include "test_util.h"
+
+typedef struct ta_case {
+    tp_ref r;                  /* r.c: the case, its k/v the cache before the append;
+                                * r.out/lse: the oracle's attention              */
+    void *k0, *v0;             /* the cache before, kept                          */
+    void *k_exp, *v_exp;       /* the oracle's cache after                        */
+    void *k_new, *v_new, *cos, *sin, *q_rot;
+    size_t new_bytes, rot_bytes;
+    int rotary_dim, interleaved;
+    fc_attention_args args;    /* r.c.args + k_new, v_new and the tables (host)  */
+} ta_case;
+
+static inline void ta_free(ta_case *t)
+{
+    free(t->k0); free(t->v0); free(t->k_exp); free(t->v_exp);
+    free(t->k_new); free(t->v_new); free(t->cos); free(t->sin); free(t->q_rot);
+    tp_ref_free(&t->r);
+    memset(t, 0, sizeof *t);
+}
+
+/* Element offset of head h of key j of sequence b in a cache tensor. */
+static inline int64_t ta_slot(const kit_case *c, const fc_tensor *t, int b, int64_t j, int h)
+{
+    int64_t blk = b, row = j;
+    if (c->block_table) {
+        blk = c->block_table[b * c->table_stride + j / c->s.page_size];
+        row = j % c->s.page_size;
+    }
+    return blk * t->stride[0] + row * t->stride[1] + h * t->stride[2];
+}
+
+/* x (head_dim doubles) rotated to position pos with t's tables. */
+static inline void ta_rotate(const ta_case *t, int64_t pos, double *x)
+{
+    const int half = t->rotary_dim / 2;
+    const fc_dtype dt = t->r.c.s.dtype;
+    for (int i = 0; i < half; i++) {
+        const double c = kit_load(t->cos, dt, pos * half + i), s = kit_load(t->sin, dt, pos * half + i);
+        const int a = t->interleaved ? 2 * i : i, b = t->interleaved ? 2 * i + 1 : i + half;
+        const double xa = x[a], xb = x[b];
+        x[a] = xa * c - xb * s;
+        x[b] = xb * c + xa * s;
+    }
+}
+
+/* The oracle's cache: k_new rows (rotated) and v_new rows at their keys. */
+static inline void ta_oracle_cache(ta_case *t)
+{
+    const kit_case *c = &t->r.c;
+    const kit_shape *s = &c->s;
+    const int d = s->head_dim;
+    double x[512];
+    memcpy(t->k_exp, c->k, c->k_bytes);
+    memcpy(t->v_exp, c->v, c->v_bytes);
+    for (int b = 0; b < s->batch; b++)
+        for (int n = 0; n < s->append; n++)
+            for (int h = 0; h < s->heads_kv; h++) {
+                const int64_t j = c->seqused_k[b] + n, src = (((int64_t)b * s->append + n) * s->heads_kv + h) * d;
+                const int64_t kd = ta_slot(c, &c->args.k, b, j, h), vd = ta_slot(c, &c->args.v, b, j, h);
+                for (int e = 0; e < d; e++) x[e] = kit_load(t->k_new, s->dtype, src + e);
+                if (t->rotary_dim) ta_rotate(t, j, x);
+                for (int e = 0; e < d; e++) {
+                    kit_store(t->k_exp, s->dtype, kd + e, (float)x[e]);
+                    kit_store(t->v_exp, s->dtype, vd + e, kit_load(t->v_new, s->dtype, src + e));
+                }
+            }
+}
+
+/* The oracle's q: rotated (when rotary) into q_rot, [batch, sq, hq, d];
+ * rows at seqused_k[b] + i when a mask applies, else all at seqused_k[b]. */
+static inline void ta_oracle_q(ta_case *t)
+{
+    const kit_case *c = &t->r.c;
+    const kit_shape *s = &c->s;
+    const int d = s->head_dim, step = s->causal || s->window_left >= 0 || s->window_right >= 0;
+    double x[512];
+    for (int b = 0; b < s->batch; b++)
+        for (int i = 0; i < s->seqlen_q; i++)
+            for (int h = 0; h < s->heads_q; h++) {
+                const fc_tensor *q = &c->args.q;
+                const int64_t src = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
+                const int64_t dst = (((int64_t)b * s->seqlen_q + i) * s->heads_q + h) * d;
+                for (int e = 0; e < d; e++) x[e] = kit_load(c->q, s->dtype, src + e);
+                if (t->rotary_dim) ta_rotate(t, c->seqused_k[b] + (int64_t)i * step, x);
+                for (int e = 0; e < d; e++) kit_store(t->q_rot, s->dtype, dst + e, (float)x[e]);
+            }
+}
+
+/* A contiguous [n0, n1, n2, n3] tensor (n2, n3 = 0: 2-D [n0, n1]). */
+static inline fc_tensor ta_tensor(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
+{
+    fc_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dt;
+    t.ndim = n2 ? 4 : 2;
+    const int64_t sh[4] = {n0, n1, n2, n3};
+    int64_t st = 1;
+    for (int i = t.ndim - 1; i >= 0; i--) {
+        t.shape[i] = sh[i];
+        t.stride[i] = st;
+        st *= sh[i];
+    }
+    return t;
+}
+
+/* The fp64 reference over the oracle's cache and q: r.out / r.lse. */
+static inline fc_status ta_oracle_attention(fc_context *ctx, ta_case *t, int32_t *used)
+{
+    kit_case *c = &t->r.c;
+    const kit_shape *s = &c->s;
+    fc_attention_args a = c->args;
+    a.q = ta_tensor(t->q_rot, s->dtype, s->batch, s->seqlen_q, s->heads_q, s->head_dim);
+    a.k.data = t->k_exp;
+    a.v.data = t->v_exp;
+    for (int b = 0; b < s->batch; b++) used[b] = c->seqused_k[b] + s->append;
+    a.seqused_k = used;
+    a.out.data = t->r.out;
+    if (c->lse) a.lse.data = t->r.lse;
+    a.backend = FC_BACKEND_CPU_REFERENCE;
+    kit_poison(t->r.out, c->out_bytes, s->dtype, t->r.lse, c->lse_bytes);
+    return fc_attention_forward(ctx, &a, NULL, NULL);
+}
+
+/* Random k_new / v_new and RoPE tables (base 10000) over every position the
+ * call reaches; rotary_dim 0: none. */
+static inline int ta_inputs(ta_case *t, uint64_t seed)
+{
+    const kit_shape *s = &t->r.c.s;
+    const size_t es = kit_dtype_size(s->dtype);
+    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 77;
+    const int64_t n = (int64_t)s->batch * (s->append > 0 ? s->append : 1) * s->heads_kv * s->head_dim;
+    t->new_bytes = (size_t)n * es;
+    t->k_new = malloc(t->new_bytes);
+    t->v_new = malloc(t->new_bytes);
+    if (!t->k_new || !t->v_new) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        kit_store(t->k_new, s->dtype, i, (float)kit_rand_normal(&rng));
+        kit_store(t->v_new, s->dtype, i, (float)kit_rand_normal(&rng));
+    }
+    if (!t->rotary_dim) return 0;
+    const int half = t->rotary_dim / 2;
+    const int64_t ro = (int64_t)t->r.c.args.k.shape[1] * (s->page_size ? t->r.c.max_pages : 1) + s->seqlen_q;
+    t->rot_bytes = (size_t)(ro * half) * es;
+    t->cos = malloc(t->rot_bytes);
+    t->sin = malloc(t->rot_bytes);
+    if (!t->cos || !t->sin) return -1;
+    for (int64_t p = 0; p < ro; p++)
+        for (int i = 0; i < half; i++) {
+            const double th = (double)p * pow(10000.0, -2.0 * i / t->rotary_dim);
+            kit_store(t->cos, s->dtype, p * half + i, (float)cos(th));
+            kit_store(t->sin, s->dtype, p * half + i, (float)sin(th));
+        }
+    t->args.rotary_cos = ta_tensor(t->cos, s->dtype, ro, half, 0, 0);
+    t->args.rotary_sin = ta_tensor(t->sin, s->dtype, ro, half, 0, 0);
+    return 0;
+}
+
+/* The case, its inputs and the oracle. 0, or -1 with why. */
+static inline int ta_init(fc_context *ctx, ta_case *t, const kit_shape *s, uint64_t seed, int rotary_dim,
+                          int interleaved, char *why, size_t why_len)
+{
+    memset(t, 0, sizeof *t);
+    kit_case *c = &t->r.c;
+    t->rotary_dim = rotary_dim;
+    t->interleaved = interleaved;
+    if (kit_case_init(c, s, seed) != 0) {
+        snprintf(why, why_len, "kit_case_init failed (memory or shape)");
+        return -1;
+    }
+    t->args = c->args;
+    t->args.rotary_interleaved = interleaved;
+    t->r.out = malloc(c->out_bytes);
+    t->r.lse = c->lse_bytes ? malloc(c->lse_bytes) : NULL;
+    t->k0 = malloc(c->k_bytes), t->v0 = malloc(c->v_bytes);
+    t->k_exp = malloc(c->k_bytes), t->v_exp = malloc(c->v_bytes);
+    t->q_rot = malloc((size_t)s->batch * s->seqlen_q * s->heads_q * s->head_dim * kit_dtype_size(s->dtype) + 1);
+    int32_t *used = malloc((size_t)s->batch * sizeof(int32_t));
+    if (!t->r.out || (c->lse_bytes && !t->r.lse) || !t->k0 || !t->v0 || !t->k_exp || !t->v_exp || !t->q_rot ||
+        !used || ta_inputs(t, seed) != 0) {
+        free(used);
+        snprintf(why, why_len, "out of host memory");
+        return -1;
+    }
+    memcpy(t->k0, c->k, c->k_bytes);
+    memcpy(t->v0, c->v, c->v_bytes);
+    t->args.k_new = ta_tensor(t->k_new, s->dtype, s->batch, s->append, s->heads_kv, s->head_dim);
+    t->args.v_new = ta_tensor(t->v_new, s->dtype, s->batch, s->append, s->heads_kv, s->head_dim);
+    ta_oracle_cache(t);
+    ta_oracle_q(t);
+    const fc_status st = ta_oracle_attention(ctx, t, used);
+    free(used);
+    if (st != FC_OK) {
+        snprintf(why, why_len, "oracle attention: %s (%s)", fc_status_string(st), fc_last_error(ctx));
+        return -1;
+    }
+    return 0;
+}
+
+/* Cache elements off the oracle's: v bit for bit, k within one rounding
+ * (the oracle rounds from double, a backend from its own precision). */
+static inline int64_t ta_cache_bad(const ta_case *t, const void *k, const void *v)
+{
+    const kit_case *c = &t->r.c;
+    const fc_dtype dt = c->s.dtype;
+    const double eps = dt == FC_DTYPE_F32 ? 0x1p-23 : dt == FC_DTYPE_F16 ? 0x1p-10 : 0x1p-7;
+    const size_t es = kit_dtype_size(dt);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < (int64_t)(c->k_bytes / es); i++) {
+        if (!memcmp((const char *)k + i * es, (const char *)t->k_exp + i * es, es)) continue;
+        const double x = kit_load(k, dt, i), y = kit_load(t->k_exp, dt, i);
+        bad += !(fabs(x - y) <= eps * fabs(y) + 1e-6);
+    }
+    for (int64_t i = 0; i < (int64_t)(c->v_bytes / es); i++)
+        bad += memcmp((const char *)v + i * es, (const char *)t->v_exp + i * es, es) != 0;
+    return bad;
+}
+
+/* A backend's out / lse and cache against the oracle; 1 if all hold. */
+static inline int ta_judge(const ta_case *t, const void *out, const float *lse, const void *k, const void *v,
+                           char *line, size_t n)
+{
+    char judge[400];
+    const int ok = tp_judge(&t->r, out, lse, judge, sizeof judge);
+    const int64_t bad = ta_cache_bad(t, k, v);
+    snprintf(line, n, "%s | cache off %lld", judge, (long long)bad);
+    return ok && bad == 0;
+}
+
+/* "... append 5 rotary 64 interleaved" */
+static inline void ta_describe(const ta_case *t, char *buf, size_t n)
+{
+    char d[300];
+    tp_describe(&t->r.c, d, sizeof d);
+    snprintf(buf, n, "%s append %d rotary %d%s", d, t->r.c.s.append, t->rotary_dim,
+             t->rotary_dim ? (t->interleaved ? " interleaved" : " half") : "");
+}
+
+/* ---- the cases ----------------------------------------------------------------- */
+
+typedef struct ta_spec {
+    kit_shape s;
+    int rotary_dim, interleaved;
+} ta_spec;
+
+/* Decode and speculative steps (1-6 new keys, as many queries or one)
+ * into dense or paged caches (page sizes of `pages`, 0 = dense), appends
+ * that cross pages, empty caches, rotary off / full / partial in both
+ * pairings, causal or not. */
+static inline ta_spec ta_random_spec(uint64_t *rng, const int *pages, int npages, const int *dims, int ndims,
+                                     const fc_dtype *dtypes, int ndtypes)
+{
+#define R(n) ((int)(kit_rand_u64(rng) % (uint64_t)(n)))
+    static const int keys[] = {8, 33, 100, 300, 1000};
+    const int hkv = 1 + R(2), ratio = R(2) ? 1 : 4, append = 1 + R(6);
+    const int d = dims[R(ndims)];
+    ta_spec sp;
+    sp.s = test_shape(1 + R(3), hkv * ratio, hkv, R(3) ? append : 1, keys[R(5)] + append, d, dtypes[R(ndtypes)]);
+    sp.s.page_size = pages[R(npages)];
+    sp.s.seqused = R(4) ? KIT_SEQUSED_RANDOM : KIT_SEQUSED_FULL;
+    sp.s.append = append;
+    sp.s.causal = R(2);
+    sp.s.layout = (kit_layout)R(3);
+    sp.s.want_lse = R(2);
+    const int rot = R(4);
+    sp.rotary_dim = rot == 0 ? 0 : rot == 1 ? d / 2 : d;
+    sp.interleaved = R(2);
+#undef R
+    return sp;
+}
+
+/* The named edges: the first keys of an empty cache, an append that fills
+ * the cache, page size 1, appends over several pages of 3, a one-query
+ * decode step with rotary at position 0. */
+static const struct {
+    const char *name;
+    int batch, hq, hkv, sq, sk, d, page, causal, append, rotary, interleaved;
+    kit_seqused used;
+} ta_edges[] = {
+    /* name                             B  Hq Hkv Sq Sk   D    page c  new rot int used */
+    {"empty caches, causal rotary",     2, 4, 2,  3, 40,  64,  16,  1, 3,  64, 0, KIT_SEQUSED_EMPTY},
+    {"append fills the cache",          2, 4, 4,  1, 48,  128, 16,  0, 4,  128, 1, KIT_SEQUSED_FULL},
+    {"page_size 1",                     3, 8, 2,  2, 20,  64,  1,   1, 2,  32, 1, KIT_SEQUSED_RANDOM},
+    {"page 3, across pages",            2, 4, 1,  7, 60,  128, 3,   1, 7,  128, 0, KIT_SEQUSED_RANDOM},
+    {"dense cache, no rotary",          3, 8, 8,  1, 200, 64,  0,   0, 1,  0,  0, KIT_SEQUSED_RANDOM},
+};
+#define TA_NUM_EDGES ((int)(sizeof ta_edges / sizeof ta_edges[0]))
+
+static inline ta_spec ta_edge_spec(int i, fc_dtype dt)
+{
+    ta_spec sp;
+    sp.s = test_shape(ta_edges[i].batch, ta_edges[i].hq, ta_edges[i].hkv, ta_edges[i].sq, ta_edges[i].sk,
+                      ta_edges[i].d, dt);
+    sp.s.page_size = ta_edges[i].page;
+    sp.s.causal = ta_edges[i].causal;
+    sp.s.append = ta_edges[i].append;
+    sp.s.seqused = ta_edges[i].used;
+    sp.rotary_dim = ta_edges[i].rotary;
+    sp.interleaved = ta_edges[i].interleaved;
+    return sp;
+}
+
+#endif /* FC_TEST_APPEND_H */
