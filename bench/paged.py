@@ -12,6 +12,12 @@ Skv), pages of 16 and 256 keys in a shuffled block table. Systems per row:
   flashcore-dense              flashcore.attention on that cache (no cache_seqlens:
                                the full cache, so the Hopper kernels may take it)
   flashinfer-p16 / -p256       BatchDecodeWithPagedKVCacheWrapper (NHD)
+  flashcore-append-p16 / -contig  (--append) the paged / contiguous call that
+                               also appends the step's key (k_new, v_new: the
+                               cache's last row again, cache_seqlens = Skv - 1)
+                               with rotary tables of the identity (cos 1, sin 0,
+                               all 128 dims), so the result is the same and the
+                               difference is the append step's cost
 
 Each output is checked against a float64 reference of the first and last
 sequence (rel L2, the bf16 gate of bench/peers.py). Timing is peers.py's:
@@ -75,6 +81,11 @@ class Cache:
             kp[perm] = self.k.reshape(B * per, ps, hkv, D)
             vp[perm] = self.v.reshape(B * per, ps, hkv, D)
             self.paged[ps] = (kp, vp, table.contiguous(), perm)
+        # the append step: the last key again, identity rotation
+        self.k_last, self.v_last = self.k[:, S - 1:S].clone(), self.v[:, S - 1:S].clone()
+        self.cos = torch.ones(S, D // 2, device="cuda", dtype=dt)
+        self.sin = torch.zeros(S, D // 2, device="cuda", dtype=dt)
+        self.before = torch.full((B,), S - 1, dtype=torch.int32, device="cuda")
 
     def kv_bytes(self):
         return 2 * self.B * self.S * self.hkv * D * 2
@@ -86,6 +97,20 @@ class Cache:
         v = self.v[b].double().repeat_interleave(self.hq // self.hkv, dim=1)
         s = torch.einsum("hd,shd->hs", q, k) / D ** 0.5
         return torch.einsum("hs,shd->hd", torch.softmax(s, dim=-1), v)
+
+
+def append_systems(fc, cache):
+    out = {}
+    step = dict(k_new=cache.k_last, v_new=cache.v_last, rotary_cos=cache.cos, rotary_sin=cache.sin,
+                cache_seqlens=cache.before)
+    kp, vp, table, _ = cache.paged[16]
+    o = cache.q.new_empty(cache.q.shape)
+    out["flashcore-append-p16"] = (lambda o=o: fc.attention_with_kvcache(
+        cache.q, kp, vp, block_table=table, out=o, **step), o)
+    o = cache.q.new_empty(cache.q.shape)
+    out["flashcore-append-contig"] = (lambda o=o: fc.attention_with_kvcache(cache.q, cache.k, cache.v, out=o, **step),
+                                      o)
+    return out
 
 
 def flashcore_systems(fc, cache):
@@ -149,6 +174,8 @@ def run_row(torch, fc, timer, spec, args, copy_tbps, unavailable):
     B, S, hq, hkv = spec
     cache = Cache(torch, B, S, hq, hkv)
     systems = flashcore_systems(fc, cache)
+    if args.append:
+        systems.update(append_systems(fc, cache))
     if "flashinfer" not in unavailable:
         fi, why = flashinfer_systems(torch, cache)
         if why:
@@ -185,7 +212,8 @@ def run_row(torch, fc, timer, spec, args, copy_tbps, unavailable):
 def markdown(result):
     rows = result["rows"]
     systems = [s for s in ["flashcore-paged-p16", "flashcore-paged-p256", "flashcore-contig", "flashcore-dense",
-                           "flashinfer-p16", "flashinfer-p256"] if any(r["system"] == s for r in rows)]
+                           "flashcore-append-p16", "flashcore-append-contig", "flashinfer-p16", "flashinfer-p256"]
+               if any(r["system"] == s for r in rows)]
     lines = ["| row | " + " | ".join(systems) + " | p16 / best contiguous | p256 / best contiguous |",
              "|---" * (len(systems) + 3) + "|"]
     by = {(r["row"], r["system"]): r for r in rows}
@@ -211,6 +239,7 @@ def parse_args(argv):
     ap.add_argument("--warmup-s", type=float, default=0.7)
     ap.add_argument("--replay-s", type=float, default=0.01, help="target seconds per graph replay")
     ap.add_argument("--max-total-s", type=float, default=400)
+    ap.add_argument("--append", action="store_true", help="also time the calls with the append step")
     ap.add_argument("--out")
     return ap.parse_args(argv)
 

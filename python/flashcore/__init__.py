@@ -26,12 +26,14 @@ from FLASHCORE_VERSION_STRING in include/flashcore.h).
 attention_with_kvcache is flash-attn's flash_attn_with_kvcache: attention
 over a KV cache, dense or paged (block_table: int32 [B, max_pages] page
 indices into k_cache/v_cache [num_pages, page_size, Hkv, D]), with
-per-sequence cache lengths (cache_seqlens); forward only.
-flashcore.attention takes the same as block_table= and seqused_k=.
+per-sequence cache lengths (cache_seqlens), optionally appending k_new/v_new
+(rotated by rotary_cos/sin) to the cache first; forward only.
+flashcore.attention takes the same as block_table=, seqused_k=, k_new=, ...
 
 With torch, the calls are the custom ops flashcore::attention_fwd and
-flashcore::attention_bwd (flashcore._torch_ops): torch.compile traces them
-without a graph break. They are registered when flashcore is imported after
+flashcore::attention_bwd (flashcore._torch_ops; an append is
+flashcore::attention_fwd_append): torch.compile traces them without a
+graph break. They are registered when flashcore is imported after
 torch, else on the first call with torch tensors.
 """
 

@@ -52,7 +52,8 @@ def _forward(q, k, v, return_lse, out, cuda_path, common, torch_q=True):
 def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               return_lse=False, backend="auto", out=None, layout="bshd", cuda_path=None,
-              deterministic=False, block_table=None, seqused_k=None):
+              deterministic=False, block_table=None, seqused_k=None, k_new=None, v_new=None,
+              rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
     """Attention forward: softmax(scale * q k^T + mask) v.
 
     q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D] (layout='bshd', the library's order) or
@@ -71,14 +72,28 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     causal and windows align. flashcore.attention_with_kvcache is the
     flash-attn signature of this.
 
+    Appending to the cache (dense q; forward only): k_new, v_new
+    [B, seqlen_new, Hkv, D] (in the call's layout, like k and v; q's kind,
+    device and dtype) are written into k/v (dense or paged) at keys
+    seqused_k[b] .. seqused_k[b] + seqlen_new - 1, then the attention runs
+    over seqused_k[b] + seqlen_new keys. seqused_k (required) holds the
+    lengths before the append and is not updated. rotary_cos, rotary_sin
+    [seqlen_ro, rotary_dim / 2] (q's dtype; need k_new) rotate the first
+    rotary_dim dims of k_new (key position seqused_k[b] + t) and of q
+    (position seqused_k[b] + i when causal or windowed, else seqused_k[b];
+    q itself is not modified); rotary_interleaved pairs dims (2i, 2i+1),
+    else (i, i + rotary_dim / 2). k and v must be writable; under autograd
+    or torch.compile the call is the op flashcore::attention_fwd_append,
+    which declares them mutated.
+
     Differentiable and traceable: with torch tensors that require grad (and
     grad mode on), under torch.compile, or on the meta device, the call is
     the custom op flashcore::attention_fwd (_torch_ops), whose backward runs
     the library's (flashcore.attention_backward) with these options; lse is
     then not differentiable, out= is refused, cuda_path applies to the
     forward only, and deterministic=True asks for a bitwise-reproducible
-    backward. A paged or seqused_k call has no backward: its gradient raises
-    UnsupportedError.
+    backward. A paged, seqused_k or appending call has no backward: its
+    gradient raises UnsupportedError.
 
     Raises a FlashCoreError subclass with the library's message on failure;
     a failed call has not written out.
@@ -86,15 +101,18 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     torch_q = _arrays.is_torch(q)
     if torch_q:
         ops = _torch_ops()
-        if ops.routes(q, k, v):
+        if ops.routes(q, k, v, k_new, v_new):
             return ops.attention(q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
                                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                                  return_lse=return_lse, backend=backend, out=out, layout=layout,
                                  cuda_path=cuda_path, deterministic=deterministic,
-                                 block_table=block_table, seqused_k=seqused_k)
+                                 block_table=block_table, seqused_k=seqused_k, k_new=k_new,
+                                 v_new=v_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                 rotary_interleaved=rotary_interleaved)
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-                             max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k)
+                             max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k,
+                             k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved)
     res, lse = _forward(q, k, v, return_lse, out, cuda_path, common, torch_q)
     return (res, lse) if return_lse else res
 
@@ -102,13 +120,16 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
 def supported(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               return_lse=False, backend="auto", out=None, layout="bshd", cuda_path=None,
-              deterministic=False, block_table=None, seqused_k=None):
+              deterministic=False, block_table=None, seqused_k=None, k_new=None, v_new=None,
+              rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
     """Would attention() accept these arguments? Returns (True, kernel name)
-    or (False, reason). Launches nothing and reads no tensor data (except
+    or (False, reason). Launches nothing, writes nothing (not even the
+    cache k_new would be appended to) and reads no tensor data (except
     CUDA cu_seqlens, block_table and seqused_k, which the library
     validates). Asks about the forward only (attention_backward_supported
     asks about the backward)."""
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-                             max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k)
+                             max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k,
+                             k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved)
     return _context.ask(_lib.load().fc_attention_supported,
                         lambda: _prepare(q, k, v, return_lse, out, common), cuda_path)

@@ -5,19 +5,26 @@ shape, strides, dtype and device, and the options) and of its data
 pointers. So the args struct that the full checks (_request) built for a
 signature is kept as bytes, and the next call with the same signature
 copies it into the thread's struct (unless that holds it already) and sets
-the data pointers (q, k, v, the new out and lse, and a paged call's
-block_table and seqused_k; the backward's dout, q, k, v, out, lse and the
-new dq, dk, dv), instead of inspecting and converting every tensor again.
-The library runs all of its own checks on every call.
+the data pointers (q, k, v, the new out and lse, a paged call's
+block_table and seqused_k, an appending call's k_new, v_new, rotary_cos
+and rotary_sin; the backward's dout, q, k, v, out, lse and the new dq, dk,
+dv), instead of inspecting and converting every tensor again. The library
+runs all of its own checks on every call.
 
 Kept: forward calls and backward calls (attention_backward, the op's
 backward) that are dense and have no empty tensor (varlen offsets are data
 the checks read, an empty tensor may have no pointer); a paged call where
 its block_table and seqused_k are int32 tensors on q's device that the
-library reads in place (else the pointer is a converted copy's). A given out= is part
-of the forward's signature, with what its writability check reads; a
-backward with given dq, dk or dv is not kept. Per process, at most _MAX
-signatures (then the cache starts over).
+library reads in place (else the pointer is a converted copy's); an
+appending call where k_new, v_new and the rotary tables given are torch
+tensors on q's device without an empty dimension, and k and v (written)
+do not require grad (the full call refuses a leaf that does). The
+signature holds which of these tensors are given, so a call with k_new
+never runs a kept struct without it, and a call without it never one with
+it (the struct is reset to the kept bytes, whose append fields are NULL).
+A given out= is part of the forward's signature, with what its
+writability check reads; a backward with given dq, dk or dv is not kept.
+Per process, at most _MAX signatures (then the cache starts over).
 """
 
 from . import _arrays, _context, _lib, _request
@@ -38,19 +45,30 @@ def _sig(x):
     return x.shape, x.stride(), x.dtype, x.device
 
 
-_NPAGED = len(_request.PAGED)
+_NTENSORS = len(_request.PAGED) + len(_request.APPEND)
 
 
-def _paged_sig(common, q):
-    """The signatures of block_table and seqused_k (None where absent), or
-    False where one is not read in place (its pointer would be a copy's)."""
+def _forward_sig(common, q):
+    """The signatures of block_table and seqused_k, then of k_new, v_new,
+    rotary_cos and rotary_sin (None where absent), or False where one is
+    not read in place (its pointer would be a copy's) or might not be read
+    at all (another device, an empty tensor: the full call checks it)."""
+    tensor = _arrays._torch().Tensor
     sig = ()
     for name in _request.PAGED:
         x = common[name]
         if x is None:
             sig += (None,)
-        elif isinstance(x, _arrays._torch().Tensor) and x.device == q.device and _arrays.int32_in_place(x):
+        elif isinstance(x, tensor) and x.device == q.device and _arrays.int32_in_place(x):
             sig += (x.shape, x.stride())
+        else:
+            return False
+    for name in _request.APPEND:
+        x = common[name]
+        if x is None:
+            sig += (None,)
+        elif isinstance(x, tensor) and x.device == q.device and 0 not in x.shape:
+            sig += (x.shape, x.stride(), x.dtype)
         else:
             return False
     return sig
@@ -72,11 +90,14 @@ def key(q, k, v, return_lse, out, cuda_path, common):
         given = (*_sig(out), out.requires_grad, out.is_leaf)
     sig = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
            v.shape, v.stride(), v.dtype, v.device, given, bool(return_lse), cuda_path, *common.values())
-    if common["block_table"] is None and common["seqused_k"] is None:
+    if (common["block_table"] is None and common["seqused_k"] is None and common["k_new"] is None
+            and common["v_new"] is None and common["rotary_cos"] is None and common["rotary_sin"] is None):
         return sig
-    paged = _paged_sig(common, q)
-    # the paged tensors' signatures replace them (common holds them last)
-    return None if paged is False else (*sig[:-_NPAGED], *paged)
+    if common["k_new"] is not None and (k.requires_grad or v.requires_grad):
+        return None  # k and v are written: the full call's writability check decides
+    tail = _forward_sig(common, q)
+    # the forward-only tensors' signatures replace them (common holds them last)
+    return None if tail is False else (*sig[:-_NTENSORS], *tail)
 
 
 def bwd_key(tensors, grads, deterministic, cuda_path, common):
@@ -114,8 +135,8 @@ def _ptr(x):
 
 def run(sig, q, k, v, out, cuda_path, common):
     """The kept forward call of signature sig on these tensors (and out, if
-    given; block_table and seqused_k from common): (out, lse or None), or
-    None when none is kept."""
+    given; block_table, seqused_k, k_new, v_new, rotary_cos and rotary_sin
+    from common): (out, lse or None), or None when none is kept."""
     e = _get(sig)
     if e is None:
         return None
@@ -126,9 +147,12 @@ def run(sig, q, k, v, out, cuda_path, common):
         torch = _arrays._torch()
         lse = torch.empty(e.lse_shape, dtype=torch.float32, device=e.torch_device)
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _ptr(lse))
-    table, used = common["block_table"], common["seqused_k"]
-    if table is not None or used is not None:  # else they stay NULL, as kept
+    table, used, k_new = common["block_table"], common["seqused_k"], common["k_new"]
+    if table is not None or used is not None or k_new is not None:  # else they stay NULL, as kept
         ptrs += (_ptr(table), _ptr(used))
+        if k_new is not None:  # (no call without k_new that gives the others succeeds)
+            ptrs += (k_new.data_ptr(), _ptr(common["v_new"]), _ptr(common["rotary_cos"]),
+                     _ptr(common["rotary_sin"]))
     _context.context().run_kept(_lib.load().fc_attention_forward, e, ptrs)
     return out, lse
 

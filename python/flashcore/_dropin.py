@@ -5,9 +5,9 @@ differentiate, compile and run on torch's current stream as it does).
 
 Same argument names, layouts and return values, so code switches with one
 import. What FlashCore does not implement (dropout, ALiBi, an arbitrary
-mask, the attention probabilities, a paged cache with varlen q, appending
-to or rotating a KV cache, a zero scale) raises UnsupportedError naming
-the argument: never a silently different answer.
+mask, the attention probabilities, a paged cache with varlen q, cache
+batch indices or left padding, a zero scale) raises UnsupportedError
+naming the argument: never a silently different answer.
 """
 
 import numbers
@@ -94,12 +94,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 # attention_with_kvcache's arguments that FlashCore does not implement, with
 # what to do instead.
 _KVCACHE_TODO = (
-    ("k_new", "appending to the cache is not implemented; write the new keys and values into "
-              "k_cache/v_cache first and count them in cache_seqlens"),
-    ("v_new", "appending to the cache is not implemented; write the new keys and values into "
-              "k_cache/v_cache first and count them in cache_seqlens"),
-    ("rotary_cos", "rotary embedding is not implemented; rotate q and the new keys first"),
-    ("rotary_sin", "rotary embedding is not implemented; rotate q and the new keys first"),
     ("cache_batch_idx", "cache batch indices are not implemented; pass the cache rows in q's "
                         "batch order, or a block_table"),
     ("cache_leftpad", "left-padded caches are not implemented; keep each sequence's keys from "
@@ -131,7 +125,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                            rotary_interleaved=True, alibi_slopes=None, return_softmax_lse=False,
                            num_splits=0, out=None, cache_leftpad=None):
     """flash-attn's flash_attn_with_kvcache (k_new/v_new are its k/v):
-    attention of q over a KV cache, for decoding. q (batch, seqlen_q,
+    attention of q over a KV cache, for decoding, optionally appending new
+    keys and values first (with rotary embedding). q (batch, seqlen_q,
     nheads, headdim); k_cache, v_cache (batch, seqlen_cache, nheads_k,
     headdim) (a larger cache: its view k_cache[:batch]), or with block_table (num_pages, page_size, nheads_k, headdim)
     pages, any page size, and block_table (batch, max_pages) int32: key j
@@ -144,17 +139,35 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     into out= if given), and softmax_lse (batch, nheads, seqlen_q) float32
     when return_softmax_lse. numpy arrays or torch tensors, no copy.
 
+    k_new, v_new (batch, seqlen_new, nheads_k, headdim), q's dtype: written
+    into the cache (k_cache/v_cache are modified in place, dense or paged)
+    at keys cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1, then the
+    attention runs over cache_seqlens[b] + seqlen_new keys. cache_seqlens
+    is then required (the lengths before the append; not updated: the
+    caller advances it), as in flash-attn. rotary_cos, rotary_sin
+    (seqlen_ro, rotary_dim / 2), q's dtype, need k_new: they rotate the
+    first rotary_dim dims of k_new (at positions cache_seqlens[b] + t) and
+    of q (at cache_seqlens[b] + i when causal or window_size is set, else
+    at cache_seqlens[b]; q itself is not modified), pairing dims (2i, 2i+1)
+    with rotary_interleaved=True (GPT-J), else (i, i + rotary_dim / 2)
+    (GPT-NeoX); every position must be < seqlen_ro. rotary_interleaved only
+    matters with rotary_cos/sin.
+
     Inference only (flash-attn's has no backward either): a gradient
-    through it raises UnsupportedError. rotary_interleaved only matters
-    with rotary_cos/sin. Not implemented, UnsupportedError naming the
-    argument: k_new/v_new, rotary_cos/sin, cache_batch_idx, cache_leftpad,
-    alibi_slopes, num_splits != 0.
+    through it raises UnsupportedError. Not implemented, UnsupportedError
+    naming the argument: cache_batch_idx, cache_leftpad, alibi_slopes,
+    num_splits != 0.
     """
-    _kvcache_refusals(dict(k_new=k_new, v_new=v_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                           cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad), num_splits)
+    _kvcache_refusals(dict(cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad), num_splits)
+    if cache_seqlens is None and (k_new is not None or v_new is not None):
+        raise InvalidArgumentError("cache_seqlens: None, but k_new/v_new are appended after each "
+                                   "sequence's cache_seqlens keys: pass the cache lengths before the "
+                                   "append (flash-attn requires them too)")
     opts = _flash_options(0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, False)
     return _attention.attention(q, k_cache, v_cache, block_table=block_table,
-                                seqused_k=_cache_seqlens(cache_seqlens, q),
+                                seqused_k=_cache_seqlens(cache_seqlens, q), k_new=k_new, v_new=v_new,
+                                rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                rotary_interleaved=rotary_interleaved,
                                 return_lse=return_softmax_lse, out=out, **opts)
 
 

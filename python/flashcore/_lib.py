@@ -164,7 +164,8 @@ def _data_offset(struct, path):
     return off + (fc_tensor.data.offset if struct is fc_tensor else 0)
 
 
-FWD_DATA = ("q", "k", "v", "out", "lse", "block_table", "seqused_k")
+FWD_DATA = ("q", "k", "v", "out", "lse", "block_table", "seqused_k", "k_new", "v_new", "rotary_cos",
+            "rotary_sin")
 BWD_DATA = ("fwd.q", "fwd.k", "fwd.v", "fwd.out", "fwd.lse", "dout", "dq", "dk", "dv")
 
 

@@ -2,7 +2,8 @@
 put into the C structs. Each check lives here once and both calls use it:
 names and options, the q/k/v operands, tensors that must match another one
 (out, dout, the gradients), lse, varlen offsets, the paged cache's block
-table and key counts, dense calls without rows."""
+table and key counts, the keys appended to the cache (and the rotary
+tables), dense calls without rows."""
 
 from . import _arrays, _lib, _limits
 from .errors import InvalidArgumentError, UnsupportedError
@@ -14,7 +15,7 @@ class Call:
     returns) and the results to hand back."""
 
     __slots__ = ("args", "keep", "device", "layout", "varlen", "views", "seqlens",
-                 "paged", "no_rows", "results")
+                 "paged", "append", "no_rows", "results")
 
 
 def check_names(layout, backend):
@@ -71,22 +72,31 @@ def _check_operands(vq, vk, vv, varlen, layout, backend):
         raise InvalidArgumentError("backend='cuda': q, k, v are in host memory; pass CUDA tensors")
 
 
-# The forward-only arguments, last in common(): a kept call's signature
-# stands their tensors' signatures in for them (_call_cache.key).
+# The forward-only arguments, last in common(): the paged cache, then the
+# append step's tensors (k_new, v_new, the rotary tables). A kept call's
+# signature stands their tensors' signatures in for them (_call_cache.key).
 PAGED = ("block_table", "seqused_k")
+APPEND = ("k_new", "v_new", "rotary_cos", "rotary_sin")
+# Every forward-only name in common() (the backward takes none of them):
+# rotary_interleaved, a flag, comes before the tensors.
+FORWARD = ("rotary_interleaved",) + PAGED + APPEND
 
 
 def common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-           backend, layout, block_table=None, seqused_k=None):
+           backend, layout, block_table=None, seqused_k=None, k_new=None, v_new=None,
+           rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
     """The keyword arguments of start(): those that forward and backward
-    share, then the forward's paged cache (PAGED; the backward refuses it)."""
+    share, then the forward's (FORWARD; the backward refuses them): the
+    paged cache and the append step."""
     return dict(causal=causal, window=window, softcap=softcap, scale=scale,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                 max_seqlen_k=max_seqlen_k, backend=backend, layout=layout,
-                block_table=block_table, seqused_k=seqused_k)
+                rotary_interleaved=bool(rotary_interleaved), block_table=block_table,
+                seqused_k=seqused_k, k_new=k_new, v_new=v_new, rotary_cos=rotary_cos,
+                rotary_sin=rotary_sin)
 
 
-def _check_varlen(varlen, cu_seqlens_q, cu_seqlens_k, layout, block_table, seqused_k):
+def _check_varlen(varlen, cu_seqlens_q, cu_seqlens_k, layout, block_table, seqused_k, appends):
     if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
         raise InvalidArgumentError("cu_seqlens_q and cu_seqlens_k: give both or neither")
     if varlen and layout != "bshd":
@@ -98,24 +108,35 @@ def _check_varlen(varlen, cu_seqlens_q, cu_seqlens_k, layout, block_table, sequs
                                "[batch, seqlen_q, heads_q, head_dim]")
     if varlen and seqused_k is not None:
         raise InvalidArgumentError("seqused_k with cu_seqlens: cu_seqlens_k already gives the key counts")
+    if varlen and appends:
+        raise UnsupportedError("k_new/v_new (rotary_cos/sin) with cu_seqlens: appending to a KV cache "
+                               "takes dense q [batch, seqlen_q, heads_q, head_dim] and the cache "
+                               "lengths in seqused_k")
 
 
 def start(args, q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-          max_seqlen_q, max_seqlen_k, backend, layout, block_table=None, seqused_k=None):
+          max_seqlen_q, max_seqlen_k, backend, layout, block_table=None, seqused_k=None,
+          k_new=None, v_new=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
     """The checks both calls share, in one order: names, varlen, options
-    (into args, an fc_attention_args), then q, k, v. Returns the Call to
-    complete with the call's own tensors and finish()."""
+    (into args, an fc_attention_args), then q, k, v (k and v written when
+    keys are appended). Returns the Call to complete with the call's own
+    tensors and finish()."""
     layout, backend = check_names(layout, backend)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    _check_varlen(varlen, cu_seqlens_q, cu_seqlens_k, layout, block_table, seqused_k)
+    append = (k_new, v_new, rotary_cos, rotary_sin)
+    appends = k_new is not None or v_new is not None or rotary_cos is not None or rotary_sin is not None
+    _check_varlen(varlen, cu_seqlens_q, cu_seqlens_k, layout, block_table, seqused_k, appends)
     _fill_options(args, causal, window, softcap, scale)
     args.backend = _lib.BACKENDS[backend]
-    views = tuple(_arrays.view(x, n, layout) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    written = k_new is not None or v_new is not None  # the library writes them into k, v
+    views = (_arrays.view(q, "q", layout), _arrays.view(k, "k", layout, written=written),
+             _arrays.view(v, "v", layout, written=written))
     _check_operands(*views, varlen, layout, backend)
     call = Call()
     call.args, call.layout, call.varlen, call.views = args, layout, varlen, views
     call.seqlens = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     call.paged = (block_table, seqused_k)
+    call.append = (*append, rotary_interleaved) if appends else None
     call.device = views[0].device
     call.keep = list(views)
     return call
@@ -217,6 +238,25 @@ def _fill_paged(args, call, vq, fill):
             args.seqused_k = _arrays.data_ptr(u)
 
 
+def _fill_append(args, call, vq):
+    """The append step (call.append: k_new, v_new, rotary_cos, rotary_sin,
+    rotary_interleaved) into args. k_new and v_new are read in the call's
+    layout, like k and v; the rotary tables are 2-D. Each must be q's kind
+    and on q's device; their dtypes, shapes and pairing (k_new with v_new,
+    cos with sin, rotary with k_new, k_new with seqused_k) are the
+    library's checks, which name them."""
+    *tensors, interleaved = call.append
+    fields = (args.k_new, args.v_new, args.rotary_cos, args.rotary_sin)
+    for x, name, field in zip(tensors, APPEND, fields):
+        if x is None:
+            continue
+        vx = _arrays.view(x, name, call.layout if name in ("k_new", "v_new") else "bshd")
+        _same_place(vx, name, vq, "q")
+        call.keep.append(vx)
+        vx.fill(field)
+    args.rotary_interleaved = 1 if interleaved else 0
+
+
 def finish(call, fwd, tensors):
     """Put q, k, v and tensors [(view or None, fc_tensor field, is_lse)] into
     fwd (call's fc_attention_args) and the fields, with the varlen offsets.
@@ -226,10 +266,14 @@ def finish(call, fwd, tensors):
     empty sequence, which the library checks in full (heads, head_dim,
     options, outputs) and answers without work. Only what that form drops is
     checked here (k's batch, v's shape, the paged cache's shapes); the shapes
-    it drops were matched to q, k, v in Python."""
+    it drops were matched to q, k, v in Python. Such a call cannot append
+    (the C API's append takes dense q): it is refused with k_new."""
     vq, vk, vv = call.views
     call.keep += [t[0] for t in tensors]
     call.no_rows = not call.varlen and (vq.shape[0] == 0 or vq.shape[1] == 0)
+    if call.no_rows and call.append is not None:
+        raise UnsupportedError("k_new/v_new (rotary_cos/sin) with q of shape %s: appending to the cache "
+                               "needs query rows (batch and seqlen_q >= 1)" % (vq.user_shape,))
     if call.no_rows:
         # paged k/v hold pages, not sequences: block_table has q's batch
         if vk.shape[0] != vq.shape[0] and call.paged[0] is None:
@@ -244,6 +288,8 @@ def finish(call, fwd, tensors):
         _fill_varlen(fwd, call, vq, vk, *call.seqlens)
     else:
         _fill_paged(fwd, call, vq, True)
+        if call.append is not None:
+            _fill_append(fwd, call, vq)
     for x, field in ((vq, fwd.q), (vk, fwd.k), (vv, fwd.v)):
         x.fill(field)
     for x, field, _ in tensors:

@@ -6,6 +6,19 @@ flashcore compiles with fullgraph=True and loss.backward() runs the
 library's backward. attention_fwd also takes a paged KV cache (block_table,
 seqused_k: flashcore.attention_with_kvcache), whose gradient raises.
 
+A call that appends to the cache (k_new, v_new, the rotary tables) writes
+k and v, which attention_fwd declares read-only: it is the op
+flashcore::attention_fwd_append instead, whose schema marks k and v
+mutated (Tensor(a!), Tensor(b!)), so autograd bumps their versions and
+torch.compile functionalizes the write (it is never a reordered or dropped
+side effect). A separate op because a schema cannot mutate conditionally:
+attention_fwd marked mutating would make every compiled read of a cache
+copy it. torch allows no autograd formula on a mutating op, and
+flash-attn's append has no gradient either: while autograd records, the
+op runs inside _AppendNoBackward, whose backward raises UnsupportedError
+(as a paged call's does), and a cache that itself requires grad is
+refused (its history would not see the write).
+
 Imported only where torch already is (flashcore/__init__ when torch was
 imported first, else the first call that needs it), so importing flashcore
 never imports torch. The ops pass tensors as they are (any strides, no
@@ -28,6 +41,11 @@ Options = collections.namedtuple("Options", [p.split()[-1] for p in _OPTIONS.spl
 # The forward's last arguments, the paged cache (_request.PAGED); defaulted
 # so that a call with Options alone is the dense one.
 _PAGED = "Tensor? block_table=None, Tensor? seqused_k=None"
+# attention_fwd_append's, after the paged cache (_request.APPEND, then
+# rotary_interleaved). Optional, so that what eager mode refuses (v_new
+# without k_new, rotary without k_new) is refused with the same error.
+_APPEND = ("Tensor? k_new, Tensor? v_new, Tensor? rotary_cos, Tensor? rotary_sin, "
+           "bool rotary_interleaved")
 _N = len(Options._fields)
 
 # Inductor must hand the ops the strides eager mode would: the library reads
@@ -35,15 +53,17 @@ _N = len(Options._fields)
 _TAGS = (torch.Tag.needs_exact_strides,) if hasattr(torch.Tag, "needs_exact_strides") else ()
 
 
-def _common(o, paged=None):
+def _common(o, tail=None):
     """Options o as the binding's keyword arguments: the forward's, with
-    paged (its block_table, seqused_k), or else attention_backward's."""
+    tail (the ops' arguments after the options: block_table, seqused_k,
+    then attention_fwd_append's k_new, v_new, rotary_cos, rotary_sin,
+    rotary_interleaved), or else attention_backward's."""
     c = _request.common(o.causal, (o.window_left, o.window_right), o.softcap, o.scale or None, o.cu_seqlens_q,
                         o.cu_seqlens_k, None if o.max_seqlen_q < 0 else o.max_seqlen_q,
                         None if o.max_seqlen_k < 0 else o.max_seqlen_k, o.backend, "bhsd" if o.bhsd else "bshd",
-                        *(paged or (None, None)))
-    if paged is None:
-        for name in _request.PAGED:
+                        *(tail or ()))
+    if tail is None:
+        for name in _request.FORWARD:
             del c[name]
     return c
 
@@ -67,6 +87,34 @@ def _fwd_fake(q, k, v, *opts):
     o = Options(*opts[:_N])
     lse = q.new_empty(_lse_shape(q, o.cu_seqlens_q is not None, o.bhsd), dtype=torch.float32)
     return q.new_empty(q.shape), lse
+
+
+@torch.library.custom_op("flashcore::attention_fwd_append", mutates_args=("k", "v"), tags=_TAGS,
+                         schema="(Tensor q, Tensor(a!) k, Tensor(b!) v, %s, Tensor? block_table, "
+                                "Tensor? seqused_k, %s) -> (Tensor, Tensor)" % (_OPTIONS, _APPEND))
+def _fwd_append(q, k, v, *opts):
+    o = Options(*opts[:_N])
+    return _attention._forward(q, k, v, True, None, o.cuda_path or None, _common(o, opts[_N:]))
+
+
+_fwd_append.register_fake(_fwd_fake)  # the cache's writes change no shape
+
+
+class _AppendNoBackward(torch.autograd.Function):
+    """attention_fwd_append for a call that autograd records: its outputs
+    get a backward that raises (the op may have no autograd formula)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        out, lse = torch.ops.flashcore.attention_fwd_append(*args)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise UnsupportedError(
+            "backward of a call that appends to a KV cache (k_new/v_new: flashcore.attention_with_kvcache): "
+            "not implemented, as in flash-attn; call it under torch.no_grad() or torch.inference_mode()")
 
 
 @torch.library.custom_op("flashcore::attention_bwd", mutates_args=(), tags=_TAGS,
@@ -118,15 +166,18 @@ _fwd.register_autograd(_backward_rule, setup_context=_setup_context)
 _bwd.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
 
 
-def routes(q, k, v):
-    """Does a call on q, k, v go through the op: torch tensors that autograd
-    records, a call being traced by torch.compile, or tensors with no data
-    (meta, fake) whose shapes only the fake implementation can give."""
+def routes(q, k, v, k_new=None, v_new=None):
+    """Does a call on q, k, v (and the appended k_new, v_new) go through an
+    op: torch tensors that autograd records, a call being traced by
+    torch.compile, or tensors with no data (meta, fake) whose shapes only
+    the fake implementation can give."""
     if torch.compiler.is_compiling() or q.is_meta:
         return True
     # k or v may be of another type (numpy): the direct path names that error
     return torch.is_grad_enabled() and (q.requires_grad or getattr(k, "requires_grad", False)
-                                        or getattr(v, "requires_grad", False))
+                                        or getattr(v, "requires_grad", False)
+                                        or getattr(k_new, "requires_grad", False)
+                                        or getattr(v_new, "requires_grad", False))
 
 
 def _tensor(x):
@@ -135,20 +186,47 @@ def _tensor(x):
     return x if x is None or isinstance(x, torch.Tensor) else torch.as_tensor(x)
 
 
+def _float_tensor(x, name):
+    """An appended tensor (k_new, v_new, a rotary table) for the op: a torch
+    tensor, as the direct call requires (it is never converted)."""
+    if x is not None and not isinstance(x, torch.Tensor):
+        raise InvalidArgumentError("%s: a %s.%s, but q is a torch tensor: pass a torch tensor on q's device"
+                                   % (name, type(x).__module__, type(x).__name__))
+    return x
+
+
 def attention(q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
               max_seqlen_k, return_lse, backend, out, layout, cuda_path, deterministic, block_table,
-              seqused_k):
-    """flashcore.attention through flashcore::attention_fwd (see routes())."""
+              seqused_k, k_new=None, v_new=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
+    """flashcore.attention through flashcore::attention_fwd, or
+    flashcore::attention_fwd_append when it appends (see routes())."""
     if out is not None:
         raise InvalidArgumentError(
             "out: not supported when q, k or v require grad or under torch.compile (the op "
             "returns a new output); pass no out, or call eagerly under torch.no_grad()")
     layout, backend = _request.check_names(layout, backend)
     wl, wr = _request.window_pair(window)
-    res, lse = torch.ops.flashcore.attention_fwd(
-        q, k, v, _tensor(cu_seqlens_q), _tensor(cu_seqlens_k),
-        -1 if max_seqlen_q is None else max_seqlen_q, -1 if max_seqlen_k is None else max_seqlen_k,
-        0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal), wl, wr,
-        layout == "bhsd", backend, cuda_path or 0, bool(deterministic), _tensor(block_table),
-        _tensor(seqused_k))
+    args = (q, k, v, _tensor(cu_seqlens_q), _tensor(cu_seqlens_k),
+            -1 if max_seqlen_q is None else max_seqlen_q, -1 if max_seqlen_k is None else max_seqlen_k,
+            0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal), wl, wr,
+            layout == "bhsd", backend, cuda_path or 0, bool(deterministic), _tensor(block_table),
+            _tensor(seqused_k))
+    append = (k_new, v_new, rotary_cos, rotary_sin)
+    if all(x is None for x in append):
+        res, lse = torch.ops.flashcore.attention_fwd(*args)
+        return (res, lse) if return_lse else res
+    args += (*(_float_tensor(x, n) for x, n in zip(append, _request.APPEND)), bool(rotary_interleaved))
+    if not torch.is_grad_enabled():
+        res, lse = torch.ops.flashcore.attention_fwd_append(*args)
+        return (res, lse) if return_lse else res
+    for x, name in ((k, "k"), (v, "v")):
+        if getattr(x, "requires_grad", False):
+            raise InvalidArgumentError(
+                "%s: requires grad, but k_new/v_new are written into it in place, which its autograd "
+                "history would not see; append to a cache that does not require grad (detach it), or "
+                "call under torch.no_grad()" % name)
+    if any(getattr(x, "requires_grad", False) for x in (q,) + append):
+        res, lse = _AppendNoBackward.apply(*args)
+    else:
+        res, lse = torch.ops.flashcore.attention_fwd_append(*args)
     return (res, lse) if return_lse else res

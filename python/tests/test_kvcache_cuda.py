@@ -190,3 +190,45 @@ def test_compile_fullgraph_and_reduce_overhead():
             d.new_step()
             out, lse = graphed(*args)
             check(out, lse, d.expect(), "bf16")
+
+
+@pytest.mark.parametrize("rotary", [None, (128, True), (64, False)], ids=["norot", "interleaved", "half-partial"])
+@pytest.mark.parametrize("page_size", [None, 3, 16])
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_append_matches_cpu_reference(dtype, page_size, rotary):
+    """k_new/v_new (and rotary) on CUDA against the same call on host copies
+    through the cpu-reference backend (its append step is checked against a
+    float64 oracle in test_kvcache_append.py): out within the dtype's gate,
+    the appended v rows bit for bit, k within one rounding, the rest
+    untouched."""
+    g = torch.Generator(device="cpu").manual_seed(hash((dtype, page_size, rotary)) & 0xffff)
+    B, Hq, Hkv, D, new, cap = 3, 8, 2, 128, 2, 48
+    dt = DT[dtype]
+    rnd = lambda *s: torch.randn(*s, generator=g).to(dt)  # noqa: E731
+    q, k_new, v_new = rnd(B, new, Hq, D), rnd(B, new, Hkv, D), rnd(B, new, Hkv, D)
+    lens = torch.tensor([0, 17, cap - new], dtype=torch.int32)
+    if page_size:
+        pages = B * cap // page_size
+        k, v = rnd(pages, page_size, Hkv, D), rnd(pages, page_size, Hkv, D)
+        table = torch.randperm(pages, generator=g).to(torch.int32).view(B, cap // page_size)
+    else:
+        k, v, table = rnd(B, cap, Hkv, D), rnd(B, cap, Hkv, D), None
+    tables = {}
+    if rotary:
+        pos = torch.arange(cap + new, dtype=torch.float64)[:, None]
+        ang = pos * 10000.0 ** (-torch.arange(0, rotary[0], 2, dtype=torch.float64) / rotary[0])
+        tables = dict(rotary_cos=ang.cos().to(dt), rotary_sin=ang.sin().to(dt), rotary_interleaved=rotary[1])
+    kh, vh = k.clone(), v.clone()
+    expect = flashcore.attention(q, kh, vh, seqused_k=lens, block_table=table, k_new=k_new, v_new=v_new,
+                                 causal=True, backend="cpu_reference", **tables)
+    cu = lambda x: None if x is None else x.to(DEV)  # noqa: E731
+    kd, vd = cu(k), cu(v)
+    out = flashcore.attention_with_kvcache(cu(q), kd, vd, cache_seqlens=cu(lens), block_table=cu(table),
+                                           k_new=cu(k_new), v_new=cu(v_new), causal=True,
+                                           **{n: cu(t) if torch.is_tensor(t) else t for n, t in tables.items()})
+    torch.cuda.synchronize()
+    ref.check(ref.torch_to_lib(out), None, ref.torch_to_lib(expect), None, dtype)
+    assert torch.equal(vd.cpu(), vh), "v cache differs from the cpu-reference's"
+    eps = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10}[dtype]
+    diff = (kd.cpu().double() - kh.double()).abs()
+    assert bool((diff <= eps * kh.double().abs() + 1e-6).all()), "k cache differs by more than one rounding"
