@@ -220,7 +220,7 @@ bool fc_tma_kv_ok(const fc_fwd_params *p, const char *who, char *why, size_t why
         return false;
     }
     if (rows == 0) return true;
-    const int64_t n[3] = {rows, p->heads_kv, fc_tma_k_batches(p)};
+    const int64_t n[3] = {rows, p->heads_kv, fc_tma_kv_batches(p)};
     const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
     const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
     return fc_tma_layout_ok("k", p->k, ks, n, who, why, why_len) &&
@@ -236,7 +236,7 @@ bool fc_tma_q_ok(const fc_fwd_params *p, const char *name, const void *ptr, cons
                  who);
         return false;
     }
-    const int64_t n[3] = {rows, p->heads_q, fc_tma_k_batches(p)};
+    const int64_t n[3] = {rows, p->heads_q, fc_tma_q_batches(p)};
     return fc_tma_layout_ok(name, ptr, stride, n, who, why, why_len);
 }
 

@@ -28,10 +28,19 @@ fc_status fc_tma_encode_map(CUtensorMap *map, const char *what, const void *base
 bool fc_tma_layout_ok(const char *name, const void *ptr, const int64_t stride[3], const int64_t size[3],
                       const char *who, char *why, size_t why_len);
 
-/* The key rows and the outer (batch) extent of K/V as a tensor map sees
- * them: varlen tensors are the packed total with no batch dimension. */
-static inline int64_t fc_tma_k_rows(const fc_fwd_params *p) { return p->cu_seqlens_k ? p->total_k : p->seqlen_k; }
-static inline int64_t fc_tma_k_batches(const fc_fwd_params *p) { return p->cu_seqlens_k ? 1 : p->batch; }
+/* The key rows and the outer extent of K/V as a tensor map sees them:
+ * varlen tensors are the packed total with no batch dimension, a paged
+ * cache is num_pages pages of page_size rows. */
+static inline int64_t fc_tma_k_rows(const fc_fwd_params *p)
+{
+    return p->cu_seqlens_k ? p->total_k : p->block_table ? p->page_size : p->seqlen_k;
+}
+static inline int64_t fc_tma_kv_batches(const fc_fwd_params *p)
+{
+    return p->cu_seqlens_k ? 1 : p->block_table ? p->num_pages : p->batch;
+}
+/* The outer extent of Q-shaped tensors (q, out, dout): varlen none. */
+static inline int64_t fc_tma_q_batches(const fc_fwd_params *p) { return p->cu_seqlens_q ? 1 : p->batch; }
 
 /* The query rows as a tensor map sees them (varlen: the packed total). */
 static inline int64_t fc_tma_q_rows(const fc_fwd_params *p) { return p->cu_seqlens_q ? p->total_q : p->seqlen_q; }

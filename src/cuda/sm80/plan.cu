@@ -76,7 +76,7 @@ bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_dev
  * layout). With no key rows nothing is ever loaded and the maps stay zero. */
 fc_status encode_kv_maps(const fc_fwd_params *p, const Tile &t, fc_sm80_kv_maps *m, char *err, size_t err_len)
 {
-    const int64_t rows = fc_tma_k_rows(p), nb = fc_tma_k_batches(p);
+    const int64_t rows = fc_tma_k_rows(p), nb = fc_tma_kv_batches(p);
     if (rows == 0) return FC_OK;
     const int bf16 = p->dtype == FC_DTYPE_BF16;
     const int64_t n[4] = {rows, p->head_dim / 32, p->heads_kv, nb};

@@ -54,7 +54,7 @@ fc_status encode_maps(fc_sm90_bwd_params &prm, const fc_bwd_params *b, const Bwd
 {
     const fc_fwd_params *p = &b->f;
     const int bf16 = p->dtype == FC_DTYPE_BF16;
-    const int64_t nb = fc_tma_k_batches(p), rows_q = fc_tma_q_rows(p), rows_k = fc_tma_k_rows(p);
+    const int64_t nb = fc_tma_q_batches(p), rows_q = fc_tma_q_rows(p), rows_k = fc_tma_k_rows(p);
     const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
     const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
     const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};

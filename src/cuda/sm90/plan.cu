@@ -352,10 +352,6 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  fc_dtype_name(p->dtype));
         return FC_ERR_UNSUPPORTED;
     }
-    if (p->block_table) {
-        snprintf(why, why_len, "the sm90 kernels take no paged KV cache (block_table): the sm80-class path runs it");
-        return FC_ERR_UNSUPPORTED;
-    }
     int shift = 0;
     const int cfg = pick_config(p, dev, tune, &shift);
     if (cfg < 0) {
@@ -366,6 +362,15 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
         return FC_ERR_UNSUPPORTED;
     }
     const TileRow &t = kTiles[cfg];
+    /* A K/V block is one TMA box inside one page: pages of whole blocks
+     * only (the sm80-class kernels gather any page size row by row). */
+    if (p->block_table && (!fc90::paged_row(t) || p->page_size % t.block_n != 0)) {
+        snprintf(why, why_len,
+                 "page_size %d is not a multiple of the %d-key blocks of a paged sm90 kernel (head_dim %d): the "
+                 "sm80-class path runs it", (int)p->page_size, fc90::paged_row(t) ? t.block_n : 128,
+                 (int)p->head_dim);
+        return FC_ERR_UNSUPPORTED;
+    }
     if (!(p->scale > 0.0f) && p->softcap == 0.0f) {
         snprintf(why, why_len,
                  "scale %g <= 0 is not supported by the sm90 kernels (their softmax takes the row max of "
@@ -433,7 +438,7 @@ namespace {
 struct Geometry {
     int ratio, shift, splits;
     int64_t m_blocks, head_units, units, tiles;
-    int64_t rows_q, rows_k, nb; /* tensor-map extents */
+    int64_t rows_q, rows_k, nb, nb_k; /* tensor-map extents (K/V: pages when paged) */
 };
 
 /* Checks what the planner and the launcher promised (a failure is their
@@ -475,7 +480,13 @@ fc_status geometry(const fc_fwd_params *p, const fc_cuda_choice *choice, Geometr
     }
     g.rows_q = fc_tma_q_rows(p);
     g.rows_k = fc_tma_k_rows(p);
-    g.nb = fc_tma_k_batches(p);
+    g.nb = fc_tma_q_batches(p);
+    g.nb_k = fc_tma_kv_batches(p);
+    if (p->block_table && (!fc90::paged_row(t) || p->page_size % t.block_n != 0)) {
+        snprintf(err, err_len, "sm90 forward: page_size %d with block_n %d (planner bug)",
+                 (int)p->page_size, t.block_n);
+        return FC_ERR_INTERNAL;
+    }
     return FC_OK;
 }
 
@@ -496,7 +507,9 @@ fc_status encode_rows_map(CUtensorMap *map, const char *what, const void *base, 
     return fc_tma_encode_map(map, what, base, bf16, 5, dims, sb, box, t.swz, err, err_len);
 }
 
-/* The K and V maps {D, rows, heads_kv, batch}. With no key at all nothing
+/* The K and V maps {D, rows, heads_kv, batch} (paged: {D, page_size,
+ * heads_kv, num_pages}; the producer turns a key row into a page and a
+ * row in it, sm90.h). With no key at all nothing
  * is ever loaded from K/V; the maps then describe q (a valid address) so
  * that encoding cannot fail on a NULL or zero-sized tensor. */
 fc_status encode_kv_maps(fc_sm90_params &prm, const fc_fwd_params *p, const TileRow &t, const Geometry &g,
@@ -508,10 +521,11 @@ fc_status encode_kv_maps(fc_sm90_params &prm, const fc_fwd_params *p, const Tile
     const int64_t ks[3] = {p->k_row_stride, p->k_head_stride, p->k_batch_stride};
     const int64_t vs[3] = {p->v_row_stride, p->v_head_stride, p->v_batch_stride};
     const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
+    const int64_t nb = none ? g.nb : g.nb_k;
     fc_status st = fc_tma_encode_rows(&prm.tm_k, "sm90 forward: k", none ? p->q : p->k, bf16, none ? qs : ks, rk, hk,
-                                      g.nb, p->head_dim, t.block_n, t.swz, err, err_len);
+                                      nb, p->head_dim, t.block_n, t.swz, err, err_len);
     if (st) return st;
-    return fc_tma_encode_rows(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, none ? qs : vs, rk, hk, g.nb,
+    return fc_tma_encode_rows(&prm.tm_v, "sm90 forward: v", none ? p->q : p->v, bf16, none ? qs : vs, rk, hk, nb,
                               p->head_dim, t.block_n, t.swz, err, err_len);
 }
 
@@ -546,6 +560,9 @@ void fill_params(fc_sm90_params &prm, const fc_fwd_params *p, const fc_cuda_devi
     prm.cu_q = p->cu_seqlens_q;
     prm.cu_k = p->cu_seqlens_k;
     prm.used_k = p->seqused_k;
+    prm.block_table = p->block_table;
+    prm.bt_stride = p->block_table_stride;
+    prm.page = fc_fastdiv_make(p->block_table ? p->page_size : 1);
     prm.o_batch_stride = varlen ? 0 : p->o_batch_stride;
     prm.o_row_stride = p->o_row_stride;
     prm.o_head_stride = p->o_head_stride;

@@ -22,6 +22,14 @@ __device__ __forceinline__ void load_kv(const CUtensorMap *map, uint32_t dst, ui
         tma_load_4d(dst + pn * C::BN * C::SW, map, bar, pn * C::PW, row, head, batch);
 }
 
+/* Paged K/V: key row `row` of sequence b -> (row in its page, page). */
+__device__ __forceinline__ void page_of(const fc_sm90_params &p, int b, int &row, int &page)
+{
+    const int pi = fc_fastdiv_div(row, p.page);
+    page = __ldg(p.block_table + b * p.bt_stride + pi);
+    row -= pi * p.page.d;
+}
+
 /* Q tile: map dims {D, ratio, heads_q/ratio, rows, batch}, box {PW, ratio,
  * 1, BM/ratio, 1} (ratio = 1 without pack-GQA): the box lands as rows
  * s_local*ratio + i, i.e. tile row R - m0. */
@@ -64,13 +72,14 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
             ++q_iter;
         }
         for (int n = g.n_hi - 1; n >= g.n_lo; --n) {
-            const int krow = g.k_off + n * C::BN;
+            int krow = g.k_off + n * C::BN, kb = bk;
+            if (C::PAGED && p.block_table) page_of(p, g.b, krow, kb);
             FC90_WAIT(bars.k_empty(stage), phase ^ 1);
             mbar_arrive_expect_tx(bars.k_full(stage), C::KV_BYTES);
-            load_kv<C>(&p.tm_k, base + C::OFF_K + stage * C::KV_BYTES, bars.k_full(stage), krow, hk, bk);
+            load_kv<C>(&p.tm_k, base + C::OFF_K + stage * C::KV_BYTES, bars.k_full(stage), krow, hk, kb);
             FC90_WAIT(bars.v_empty(stage), phase ^ 1);
             mbar_arrive_expect_tx(bars.v_full(stage), C::KV_BYTES);
-            load_kv<C>(&p.tm_v, base + C::OFF_V + stage * C::KV_BYTES, bars.v_full(stage), krow, hk, bk);
+            load_kv<C>(&p.tm_v, base + C::OFF_V + stage * C::KV_BYTES, bars.v_full(stage), krow, hk, kb);
             if (C::QB == 1 && n == g.n_hi - 1) {
                 /* One Q buffer: Q after the first K and V, since the previous
                  * tile's epilogue may still use the buffer as O staging, and

@@ -93,6 +93,15 @@ constexpr bool can_rotate(const TileRow &t) { return t.qbufs == 2 && t.kvsplit =
  * kernel's tail_merge). */
 constexpr bool tail_row(const TileRow &t) { return !t.small && t.kvsplit == 1 && t.wgs <= 2 && t.head_dim <= 192; }
 
+/* Rows whose producer turns key rows into pages (paged K/V, sm90.h): a
+ * power-of-two block_n, so whole blocks tile the usual page sizes, and the
+ * register room for the table read (the d192/d256 and 4-warpgroup rows
+ * spilled 12-40 bytes with it). */
+constexpr bool paged_row(const TileRow &t)
+{
+    return (t.block_n & (t.block_n - 1)) == 0 && t.wgs <= 3 && t.head_dim <= 128;
+}
+
 /* Registers per thread: the producer's after setmaxnreg, what a thread gets
  * at launch, and the consumers' share of the rest, in steps of 8 (an
  * increase beyond the launch allocation waits forever). */
