@@ -60,7 +60,6 @@ template <int kCfg, bool kTail = false> struct Cfg {
      * shared instance cost the others' main loop 4 R2UR at d128 and 1.5% at
      * s512-d64 (uniform-register pressure). */
     static constexpr bool TAIL = kTail && tail_row(T);
-    static constexpr bool PAGED = paged_row(T); /* the producer reads a block table */
     static constexpr int KV_CONSUMERS = CONSUMERS / KVS; /* threads that read one K/V block */
     static constexpr uint32_t Q_BYTES = BM * D * 2;
     static constexpr uint32_t KV_BYTES = BN * D * 2;

@@ -24,7 +24,7 @@
 
 namespace fc90 {
 
-template <int kCfg, bool kBF16, bool kRotate, int kMask, bool kTail>
+template <int kCfg, bool kBF16, bool kRotate, int kMask, bool kTail, bool kPaged>
 __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_fwd_kernel(const __grid_constant__ fc_sm90_params p)
 {
     using C = Cfg<kCfg, kTail>;
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
     if (wg == 0) {
         if constexpr (C::SETMAXNREG) reg_dealloc<C::PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer<C>(p, base, bars);
+        if (threadIdx.x == 0) producer<C, kPaged>(p, base, bars);
     } else {
         if constexpr (C::SETMAXNREG) reg_alloc<C::CONSUMER_REGS>();
         /* With one consumer warpgroup its index is the constant 0, which
@@ -79,12 +79,12 @@ __global__ void __launch_bounds__(Cfg<kCfg>::THREADS, Cfg<kCfg>::CTAS) fc_sm90_f
     }
 }
 
-template <int kCfg, bool kBF16, bool kRotate, int kMask, bool kTail = false>
+template <int kCfg, bool kBF16, bool kRotate, int kMask, bool kTail = false, bool kPaged = false>
 static fc_status launch(const fc_sm90_params *prm, int grid, int device, cudaStream_t stream, char *err,
                         size_t err_len)
 {
     using C = Cfg<kCfg>;
-    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate, kMask, kTail>;
+    void (*kern)(const fc_sm90_params) = fc_sm90_fwd_kernel<kCfg, kBF16, kRotate, kMask, kTail, kPaged>;
     static std::atomic<unsigned long long> opted_in{0};
     const fc_status opt =
         fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 forward", kCfg, err, err_len, C::CTAS > 1);
@@ -130,6 +130,12 @@ fc_status launch_row(int config, const fc_sm90_params *prm, int grid, int device
     } else {
         if constexpr (kTiles[I].head_dim == kD) {
             if (config == I) {
+                if (prm->block_table) { /* plan.cu: paged rows, any-block masks, not rotated */
+                    if constexpr (paged_row(kTiles[I]))
+                        return launch<I, kBF16, false, kMaskAny, false, true>(prm, grid, device, s, err, len);
+                    snprintf(err, len, "sm90 forward: config %d takes no paged K/V (planner bug)", config);
+                    return FC_ERR_INTERNAL;
+                }
                 if (prm->masks == kMaskNone) return launch_rot<I, kBF16, kMaskNone>(prm, grid, device, s, err, len);
                 if (prm->masks == kMaskFirst) return launch_rot<I, kBF16, kMaskFirst>(prm, grid, device, s, err, len);
                 return launch_rot<I, kBF16, kMaskAny>(prm, grid, device, s, err, len);

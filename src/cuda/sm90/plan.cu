@@ -315,15 +315,16 @@ bool overlap_on(const TileRow &t) { return t.overlap && !FC_SM90_SIMPLE; }
  * once per thread and key (common/plan_names.cuh). */
 thread_local PlanNames t_names;
 
-void name_plan(fc_cuda_choice *choice, const TileRow &t, bool bf16, int shift)
+void name_plan(fc_cuda_choice *choice, const TileRow &t, bool bf16, int shift, bool paged)
 {
-    const int32_t key[PlanNames::K] = {choice->config, bf16, choice->rotate, shift > 0, choice->masks, 0};
+    const int32_t key[PlanNames::K] = {choice->config, bf16, choice->rotate, shift > 0, choice->masks, paged};
     if (plan_name_get(t_names, key, choice->name)) return;
-    snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s",
+    snprintf(choice->name, sizeof choice->name, "sm90_fwd_%s_d%d_m%dn%d_s%d_ws%d%s%s%s%s%s%s%s",
              bf16 ? "bf16" : "f16", t.head_dim, t.block_m, t.block_n, t.stages, t.wgs,
              pingpong_on(t) ? "_pp" : "", overlap_on(t) ? "_ov" : "", t.kvsplit > 1 ? "_kvs" : "",
              choice->rotate ? "_rot" : "", shift > 0 ? "_packgqa" : "",
-             choice->masks == FC_MASKS_NONE ? "_plain" : (choice->masks == FC_MASKS_FIRST ? "_plainloop" : ""));
+             choice->masks == FC_MASKS_NONE ? "_plain" : (choice->masks == FC_MASKS_FIRST ? "_plainloop" : ""),
+             paged ? "_paged" : "");
     plan_name_put(t_names, key, choice->name);
 }
 
@@ -364,6 +365,11 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
     const TileRow &t = kTiles[cfg];
     /* A K/V block is one TMA box inside one page: pages of whole blocks
      * only (the sm80-class kernels gather any page size row by row). */
+    if (p->block_table && (int64_t)p->batch * p->block_table_stride >= ((int64_t)1 << 31)) {
+        snprintf(why, why_len, "a block table of %lld entries: the sm90 kernels index it in int32; the sm80-class "
+                 "path runs it", (long long)p->batch * p->block_table_stride);
+        return FC_ERR_UNSUPPORTED;
+    }
     if (p->block_table && (!fc90::paged_row(t) || p->page_size % t.block_n != 0)) {
         snprintf(why, why_len,
                  "page_size %d is not a multiple of the %d-key blocks of a paged sm90 kernel (head_dim %d): the "
@@ -420,15 +426,19 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
     choice->grid_cap = tune->sm90_grid;
     choice->trace_file = tune->sm90_trace_file;
     const TailShape ts = tail_shape(p, dev, t, shift, choice->grid_cap);
-    choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
+    /* Paged calls have one instance per row (the producer reads the block
+     * table): any-block masks, not rotated, so no tail balancing either;
+     * the other instances stay free of the table code. */
+    const bool paged = p->block_table != NULL;
+    choice->masks = paged ? FC_MASKS_ANY : fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
     const int64_t rot_max_blocks = banded(p) ? 8 : 16;
-    choice->rotate = fc90::can_rotate(t) && !FC_SM90_SIMPLE &&
+    choice->rotate = !paged && fc90::can_rotate(t) && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
                                       : row_tiles(p, t.block_m, shift) > (int64_t)dev->sm_count * t.ctas &&
                                             t.tall == 0 && ts.nb <= rot_max_blocks);
     choice->tail = tail_on(p, t, choice, ts, tune->sm90_tail);
     choice->workspace_bytes = choice->tail ? ts.bytes : 0;
-    name_plan(choice, t, p->dtype == FC_DTYPE_BF16, shift);
+    name_plan(choice, t, p->dtype == FC_DTYPE_BF16, shift, paged);
     return FC_OK;
 }
 
@@ -561,7 +571,7 @@ void fill_params(fc_sm90_params &prm, const fc_fwd_params *p, const fc_cuda_devi
     prm.cu_k = p->cu_seqlens_k;
     prm.used_k = p->seqused_k;
     prm.block_table = p->block_table;
-    prm.bt_stride = p->block_table_stride;
+    prm.bt_stride = (int32_t)p->block_table_stride;
     prm.page = fc_fastdiv_make(p->block_table ? p->page_size : 1);
     prm.o_batch_stride = varlen ? 0 : p->o_batch_stride;
     prm.o_row_stride = p->o_row_stride;

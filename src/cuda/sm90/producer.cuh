@@ -22,11 +22,13 @@ __device__ __forceinline__ void load_kv(const CUtensorMap *map, uint32_t dst, ui
         tma_load_4d(dst + pn * C::BN * C::SW, map, bar, pn * C::PW, row, head, batch);
 }
 
-/* Paged K/V: key row `row` of sequence b -> (row in its page, page). */
+/* Paged K/V: key row `row` of sequence b -> (row in its page, page). 32-bit
+ * index math (plan.cu keeps the table under 2^31 entries): the producer
+ * has 40 registers, and the 64-bit product spilled 4 bytes. */
 __device__ __forceinline__ void page_of(const fc_sm90_params &p, int b, int &row, int &page)
 {
     const int pi = fc_fastdiv_div(row, p.page);
-    page = __ldg(p.block_table + b * p.bt_stride + pi);
+    page = __ldg(p.block_table + (b * p.bt_stride + pi));
     row -= pi * p.page.d;
 }
 
@@ -44,7 +46,7 @@ __device__ __forceinline__ void load_q(const CUtensorMap *map, uint32_t dst, uin
 
 /* Runs on one thread. The K/V ring position (stage, phase) advances once per
  * KV block in exactly the order the consumers consume them. */
-template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t base, const Bars<C> &bars)
+template <class C, bool kPaged> __device__ void producer(const fc_sm90_params &p, uint32_t base, const Bars<C> &bars)
 {
     int stage = 0;
     uint32_t phase = 0;
@@ -73,7 +75,7 @@ template <class C> __device__ void producer(const fc_sm90_params &p, uint32_t ba
         }
         for (int n = g.n_hi - 1; n >= g.n_lo; --n) {
             int krow = g.k_off + n * C::BN, kb = bk;
-            if (C::PAGED && p.block_table) page_of(p, g.b, krow, kb);
+            if constexpr (kPaged) page_of(p, g.b, krow, kb);
             FC90_WAIT(bars.k_empty(stage), phase ^ 1);
             mbar_arrive_expect_tx(bars.k_full(stage), C::KV_BYTES);
             load_kv<C>(&p.tm_k, base + C::OFF_K + stage * C::KV_BYTES, bars.k_full(stage), krow, hk, kb);

@@ -33,12 +33,6 @@ typedef struct fc_sm90_params {
     float *lse_accum;
     const int32_t *cu_q, *cu_k; /* varlen offsets (device) or NULL           */
     const int32_t *used_k; /* dense: keys in use per sequence (seqused_k) or NULL */
-    /* Paged K/V (block_table non-NULL): key row j of sequence b is row j %
-     * page of page block_table[b * bt_stride + j / page]; page is a
-     * multiple of block_n (plan.cu), so a block is one box in one page. */
-    const int32_t *block_table;
-    int64_t bt_stride;
-    fc_fastdiv page;
     int *tile_ctr;    /* dynamic tile scheduler: zeroed counter, or NULL (static) */
     float *tail_ws;   /* tail balancing (tail_first < num_tiles): per-piece partials,
                        * slot 2*cta + j, consumer warpgroup, (head_dim/2 + 4) floats
@@ -93,6 +87,13 @@ typedef struct fc_sm90_params {
                             * (TMA clips rows past seqlen_q; varlen rows past a
                             * sequence belong to the next), no split, whole
                             * position groups per 64 rows, TMA-able layout   */
+    /* Paged K/V (block_table non-NULL; the kPaged instances read it): key
+     * row j of sequence b is row j % page of page block_table[b * bt_stride
+     * + j / page]; page is a multiple of block_n (plan.cu), so a block is
+     * one box in one page. Last, so the other fields keep their offsets. */
+    const int32_t *block_table;
+    int32_t bt_stride;     /* batch * bt_stride < 2^31 (plan.cu)             */
+    fc_fastdiv page;
 } fc_sm90_params;
 
 /* The head dims with kernel TUs (fwd_<dtype>_d<dim>.cu); every row of
