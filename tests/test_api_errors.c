@@ -48,29 +48,12 @@ enum {
  * and [16, 4], zeros (valid values; the rows break shapes and pointers). */
 static float g_new[2][2 * 2 * 2 * 16], g_rot[2][16 * 4];
 
-static fc_tensor dense_tensor(void *data, fc_dtype dt, int nd, const int64_t *shape)
-{
-    fc_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = nd;
-    int64_t st = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        t.shape[i] = shape[i];
-        t.stride[i] = st;
-        st *= shape[i];
-    }
-    return t;
-}
-
 static void attach_append(fc_attention_args *a)
 {
-    static const int64_t nshape[4] = {2, 2, 2, 16}, rshape[2] = {16, 4};
-    a->k_new = dense_tensor(g_new[0], a->q.dtype, 4, nshape);
-    a->v_new = dense_tensor(g_new[1], a->q.dtype, 4, nshape);
-    a->rotary_cos = dense_tensor(g_rot[0], a->q.dtype, 2, rshape);
-    a->rotary_sin = dense_tensor(g_rot[1], a->q.dtype, 2, rshape);
+    a->k_new = kit_contiguous(g_new[0], a->q.dtype, 2, 2, 2, 16);
+    a->v_new = kit_contiguous(g_new[1], a->q.dtype, 2, 2, 2, 16);
+    a->rotary_cos = kit_contiguous(g_rot[0], a->q.dtype, 16, 4, 0, 0);
+    a->rotary_sin = kit_contiguous(g_rot[1], a->q.dtype, 16, 4, 0, 0);
 }
 
 static kit_shape base_shape(int flags)

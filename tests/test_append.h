@@ -29,16 +29,16 @@ typedef struct ta_case {
                                 * r.out/lse: the oracle's attention              */
     void *k0, *v0;             /* the cache before, kept                          */
     void *k_exp, *v_exp;       /* the oracle's cache after                        */
-    void *k_new, *v_new, *cos, *sin, *q_rot;
+    void *q_rot;               /* the oracle's rotated q                          */
+    const void *k_new, *v_new, *cos, *sin; /* the kit's (kit_append.c)            */
     size_t new_bytes, rot_bytes;
     int rotary_dim, interleaved;
-    fc_attention_args args;    /* r.c.args + k_new, v_new and the tables (host)  */
+    fc_attention_args args;    /* r.c.args: with k_new, v_new and the tables    */
 } ta_case;
 
 static inline void ta_free(ta_case *t)
 {
-    free(t->k0); free(t->v0); free(t->k_exp); free(t->v_exp);
-    free(t->k_new); free(t->v_new); free(t->cos); free(t->sin); free(t->q_rot);
+    free(t->k0); free(t->v0); free(t->k_exp); free(t->v_exp); free(t->q_rot);
     tp_ref_free(&t->r);
     memset(t, 0, sizeof *t);
 }
@@ -111,74 +111,23 @@ static inline void ta_oracle_q(ta_case *t)
             }
 }
 
-/* A contiguous [n0, n1, n2, n3] tensor (n2, n3 = 0: 2-D [n0, n1]). */
-static inline fc_tensor ta_tensor(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
-{
-    fc_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = n2 ? 4 : 2;
-    const int64_t sh[4] = {n0, n1, n2, n3};
-    int64_t st = 1;
-    for (int i = t.ndim - 1; i >= 0; i--) {
-        t.shape[i] = sh[i];
-        t.stride[i] = st;
-        st *= sh[i];
-    }
-    return t;
-}
-
 /* The fp64 reference over the oracle's cache and q: r.out / r.lse. */
 static inline fc_status ta_oracle_attention(fc_context *ctx, ta_case *t, int32_t *used)
 {
     kit_case *c = &t->r.c;
     const kit_shape *s = &c->s;
     fc_attention_args a = c->args;
-    a.q = ta_tensor(t->q_rot, s->dtype, s->batch, s->seqlen_q, s->heads_q, s->head_dim);
+    a.q = kit_contiguous(t->q_rot, s->dtype, s->batch, s->seqlen_q, s->heads_q, s->head_dim);
     a.k.data = t->k_exp;
     a.v.data = t->v_exp;
     for (int b = 0; b < s->batch; b++) used[b] = c->seqused_k[b] + s->append;
     a.seqused_k = used;
     a.out.data = t->r.out;
     if (c->lse) a.lse.data = t->r.lse;
+    a.k_new.data = a.v_new.data = a.rotary_cos.data = a.rotary_sin.data = NULL; /* done by the oracle */
     a.backend = FC_BACKEND_CPU_REFERENCE;
     kit_poison(t->r.out, c->out_bytes, s->dtype, t->r.lse, c->lse_bytes);
     return fc_attention_forward(ctx, &a, NULL, NULL);
-}
-
-/* Random k_new / v_new and RoPE tables (base 10000) over every position the
- * call reaches; rotary_dim 0: none. */
-static inline int ta_inputs(ta_case *t, uint64_t seed)
-{
-    const kit_shape *s = &t->r.c.s;
-    const size_t es = kit_dtype_size(s->dtype);
-    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 77;
-    const int64_t n = (int64_t)s->batch * (s->append > 0 ? s->append : 1) * s->heads_kv * s->head_dim;
-    t->new_bytes = (size_t)n * es;
-    t->k_new = malloc(t->new_bytes);
-    t->v_new = malloc(t->new_bytes);
-    if (!t->k_new || !t->v_new) return -1;
-    for (int64_t i = 0; i < n; i++) {
-        kit_store(t->k_new, s->dtype, i, (float)kit_rand_normal(&rng));
-        kit_store(t->v_new, s->dtype, i, (float)kit_rand_normal(&rng));
-    }
-    if (!t->rotary_dim) return 0;
-    const int half = t->rotary_dim / 2;
-    const int64_t ro = (int64_t)t->r.c.args.k.shape[1] * (s->page_size ? t->r.c.max_pages : 1) + s->seqlen_q;
-    t->rot_bytes = (size_t)(ro * half) * es;
-    t->cos = malloc(t->rot_bytes);
-    t->sin = malloc(t->rot_bytes);
-    if (!t->cos || !t->sin) return -1;
-    for (int64_t p = 0; p < ro; p++)
-        for (int i = 0; i < half; i++) {
-            const double th = (double)p * pow(10000.0, -2.0 * i / t->rotary_dim);
-            kit_store(t->cos, s->dtype, p * half + i, (float)cos(th));
-            kit_store(t->sin, s->dtype, p * half + i, (float)sin(th));
-        }
-    t->args.rotary_cos = ta_tensor(t->cos, s->dtype, ro, half, 0, 0);
-    t->args.rotary_sin = ta_tensor(t->sin, s->dtype, ro, half, 0, 0);
-    return 0;
 }
 
 /* The case, its inputs and the oracle. 0, or -1 with why. */
@@ -189,12 +138,16 @@ static inline int ta_init(fc_context *ctx, ta_case *t, const kit_shape *s, uint6
     kit_case *c = &t->r.c;
     t->rotary_dim = rotary_dim;
     t->interleaved = interleaved;
-    if (kit_case_init(c, s, seed) != 0) {
+    kit_shape sr = *s;
+    sr.rotary_dim = rotary_dim;
+    sr.rotary_interleaved = interleaved;
+    if (kit_case_init(c, &sr, seed) != 0) {
         snprintf(why, why_len, "kit_case_init failed (memory or shape)");
         return -1;
     }
     t->args = c->args;
-    t->args.rotary_interleaved = interleaved;
+    t->k_new = c->k_new, t->v_new = c->v_new, t->cos = c->rot_cos, t->sin = c->rot_sin;
+    t->new_bytes = c->new_bytes, t->rot_bytes = c->rot_bytes;
     t->r.out = malloc(c->out_bytes);
     t->r.lse = c->lse_bytes ? malloc(c->lse_bytes) : NULL;
     t->k0 = malloc(c->k_bytes), t->v0 = malloc(c->v_bytes);
@@ -202,15 +155,13 @@ static inline int ta_init(fc_context *ctx, ta_case *t, const kit_shape *s, uint6
     t->q_rot = malloc((size_t)s->batch * s->seqlen_q * s->heads_q * s->head_dim * kit_dtype_size(s->dtype) + 1);
     int32_t *used = malloc((size_t)s->batch * sizeof(int32_t));
     if (!t->r.out || (c->lse_bytes && !t->r.lse) || !t->k0 || !t->v0 || !t->k_exp || !t->v_exp || !t->q_rot ||
-        !used || ta_inputs(t, seed) != 0) {
+        !used) {
         free(used);
         snprintf(why, why_len, "out of host memory");
         return -1;
     }
     memcpy(t->k0, c->k, c->k_bytes);
     memcpy(t->v0, c->v, c->v_bytes);
-    t->args.k_new = ta_tensor(t->k_new, s->dtype, s->batch, s->append, s->heads_kv, s->head_dim);
-    t->args.v_new = ta_tensor(t->v_new, s->dtype, s->batch, s->append, s->heads_kv, s->head_dim);
     ta_oracle_cache(t);
     ta_oracle_q(t);
     const fc_status st = ta_oracle_attention(ctx, t, used);

@@ -3,8 +3,9 @@
  * (its path is argv[1], given by CMake): `check --bwd` and `bench --bwd` on
  * the CPU backends, the bench file they write read back, `compare` refusing
  * to pair a forward with a backward, the paged KV cache (check's paged rows,
- * --page-size on check and bench), and usage errors. With a usable CUDA
- * device also `check --bwd --backend cuda --quick` and the paged rows there.
+ * --page-size on check and bench, --append on check), and usage errors. With a usable CUDA
+ * device also `check --bwd --backend cuda --quick`, the paged rows and the
+ * append step there.
  */
 #define _POSIX_C_SOURCE 200809L /* popen, mkstemp */
 #include <math.h>
@@ -172,6 +173,10 @@ static void test_paged(void)
     expect_check("check --backend cpu --seeds 0 --filter seqused", 1);
     expect_check("check --backend cpu --quick --seeds 3 --page-size 16", 15);
     expect_run("check --backend cpu --quick --seeds 0 --page-size 3 --filter gqa-4", 0, "gqa-4+p3");
+    /* the append step (k_new, v_new, rotary) into dense and paged caches */
+    expect_check("check --backend cpu,reference --quick --seeds 3 --append 2", 30);
+    expect_check("check --backend cpu --quick --seeds 2 --append 3 --page-size 16", 15);
+    expect_run("check --backend cpu --quick --seeds 0 --append 1 --filter gqa-4", 0, "gqa-4+a1");
     char path[] = "/tmp/test_cli_paged_XXXXXX", args[256], meta_pass[8];
     const int fd = mkstemp(path);
     CHECK(fd >= 0, "cannot create a temporary file");
@@ -193,7 +198,8 @@ static void test_usage(void)
     expect_run("bench --bwd --list", 0, "bwd GFLOP");
     const char *bad[] = {"check --bwd=1", "check --backend cpu,bogus", "check --backend cpu,", "bench --bwd=yes",
                          "check --bwd --filter no-such-case", "check --bwd --page-size 16",
-                         "bench --bwd --page-size 16", "check --page-size 0", "bench --page-size x"};
+                         "bench --bwd --page-size 16", "check --page-size 0", "bench --page-size x",
+                         "check --bwd --append 1", "check --append 0"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) expect_run(bad[i], 2, NULL);
 }
 
@@ -213,6 +219,10 @@ int main(int argc, char **argv)
         /* the CLI's device copies of the block table and seqused_k (the
          * f32 row is a SKIP there) */
         expect_check("check --backend cuda --seeds 0 --filter paged", 4);
+        /* the device copies of k_new, v_new and the rotary tables; pages of
+         * 256 take the Hopper kernels on an sm_90 device */
+        expect_check("check --backend cuda --quick --seeds 3 --append 2", 8);
+        expect_check("check --backend cuda --quick --seeds 3 --append 1 --page-size 256", 8);
     }
     return test_summary();
 }

@@ -123,6 +123,7 @@ typedef struct cli_exec {
     void *stream;           /* CUDA: the stream all work goes on    */
     void *dq, *dk, *dv, *dout, *dlse, *dcu_q, *dcu_k; /* device buffers */
     void *dtable, *dused;   /* device: the block table and seqused_k */
+    void *dnew[4];          /* device: k_new, v_new, rotary_cos, rotary_sin */
     struct { void *dout, *dq, *dk, *dv; } grad;       /* device: the backward's */
 } cli_exec;
 

@@ -201,6 +201,9 @@ static void describe(const kit_shape *s, char *buf, size_t n)
     if ((size_t)k < n && s->page_size) k += snprintf(buf + k, n - (size_t)k, " paged=%d", s->page_size);
     if ((size_t)k < n && s->seqused)
         k += snprintf(buf + k, n - (size_t)k, " seqused_k=%s", s->seqused == KIT_SEQUSED_FULL ? "seqlen_k" : "random");
+    if ((size_t)k < n && s->append)
+        k += snprintf(buf + k, n - (size_t)k, " append=%d rotary=%d%s", s->append, s->rotary_dim,
+                      s->rotary_interleaved ? " interleaved" : "");
     if ((size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k, " %s%s", kit_layout_name(s->layout), s->want_lse ? " lse" : "");
 }
@@ -208,7 +211,7 @@ static void describe(const kit_shape *s, char *buf, size_t n)
 static void help(void)
 {
     printf("usage: flashcore check [--bwd] [--quick] [--seeds N] [--backend B[,B...]] [--dtype f32|f16|bf16]\n"
-           "                       [--filter TEXT] [--page-size N] [--threads N] [--list]\n\n"
+           "                       [--filter TEXT] [--page-size N] [--append N] [--threads N] [--list]\n\n"
            "Runs named shapes and random configurations on a backend and compares each\n"
            "output (and lse) with the fp64 reference through the per-dtype gates (max abs\n"
            "error, rel L2, %% elements over tolerance, unwritten elements, lse). With --bwd\n"
@@ -232,6 +235,10 @@ static void help(void)
            "  --page-size N    the forward through a paged KV cache: every case's k and v in\n"
            "                   pages of N keys (shuffled, with spare pages), seqused_k = seqlen_k\n"
            "                   unless the case has its own; varlen cases are left out\n"
+           "  --append N       the forward with the append step: N new keys (k_new, v_new) per\n"
+           "                   sequence written into the cache after seqused_k, q and k_new\n"
+           "                   rotated (RoPE over the head dim); varlen cases and caches shorter\n"
+           "                   than N are left out; with --page-size, into the pages\n"
            "  --threads N      CPU worker threads (default 0 = one per core)\n"
            "  --list           print the selected cases and exit\n\n"
            "A combination the library does not support (FC_ERR_UNSUPPORTED) is a SKIP with\n"
@@ -244,7 +251,7 @@ static void help(void)
 typedef struct check_opts {
     fc_backend backends[MAX_BACKENDS];
     int num_backends;
-    long long seeds, threads, page;
+    long long seeds, threads, page, append;
     int quick, list, have_dtype, bwd;
     fc_dtype dtype;
     const char *filter;
@@ -311,12 +318,15 @@ static int parse_opts(int argc, char **argv, check_opts *o)
             if (!(o->filter = cli_value(&a, arg))) return CLI_EXIT_USAGE;
         } else if (cli_is(&a, arg, "--page-size")) {
             if (cli_int(&a, arg, 1, 1 << 20, &o->page)) return CLI_EXIT_USAGE;
+        } else if (cli_is(&a, arg, "--append")) {
+            if (cli_int(&a, arg, 1, 1 << 16, &o->append)) return CLI_EXIT_USAGE;
         } else {
             return cli_unknown(&a, arg);
         }
     }
-    if (o->bwd && o->page) {
-        fprintf(stderr, "flashcore check: --page-size: the backward takes no paged cache (forward only)\n");
+    if (o->bwd && (o->page || o->append)) {
+        fprintf(stderr, "flashcore check: --%s: the backward takes no %s (forward only)\n",
+                o->page ? "page-size" : "append", o->page ? "paged cache" : "append step");
         return CLI_EXIT_USAGE;
     }
     if (o->seeds < 0) o->seeds = o->quick ? 5 : 20;
@@ -335,12 +345,21 @@ static void add_case(const check_opts *o, check_case *cases, int *n, const char 
         s.page_size = 0;
         s.seqused = KIT_SEQUSED_NONE;
     }
-    if (o->page && s.varlen) return;
+    if ((o->page || o->append) && s.varlen) return;
+    if (o->append > s.seqlen_k) return; /* no room in the cache */
     check_case *c = &cases[(*n)++];
     snprintf(c->name, sizeof(c->name), "%s", name);
     if (o->page) {
         snprintf(c->name, sizeof(c->name), "%s+p%lld", name, o->page);
         s.page_size = (int)o->page;
+        if (s.seqused == KIT_SEQUSED_NONE) s.seqused = KIT_SEQUSED_FULL;
+    }
+    if (o->append) { /* rotary over the whole head dim, the pairing by seed */
+        size_t k = strlen(c->name);
+        snprintf(c->name + k, sizeof(c->name) - k, "+a%lld", o->append);
+        s.append = (int)o->append;
+        s.rotary_dim = s.head_dim % 2 ? s.head_dim - 1 : s.head_dim;
+        s.rotary_interleaved = (int)(seed & 1);
         if (s.seqused == KIT_SEQUSED_NONE) s.seqused = KIT_SEQUSED_FULL;
     }
     c->s = s;

@@ -12,6 +12,7 @@
 void cli_exec_free(cli_exec *e)
 {
     void *bufs[] = {e->dq, e->dk, e->dv, e->dout, e->dlse, e->dcu_q, e->dcu_k, e->dtable, e->dused,
+                    e->dnew[0], e->dnew[1], e->dnew[2], e->dnew[3],
                     e->grad.dout, e->grad.dq, e->grad.dk, e->grad.dv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cli_cuda_free(bufs[i]);
     cli_cuda_stream_destroy(e->stream);
@@ -25,6 +26,24 @@ static int upload_paged(cli_exec *e, const kit_case *c, char *err, size_t err_le
                                cli_cuda_h2d(e->dtable, c->block_table, c->table_bytes, e->stream, err, err_len))) ||
            (c->seqused_k && (cli_cuda_malloc(&e->dused, c->used_bytes, "seqused_k", err, err_len) ||
                              cli_cuda_h2d(e->dused, c->seqused_k, c->used_bytes, e->stream, err, err_len)));
+}
+
+/* The append step's tensors (k_new, v_new, the rotary tables), on the
+ * device, the args pointed at them. */
+static int upload_append(cli_exec *e, const kit_case *c, char *err, size_t err_len)
+{
+    const void *src[4] = {c->k_new, c->v_new, c->rot_cos, c->rot_sin};
+    const size_t bytes[4] = {c->new_bytes, c->new_bytes, c->rot_bytes, c->rot_bytes};
+    static const char *const names[4] = {"k_new", "v_new", "rotary_cos", "rotary_sin"};
+    fc_tensor *t[4] = {&e->args.k_new, &e->args.v_new, &e->args.rotary_cos, &e->args.rotary_sin};
+    for (int i = 0; i < 4; i++) {
+        if (!src[i]) continue;
+        if (cli_cuda_malloc(&e->dnew[i], bytes[i], names[i], err, err_len) ||
+            cli_cuda_h2d(e->dnew[i], src[i], bytes[i], e->stream, err, err_len))
+            return -1;
+        t[i]->data = e->dnew[i];
+    }
+    return 0;
 }
 
 int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_t err_len)
@@ -50,7 +69,7 @@ int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_
         cli_cuda_h2d(e->dv, c->v, c->v_bytes, e->stream, err, err_len) ||
         (cu_bytes && cli_cuda_h2d(e->dcu_q, c->cu_q, cu_bytes, e->stream, err, err_len)) ||
         (cu_bytes && cli_cuda_h2d(e->dcu_k, c->cu_k, cu_bytes, e->stream, err, err_len)) ||
-        upload_paged(e, c, err, err_len)) {
+        upload_paged(e, c, err, err_len) || upload_append(e, c, err, err_len)) {
         cli_exec_free(e);
         return -1;
     }

@@ -256,6 +256,8 @@ static int shape_ok(const kit_shape *s)
         s->head_dim <= 0 || kit_dtype_size(s->dtype) == 0 || s->page_size < 0)
         return 0;
     if (s->append < 0 || (s->append > 0 && (s->seqused == KIT_SEQUSED_NONE || s->append > s->seqlen_k))) return 0;
+    if (s->rotary_dim < 0 || s->rotary_dim % 2 || s->rotary_dim > s->head_dim || (s->rotary_dim && !s->append))
+        return 0;
     return !(s->varlen && (s->page_size > 0 || s->seqused != KIT_SEQUSED_NONE)); /* dense-only options */
 }
 
@@ -377,6 +379,10 @@ int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
         return -1;
     }
     set_options(c);
+    if (kit_append_setup(c, seed)) {
+        kit_case_free(c);
+        return -1;
+    }
     kit_paged_nan_unused(c);
     kit_poison(c->out, c->out_bytes, s->dtype, c->lse, c->lse_bytes);
     return 0;
@@ -388,6 +394,7 @@ void kit_case_free(kit_case *c)
     free(c->q); free(c->k); free(c->v); free(c->out); free(c->lse);
     free(c->cu_q); free(c->cu_k);
     free(c->block_table); free(c->seqused_k);
+    free(c->k_new); free(c->v_new); free(c->rot_cos); free(c->rot_sin);
     memset(c, 0, sizeof *c);
 }
 

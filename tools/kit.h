@@ -54,8 +54,10 @@ typedef struct kit_shape {
                                   * keys (kit_paged.c); 0: dense. Not with varlen.       */
     kit_seqused seqused;         /* seqused_k (dense or paged); not with varlen         */
     int append;                  /* > 0 (with seqused): keys each sequence appends
-                                  * (k_new, supplied by the test): seqused_k leaves room
+                                  * (k_new, v_new; kit_append.c): seqused_k leaves room
                                   * for them and kit_case_keys counts them                */
+    int rotary_dim;              /* with append: > 0 rotates q and k_new (RoPE tables)  */
+    int rotary_interleaved;      /* 1: GPT-J pairs (2i, 2i+1), 0: GPT-NeoX halves       */
 } kit_shape;
 
 /* A problem with its host buffers. args holds host pointers into them. */
@@ -78,7 +80,19 @@ typedef struct kit_case {
     int32_t num_pages, max_pages;
     int64_t table_stride;
     size_t table_bytes, used_bytes;                         /* allocation sizes    */
+    /* s.append > 0: k_new, v_new [batch, append, heads_kv, head_dim] and,
+     * with s.rotary_dim, the RoPE tables [seqlen_ro, rotary_dim / 2] over
+     * every position the call reaches, contiguous, N(0,1) / base 10000;
+     * args points at them. */
+    void *k_new, *v_new, *rot_cos, *rot_sin;               /* NULL when not used  */
+    size_t new_bytes, rot_bytes;
+    int64_t seqlen_ro;
 } kit_case;
+
+/* A contiguous [n0, n1, n2, n3] tensor at data (n2 = 0: 2-D [n0, n1]). */
+fc_tensor kit_contiguous(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+/* The append step's inputs of c (kit_append.c); 0, or -1 on no memory. */
+int kit_append_setup(kit_case *c, uint64_t seed);
 
 /* Allocate and fill a case (inputs N(0,1) from seed, never 0). Returns 0, or
  * -1 on allocation failure / bad shape (with nothing left allocated). */
