@@ -177,6 +177,8 @@ static void test_paged(void)
     expect_check("check --backend cpu,reference --quick --seeds 3 --append 2", 30);
     expect_check("check --backend cpu --quick --seeds 2 --append 3 --page-size 16", 15);
     expect_run("check --backend cpu --quick --seeds 0 --append 1 --filter gqa-4", 0, "gqa-4+a1");
+    expect_run("bench --custom 2,4,2,1,300,64,bf16 --append 1 --page-size 16 --backend cpu --iters 3 --warmup-ms 0", 0,
+               "custom-2x4x2-q1-k300-d64-bf16/p16/a1");
     char path[] = "/tmp/test_cli_paged_XXXXXX", args[256], meta_pass[8];
     const int fd = mkstemp(path);
     CHECK(fd >= 0, "cannot create a temporary file");
@@ -199,7 +201,7 @@ static void test_usage(void)
     const char *bad[] = {"check --bwd=1", "check --backend cpu,bogus", "check --backend cpu,", "bench --bwd=yes",
                          "check --bwd --filter no-such-case", "check --bwd --page-size 16",
                          "bench --bwd --page-size 16", "check --page-size 0", "bench --page-size x",
-                         "check --bwd --append 1", "check --append 0"};
+                         "check --bwd --append 1", "check --append 0", "bench --bwd --append 1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) expect_run(bad[i], 2, NULL);
 }
 

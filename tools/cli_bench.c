@@ -32,7 +32,7 @@ static void help(void)
     printf("usage: flashcore bench [--shape NAME[,NAME...]]... [--all] [--custom B,Hq,Hkv,Sq,Sk,D[,causal][,dtype]]...\n"
            "                       [--bwd] [--backend auto|cpu|cuda|reference] [--dtype T] [--warmup-ms MS] [--iters N]\n"
            "                       [--max-ms MS] [--no-graph] [--flush-l2] [--threads N] [--force]\n"
-           "                       [--cuda-path 0|80|90] [--page-size N]\n"
+           "                       [--cuda-path 0|80|90] [--page-size N] [--append N]\n"
            "                       [--cpu-budget GFLOP] [--json FILE] [--list]\n\n"
            "Times the forward pass (the backward with --bwd) on random inputs (N(0,1), never\n"
            "zeros). Per shape: warm-up, then up to --iters timed calls (CUDA events on the\n"
@@ -57,6 +57,9 @@ static void help(void)
            "  --page-size N    the forward through a paged KV cache: k and v in pages of N keys\n"
            "                   (shuffled, with spare pages), seqused_k = Sk; shapes are named\n"
            "                   NAME/pN and the JSON rows carry page_size\n"
+           "  --append N       the forward with the append step: N keys per sequence written\n"
+           "                   into the cache (seqused_k = Sk - N), q and k_new rotated over the\n"
+           "                   head dim; shapes are named NAME/aN, the JSON rows carry append\n"
            "  --warmup-ms MS   warm-up per shape (default 1000 on CUDA, 100 on the CPU)\n"
            "  --iters N        timed calls per shape (default 200 on CUDA, 10 on the CPU)\n"
            "  --max-ms MS      time budget per shape for the timed calls (default 3000)\n"
@@ -156,6 +159,17 @@ static void page_item(bench_item *it, int page_size)
     snprintf(it->name, sizeof it->name, "%.80s/p%d", name, page_size);
     it->s.page_size = page_size;
     it->s.seqused = KIT_SEQUSED_FULL;
+}
+
+/* The item with the append step: n keys per sequence written into its
+ * cache (which keeps Sk keys: seqused_k = Sk - n), rotary over the head
+ * dim, named NAME/aN. */
+static void append_item(bench_item *it, int n)
+{
+    char name[sizeof it->name];
+    snprintf(name, sizeof name, "%s", it->name);
+    snprintf(it->name, sizeof it->name, "%.80s/a%d", name, n);
+    kit_shape_append(&it->s, n, 0);
 }
 
 static double pass_flops(const kit_shape *s, int bwd) { return bwd ? kit_flops_backward(s) : kit_flops_nominal(s); }
@@ -353,6 +367,7 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
         kit_jw_kv_bool(&w, "causal", s->causal);
         kit_jw_kv_string(&w, "dtype", kit_dtype_name(s->dtype));
         kit_jw_kv_int(&w, "page_size", s->page_size); /* 0: dense k/v */
+        kit_jw_kv_int(&w, "append", s->append);       /* keys appended per sequence */
         kit_jw_kv_string(&w, "backend", cli_backend_name(r->backend));
         kit_jw_kv_string(&w, "kernel", r->info.name);
         kit_jw_kv_int(&w, "num_splits", r->info.num_splits);
@@ -411,7 +426,7 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
 int cli_bench(int argc, char **argv)
 {
     fc_backend backend = FC_BACKEND_AUTO;
-    long long iters = -1, threads = 0, cuda_path = 0, page = 0;
+    long long iters = -1, threads = 0, cuda_path = 0, page = 0, append = 0;
     double warmup_ms = -1, max_ms = 3000, cpu_budget_g = 20;
     int all = 0, force = 0, graph = 1, flush_l2 = 0, have_dtype = 0, list = 0, bwd = 0;
     fc_dtype dtype = FC_DTYPE_F16;
@@ -493,6 +508,8 @@ int cli_bench(int argc, char **argv)
             if (cli_int(&a, arg, 0, 90, &cuda_path)) goto out;
         } else if (cli_is(&a, arg, "--page-size")) {
             if (cli_int(&a, arg, 1, 1 << 20, &page)) goto out;
+        } else if (cli_is(&a, arg, "--append")) {
+            if (cli_int(&a, arg, 1, 1 << 16, &append)) goto out;
         } else if (cli_is(&a, arg, "--json")) {
             if (!(json = cli_value(&a, arg))) goto out;
         } else {
@@ -513,11 +530,13 @@ int cli_bench(int argc, char **argv)
     }
     if (have_dtype)
         for (int i = 0; i < n; i++) items[i].s.dtype = dtype;
-    if (page && bwd) {
-        fprintf(stderr, "flashcore bench: --page-size: the backward takes no paged cache (forward only)\n");
+    if ((page || append) && bwd) {
+        fprintf(stderr, "flashcore bench: --%s: the backward takes no %s (forward only)\n",
+                page ? "page-size" : "append", page ? "paged cache" : "append step");
         goto out;
     }
     for (int i = 0; page && i < n; i++) page_item(&items[i], (int)page);
+    for (int i = 0; append && i < n; i++) append_item(&items[i], (int)append);
 
     rc = CLI_EXIT_FAIL;
     fc_context *ctx = cli_context("bench", (int)threads);

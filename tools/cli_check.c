@@ -357,10 +357,7 @@ static void add_case(const check_opts *o, check_case *cases, int *n, const char 
     if (o->append) { /* rotary over the whole head dim, the pairing by seed */
         size_t k = strlen(c->name);
         snprintf(c->name + k, sizeof(c->name) - k, "+a%lld", o->append);
-        s.append = (int)o->append;
-        s.rotary_dim = s.head_dim % 2 ? s.head_dim - 1 : s.head_dim;
-        s.rotary_interleaved = (int)(seed & 1);
-        if (s.seqused == KIT_SEQUSED_NONE) s.seqused = KIT_SEQUSED_FULL;
+        kit_shape_append(&s, (int)o->append, (int)(seed & 1));
     }
     c->s = s;
     c->seed = seed;

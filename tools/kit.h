@@ -91,6 +91,10 @@ typedef struct kit_case {
 
 /* A contiguous [n0, n1, n2, n3] tensor at data (n2 = 0: 2-D [n0, n1]). */
 fc_tensor kit_contiguous(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
+/* s with the append step: n new keys per sequence, rotary over the head
+ * dim (its even part), seqused_k = the cache's length less n unless s has
+ * its own counts. */
+void kit_shape_append(kit_shape *s, int n, int interleaved);
 /* The append step's inputs of c (kit_append.c); 0, or -1 on no memory. */
 int kit_append_setup(kit_case *c, uint64_t seed);
 

@@ -49,6 +49,14 @@ static int rope_tables(kit_case *c)
     return 0;
 }
 
+void kit_shape_append(kit_shape *s, int n, int interleaved)
+{
+    s->append = n;
+    s->rotary_dim = s->head_dim / 2 * 2;
+    s->rotary_interleaved = interleaved;
+    if (s->seqused == KIT_SEQUSED_NONE) s->seqused = KIT_SEQUSED_FULL;
+}
+
 int kit_append_setup(kit_case *c, uint64_t seed)
 {
     const kit_shape *s = &c->s;
