@@ -81,11 +81,6 @@ class Cache:
             kp[perm] = self.k.reshape(B * per, ps, hkv, D)
             vp[perm] = self.v.reshape(B * per, ps, hkv, D)
             self.paged[ps] = (kp, vp, table.contiguous(), perm)
-        # the append step: the last key again, identity rotation
-        self.k_last, self.v_last = self.k[:, S - 1:S].clone(), self.v[:, S - 1:S].clone()
-        self.cos = torch.ones(S, D // 2, device="cuda", dtype=dt)
-        self.sin = torch.zeros(S, D // 2, device="cuda", dtype=dt)
-        self.before = torch.full((B,), S - 1, dtype=torch.int32, device="cuda")
 
     def kv_bytes(self):
         return 2 * self.B * self.S * self.hkv * D * 2
@@ -100,9 +95,12 @@ class Cache:
 
 
 def append_systems(fc, cache):
-    out = {}
-    step = dict(k_new=cache.k_last, v_new=cache.v_last, rotary_cos=cache.cos, rotary_sin=cache.sin,
-                cache_seqlens=cache.before)
+    """The step appends the last key again (cache_seqlens = Skv - 1) with
+    identity rotary tables: the same result, so the difference is the step."""
+    out, S, q = {}, cache.S, cache.q
+    step = dict(k_new=cache.k[:, S - 1:S].clone(), v_new=cache.v[:, S - 1:S].clone(),
+                rotary_cos=q.new_ones(S, D // 2), rotary_sin=q.new_zeros(S, D // 2),
+                cache_seqlens=cache.seqlens - 1)
     kp, vp, table, _ = cache.paged[16]
     o = cache.q.new_empty(cache.q.shape)
     out["flashcore-append-p16"] = (lambda o=o: fc.attention_with_kvcache(

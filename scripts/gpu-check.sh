@@ -304,7 +304,7 @@ if want_explicit bench-paged; then
   read -r -a pextra <<< "${PAGED_EXTRA:-}"
   if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" PYTHONUNBUFFERED=1 \
        python3 bench/paged.py --out "$OUT" "${pextra[@]}" >"$OUT/paged.log" 2>&1; then result[bench-paged]=ok
-  else result[bench-paged]=FAIL; tail -30 "$OUT/paged.log"; fi
+  else result[bench-paged]=FAIL; fi
   tail -30 "$OUT/paged.log"
 fi
 

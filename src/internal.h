@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "constants.h"
 #include "flashcore.h"
@@ -181,6 +182,22 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
 /* Tiled online-softmax path, multithreaded over (batch, head, query tile).
  * num_threads <= 0 means one per online core. */
 fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *err, size_t err_len);
+
+/* What the attention takes after the append step (both backends): p with
+ * q_rot (non-NULL: the rotated q, contiguous [batch, seqlen_q, heads_q,
+ * head_dim]), the counts seqused_k + seqlen_new, the step cleared. */
+static inline void fc_append_result(const fc_fwd_params *p, fc_fwd_params *lp, const void *q_rot, const int32_t *used)
+{
+    *lp = *p;
+    if (q_rot) {
+        lp->q = q_rot;
+        lp->q_head_stride = p->head_dim;
+        lp->q_row_stride = (int64_t)p->heads_q * p->head_dim;
+        lp->q_batch_stride = (int64_t)p->seqlen_q * lp->q_row_stride;
+    }
+    lp->seqused_k = used;
+    memset(&lp->app, 0, sizeof lp->app);
+}
 
 /* The append step on host memory (append.c): k_new/v_new (rotated) into
  * the cache, then *lp = p for the attention: q rotated into new scratch

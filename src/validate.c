@@ -308,19 +308,32 @@ static uint64_t block_table_entries(const fc_attention_args *a)
     return (uint64_t)(a->q.shape[0] - 1) * (uint64_t)stride + (uint64_t)a->max_pages_per_seq;
 }
 
+/* Two tensors that go together (k_new and v_new, the rotary tables): q's
+ * dtype, each valid, the same shape. */
+static fc_status check_pair(fc_context *ctx, const fc_attention_args *a, const char *const names[2],
+                            const fc_tensor *t[2], int ndim, const char *const *dims, int empty_dim)
+{
+    if ((int)t[0]->dtype != (int)a->q.dtype || (int)t[1]->dtype != (int)a->q.dtype)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s (%s) and %s (%s) must have q's dtype %s", names[0],
+                            fc_dtype_name(t[0]->dtype), names[1], fc_dtype_name(t[1]->dtype),
+                            fc_dtype_name(a->q.dtype));
+    fc_status st;
+    for (int i = 0; i < 2; i++)
+        if ((st = check_tensor(ctx, names[i], t[i], ndim, dims, empty_dim, 0))) return st;
+    if (!same_shape(t[0], t[1]))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.shape must equal %s.shape", names[1], names[0]);
+    return FC_OK;
+}
+
 /* k_new / v_new against q and the cache, the rotary tables against the
  * head dim. Their contents (positions within the cache and the tables)
  * are checked by fc_check_paged with seqused_k. */
 static fc_status check_new_kv(fc_context *ctx, const fc_attention_args *a)
 {
-    fc_status st;
-    if ((int)a->k_new.dtype != (int)a->q.dtype || (int)a->v_new.dtype != (int)a->q.dtype)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "k_new (%s) and v_new (%s) must have q's dtype %s",
-                            fc_dtype_name(a->k_new.dtype), fc_dtype_name(a->v_new.dtype), fc_dtype_name(a->q.dtype));
-    if ((st = check_tensor(ctx, "k_new", &a->k_new, 4, dims_new, 1, 0))) return st;
-    if ((st = check_tensor(ctx, "v_new", &a->v_new, 4, dims_new, 1, 0))) return st;
-    if (!same_shape(&a->k_new, &a->v_new))
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "v_new.shape must equal k_new.shape");
+    static const char *const names[2] = {"k_new", "v_new"};
+    const fc_tensor *t[2] = {&a->k_new, &a->v_new};
+    fc_status st = check_pair(ctx, a, names, t, 4, dims_new, 1);
+    if (st) return st;
     if (a->k_new.shape[0] != a->q.shape[0] || a->k_new.shape[2] != a->k.shape[2] ||
         a->k_new.shape[3] != a->q.shape[3])
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
@@ -336,15 +349,10 @@ static fc_status check_rotary(fc_context *ctx, const fc_attention_args *a)
     if (!a->rotary_cos.data || !a->rotary_sin.data)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "rotary_cos and rotary_sin go together: %s.data is NULL",
                             a->rotary_cos.data ? "rotary_sin" : "rotary_cos");
-    if ((int)a->rotary_cos.dtype != (int)a->q.dtype || (int)a->rotary_sin.dtype != (int)a->q.dtype)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "rotary_cos (%s) and rotary_sin (%s) must have q's dtype %s",
-                            fc_dtype_name(a->rotary_cos.dtype), fc_dtype_name(a->rotary_sin.dtype),
-                            fc_dtype_name(a->q.dtype));
-    fc_status st;
-    if ((st = check_tensor(ctx, "rotary_cos", &a->rotary_cos, 2, dims_rotary, -1, 0))) return st;
-    if ((st = check_tensor(ctx, "rotary_sin", &a->rotary_sin, 2, dims_rotary, -1, 0))) return st;
-    if (!same_shape(&a->rotary_cos, &a->rotary_sin))
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "rotary_sin.shape must equal rotary_cos.shape");
+    static const char *const names[2] = {"rotary_cos", "rotary_sin"};
+    const fc_tensor *t[2] = {&a->rotary_cos, &a->rotary_sin};
+    fc_status st = check_pair(ctx, a, names, t, 2, dims_rotary, -1);
+    if (st) return st;
     if (2 * a->rotary_cos.shape[1] > a->q.shape[3])
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "rotary_cos.shape[1] is %lld: rotary_dim %lld exceeds head_dim %lld",

@@ -53,7 +53,6 @@ static void run_spec(fc_context *ctx, const char *tag, const ta_spec *sp, uint64
     const int built = ta_init(ctx, &t, &sp->s, seed, sp->rotary_dim, sp->interleaved, why, sizeof why) == 0;
     ta_describe(&t, desc, sizeof desc);
     for (int i = 0; i < 2; i++) {
-        if (backends[i] == FC_BACKEND_CPU && sp->s.dtype == FC_DTYPE_F64) continue;
         const int ok = built && run_backend(ctx, &t, backends[i], why, sizeof why);
         if (ok) g_pass++;
         else g_fail++;

@@ -43,17 +43,6 @@ static inline void ta_free(ta_case *t)
     memset(t, 0, sizeof *t);
 }
 
-/* Element offset of head h of key j of sequence b in a cache tensor. */
-static inline int64_t ta_slot(const kit_case *c, const fc_tensor *t, int b, int64_t j, int h)
-{
-    int64_t blk = b, row = j;
-    if (c->block_table) {
-        blk = c->block_table[b * c->table_stride + j / c->s.page_size];
-        row = j % c->s.page_size;
-    }
-    return blk * t->stride[0] + row * t->stride[1] + h * t->stride[2];
-}
-
 /* x (head_dim doubles) rotated to position pos with t's tables. */
 static inline void ta_rotate(const ta_case *t, int64_t pos, double *x)
 {
@@ -81,7 +70,7 @@ static inline void ta_oracle_cache(ta_case *t)
         for (int n = 0; n < s->append; n++)
             for (int h = 0; h < s->heads_kv; h++) {
                 const int64_t j = c->seqused_k[b] + n, src = (((int64_t)b * s->append + n) * s->heads_kv + h) * d;
-                const int64_t kd = ta_slot(c, &c->args.k, b, j, h), vd = ta_slot(c, &c->args.v, b, j, h);
+                const int64_t kd = kit_key_offset(c, b, j) + h * c->args.k.stride[2], vd = kd; /* same strides */
                 for (int e = 0; e < d; e++) x[e] = kit_load(t->k_new, s->dtype, src + e);
                 if (t->rotary_dim) ta_rotate(t, j, x);
                 for (int e = 0; e < d; e++) {

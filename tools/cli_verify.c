@@ -88,13 +88,45 @@ static void fwd_note(cli_check_result *r)
 #undef NOTE
 }
 
+/* The case's host cache (k, v) as it was before a CPU backend appended to
+ * it, so that the reference starts from the same cache and a stray write
+ * shows; NULL buffers (no append step, or CUDA's own copy) restore nothing. */
+typedef struct cache_copy {
+    void *k, *v;
+} cache_copy;
+
+static int cache_keep(cache_copy *cc, const kit_case *c, fc_backend backend)
+{
+    cc->k = cc->v = NULL;
+    if (!c->k_new || backend == FC_BACKEND_CUDA) return 0;
+    cc->k = malloc(c->k_bytes);
+    cc->v = malloc(c->v_bytes);
+    if (!cc->k || !cc->v) return -1;
+    memcpy(cc->k, c->k, c->k_bytes);
+    memcpy(cc->v, c->v, c->v_bytes);
+    return 0;
+}
+
+static void cache_restore(const cache_copy *cc, kit_case *c)
+{
+    if (!cc->k) return;
+    memcpy(c->k, cc->k, c->k_bytes);
+    memcpy(c->v, cc->v, c->v_bytes);
+}
+
 void cli_check_case(fc_context *ctx, kit_case *c, fc_backend backend, cli_check_result *r)
 {
     char err[400];
     cli_exec e;
+    cache_copy cc = {NULL, NULL};
     if (begin(r, cli_exec_init(&e, c, backend, err, sizeof(err)), &e, err)) return;
     r->g = kit_gate_for(c->s.dtype);
+    if (cache_keep(&cc, c, e.backend)) {
+        snprintf(r->note, sizeof(r->note), "out of host memory for the cache copy");
+        goto done;
+    }
     if (run_checked(ctx, &e, r)) goto done;
+    cache_restore(&cc, c);
 
     void *ref_out = malloc(c->out_bytes);
     float *ref_lse = c->lse ? malloc(c->lse_bytes) : NULL;
@@ -118,6 +150,8 @@ void cli_check_case(fc_context *ctx, kit_case *c, fc_backend backend, cli_check_
     free(ref_out);
     free(ref_lse);
 done:
+    free(cc.k);
+    free(cc.v);
     cli_exec_free(&e);
 }
 

@@ -241,7 +241,7 @@ static void set_tensor(fc_tensor *t, void *data, fc_dtype dt, int varlen, int64_
 /* N(0,1)*scale values, redrawn where one rounds to 0 in the dtype (a few
  * tries: a tiny scale may leave no choice): a kernel that reads the wrong
  * page or row must not meet zeros that happen to give the right sum. */
-static void fill_normal(void *buf, fc_dtype dt, int64_t n, uint64_t *rng, float scale)
+void kit_fill_normal(void *buf, fc_dtype dt, int64_t n, uint64_t *rng, float scale)
 {
     for (int64_t i = 0; i < n; i++)
         for (int tries = 0; tries < 4; tries++) {
@@ -310,9 +310,9 @@ static int init_tensors(kit_case *c, uint64_t *rng)
     if (!c->q || !c->k || !c->v || !c->out) return -1;
     float isc = s->input_scale > 0 ? s->input_scale : 1.0f;
     /* padding and spare pages get random values too: a kernel that reads them would show */
-    fill_normal(c->q, s->dtype, (int64_t)(c->q_bytes / es), rng, isc);
-    fill_normal(c->k, s->dtype, (int64_t)(c->k_bytes / es), rng, isc);
-    fill_normal(c->v, s->dtype, (int64_t)(c->v_bytes / es), rng, 1.0f);
+    kit_fill_normal(c->q, s->dtype, (int64_t)(c->q_bytes / es), rng, isc);
+    kit_fill_normal(c->k, s->dtype, (int64_t)(c->k_bytes / es), rng, isc);
+    kit_fill_normal(c->v, s->dtype, (int64_t)(c->v_bytes / es), rng, 1.0f);
     fc_attention_args *a = &c->args;
     set_tensor(&a->q, c->q, s->dtype, s->varlen, outer, sq, s->heads_q, s->head_dim, stq);
     set_tensor(&a->k, c->k, s->dtype, s->varlen, kv_outer, sk, s->heads_kv, s->head_dim, stk);

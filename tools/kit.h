@@ -141,8 +141,9 @@ typedef struct kit_gate {
 } kit_gate;
 kit_gate kit_gate_for(fc_dtype dtype);
 
-/* Keys sequence b of c uses: its cu_seqlens_k length, seqused_k[b], the
- * paged capacity (max_pages * page_size) or seqlen_k. */
+/* Keys sequence b of c uses: its cu_seqlens_k length, seqused_k[b] (plus
+ * the keys it appends), the paged capacity (max_pages * page_size) or
+ * seqlen_k. */
 int64_t kit_case_keys(const kit_case *c, int b);
 /* Element offset of key j of sequence b in k, and in v (the kit gives both
  * the same strides): dense, varlen or through the block table. */

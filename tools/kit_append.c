@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kit.h"
+#include "kit_internal.h"
 
 fc_tensor kit_contiguous(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
 {
@@ -67,10 +68,8 @@ int kit_append_setup(kit_case *c, uint64_t seed)
     c->k_new = malloc(c->new_bytes);
     c->v_new = malloc(c->new_bytes);
     if (!c->k_new || !c->v_new) return -1;
-    for (int64_t i = 0; i < n; i++) {
-        kit_store(c->k_new, s->dtype, i, (float)kit_rand_normal(&rng));
-        kit_store(c->v_new, s->dtype, i, (float)kit_rand_normal(&rng));
-    }
+    kit_fill_normal(c->k_new, s->dtype, n, &rng, 1.0f);
+    kit_fill_normal(c->v_new, s->dtype, n, &rng, 1.0f);
     c->args.k_new = kit_contiguous(c->k_new, s->dtype, s->batch, s->append, s->heads_kv, s->head_dim);
     c->args.v_new = kit_contiguous(c->v_new, s->dtype, s->batch, s->append, s->heads_kv, s->head_dim);
     c->args.rotary_interleaved = s->rotary_interleaved;

@@ -101,7 +101,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     torch_q = _arrays.is_torch(q)
     if torch_q:
         ops = _torch_ops()
-        if ops.routes(q, k, v, k_new, v_new):
+        appended = (k_new, v_new, rotary_cos, rotary_sin) if k_new is not None or v_new is not None else ()
+        if ops.routes(q, k, v, appended):
             return ops.attention(q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
                                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,

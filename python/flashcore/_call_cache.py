@@ -90,8 +90,9 @@ def key(q, k, v, return_lse, out, cuda_path, common):
         given = (*_sig(out), out.requires_grad, out.is_leaf)
     sig = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
            v.shape, v.stride(), v.dtype, v.device, given, bool(return_lse), cuda_path, *common.values())
-    if (common["block_table"] is None and common["seqused_k"] is None and common["k_new"] is None
-            and common["v_new"] is None and common["rotary_cos"] is None and common["rotary_sin"] is None):
+    # v_new or rotary tables without k_new fail, and a failed call is never
+    # kept: these three decide, as in run()
+    if common["block_table"] is None and common["seqused_k"] is None and common["k_new"] is None:
         return sig
     if common["k_new"] is not None and (k.requires_grad or v.requires_grad):
         return None  # k and v are written: the full call's writability check decides

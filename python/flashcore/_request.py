@@ -88,12 +88,13 @@ def common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k, max_seqle
     """The keyword arguments of start(): those that forward and backward
     share, then the forward's (FORWARD; the backward refuses them): the
     paged cache and the append step."""
-    return dict(causal=causal, window=window, softcap=softcap, scale=scale,
-                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                max_seqlen_k=max_seqlen_k, backend=backend, layout=layout,
-                rotary_interleaved=bool(rotary_interleaved), block_table=block_table,
-                seqused_k=seqused_k, k_new=k_new, v_new=v_new, rotary_cos=rotary_cos,
-                rotary_sin=rotary_sin)
+    # a literal: every call builds it (a dict() of keywords cost ~0.8 us more)
+    return {"causal": causal, "window": window, "softcap": softcap, "scale": scale,
+            "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k, "max_seqlen_q": max_seqlen_q,
+            "max_seqlen_k": max_seqlen_k, "backend": backend, "layout": layout,
+            "rotary_interleaved": rotary_interleaved, "block_table": block_table,
+            "seqused_k": seqused_k, "k_new": k_new, "v_new": v_new, "rotary_cos": rotary_cos,
+            "rotary_sin": rotary_sin}
 
 
 def _check_varlen(varlen, cu_seqlens_q, cu_seqlens_k, layout, block_table, seqused_k, appends):

@@ -166,18 +166,19 @@ _fwd.register_autograd(_backward_rule, setup_context=_setup_context)
 _bwd.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
 
 
-def routes(q, k, v, k_new=None, v_new=None):
-    """Does a call on q, k, v (and the appended k_new, v_new) go through an
-    op: torch tensors that autograd records, a call being traced by
-    torch.compile, or tensors with no data (meta, fake) whose shapes only
-    the fake implementation can give."""
+def routes(q, k, v, appended=()):
+    """Does a call on q, k, v (and the append step's tensors, appended:
+    k_new, v_new, rotary_cos, rotary_sin) go through an op: torch tensors
+    that autograd records, a call being traced by torch.compile, or tensors
+    with no data (meta, fake) whose shapes only the fake implementation can
+    give."""
     if torch.compiler.is_compiling() or q.is_meta:
         return True
+    if not torch.is_grad_enabled():
+        return False
     # k or v may be of another type (numpy): the direct path names that error
-    return torch.is_grad_enabled() and (q.requires_grad or getattr(k, "requires_grad", False)
-                                        or getattr(v, "requires_grad", False)
-                                        or getattr(k_new, "requires_grad", False)
-                                        or getattr(v_new, "requires_grad", False))
+    return (q.requires_grad or getattr(k, "requires_grad", False) or getattr(v, "requires_grad", False)
+            or any(getattr(x, "requires_grad", False) for x in appended if x is not None))
 
 
 def _tensor(x):

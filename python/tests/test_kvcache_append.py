@@ -15,8 +15,6 @@ rotated keys, every other element bitwise unchanged. numpy and torch CPU
 tensors (the torch cases skip without torch), f32 and f16; the kept-call
 path, torch.compile, opcheck, and the errors (nothing written)."""
 
-import zlib
-
 import numpy as np
 import pytest
 
@@ -24,6 +22,7 @@ import flashcore
 from flashcore import _call_cache
 
 import fc_reference as ref
+from test_kvcache import seeded
 
 try:
     import torch
@@ -33,10 +32,6 @@ except ImportError:
 needs_torch = pytest.mark.skipif(torch is None, reason="torch not installed")
 ERR = flashcore.InvalidArgumentError
 NP = {"f32": np.float32, "f16": np.float16}
-
-
-def seeded(*parts):
-    return np.random.default_rng(zlib.crc32("/".join(map(str, parts)).encode()))
 
 
 def convert(x, kind, dtype=None):

@@ -201,7 +201,7 @@ def test_append_matches_cpu_reference(dtype, page_size, rotary):
     float64 oracle in test_kvcache_append.py): out within the dtype's gate,
     the appended v rows bit for bit, k within one rounding, the rest
     untouched."""
-    g = torch.Generator(device="cpu").manual_seed(hash((dtype, page_size, rotary)) & 0xffff)
+    g = torch.Generator(device="cpu").manual_seed(int(seeded("append-cuda", dtype, page_size, rotary).integers(2 ** 31)))
     B, Hq, Hkv, D, new, cap = 3, 8, 2, 128, 2, 48
     dt = DT[dtype]
     rnd = lambda *s: torch.randn(*s, generator=g).to(dt)  # noqa: E731

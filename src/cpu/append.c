@@ -81,15 +81,7 @@ fc_status fc_cpu_append(const fc_fwd_params *p, fc_fwd_params *lp, void **scratc
             for (int64_t h = 0; h < p->heads_kv; h++) append_row(p, b, t, h, x, cs, sn);
         used[b] = p->seqused_k[b] + ap->seqlen_new; /* fc_check_paged: within the cache */
     }
-    *lp = *p;
-    if (ap->cos) {
-        rotate_q(p, s, x, cs, sn);
-        lp->q = s;
-        lp->q_head_stride = d;
-        lp->q_row_stride = p->heads_q * d;
-        lp->q_batch_stride = (int64_t)p->seqlen_q * p->heads_q * d;
-    }
-    lp->seqused_k = used;
-    memset(&lp->app, 0, sizeof lp->app);
+    if (ap->cos) rotate_q(p, s, x, cs, sn);
+    fc_append_result(p, lp, ap->cos ? s : NULL, used);
     return FC_OK;
 }

@@ -22,8 +22,10 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
      * real lengths: max_seqlen_k is only a bound (INT32_MAX would ask for
      * 16 GiB on a 5-token call). */
     int64_t max_sk = 0; /* (a paged seqlen_k is the capacity, too) */
-    for (int b = 0; b < p->batch; b++)
-        if (fc_used_keys(p, b) > max_sk) max_sk = fc_used_keys(p, b);
+    for (int b = 0; b < p->batch; b++) {
+        const int64_t sk = fc_used_keys(p, b);
+        if (sk > max_sk) max_sk = sk;
+    }
     double *score = malloc((size_t)(max_sk > 0 ? max_sk : 1) * sizeof(double)); /* [max_sk] */
     double *acc = malloc((size_t)(D > 0 ? D : 1) * sizeof(double));             /* [D]      */
     double *qrow = malloc((size_t)(D > 0 ? D : 1) * sizeof(double));            /* [D]      */

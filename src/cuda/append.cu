@@ -11,7 +11,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -111,20 +110,25 @@ __global__ void __launch_bounds__(kThreads) append_kernel(const fc_fwd_params p,
             used[b] = min(p.seqused_k[b] + p.app.seqlen_new, p.seqlen_k);
 }
 
+/* The rotated q's room in the scratch (16-bit elements), the counts after it. */
+int64_t q_rot_room(const fc_fwd_params *p)
+{
+    const int64_t q = p->app.cos ? (int64_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim * 2 : 0;
+    return (q + 255) / 256 * 256;
+}
+
 } /* namespace */
 
 extern "C" int64_t fc_cuda_append_scratch_bytes(const fc_fwd_params *p)
 {
-    const int64_t q = p->app.cos ? (int64_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim * 2 : 0;
-    return (q + 255) / 256 * 256 + (int64_t)p->batch * (int64_t)sizeof(int32_t);
+    return q_rot_room(p) + (int64_t)p->batch * (int64_t)sizeof(int32_t);
 }
 
 extern "C" fc_status fc_cuda_append(const fc_fwd_params *p, void *scratch, int pdl, void *stream,
                                     fc_fwd_params *lp, char *err, size_t err_len)
 {
-    const int64_t q_bytes = fc_cuda_append_scratch_bytes(p) - (int64_t)p->batch * (int64_t)sizeof(int32_t);
     void *q_rot = p->app.cos ? scratch : nullptr;
-    int32_t *used = reinterpret_cast<int32_t *>(static_cast<char *>(scratch) + q_bytes);
+    int32_t *used = reinterpret_cast<int32_t *>(static_cast<char *>(scratch) + q_rot_room(p));
     const int64_t rows = 2 * (int64_t)p->batch * p->app.seqlen_new * p->heads_kv +
                          (q_rot ? (int64_t)p->batch * p->seqlen_q * p->heads_q : 0);
     int64_t blocks = (rows * p->head_dim + kThreads - 1) / kThreads;
@@ -137,14 +141,6 @@ extern "C" fc_status fc_cuda_append(const fc_fwd_params *p, void *scratch, int p
                                     pdl != 0, *p, static_cast<__half *>(q_rot), used, step);
     const fc_status st = fc_cuda_check(e, "append kernel launch", err, err_len);
     if (st) return st;
-    *lp = *p;
-    if (q_rot) {
-        lp->q = q_rot;
-        lp->q_head_stride = p->head_dim;
-        lp->q_row_stride = (int64_t)p->heads_q * p->head_dim;
-        lp->q_batch_stride = (int64_t)p->seqlen_q * p->heads_q * p->head_dim;
-    }
-    lp->seqused_k = used;
-    memset(&lp->app, 0, sizeof lp->app);
+    fc_append_result(p, lp, q_rot, used);
     return FC_OK;
 }

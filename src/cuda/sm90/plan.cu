@@ -311,6 +311,13 @@ fc_status alloc_zeroed(void **out, size_t bytes, size_t zero, cudaStream_t strea
 bool pingpong_on(const TileRow &t) { return t.pingpong && t.wgs > 1 && !FC_SM90_SIMPLE; }
 bool overlap_on(const TileRow &t) { return t.overlap && !FC_SM90_SIMPLE; }
 
+/* A paged call on row t: a kPaged instance exists for the row and every
+ * K/V block lies in one page (tiles.cuh paged_row). */
+bool pages_fit(const fc_fwd_params *p, const TileRow &t)
+{
+    return fc90::paged_row(t) && p->page_size % t.block_n == 0;
+}
+
 /* The kernel name of a plan (what it is made from: its key), formatted
  * once per thread and key (common/plan_names.cuh). */
 thread_local PlanNames t_names;
@@ -370,7 +377,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  "path runs it", (long long)p->batch * p->block_table_stride);
         return FC_ERR_UNSUPPORTED;
     }
-    if (p->block_table && (!fc90::paged_row(t) || p->page_size % t.block_n != 0)) {
+    if (p->block_table && !pages_fit(p, t)) {
         snprintf(why, why_len,
                  "page_size %d is not a multiple of the %d-key blocks of a paged sm90 kernel (head_dim %d): the "
                  "sm80-class path runs it", (int)p->page_size, fc90::paged_row(t) ? t.block_n : 128,
@@ -492,7 +499,7 @@ fc_status geometry(const fc_fwd_params *p, const fc_cuda_choice *choice, Geometr
     g.rows_k = fc_tma_k_rows(p);
     g.nb = fc_tma_q_batches(p);
     g.nb_k = fc_tma_kv_batches(p);
-    if (p->block_table && (!fc90::paged_row(t) || p->page_size % t.block_n != 0)) {
+    if (p->block_table && !pages_fit(p, t)) {
         snprintf(err, err_len, "sm90 forward: page_size %d with block_n %d (planner bug)",
                  (int)p->page_size, t.block_n);
         return FC_ERR_INTERNAL;
