@@ -13,7 +13,11 @@
  *    every pair, and the kernels' per-element mask (fc_bwd_hidden) hides
  *    exactly the pairs that are not visible, past the sequences included;
  *  - the CTA's walk (fc_bwd_next_block from g = 0, m = hi - 1) visits every
- *    (query head, query block) of its range once and then stops.
+ *    (query head, query block) of its range once and then stops;
+ *  - the grid order (fc_bwd_tile_of) gives every (key block, pair) to
+ *    exactly one CTA, a lower key block of a pair a lower CTA index (the
+ *    deterministic mode's waits), the plain order without causal-like
+ *    masks, and key blocks outermost inside each causal group.
  * Random lengths (0 included), windows, causal and block sizes.
  */
 #include <stdint.h>
@@ -87,6 +91,39 @@ static int check_walk(int det, int group, fc_brange r)
     return g == group ? 0 : 1;
 }
 
+/* Every CTA index of an order over nb key blocks x pairs: returns the
+ * number of broken rules (printing the first). */
+static int check_order(int nb, int pairs, int causal)
+{
+    const fc_bwd_order o = fc_bwd_order_make(nb, pairs, causal);
+    const int g = 1 << o.grp_shift;
+    /* the group: the largest power of two dividing pairs, at most FC_BWD_GROUP_PAIRS (causal), else 1 */
+    int bad = pairs % g != 0 || (!causal && g != 1) || g > FC_BWD_GROUP_PAIRS ||
+              (causal && 2 * g <= FC_BWD_GROUP_PAIRS && pairs % (2 * g) == 0);
+    int *seen = calloc((size_t)nb * pairs, sizeof *seen), *last = malloc((size_t)pairs * sizeof *last);
+    if (!seen || !last) {
+        free(seen);
+        free(last);
+        return 1;
+    }
+    for (int p = 0; p < pairs; p++) last[p] = -1;
+    for (int bid = 0; bid < nb * pairs; bid++) {
+        int n, p;
+        fc_bwd_tile_of(o, bid, &n, &p);
+        if (n < 0 || n >= nb || p < 0 || p >= pairs || seen[(int64_t)p * nb + n]++ || n <= last[p]) {
+            if (!bad++) printf("  order nb %d pairs %d causal %d: bid %d -> n %d pair %d\n", nb, pairs, causal, bid, n, p);
+            continue;
+        }
+        last[p] = n;
+        /* plain: bid = pair * nb + n; grouped: key blocks outside the group's pairs */
+        const int want = (p / g) * g * nb + n * g + p % g;
+        if (bid != want && !bad++) printf("  order nb %d pairs %d grp %d: bid %d -> n %d pair %d\n", nb, pairs, g, bid, n, p);
+    }
+    free(seen);
+    free(last);
+    return bad;
+}
+
 int main(void)
 {
     uint64_t rng = 12345;
@@ -113,6 +150,15 @@ int main(void)
     /* windows far wider than the sequences (the int32 clamps) */
     CHECK(check(100, 90, 2147483000, 2147483000, 64, 64) == 0, "huge windows");
     CHECK(check(90, 100, 0, 2147483000, 32, 128) == 0, "huge right window");
+    for (int t = 0; t < 400; t++) {
+        const int nb = 1 + (int)(next(&rng) % 70), pairs = 1 + (int)(next(&rng) % 200);
+        const int causal = (int)(next(&rng) % 2);
+        CHECK(check_order(nb, pairs, causal) == 0, "order: nb %d pairs %d causal %d", nb, pairs, causal);
+    }
+    /* s2k-d128-causal's 128 pairs: groups of 16; gqa-prefill's 8: one group; 13 pairs: groups of one */
+    CHECK(fc_bwd_order_make(16, 128, 1).grp_shift == 4 && fc_bwd_order_make(32, 8, 1).grp_shift == 3 &&
+              fc_bwd_order_make(16, 13, 1).grp_shift == 0 && fc_bwd_order_make(16, 128, 0).grp_shift == 0,
+          "group sizes");
     group_done("bwd block ranges", p0, f0);
     return test_summary();
 }

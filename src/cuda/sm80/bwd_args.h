@@ -12,6 +12,7 @@
 #define FC_SM80_BWD_ARGS_H
 
 #include "cuda/common/fastdiv.h"
+#include "cuda/sm80/bwd_ranges.h"
 #include "internal.h"
 
 #ifdef __cplusplus
@@ -58,12 +59,11 @@ typedef struct fc_sm80_bwd_args {
     float scale;      /* dQ and dK = scale * (dS_raw K), (dS_raw^T Q)      */
     int32_t m_blocks; /* query blocks of the longest sequence             */
     int32_t group;    /* heads_q / heads_kv                                */
-    /* The grid decode's divisors (common/fastdiv.h): key blocks of the
-     * longest sequence (CTAs per (batch, KV head)), heads_kv, and batch *
-     * heads_kv. */
-    fc_fastdiv n_blocks, heads_kv, bh;
-    /* 1: the grid walks key blocks outermost (bwd_loads.cuh, bwd_coords) */
-    int32_t key_major;
+    fc_bwd_order order;  /* the grid's order (bwd_ranges.h)              */
+    /* 1: CTAs walk their query blocks downward (fc_bwd_next_block):
+     * deterministic, or causal-like */
+    int32_t down;
+    fc_fastdiv heads_kv; /* a pair's batch and KV head (common/fastdiv.h) */
     int32_t pdl;      /* host only: programmatic dependent launches         */
 } fc_sm80_bwd_args;
 

@@ -27,28 +27,15 @@ struct BwdCoords {
     int64_t row0;     /* workspace row of the sequence's query 0          */
 };
 
-/* blockIdx.x = (batch * heads_kv + KV head) * n_blocks + key block, so
- * that the CTAs sharing a head's Q and dO run together; or, a.key_major
- * (causal-like bands, where key block n's work falls with n), key block *
- * batch * heads_kv + (batch * heads_kv + KV head), so that the longest
- * CTAs start first and no long one waits for a slot at the end. Either
- * way a lower key block of the same (batch, KV head) has a lower index:
- * the deterministic mode's waits need that (bwd_kernel.cuh). Read through
- * the volatile %ctaid.x: the loop recomputes the coordinates where it
- * needs them instead of holding them in registers across the GEMMs. */
+/* The CTA's place in the grid's order (fc_bwd_order, bwd_ranges.h). Read
+ * through the volatile %ctaid.x: the loop recomputes the coordinates where
+ * it needs them instead of holding them in registers across the GEMMs. */
 __device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
 {
     const fc_fwd_params &f = a.p.f;
     BwdCoords c;
-    const int bid = ptx::ctaid_x();
-    int bh, nb;
-    if (a.key_major) {
-        nb = fc_fastdiv_div(bid, a.bh);
-        bh = bid - nb * a.bh.d;
-    } else {
-        bh = fc_fastdiv_div(bid, a.n_blocks);
-        nb = bid - bh * a.n_blocks.d;
-    }
+    int32_t bh, nb;
+    fc_bwd_tile_of(a.order, ptx::ctaid_x(), &nb, &bh);
     c.n = nb;
     c.b = fc_fastdiv_div(bh, a.heads_kv);
     c.h_kv = bh - c.b * f.heads_kv;

@@ -12,8 +12,10 @@
  * (each warp a keys x head-dim tile, bwd_shape.cuh) while it walks, for
  * each query head of its GQA group, the query blocks that see its keys
  * (bwd_ranges.h), with the next block's Q, dO, lse2 and D loading into the
- * other buffer. The grid is 1-D, in the order bwd_coords (bwd_coords.cuh)
- * gives: key blocks innermost, or outermost for causal-like bands.
+ * other buffer. The grid is 1-D, in the order of fc_bwd_order
+ * (bwd_ranges.h): key blocks innermost, or outermost inside groups of
+ * (batch, KV head) pairs for causal-like bands, whose CTAs then walk their
+ * query blocks downward, as the deterministic mode's do.
  *
  * Deterministic mode: a query block's dQ takes its adds in key-block
  * order, so a CTA waits only for lower key blocks of its (batch, KV head),
@@ -88,9 +90,10 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
         const fc_brange mr = fc_bwd_q_blocks(c.n, S_::BN, S_::BM, c.sq, c.sk, f.window_left, f.window_right);
         const int tid = threadIdx.x;
         load_kv_tiles<S_>(a, c, tid);
-        if (mr.hi > mr.lo) load_q_block<S_>(a, c, c.h_kv * a.group, fc_bwd_first_block(kDet, mr), 0, tid);
+        if (mr.hi > mr.lo)
+            load_q_block<S_>(a, c, c.h_kv * a.group, fc_bwd_first_block(kDet || a.down, mr), 0, tid);
         ptx::cp_async_commit();
-        m = mr.hi > mr.lo ? fc_bwd_first_block(kDet, mr) : -1;
+        m = mr.hi > mr.lo ? fc_bwd_first_block(kDet || a.down, mr) : -1;
     }
 
     float dk[S_::MT][S_::DTL][4], dv[S_::MT][S_::DTL][4];
@@ -110,7 +113,7 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
         const BwdCoords c = bwd_coords(a);
         const fc_brange mr = fc_bwd_q_blocks(c.n, S_::BN, S_::BM, c.sq, c.sk, f.window_left, f.window_right);
         int gn, mn;
-        fc_bwd_next_block(kDet, a.group, mr, g, m, &gn, &mn);
+        fc_bwd_next_block(kDet || a.down, a.group, mr, g, m, &gn, &mn);
         if (gn < a.group) load_q_block<S_>(a, c, c.h_kv * a.group + gn, mn, buf ^ 1, dev::tid_x_volatile());
         ptx::cp_async_commit();
         bwd_block<kBF16, kDet, S_>(a, g, m, buf, dk, dv);

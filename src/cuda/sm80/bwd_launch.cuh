@@ -39,7 +39,7 @@ fc_status launch_bwd_main(const fc_sm80_bwd_args *a, int device, cudaStream_t st
     const fc_status opt =
         fc_smem_opt_in(kernel, smem, device, opted_in, "sm80 backward", -1, err, err_len, CTAS > 1);
     if (opt != FC_OK) return opt;
-    const long long grid = (long long)a->n_blocks.d * a->p.f.batch * a->p.f.heads_kv;
+    const long long grid = (long long)a->order.n_blocks.d * a->p.f.batch * a->p.f.heads_kv;
     if (grid > INT_MAX) {
         snprintf(err, err_len, "internal: sm80 backward grid of %lld CTAs (the planner should have refused)", grid);
         return FC_ERR_INTERNAL;

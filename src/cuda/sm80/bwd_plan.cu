@@ -163,13 +163,11 @@ extern "C" void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int b
     a->scale = p->scale;
     a->m_blocks = (int32_t)ceil_div(p->seqlen_q, block_m);
     a->group = p->heads_q / p->heads_kv;
-    a->n_blocks = fc_fastdiv_make((int32_t)ceil_div(p->seqlen_k, block_n));
     a->heads_kv = fc_fastdiv_make(p->heads_kv);
-    /* exact whenever the grid is launched (batch * heads_kv <= grid <= INT_MAX) */
-    a->bh = fc_fastdiv_make((int32_t)std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX));
-    /* key block n's query range shrinks with n: the longest CTAs go first
-     * (bwd_coords) */
-    a->key_major = fc_causal_like(p);
+    /* exact whenever the grid is launched (n_blocks * batch * heads_kv <= INT_MAX) */
+    const int64_t pairs = std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX);
+    a->down = b->deterministic || fc_causal_like(p);
+    a->order = fc_bwd_order_make((int32_t)ceil_div(p->seqlen_k, block_n), (int32_t)pairs, fc_causal_like(p));
     a->pdl = pdl;
 }
 

@@ -13,6 +13,9 @@
  * [j0, j1] are [j0 - R, j1 - L], the keys some row of [i0, i1] sees are
  * [i0 + L, i1 + R], and both sides give the same set of pairs.
  *
+ * And the grid's order: which key block of which (batch, KV head) pair a
+ * CTA index works on.
+ *
  * Plain C on plain values, so that tests/test_bwd_ranges.c checks exactly
  * what the kernel runs against a brute-force walk of every pair.
  */
@@ -20,6 +23,8 @@
 #define FC_SM80_BWD_RANGES_H
 
 #include <stdint.h>
+
+#include "cuda/common/fastdiv.h"
 
 #if defined(__CUDACC__)
 #define FC_BWD_FN static __host__ __device__ __forceinline__
@@ -110,17 +115,19 @@ FC_BWD_FN int fc_bwd_hidden(fc_bwd_mask m, int32_t j, int32_t i)
 
 /* The first query block a CTA visits (of its range mr, query head 0),
  * and the block after (query head g of its group, query block m); *gn =
- * group: none. Deterministic (det): the query blocks from the last down,
- * the group's heads innermost. With causal masks every key block's range
- * ends at the last query block, so the CTAs of one (batch, KV head), which
- * add in key-block order, meet each (g, m) at the same step: a CTA waits
- * once for its turn, not once per block. Otherwise each head's blocks
- * upwards (the deterministic walk measured 3% slower there). */
-FC_BWD_FN int32_t fc_bwd_first_block(int det, fc_brange mr) { return det ? mr.hi - 1 : mr.lo; }
-FC_BWD_FN void fc_bwd_next_block(int det, int32_t group, fc_brange mr, int32_t g, int32_t m, int32_t *gn,
+ * group: none. Downward (down; the deterministic mode and causal-like
+ * masks): the query blocks from the last down, the group's heads
+ * innermost. With causal masks every key block's range ends at the last
+ * query block, so the CTAs of one (batch, KV head) meet each (g, m) at the
+ * same step: the deterministic mode, which adds in key-block order, waits
+ * once for its turn, not once per block, and the default mode's CTAs read
+ * each block from L2 together. Otherwise each head's blocks upwards (the
+ * downward walk measured 3% slower there). */
+FC_BWD_FN int32_t fc_bwd_first_block(int down, fc_brange mr) { return down ? mr.hi - 1 : mr.lo; }
+FC_BWD_FN void fc_bwd_next_block(int down, int32_t group, fc_brange mr, int32_t g, int32_t m, int32_t *gn,
                                  int32_t *mn)
 {
-    if (det) {
+    if (down) {
         const int step_g = g + 1 < group;
         *gn = step_g ? g + 1 : (m - 1 >= mr.lo ? 0 : group);
         *mn = step_g ? m : m - 1;
@@ -129,6 +136,55 @@ FC_BWD_FN void fc_bwd_next_block(int det, int32_t group, fc_brange mr, int32_t g
         *gn = step_m ? g : g + 1;
         *mn = step_m ? m + 1 : mr.lo;
     }
+}
+
+/* The grid order (both backward paths; fc_bwd_tile_of): groups of
+ * 2^grp_shift (batch, KV head) pairs, the pairs of a group innermost, then
+ * its key blocks, then the groups.
+ *   grp_shift 0, the plain order: a pair's key blocks run together,
+ *     sharing its Q and dO in L2.
+ *   Causal-like masks (key block n's work falls with n): the largest
+ *     power of two that divides the pair count, at most FC_BWD_GROUP_PAIRS,
+ *     so that the longest CTAs start first while a pair still has several
+ *     CTAs in flight (on a 132-SM H100, about 132 / 16); as these walk
+ *     their query blocks downward in step (fc_bwd_next_block), they read
+ *     each block from L2 together. Key blocks outermost over all 128 pairs
+ *     of s2k-d128-causal (one CTA per pair in flight) left 35% L2 hits and
+ *     0.50x cuDNN; the plain order cost gqa-prefill (8 pairs, 256 CTAs,
+ *     its longest CTA a whole SM's share) 15%.
+ * Either way a lower key block of a pair has a lower index: the
+ * deterministic mode's waits need that. */
+typedef struct fc_bwd_order {
+    fc_fastdiv n_blocks; /* key blocks per pair (of the longest sequence) */
+    int32_t grp_shift;   /* log2 of the pairs per group                   */
+} fc_bwd_order;
+
+#define FC_BWD_GROUP_PAIRS 16
+
+/* n_blocks * pairs CTAs (<= INT32_MAX, as the planners require);
+ * causal_like: key block n's work falls with n. */
+FC_BWD_FN fc_bwd_order fc_bwd_order_make(int32_t n_blocks, int32_t pairs, int causal_like)
+{
+    fc_bwd_order o;
+    int sh = 0;
+    while (causal_like && (2 << sh) <= FC_BWD_GROUP_PAIRS && pairs % (2 << sh) == 0) ++sh;
+    o.n_blocks = fc_fastdiv_make(n_blocks);
+    o.grp_shift = sh;
+    return o;
+}
+
+/* CTA bid's key block *n and pair *pair: bid = ((group * n_blocks + n) <<
+ * grp_shift) + the pair's place in its group. */
+FC_BWD_FN void fc_bwd_tile_of(fc_bwd_order o, int32_t bid, int32_t *n, int32_t *pair)
+{
+    if (o.grp_shift == 0) { /* the same result; without the branch the sm80 kernel spilled */
+        *pair = fc_fastdiv_div(bid, o.n_blocks);
+        *n = bid - *pair * o.n_blocks.d;
+        return;
+    }
+    const int32_t q = bid >> o.grp_shift, g = fc_fastdiv_div(q, o.n_blocks);
+    *n = q - g * o.n_blocks.d;
+    *pair = (g << o.grp_shift) + (bid & ((1 << o.grp_shift) - 1));
 }
 
 #undef FC_BWD_FN

@@ -135,7 +135,7 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
     const uint32_t dq_stage = base + C::OFF_DQ + cw * C::DQ_BYTES;
 
     float S[C::BM / 2], dP[C::BM / 2];
-    int m = mr.hi > mr.lo ? fc_bwd_first_block(kDet, mr) : -1;
+    int m = mr.hi > mr.lo ? fc_bwd_first_block(kDet || a.down, mr) : -1;
     int gi = m < 0 ? a.group : 0;
     fence_regs(dk); /* the zeros defined here, not sunk into the GEMMs' window */
     fence_regs(dv);
@@ -183,7 +183,7 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
          * warp: GEMMs first where their accumulators fit beside dQ's
          * (C::SDP_FIRST), so that the hand-over runs under them. */
         int gn, mn;
-        fc_bwd_next_block(kDet, a.group, mr, gi, m, &gn, &mn);
+        fc_bwd_next_block(kDet || a.down, a.group, mr, gi, m, &gn, &mn);
         gi = gn;
         m = mn;
         if constexpr (!C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.tid);
@@ -253,7 +253,7 @@ fc_status bwd_launch_main(const fc_sm90_bwd_params *prm, int device, cudaStream_
     const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 backward", kRow, err, err_len);
     if (opt != FC_OK) return opt;
     const fc_sm80_bwd_args &a = prm->a;
-    const long long grid = (long long)a.n_blocks.d * a.p.f.batch * a.p.f.heads_kv;
+    const long long grid = (long long)a.order.n_blocks.d * a.p.f.batch * a.p.f.heads_kv;
     if (grid > INT_MAX) {
         snprintf(err, err_len, "internal: sm90 backward grid of %lld CTAs (the planner should have refused)", grid);
         return FC_ERR_INTERNAL;
@@ -264,16 +264,14 @@ fc_status bwd_launch_main(const fc_sm90_bwd_params *prm, int device, cudaStream_
     return FC_OK;
 }
 
-/* dq_accum cleared, the preprocess (D, lse2; not dq_accum's row layout),
- * the row's main kernel for the call's mode, the chunked convert. */
+/* The preprocess (D, lse2, the chunked dq_accum zeroed), the row's main
+ * kernel for the call's mode, the chunked convert. */
 template <int kRow, bool kBF16>
 fc_status bwd_launch_row(const fc_sm90_bwd_params *prm, int device, cudaStream_t stream, char *err, size_t err_len)
 {
     using C = BwdCfg<kRow>;
     const fc_sm80_bwd_args &a = prm->a;
     const bool pdl = a.pdl != 0;
-    const size_t dq_bytes = (size_t)a.dq_rows * a.p.f.heads_q * C::D * sizeof(float);
-    if (dq_bytes > 0) FC_CUDA_TRY("sm90 backward dq_accum clear", cudaMemsetAsync(a.dq_accum, 0, dq_bytes, stream));
     FC_CUDA_TRY("sm90 backward preprocess launch", (fc::sm80::launch_bwd_preprocess<kBF16, C::D>(a, stream, pdl)));
     const bool det = a.p.deterministic != 0, cap = a.softcap_in != 0.f;
     fc_status st;
