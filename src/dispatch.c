@@ -268,7 +268,9 @@ static fc_status choose_cuda_path(fc_context *ctx, const fc_fwd_params *p, const
     if (st != FC_OK) {
         if (st != FC_ERR_UNSUPPORTED) /* a real error (e.g. CUDA) from a planner */
             return fc_set_error(ctx, st, "%s", why90[0] && !try80 ? why90 : (why80[0] ? why80 : why90));
-        if (try90 && try80)
+        /* both paths' reasons, once where they are the same (the backward
+         * planners share their first checks) */
+        if (try90 && try80 && strcmp(why90, why80) != 0)
             return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s; %s", why90, why80);
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", try90 ? why90 : why80);
     }
