@@ -115,6 +115,12 @@ static inline const char *fc_dtype_name(int dt)
     return dt >= FC_DTYPE_F32 && dt <= FC_DTYPE_F64 ? names[dt] : "unknown";
 }
 
+/* Bytes per element of a known dtype. Inline, as fc_dtype_name. */
+static inline int64_t fc_dtype_bytes(int dt)
+{
+    return dt == FC_DTYPE_F64 ? 8 : dt == FC_DTYPE_F32 ? 4 : dt <= FC_DTYPE_BF16 ? 2 : 1;
+}
+
 /* out takes 16-byte stores: 16-byte aligned, its row and head strides
  * multiples of 8 elements, and its batch stride where it steps (dense,
  * batch > 1); else element stores (both paths' epilogues). */

@@ -12,12 +12,6 @@
 
 static int dtype_known(int dt) { return dt >= FC_DTYPE_F32 && dt <= FC_DTYPE_F64; }
 
-/* Bytes per element of a known dtype. */
-static int64_t dtype_bytes(int dt)
-{
-    return dt == FC_DTYPE_F64 ? 8 : dt == FC_DTYPE_F32 ? 4 : dt <= FC_DTYPE_BF16 ? 2 : 1;
-}
-
 /* Largest element offset of t (sum of (shape-1)*stride), or -1 when that
  * offset, or the same offset in bytes, overflows int64 (kernels form byte
  * addresses from it). Shapes are checked > 0 before this is called. */
@@ -29,7 +23,7 @@ static int64_t max_offset(const fc_tensor *t)
         if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &term)) return -1;
         if (__builtin_add_overflow(off, term, &off)) return -1;
     }
-    if (off > (INT64_MAX - 1) / dtype_bytes(t->dtype)) return -1;
+    if (off > (INT64_MAX - 1) / fc_dtype_bytes(t->dtype)) return -1;
     return off;
 }
 
@@ -42,22 +36,43 @@ static int is_empty(const fc_tensor *t)
 
 /* Elements of a tensor written by the library must not alias each other:
  * sorted by stride, each stride must cover the extent of the faster dims. */
-static int non_overlapping(const fc_tensor *t)
+static int dims_non_overlapping(int n, const int64_t *shape, const int64_t *stride)
 {
-    int idx[4] = {0, 1, 2, 3};
-    int n = t->ndim;
+    int idx[5] = {0, 1, 2, 3, 4};
     for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && t->stride[idx[j]] < t->stride[idx[j - 1]]; j--) {
+        for (int j = i; j > 0 && stride[idx[j]] < stride[idx[j - 1]]; j--) {
             int tmp = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = tmp;
         }
     int64_t extent = 1; /* elements spanned by the dims already placed */
     for (int i = 0; i < n; i++) {
         const int d = idx[i];
-        if (t->shape[d] == 1) continue;
-        if (t->stride[d] < extent) return 0;
-        extent = t->stride[d] * (t->shape[d] - 1) + extent;
+        if (shape[d] == 1) continue;
+        if (stride[d] < extent) return 0;
+        extent = stride[d] * (shape[d] - 1) + extent;
     }
     return 1;
+}
+
+static int non_overlapping(const fc_tensor *t) { return dims_non_overlapping(t->ndim, t->shape, t->stride); }
+
+/* k and v in one allocation (an interleaved K/V cache) with no element in
+ * common: the same strides, a whole number of elements apart, and the pair
+ * non-overlapping as one tensor with a dimension of 2 (stride: that
+ * distance). Anything else whose memory ranges meet is refused. */
+static int kv_elements_disjoint(const fc_tensor *k, const fc_tensor *v)
+{
+    const int64_t es = fc_dtype_bytes(k->dtype);
+    const int64_t gap = (int64_t)((uintptr_t)v->data - (uintptr_t)k->data) / (es > 0 ? es : 1);
+    if (k->ndim != v->ndim || k->ndim > 4 || gap * es != (int64_t)((uintptr_t)v->data - (uintptr_t)k->data)) return 0;
+    int64_t shape[5], stride[5];
+    for (int i = 0; i < k->ndim; i++) {
+        if (k->stride[i] != v->stride[i]) return 0;
+        shape[i] = k->shape[i];
+        stride[i] = k->stride[i];
+    }
+    shape[k->ndim] = 2;
+    stride[k->ndim] = gap < 0 ? -gap : gap;
+    return dims_non_overlapping(k->ndim + 1, shape, stride);
 }
 
 /* Names of the dimensions, for messages ("q.shape[2] (heads_q) is 0"). */
@@ -80,9 +95,9 @@ static fc_status check_tensor(fc_context *ctx, const char *name, const fc_tensor
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
     /* Every backend loads and stores whole elements (misaligned ones are
      * undefined behaviour in C); the dtype is known here. */
-    if ((uintptr_t)t->data % (uintptr_t)dtype_bytes(t->dtype) != 0)
+    if ((uintptr_t)t->data % (uintptr_t)fc_dtype_bytes(t->dtype) != 0)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.data (%p) is not aligned to its %d-byte elements",
-                            name, t->data, (int)dtype_bytes(t->dtype));
+                            name, t->data, (int)fc_dtype_bytes(t->dtype));
     if (t->ndim != ndim)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.ndim is %d: expected %d", name,
                             (int)t->ndim, ndim);
@@ -341,6 +356,12 @@ static fc_status check_new_kv(fc_context *ctx, const fc_attention_args *a)
                             "head_dim %lld]", (long long)a->k_new.shape[0], (long long)a->k_new.shape[1],
                             (long long)a->k_new.shape[2], (long long)a->k_new.shape[3], (long long)a->q.shape[0],
                             (long long)a->k.shape[2], (long long)a->q.shape[3]);
+    const int64_t cap = a->k.shape[1] * (a->block_table ? a->max_pages_per_seq : 1);
+    if (a->k_new.shape[1] > cap)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "k_new.shape[1] (seqlen_new) is %lld: the cache holds %lld keys%s",
+                            (long long)a->k_new.shape[1], (long long)cap,
+                            a->block_table ? " (max_pages_per_seq * page_size)" : " (seqlen_k)");
     return FC_OK;
 }
 
@@ -447,7 +468,7 @@ static span span_of_bytes(const char *name, const void *ptr, uint64_t bytes)
 static span span_of_tensor(const char *name, const fc_tensor *t)
 {
     if (is_empty(t)) return span_of_bytes(name, t->data, 0);
-    return span_of_bytes(name, t->data, (uint64_t)(max_offset(t) + 1) * (uint64_t)dtype_bytes(t->dtype));
+    return span_of_bytes(name, t->data, (uint64_t)(max_offset(t) + 1) * (uint64_t)fc_dtype_bytes(t->dtype));
 }
 
 /* A range test is conservative for interleaved views, but an output that
@@ -538,11 +559,18 @@ static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
     /* an appended-to k and v (the last two) may interleave in one allocation */
     const int kv_shared = a->k_new.data && !b;
     for (int o = 1; o < no; o++)
-        for (int e = 0; e < o; e++)
-            if (!(kv_shared && o == no - 1 && e == no - 2) && spans_overlap(&out[o], &out[e]))
+        for (int e = 0; e < o; e++) {
+            if (!spans_overlap(&out[o], &out[e])) continue;
+            if (kv_shared && o == no - 1 && e == no - 2) {
+                if (kv_elements_disjoint(&a->k, &a->v)) continue;
                 return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                    "%s overlaps %s in memory: outputs must not alias each other",
-                                    out[o].name, out[e].name);
+                                    "v shares elements with k (or interleaves with it at other strides): "
+                                    "an appended-to cache's k and v may share an allocation, not elements");
+            }
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s overlaps %s in memory: outputs must not alias each other", out[o].name,
+                                out[e].name);
+        }
     return FC_OK;
 }
 
@@ -695,6 +723,9 @@ fc_status fc_check_varlen(fc_context *ctx, const fc_fwd_params *p, const int32_t
 fc_status fc_check_paged(fc_context *ctx, const fc_fwd_params *p, const int32_t *used, const int32_t *table)
 {
     const fc_append_params *ap = &p->app;
+    /* the last rotary position past seqused_k[b]: k_new's last row, or q's (rows step) */
+    const int64_t q_last = fc_rotary_q_step(p) ? p->seqlen_q - 1 : 0;
+    const int64_t last_off = ap->seqlen_new - 1 > q_last ? ap->seqlen_new - 1 : q_last;
     for (int b = 0; b < p->batch; b++) {
         const int64_t start = used ? used[b] : p->seqlen_k, keys = start + ap->seqlen_new;
         if (start < 0 || keys > p->seqlen_k)
@@ -703,9 +734,7 @@ fc_status fc_check_paged(fc_context *ctx, const fc_fwd_params *p, const int32_t 
                                 ap->k_new ? " before seqlen_new keys are appended" : "",
                                 (long long)p->seqlen_k - ap->seqlen_new,
                                 p->block_table ? " (max_pages_per_seq * page_size)" : " (seqlen_k)");
-        /* the last rotary position: k_new's last row, or q's (rows step) */
-        const int64_t q_last = fc_rotary_q_step(p) ? p->seqlen_q - 1 : 0;
-        const int64_t last = start + (ap->seqlen_new - 1 > q_last ? ap->seqlen_new - 1 : q_last);
+        const int64_t last = start + last_off;
         if (ap->cos && last >= ap->seqlen_ro)
             return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                                 "sequence %d needs rotary position %lld: rotary_cos/sin have %d rows (seqlen_ro)", b,

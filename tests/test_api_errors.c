@@ -263,6 +263,9 @@ MUT(m_new_heads, a->k_new.shape[2] = 1; a->v_new.shape[2] = 1;)
 MUT(m_new_last_stride, a->v_new.stride[3] = 2;)
 MUT(m_new_is_k, a->k_new.data = c->k;)
 MUT(m_new_past_cache, c->seqused_k[1] += 1;)
+MUT(m_v_is_k, a->v.data = a->k.data;)
+MUT(m_new_longer_than_cache, a->k_new.shape[1] = a->v_new.shape[1] = 8;) /* seqlen_k is 7 */
+MUT(m_v_next_to_k, a->v.data = (char *)a->k.data + kit_dtype_size(a->k.dtype);) /* one element on */
 MUT(m_rot_only, a->k_new.data = NULL; a->v_new.data = NULL;)
 MUT(m_rot_sin_null, a->rotary_sin.data = NULL;)
 MUT(m_rot_too_wide, a->rotary_cos.shape[1] = a->rotary_sin.shape[1] = 9;)
@@ -442,6 +445,9 @@ static const row k_rows[] = {
     {"v_new last stride 2", m_new_last_stride, F_USED | F_APPEND, INV, "v_new.stride[3]"},
     {"k_new is the cache", m_new_is_k, F_USED | F_APPEND, INV, "k overlaps k_new"},
     {"appended keys past the cache", m_new_past_cache, F_USED | F_APPEND, INV, "before seqlen_new keys"},
+    {"seqlen_new past the cache", m_new_longer_than_cache, F_USED | F_APPEND, INV, "the cache holds 7 keys (seqlen_k)"},
+    {"appended-to v is k", m_v_is_k, F_USED | F_APPEND, INV, "v shares elements with k"},
+    {"appended-to v one element past k", m_v_next_to_k, F_PAGED | F_APPEND, INV, "v shares elements with k"},
     {"appended keys past the pages", m_new_past_cache, F_PAGED | F_APPEND, INV, "seqused_k[1] is 8"},
     {"rotary without k_new", m_rot_only, F_USED | F_APPEND, INV, "set k_new and v_new"},
     {"rotary_sin NULL", m_rot_sin_null, F_PAGED | F_APPEND, INV, "rotary_sin.data is NULL"},
@@ -678,6 +684,65 @@ static void test_read_aliasing(fc_context *ctx)
     group_done("outputs vs read arrays", p0, f0);
 }
 
+/* Every row (b, j, h) of k (t 0) and v (t 1) against the same row of kv,
+ * [batch][seqlen_k][2][heads_kv][head_dim]: copied into kv (copy), else
+ * compared; returns 1 if all equal (or copied). */
+static int kv_rows(const fc_tensor *k, const fc_tensor *v, char *kv, int copy)
+{
+    const size_t es = kit_dtype_size(k->dtype);
+    const int64_t B = k->shape[0], S = k->shape[1], H = k->shape[2], D = k->shape[3];
+    int same = 1;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < S; j++)
+            for (int64_t h = 0; h < H; h++)
+                for (int t = 0; t < 2; t++) {
+                    const fc_tensor *x = t ? v : k;
+                    char *row = kv + (size_t)((((b * S + j) * 2 + t) * H + h) * D) * es;
+                    char *src = (char *)x->data + (size_t)(b * x->stride[0] + j * x->stride[1] + h * x->stride[2]) * es;
+                    if (copy) memcpy(row, src, (size_t)D * es);
+                    else same &= !memcmp(row, src, (size_t)D * es);
+                }
+    return same;
+}
+
+/* An appended-to k and v interleaved in one buffer (kv_rows' layout):
+ * accepted, and the append and the attention give the separate tensors'
+ * answer bit for bit (the reference backend both times). */
+static void test_kv_interleaved(fc_context *ctx)
+{
+    int p0 = g_pass, f0 = g_fail;
+    kit_shape s = base_shape(F_USED | F_APPEND);
+    kit_case c;
+    if (kit_case_init(&c, &s, 29)) { CHECK(0, "kit_case_init failed"); return; }
+    const fc_tensor *k = &c.args.k, *v = &c.args.v;
+    const size_t es = kit_dtype_size(k->dtype);
+    const int64_t S = k->shape[1], H = k->shape[2], D = k->shape[3];
+    char *kv = malloc((size_t)(k->shape[0] * S * 2 * H * D) * es), *out = malloc(c.out_bytes);
+    if (!kv || !out) { CHECK(0, "kv interleaved: out of memory"); free(kv); free(out); kit_case_free(&c); return; }
+    kv_rows(k, v, kv, 1);
+    fc_attention_args a = c.args;
+    a.backend = FC_BACKEND_CPU_REFERENCE;
+    a.out.data = out;
+    a.k.data = kv;
+    a.v.data = kv + (size_t)(H * D) * es;
+    a.k.stride[0] = a.v.stride[0] = S * 2 * H * D;
+    a.k.stride[1] = a.v.stride[1] = 2 * H * D;
+    a.k.stride[2] = a.v.stride[2] = D;
+    a.k.stride[3] = a.v.stride[3] = 1;
+    const fc_status st = fc_attention_forward(ctx, &a, NULL, NULL);
+    CHECK(st == FC_OK, "interleaved k and v rejected: %s", fc_last_error(ctx));
+    fc_attention_args r = c.args;
+    r.backend = FC_BACKEND_CPU_REFERENCE;
+    const fc_status rs = fc_attention_forward(ctx, &r, NULL, NULL);
+    CHECK(rs == FC_OK, "separate k and v: %s", fc_last_error(ctx));
+    CHECK(st != FC_OK || rs != FC_OK || !memcmp(out, c.out, c.out_bytes), "interleaved k and v: another answer");
+    CHECK(kv_rows(k, v, kv, 0), "interleaved k and v: another cache after the append");
+    free(kv);
+    free(out);
+    kit_case_free(&c);
+    group_done("interleaved k and v", p0, f0);
+}
+
 /* FC_BACKEND_CUDA on host buffers. Without a usable GPU (or without the CUDA
  * backend compiled in) the answer is FC_ERR_NO_DEVICE or FC_ERR_UNSUPPORTED
  * with a message; with one, host pointers are an invalid argument. */
@@ -864,6 +929,7 @@ int main(void)
     test_null_ctx_args(ctx);
     test_rows(ctx);
     test_read_aliasing(ctx);
+    test_kv_interleaved(ctx);
     test_cuda_request(ctx);
     test_setters(ctx);
     test_offsets(ctx);

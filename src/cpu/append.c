@@ -13,8 +13,6 @@
 #include "cpu/ref_io.h"
 #include "internal.h"
 
-static int64_t elem_bytes(int32_t dt) { return dt == FC_DTYPE_F64 ? 8 : dt == FC_DTYPE_F32 ? 4 : 2; }
-
 /* x (head_dim doubles) rotated to position pos: the first rotary_dim dims
  * in pairs (2i, 2i+1) when interleaved, else (i, i + rotary_dim/2). cs, sn:
  * room for rotary_dim/2 doubles each. */
@@ -65,7 +63,7 @@ fc_status fc_cpu_append(const fc_fwd_params *p, fc_fwd_params *lp, void **scratc
 {
     const fc_append_params *ap = &p->app;
     const int64_t d = p->head_dim;
-    const int64_t q_bytes = ap->cos ? (int64_t)p->batch * p->seqlen_q * p->heads_q * d * elem_bytes(p->dtype) : 0;
+    const int64_t q_bytes = ap->cos ? (int64_t)p->batch * p->seqlen_q * p->heads_q * d * fc_dtype_bytes(p->dtype) : 0;
     const int64_t q_room = (q_bytes + 7) / 8 * 8;
     const size_t bytes = (size_t)q_room + 3 * (size_t)d * sizeof(double) + (size_t)p->batch * sizeof(int32_t);
     char *s = malloc(bytes);
