@@ -54,6 +54,10 @@ __device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
     return c;
 }
 
+/* Whether the CTA walks its query blocks downward (fc_bwd_next_block):
+ * a.down, folded to true at compile time in the deterministic kernels. */
+template <bool kDet> __device__ __forceinline__ bool bwd_down(const fc_sm80_bwd_args &a) { return kDet || a.down; }
+
 /* The deterministic mode's semaphore of query block m of head h: how many
  * key blocks have added into its dQ (both paths; counted in one thread). */
 __device__ __forceinline__ int *dq_sem(const fc_sm80_bwd_args &a, const BwdCoords &c, int h, int m)

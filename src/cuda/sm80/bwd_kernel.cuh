@@ -91,9 +91,9 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
         const int tid = threadIdx.x;
         load_kv_tiles<S_>(a, c, tid);
         if (mr.hi > mr.lo)
-            load_q_block<S_>(a, c, c.h_kv * a.group, fc_bwd_first_block(kDet || a.down, mr), 0, tid);
+            load_q_block<S_>(a, c, c.h_kv * a.group, fc_bwd_first_block(bwd_down<kDet>(a), mr), 0, tid);
         ptx::cp_async_commit();
-        m = mr.hi > mr.lo ? fc_bwd_first_block(kDet || a.down, mr) : -1;
+        m = mr.hi > mr.lo ? fc_bwd_first_block(bwd_down<kDet>(a), mr) : -1;
     }
 
     float dk[S_::MT][S_::DTL][4], dv[S_::MT][S_::DTL][4];
@@ -113,7 +113,7 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
         const BwdCoords c = bwd_coords(a);
         const fc_brange mr = fc_bwd_q_blocks(c.n, S_::BN, S_::BM, c.sq, c.sk, f.window_left, f.window_right);
         int gn, mn;
-        fc_bwd_next_block(kDet || a.down, a.group, mr, g, m, &gn, &mn);
+        fc_bwd_next_block(bwd_down<kDet>(a), a.group, mr, g, m, &gn, &mn);
         if (gn < a.group) load_q_block<S_>(a, c, c.h_kv * a.group + gn, mn, buf ^ 1, dev::tid_x_volatile());
         ptx::cp_async_commit();
         bwd_block<kBF16, kDet, S_>(a, g, m, buf, dk, dv);

@@ -166,8 +166,9 @@ extern "C" void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int b
     a->heads_kv = fc_fastdiv_make(p->heads_kv);
     /* exact whenever the grid is launched (n_blocks * batch * heads_kv <= INT_MAX) */
     const int64_t pairs = std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX);
-    a->down = b->deterministic || fc_causal_like(p);
-    a->order = fc_bwd_order_make((int32_t)ceil_div(p->seqlen_k, block_n), (int32_t)pairs, fc_causal_like(p));
+    const int causal_like = fc_causal_like(p);
+    a->down = b->deterministic || causal_like;
+    a->order = fc_bwd_order_make((int32_t)ceil_div(p->seqlen_k, block_n), (int32_t)pairs, causal_like);
     a->pdl = pdl;
 }
 

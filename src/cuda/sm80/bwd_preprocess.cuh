@@ -2,10 +2,10 @@
  * bwd_preprocess.cuh -- the backward's first kernel: for every workspace
  * row (query token) and query head, D = rowsum(dO * O) (summed in double) and lse2 =
  * lse * log2(e) (-inf, a row that sees no key, becomes +inf so that every
- * P of it is 2^-inf = 0), the row's fp32 dQ accumulator zeroed (row
- * layout; the Hopper path's chunked one, padding included, is zeroed
- * whole by a grid-stride pass: a memset before the kernel cost ~35 us at
- * s2k-d128); and the deterministic mode's semaphores zeroed.
+ * P of it is 2^-inf = 0); the fp32 dQ accumulator zeroed whole, in
+ * either layout (the Hopper path's chunks with their padding: a memset
+ * before the kernel cost ~35 us at s2k-d128); and the deterministic
+ * mode's semaphores zeroed.
  *
  * Four threads per (row, head), each a quarter of the 16-byte chunks of
  * dO and O (4 threads read 64 contiguous bytes), summed by two shuffles.
@@ -70,11 +70,9 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const fc
     const int64_t gtid = (int64_t)blockIdx.x * kBwdAuxThreads + threadIdx.x;
     const int64_t nthreads = (int64_t)gridDim.x * kBwdAuxThreads;
     for (int64_t s = gtid; s < a.n_sems; s += nthreads) a.sems[s] = 0;
-    if (a.dq_chunk != 0) {
-        float4 *acc = reinterpret_cast<float4 *>(a.dq_accum);
-        const int64_t n4 = a.dq_rows * f.heads_q * (HD / 4);
-        for (int64_t k = gtid; k < n4; k += nthreads) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    float4 *acc = reinterpret_cast<float4 *>(a.dq_accum);
+    const int64_t n4 = a.dq_rows * f.heads_q * (HD / 4);
+    for (int64_t k = gtid; k < n4; k += nthreads) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 
     constexpr int CPT = HD / 32; /* 16-byte chunks per thread: HD/8 over 4 threads */
     const int lane = threadIdx.x & 31, sub = lane & 3;
@@ -97,11 +95,6 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const fc
                 const int ch = sub + 4 * k;
                 d += dot8<kBF16>(*reinterpret_cast<const uint4 *>(o + ch * 8),
                                  *reinterpret_cast<const uint4 *>(g + ch * 8));
-            }
-            if (a.dq_chunk == 0) { /* the row layout (a chunked one: above) */
-                float4 *acc = reinterpret_cast<float4 *>(a.dq_accum + pair * HD);
-#pragma unroll
-                for (int k = 0; k < HD / 16; ++k) acc[sub + 4 * k] = make_float4(0.f, 0.f, 0.f, 0.f);
             }
         }
         d += __shfl_xor_sync(0xffffffffu, d, 1);

@@ -122,7 +122,7 @@ __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane
     const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
     bar_arrive(kBwdBarFree + 0, 160);
     bar_arrive(kBwdBarFree + 1, 160);
-    int m = mr.hi > mr.lo ? fc_bwd_first_block(kDet || a.down, mr) : -1;
+    int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
     for (int g = m < 0 ? a.group : 0; g < a.group;) {
         const BwdStep st{c.h_kv * a.group + g, m};
         if (kDet) bwd_dq_turn_wait<C>(a, c, st, lane);
@@ -143,7 +143,7 @@ __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane
             bwd_dq_release(a, c, st, lane);
         }
         int gn, mn;
-        fc_bwd_next_block(kDet || a.down, a.group, mr, g, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group, mr, g, m, &gn, &mn);
         g = gn;
         m = mn;
     }

@@ -135,7 +135,7 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
     const uint32_t dq_stage = base + C::OFF_DQ + cw * C::DQ_BYTES;
 
     float S[C::BM / 2], dP[C::BM / 2];
-    int m = mr.hi > mr.lo ? fc_bwd_first_block(kDet || a.down, mr) : -1;
+    int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
     int gi = m < 0 ? a.group : 0;
     fence_regs(dk); /* the zeros defined here, not sunk into the GEMMs' window */
     fence_regs(dv);
@@ -183,7 +183,7 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
          * warp: GEMMs first where their accumulators fit beside dQ's
          * (C::SDP_FIRST), so that the hand-over runs under them. */
         int gn, mn;
-        fc_bwd_next_block(kDet || a.down, a.group, mr, gi, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group, mr, gi, m, &gn, &mn);
         gi = gn;
         m = mn;
         if constexpr (!C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.tid);

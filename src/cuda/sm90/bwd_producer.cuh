@@ -46,7 +46,7 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
         bwd_load_tile<C, C::BN>(&prm.tm_k, base + C::OFF_K, C::kv_full(base), krow, c.h_kv, bk);
         bwd_load_tile<C, C::BN>(&prm.tm_v, base + C::OFF_V, C::kv_full(base), krow, c.h_kv, bk);
     }
-    int m = mr.hi > mr.lo ? fc_bwd_first_block(kDet || a.down, mr) : -1;
+    int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
     for (int g = m < 0 ? a.group : 0, it = 0; g < a.group; ++it) {
         const int s = bwd_stage<C>(it), h = c.h_kv * a.group + g;
         /* every lane: each then writes the stage's lse2/D area the consumers released */
@@ -72,7 +72,7 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
         }
         mbar_arrive(C::q_full(base, s));
         int gn, mn;
-        fc_bwd_next_block(kDet || a.down, a.group, mr, g, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group, mr, g, m, &gn, &mn);
         g = gn;
         m = mn;
     }
