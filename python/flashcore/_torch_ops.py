@@ -73,12 +73,16 @@ def _lse_shape(q, varlen, bhsd):
     return _request.lse_shape((q.shape[0], q.shape[2], q.shape[1], q.shape[3]) if bhsd else q.shape, varlen)
 
 
-@torch.library.custom_op("flashcore::attention_fwd", mutates_args=(), tags=_TAGS,
-                         schema="(Tensor q, Tensor k, Tensor v, %s, %s) -> (Tensor, Tensor)"
-                                % (_OPTIONS, _PAGED))
-def _fwd(q, k, v, *opts):
+def _forward_op(q, k, v, *opts):
+    """Both forward ops' body: the append step's tensors, when present,
+    are part of the tail _common passes on."""
     o = Options(*opts[:_N])
     return _attention._forward(q, k, v, True, None, o.cuda_path or None, _common(o, opts[_N:]))
+
+
+_fwd = torch.library.custom_op("flashcore::attention_fwd", _forward_op, mutates_args=(), tags=_TAGS,
+                               schema="(Tensor q, Tensor k, Tensor v, %s, %s) -> (Tensor, Tensor)"
+                                      % (_OPTIONS, _PAGED))
 
 
 @_fwd.register_fake
@@ -89,14 +93,10 @@ def _fwd_fake(q, k, v, *opts):
     return q.new_empty(q.shape), lse
 
 
-@torch.library.custom_op("flashcore::attention_fwd_append", mutates_args=("k", "v"), tags=_TAGS,
-                         schema="(Tensor q, Tensor(a!) k, Tensor(b!) v, %s, Tensor? block_table, "
-                                "Tensor? seqused_k, %s) -> (Tensor, Tensor)" % (_OPTIONS, _APPEND))
-def _fwd_append(q, k, v, *opts):
-    o = Options(*opts[:_N])
-    return _attention._forward(q, k, v, True, None, o.cuda_path or None, _common(o, opts[_N:]))
-
-
+_fwd_append = torch.library.custom_op("flashcore::attention_fwd_append", _forward_op, mutates_args=("k", "v"),
+                                      tags=_TAGS,
+                                      schema="(Tensor q, Tensor(a!) k, Tensor(b!) v, %s, Tensor? block_table, "
+                                             "Tensor? seqused_k, %s) -> (Tensor, Tensor)" % (_OPTIONS, _APPEND))
 _fwd_append.register_fake(_fwd_fake)  # the cache's writes change no shape
 
 
@@ -178,7 +178,7 @@ def routes(q, k, v, appended=()):
         return False
     # k or v may be of another type (numpy): the direct path names that error
     return (q.requires_grad or getattr(k, "requires_grad", False) or getattr(v, "requires_grad", False)
-            or any(getattr(x, "requires_grad", False) for x in appended if x is not None))
+            or (bool(appended) and any(getattr(x, "requires_grad", False) for x in appended)))
 
 
 def _tensor(x):
@@ -213,21 +213,18 @@ def attention(q, k, v, *, causal, window, softcap, scale, cu_seqlens_q, cu_seqle
             layout == "bhsd", backend, cuda_path or 0, bool(deterministic), _tensor(block_table),
             _tensor(seqused_k))
     append = (k_new, v_new, rotary_cos, rotary_sin)
-    if all(x is None for x in append):
-        res, lse = torch.ops.flashcore.attention_fwd(*args)
-        return (res, lse) if return_lse else res
-    args += (*(_float_tensor(x, n) for x, n in zip(append, _request.APPEND)), bool(rotary_interleaved))
-    if not torch.is_grad_enabled():
-        res, lse = torch.ops.flashcore.attention_fwd_append(*args)
-        return (res, lse) if return_lse else res
-    for x, name in ((k, "k"), (v, "v")):
-        if getattr(x, "requires_grad", False):
-            raise InvalidArgumentError(
-                "%s: requires grad, but k_new/v_new are written into it in place, which its autograd "
-                "history would not see; append to a cache that does not require grad (detach it), or "
-                "call under torch.no_grad()" % name)
-    if any(getattr(x, "requires_grad", False) for x in (q,) + append):
-        res, lse = _AppendNoBackward.apply(*args)
-    else:
-        res, lse = torch.ops.flashcore.attention_fwd_append(*args)
+    op = torch.ops.flashcore.attention_fwd
+    if any(x is not None for x in append):
+        args += (*(_float_tensor(x, n) for x, n in zip(append, _request.APPEND)), bool(rotary_interleaved))
+        op = torch.ops.flashcore.attention_fwd_append
+        if torch.is_grad_enabled():
+            for x, name in ((k, "k"), (v, "v")):
+                if getattr(x, "requires_grad", False):
+                    raise InvalidArgumentError(
+                        "%s: requires grad, but k_new/v_new are written into it in place, which its autograd "
+                        "history would not see; append to a cache that does not require grad (detach it), or "
+                        "call under torch.no_grad()" % name)
+            if any(getattr(x, "requires_grad", False) for x in (q,) + append):
+                op = _AppendNoBackward.apply
+    res, lse = op(*args)
     return (res, lse) if return_lse else res

@@ -36,7 +36,7 @@ def np_dtype(name):
     return {"f32": np.float32, "f16": np.float16}.get(name) or ml_dtypes.bfloat16
 
 
-def convert(x, kind, dtype):
+def convert(x, kind, dtype=None):
     """A float32 or int32 numpy array as the call's kind (and float dtype)."""
     if x.dtype == np.int32:
         return x if kind == "numpy" else torch.from_numpy(x)

@@ -22,7 +22,7 @@ import flashcore
 from flashcore import _call_cache
 
 import fc_reference as ref
-from test_kvcache import seeded
+from test_kvcache import convert, f64, np_dtype, seeded
 
 try:
     import torch
@@ -31,19 +31,10 @@ except ImportError:
 
 needs_torch = pytest.mark.skipif(torch is None, reason="torch not installed")
 ERR = flashcore.InvalidArgumentError
-NP = {"f32": np.float32, "f16": np.float16}
-
-
-def convert(x, kind, dtype=None):
-    """A numpy array as the call's kind: int32 as it is, floats as dtype.
-    torch tensors share the numpy array's memory where the dtype allows."""
-    if x.dtype == np.int32:
-        return x if kind == "numpy" else torch.from_numpy(x)
-    x = x.astype(NP[dtype])
-    return x if kind == "numpy" else torch.from_numpy(x)
 
 
 def as_np(x):
+    """x as numpy in its own dtype (the bitwise cache checks; f64 widens)."""
     return x.detach().numpy() if torch is not None and isinstance(x, torch.Tensor) else np.asarray(x)
 
 
@@ -54,7 +45,7 @@ def rope_tables(seqlen_ro, rotary_dim, dtype):
     """cos, sin [seqlen_ro, rotary_dim / 2] of the dtype (GPT-NeoX frequencies)."""
     inv = 1.0 / 10000.0 ** (np.arange(0, rotary_dim, 2) / rotary_dim)
     ang = np.arange(seqlen_ro)[:, None] * inv[None, :]
-    return np.cos(ang).astype(NP[dtype]), np.sin(ang).astype(NP[dtype])
+    return np.cos(ang).astype(np_dtype(dtype)), np.sin(ang).astype(np_dtype(dtype))
 
 
 def rotate(x, cos, sin, interleaved):
@@ -129,8 +120,8 @@ class Cache:
                     table[b, j] = next(order)
             self.table = table
             shape = (num_pages, page_size, Hkv, D)
-        self.k = np.full(shape, np.nan, NP[dtype])
-        self.v = np.full(shape, np.nan, NP[dtype])
+        self.k = np.full(shape, np.nan, np_dtype(dtype))
+        self.v = np.full(shape, np.nan, np_dtype(dtype))
         for b in range(B):
             j = np.arange(int(lens[b]))
             slot = self.slot(b, j)
@@ -145,11 +136,11 @@ class Cache:
 
     def seq(self, x, b, n):
         """Sequence b's first n keys of x (k or v, any kind) as float64."""
-        return np.asarray(as_np(x)[self.slot(b, np.arange(n))], np.float64)
+        return np.asarray(f64(x)[self.slot(b, np.arange(n))], np.float64)
 
 
 def ulps(dtype):
-    return lambda x: np.spacing(np.abs(x).astype(NP[dtype])).astype(np.float64)
+    return lambda x: np.spacing(np.abs(x).astype(np_dtype(dtype))).astype(np.float64)
 
 
 def check_cache(cache, k_before, v_before, k_after, v_after, k_rot, v_new):
@@ -193,9 +184,9 @@ def setup(rng, cache_name, new, kind, dtype, Sq=None, lens=None):
         lens = [0, 5, cap - new, int(rng.integers(0, cap - new + 1))]
     cache = Cache(rng, B, HKV, D, page_size, cap, lens, new, dtype)
     Sq = new if Sq is None else Sq
-    q = rng.standard_normal((B, Sq, HQ, D)).astype(NP[dtype])
-    k_new = rng.standard_normal((B, new, HKV, D)).astype(NP[dtype])
-    v_new = rng.standard_normal((B, new, HKV, D)).astype(NP[dtype])
+    q = rng.standard_normal((B, Sq, HQ, D)).astype(np_dtype(dtype))
+    k_new = rng.standard_normal((B, new, HKV, D)).astype(np_dtype(dtype))
+    v_new = rng.standard_normal((B, new, HKV, D)).astype(np_dtype(dtype))
     return cache, q, k_new, v_new
 
 
@@ -229,10 +220,10 @@ def run_case(rng, cache_name, new, rot, causal, kind, dtype, Sq=None, window=(-1
         res = flashcore.attention(qx, kc, vc, seqused_k=lens, block_table=table, k_new=knx, v_new=vnx,
                                   causal=causal, window=window, out=out, **tables)
     assert res is out
-    ref.check(as_np(out), None, r_out, None, dtype)
+    ref.check(f64(out), None, r_out, None, dtype)
     check_cache(cache, k_before, v_before, kc, vc, k_rot, v_new)
-    assert np.array_equal(as_np(lens), cache.lens), "cache_seqlens was modified"
-    assert np.array_equal(as_np(qx), q), "q was modified"
+    assert np.array_equal(f64(lens), cache.lens), "cache_seqlens was modified"
+    assert np.array_equal(f64(qx), q), "q was modified"
     return cache
 
 
