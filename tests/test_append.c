@@ -34,7 +34,7 @@ static int run_backend(fc_context *ctx, ta_case *t, fc_backend backend, char *li
     memcpy(c->k, t->k0, c->k_bytes);
     memcpy(c->v, t->v0, c->v_bytes);
     kit_poison(c->out, c->out_bytes, c->s.dtype, c->lse, c->lse_bytes);
-    fc_attention_args a = t->args;
+    fc_attention_args a = c->args;
     a.backend = backend;
     const fc_status st = fc_attention_forward(ctx, &a, NULL, NULL);
     if (st != FC_OK) {
@@ -44,13 +44,13 @@ static int run_backend(fc_context *ctx, ta_case *t, fc_backend backend, char *li
     return ta_judge(t, c->out, c->lse, c->k, c->v, line, n);
 }
 
-static void run_spec(fc_context *ctx, const char *tag, const ta_spec *sp, uint64_t seed)
+static void run_spec(fc_context *ctx, const char *tag, const kit_shape *s, uint64_t seed)
 {
     static const fc_backend backends[2] = {FC_BACKEND_CPU_REFERENCE, FC_BACKEND_CPU};
     static const char *const names[2] = {"cpu-reference", "cpu"};
     char why[600], desc[400];
     ta_case t;
-    const int built = ta_init(ctx, &t, &sp->s, seed, sp->rotary_dim, sp->interleaved, why, sizeof why) == 0;
+    const int built = ta_init(ctx, &t, s, seed, why, sizeof why) == 0;
     ta_describe(&t, desc, sizeof desc);
     for (int i = 0; i < 2; i++) {
         const int ok = built && run_backend(ctx, &t, backends[i], why, sizeof why);
@@ -76,17 +76,17 @@ int main(int argc, char **argv)
     int p0 = g_pass, f0 = g_fail;
     uint64_t rng = o.seed * 0x2545F4914F6CDD1Dull + 3;
     for (int i = 0; i < (o.quick ? 16 : o.cases); i++) {
-        const ta_spec sp = ta_random_spec(&rng, pages, 5, dims, 4, dtypes, 3);
+        const kit_shape s = ta_random_spec(&rng, pages, 5, dims, 4, dtypes, 3);
         char tag[32];
         snprintf(tag, sizeof tag, "random#%d", i);
-        run_spec(ctx, tag, &sp, o.seed * 1000 + (uint64_t)i);
+        run_spec(ctx, tag, &s, o.seed * 1000 + (uint64_t)i);
     }
     group_done("random configurations", p0, f0);
     p0 = g_pass, f0 = g_fail;
     for (int d = 0; d < 3; d++)
         for (int i = 0; i < TA_NUM_EDGES; i++) {
-            const ta_spec sp = ta_edge_spec(i, dtypes[d]);
-            run_spec(ctx, ta_edges[i].name, &sp, 900 + (uint64_t)i);
+            const kit_shape s = ta_edge_spec(i, dtypes[d]);
+            run_spec(ctx, ta_edges[i].name, &s, 900 + (uint64_t)i);
         }
     group_done("named edges", p0, f0);
     fc_context_free(ctx);

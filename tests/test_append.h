@@ -30,11 +30,7 @@ typedef struct ta_case {
     void *k0, *v0;             /* the cache before, kept                          */
     void *k_exp, *v_exp;       /* the oracle's cache after                        */
     void *q_rot;               /* the oracle's rotated q                          */
-    const void *k_new, *v_new, *cos, *sin; /* the kit's (kit_append.c)            */
-    size_t new_bytes, rot_bytes;
-    int rotary_dim, interleaved;
-    fc_attention_args args;    /* r.c.args: with k_new, v_new and the tables    */
-} ta_case;
+} ta_case;                     /* k_new, v_new, the tables: r.c's (kit_append.c)  */
 
 static inline void ta_free(ta_case *t)
 {
@@ -46,11 +42,12 @@ static inline void ta_free(ta_case *t)
 /* x (head_dim doubles) rotated to position pos with t's tables. */
 static inline void ta_rotate(const ta_case *t, int64_t pos, double *x)
 {
-    const int half = t->rotary_dim / 2;
-    const fc_dtype dt = t->r.c.s.dtype;
+    const kit_case *kc = &t->r.c;
+    const int half = kc->s.rotary_dim / 2, il = kc->s.rotary_interleaved;
+    const fc_dtype dt = kc->s.dtype;
     for (int i = 0; i < half; i++) {
-        const double c = kit_load(t->cos, dt, pos * half + i), s = kit_load(t->sin, dt, pos * half + i);
-        const int a = t->interleaved ? 2 * i : i, b = t->interleaved ? 2 * i + 1 : i + half;
+        const double c = kit_load(kc->rot_cos, dt, pos * half + i), s = kit_load(kc->rot_sin, dt, pos * half + i);
+        const int a = il ? 2 * i : i, b = il ? 2 * i + 1 : i + half;
         const double xa = x[a], xb = x[b];
         x[a] = xa * c - xb * s;
         x[b] = xb * c + xa * s;
@@ -71,11 +68,11 @@ static inline void ta_oracle_cache(ta_case *t)
             for (int h = 0; h < s->heads_kv; h++) {
                 const int64_t j = c->seqused_k[b] + n, src = (((int64_t)b * s->append + n) * s->heads_kv + h) * d;
                 const int64_t kd = kit_key_offset(c, b, j) + h * c->args.k.stride[2], vd = kd; /* same strides */
-                for (int e = 0; e < d; e++) x[e] = kit_load(t->k_new, s->dtype, src + e);
-                if (t->rotary_dim) ta_rotate(t, j, x);
+                for (int e = 0; e < d; e++) x[e] = kit_load(t->r.c.k_new, s->dtype, src + e);
+                if (t->r.c.s.rotary_dim) ta_rotate(t, j, x);
                 for (int e = 0; e < d; e++) {
                     kit_store(t->k_exp, s->dtype, kd + e, (float)x[e]);
-                    kit_store(t->v_exp, s->dtype, vd + e, kit_load(t->v_new, s->dtype, src + e));
+                    kit_store(t->v_exp, s->dtype, vd + e, kit_load(t->r.c.v_new, s->dtype, src + e));
                 }
             }
 }
@@ -95,7 +92,7 @@ static inline void ta_oracle_q(ta_case *t)
                 const int64_t src = b * q->stride[0] + i * q->stride[1] + h * q->stride[2];
                 const int64_t dst = (((int64_t)b * s->seqlen_q + i) * s->heads_q + h) * d;
                 for (int e = 0; e < d; e++) x[e] = kit_load(c->q, s->dtype, src + e);
-                if (t->rotary_dim) ta_rotate(t, c->seqused_k[b] + (int64_t)i * step, x);
+                if (t->r.c.s.rotary_dim) ta_rotate(t, c->seqused_k[b] + (int64_t)i * step, x);
                 for (int e = 0; e < d; e++) kit_store(t->q_rot, s->dtype, dst + e, (float)x[e]);
             }
 }
@@ -120,23 +117,14 @@ static inline fc_status ta_oracle_attention(fc_context *ctx, ta_case *t, int32_t
 }
 
 /* The case, its inputs and the oracle. 0, or -1 with why. */
-static inline int ta_init(fc_context *ctx, ta_case *t, const kit_shape *s, uint64_t seed, int rotary_dim,
-                          int interleaved, char *why, size_t why_len)
+static inline int ta_init(fc_context *ctx, ta_case *t, const kit_shape *s, uint64_t seed, char *why, size_t why_len)
 {
     memset(t, 0, sizeof *t);
     kit_case *c = &t->r.c;
-    t->rotary_dim = rotary_dim;
-    t->interleaved = interleaved;
-    kit_shape sr = *s;
-    sr.rotary_dim = rotary_dim;
-    sr.rotary_interleaved = interleaved;
-    if (kit_case_init(c, &sr, seed) != 0) {
+    if (kit_case_init(c, s, seed) != 0) {
         snprintf(why, why_len, "kit_case_init failed (memory or shape)");
         return -1;
     }
-    t->args = c->args;
-    t->k_new = c->k_new, t->v_new = c->v_new, t->cos = c->rot_cos, t->sin = c->rot_sin;
-    t->new_bytes = c->new_bytes, t->rot_bytes = c->rot_bytes;
     t->r.out = malloc(c->out_bytes);
     t->r.lse = c->lse_bytes ? malloc(c->lse_bytes) : NULL;
     t->k0 = malloc(c->k_bytes), t->v0 = malloc(c->v_bytes);
@@ -197,41 +185,36 @@ static inline void ta_describe(const ta_case *t, char *buf, size_t n)
 {
     char d[300];
     tp_describe(&t->r.c, d, sizeof d);
-    snprintf(buf, n, "%s append %d rotary %d%s", d, t->r.c.s.append, t->rotary_dim,
-             t->rotary_dim ? (t->interleaved ? " interleaved" : " half") : "");
+    const kit_shape *s = &t->r.c.s;
+    snprintf(buf, n, "%s append %d rotary %d%s", d, s->append, s->rotary_dim,
+             s->rotary_dim ? (s->rotary_interleaved ? " interleaved" : " half") : "");
 }
 
 /* ---- the cases ----------------------------------------------------------------- */
-
-typedef struct ta_spec {
-    kit_shape s;
-    int rotary_dim, interleaved;
-} ta_spec;
 
 /* Decode and speculative steps (1-6 new keys, as many queries or one)
  * into dense or paged caches (page sizes of `pages`, 0 = dense), appends
  * that cross pages, empty caches, rotary off / full / partial in both
  * pairings, causal or not. */
-static inline ta_spec ta_random_spec(uint64_t *rng, const int *pages, int npages, const int *dims, int ndims,
+static inline kit_shape ta_random_spec(uint64_t *rng, const int *pages, int npages, const int *dims, int ndims,
                                      const fc_dtype *dtypes, int ndtypes)
 {
 #define R(n) ((int)(kit_rand_u64(rng) % (uint64_t)(n)))
     static const int keys[] = {8, 33, 100, 300, 1000};
     const int hkv = 1 + R(2), ratio = R(2) ? 1 : 4, append = 1 + R(6);
     const int d = dims[R(ndims)];
-    ta_spec sp;
-    sp.s = test_shape(1 + R(3), hkv * ratio, hkv, R(3) ? append : 1, keys[R(5)] + append, d, dtypes[R(ndtypes)]);
-    sp.s.page_size = pages[R(npages)];
-    sp.s.seqused = R(4) ? KIT_SEQUSED_RANDOM : KIT_SEQUSED_FULL;
-    sp.s.append = append;
-    sp.s.causal = R(2);
-    sp.s.layout = (kit_layout)R(3);
-    sp.s.want_lse = R(2);
+    kit_shape s = test_shape(1 + R(3), hkv * ratio, hkv, R(3) ? append : 1, keys[R(5)] + append, d, dtypes[R(ndtypes)]);
+    s.page_size = pages[R(npages)];
+    s.seqused = R(4) ? KIT_SEQUSED_RANDOM : KIT_SEQUSED_FULL;
+    s.append = append;
+    s.causal = R(2);
+    s.layout = (kit_layout)R(3);
+    s.want_lse = R(2);
     const int rot = R(4);
-    sp.rotary_dim = rot == 0 ? 0 : rot == 1 ? d / 2 : d;
-    sp.interleaved = R(2);
+    s.rotary_dim = rot == 0 ? 0 : rot == 1 ? d / 2 : d;
+    s.rotary_interleaved = R(2);
 #undef R
-    return sp;
+    return s;
 }
 
 /* The named edges: the first keys of an empty cache, an append that fills
@@ -251,18 +234,17 @@ static const struct {
 };
 #define TA_NUM_EDGES ((int)(sizeof ta_edges / sizeof ta_edges[0]))
 
-static inline ta_spec ta_edge_spec(int i, fc_dtype dt)
+static inline kit_shape ta_edge_spec(int i, fc_dtype dt)
 {
-    ta_spec sp;
-    sp.s = test_shape(ta_edges[i].batch, ta_edges[i].hq, ta_edges[i].hkv, ta_edges[i].sq, ta_edges[i].sk,
+    kit_shape s = test_shape(ta_edges[i].batch, ta_edges[i].hq, ta_edges[i].hkv, ta_edges[i].sq, ta_edges[i].sk,
                       ta_edges[i].d, dt);
-    sp.s.page_size = ta_edges[i].page;
-    sp.s.causal = ta_edges[i].causal;
-    sp.s.append = ta_edges[i].append;
-    sp.s.seqused = ta_edges[i].used;
-    sp.rotary_dim = ta_edges[i].rotary;
-    sp.interleaved = ta_edges[i].interleaved;
-    return sp;
+    s.page_size = ta_edges[i].page;
+    s.causal = ta_edges[i].causal;
+    s.append = ta_edges[i].append;
+    s.seqused = ta_edges[i].used;
+    s.rotary_dim = ta_edges[i].rotary;
+    s.rotary_interleaved = ta_edges[i].interleaved;
+    return s;
 }
 
 #endif /* FC_TEST_APPEND_H */

@@ -248,30 +248,6 @@ static void contents_checks(runner *r)
 
 /* ---- the append step -------------------------------------------------------------------- */
 
-/* t's k_new, v_new and tables on the device, the call pointed at them. */
-typedef struct dev_append {
-    void *buf[4];
-} dev_append;
-
-static int append_upload(const ta_case *t, dev_case *d, dev_append *x)
-{
-    memset(x, 0, sizeof *x);
-    const void *src[4] = {t->k_new, t->v_new, t->cos, t->sin};
-    const size_t bytes[4] = {t->new_bytes, t->new_bytes, t->rot_bytes, t->rot_bytes};
-    fc_tensor *dst[4] = {&d->args.k_new, &d->args.v_new, &d->args.rotary_cos, &d->args.rotary_sin};
-    const fc_tensor *from[4] = {&t->args.k_new, &t->args.v_new, &t->args.rotary_cos, &t->args.rotary_sin};
-    for (int i = 0; i < 4; i++) {
-        *dst[i] = *from[i];
-        if (!src[i]) continue;
-        if (cudaMalloc(&x->buf[i], bytes[i]) != cudaSuccess ||
-            cudaMemcpy(x->buf[i], src[i], bytes[i], cudaMemcpyHostToDevice) != cudaSuccess)
-            return -1;
-        dst[i]->data = x->buf[i];
-    }
-    d->args.rotary_interleaved = t->interleaved;
-    return 0;
-}
-
 /* The case on path (0: the library's choice), twice (the second call
  * appends the same keys again: same bits); the cache it leaves. 1 pass,
  * 0 fail, -1 skip. */
@@ -280,24 +256,22 @@ static int append_path(runner *r, const ta_case *t, int path, run_bufs *b, void 
     const kit_case *c = &t->r.c;
     char err[600], judge[500];
     dev_case d;
-    dev_append x;
     fc_kernel_info info;
     memset(&info, 0, sizeof info);
     if (dev_upload(c, &d, err, sizeof err) != 0) {
         snprintf(line, n, "upload: %s", err);
         return 0;
     }
-    int ok = append_upload(t, &d, &x) == 0;
     fc_context_set_cuda_path(r->ctx, path);
     const cudaStream_t stream = r->streams[r->n++ % 2];
-    fc_status st = ok ? dev_run(r->ctx, c, &d, stream, b->out[0], b->lse[0], &info, err, sizeof err) : FC_ERR_CUDA;
+    fc_status st = dev_run(r->ctx, c, &d, stream, b->out[0], b->lse[0], &info, err, sizeof err);
     if (st == FC_OK) st = dev_run(r->ctx, c, &d, stream, b->out[1], b->lse[1], NULL, err, sizeof err);
     fc_context_set_cuda_path(r->ctx, 0);
     int v_ = -1;
     if (st == FC_ERR_UNSUPPORTED && path != 0) {
         snprintf(line, n, "path %d: %.180s", path, fc_last_error(r->ctx));
     } else if (st != FC_OK) {
-        snprintf(line, n, "%s", ok ? err : "append upload failed");
+        snprintf(line, n, "%s", err);
         v_ = 0;
     } else if (cudaMemcpy(k, d.k, c->k_bytes, cudaMemcpyDeviceToHost) != cudaSuccess ||
                cudaMemcpy(v, d.v, c->v_bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
@@ -308,19 +282,18 @@ static int append_path(runner *r, const ta_case *t, int path, run_bufs *b, void 
         snprintf(line, n, "[%s split%d] %s | rerun %s", info.name, info.num_splits, judge, same ? "identical" : "DIFFERENT");
         v_ = good && same && info.backend == FC_BACKEND_CUDA;
     }
-    for (int i = 0; i < 4; i++) cudaFree(x.buf[i]);
     dev_free(&d);
     if (v_ == 0) stop_if_sticky(st);
     return v_;
 }
 
-static void append_spec(runner *r, const char *tag, const ta_spec *sp, uint64_t seed)
+static void append_spec(runner *r, const char *tag, const kit_shape *s, uint64_t seed)
 {
     char why[1000], desc[400];
     ta_case t;
     run_bufs b = {{NULL, NULL}, {NULL, NULL}};
     void *k = NULL, *v = NULL;
-    int ok = ta_init(r->ctx, &t, &sp->s, seed, sp->rotary_dim, sp->interleaved, why, sizeof why) == 0 &&
+    int ok = ta_init(r->ctx, &t, s, seed, why, sizeof why) == 0 &&
              bufs_alloc(&b, &t.r.c) == 0 && (k = malloc(t.r.c.k_bytes)) && (v = malloc(t.r.c.v_bytes));
     ta_describe(&t, desc, sizeof desc);
     for (int i = -1; ok && i < r->forced.n; i++) {
@@ -344,15 +317,15 @@ static void append_cases(runner *r, int n, uint64_t seed, const fc_dtype *dtypes
     static const int dims[] = {64, 128};
     for (int d = 0; d < ndtypes; d++)
         for (int i = 0; i < TA_NUM_EDGES; i++) {
-            const ta_spec sp = ta_edge_spec(i, dtypes[d]);
-            append_spec(r, ta_edges[i].name, &sp, 900 + (uint64_t)i);
+            const kit_shape s = ta_edge_spec(i, dtypes[d]);
+            append_spec(r, ta_edges[i].name, &s, 900 + (uint64_t)i);
         }
     uint64_t rng = seed * 0x2545F4914F6CDD1Dull + 5;
     for (int i = 0; i < n; i++) {
-        const ta_spec sp = ta_random_spec(&rng, pages, 6, dims, 2, dtypes, ndtypes);
+        const kit_shape s = ta_random_spec(&rng, pages, 6, dims, 2, dtypes, ndtypes);
         char tag[32];
         snprintf(tag, sizeof tag, "append#%d", i);
-        append_spec(r, tag, &sp, seed * 1000 + (uint64_t)i);
+        append_spec(r, tag, &s, seed * 1000 + (uint64_t)i);
     }
     group_done("append and rotary", p0, f0);
 }

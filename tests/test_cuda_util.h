@@ -1,7 +1,7 @@
 /*
  * test_cuda_util.h -- what the forward's GPU tests share (test_cuda_forward.c,
  * test_cuda_paged.c): a kit case's device copy (every tensor, the varlen
- * offsets, the block table and seqused_k), a run with out and lse poisoned
+ * offsets, the block table, seqused_k and the append step's tensors), a run with out and lse poisoned
  * on the device, and which CUDA paths this device and build can run.
  *
  * Header-only (static), like test_util.h; include it only where
@@ -25,6 +25,7 @@ typedef struct dev_case {
     void *q, *k, *v, *out;
     float *lse;
     int32_t *cu_q, *cu_k, *block_table, *seqused_k;
+    void *k_new, *v_new, *rot_cos, *rot_sin; /* the append step's (kit_append.c) */
     fc_attention_args args; /* = the host case's args with device pointers */
 } dev_case;
 
@@ -33,6 +34,7 @@ static inline void dev_free(dev_case *d)
     cudaFree(d->q); cudaFree(d->k); cudaFree(d->v); cudaFree(d->out);
     cudaFree(d->lse); cudaFree(d->cu_q); cudaFree(d->cu_k);
     cudaFree(d->block_table); cudaFree(d->seqused_k);
+    cudaFree(d->k_new); cudaFree(d->v_new); cudaFree(d->rot_cos); cudaFree(d->rot_sin);
     memset(d, 0, sizeof *d);
 }
 
@@ -48,6 +50,10 @@ static inline void dev_point(const dev_case *d, fc_attention_args *a)
     a->cu_seqlens_k = d->cu_k;
     a->block_table = d->block_table;
     a->seqused_k = d->seqused_k;
+    a->k_new.data = a->k_new.data ? d->k_new : NULL;
+    a->v_new.data = a->v_new.data ? d->v_new : NULL;
+    a->rotary_cos.data = a->rotary_cos.data ? d->rot_cos : NULL;
+    a->rotary_sin.data = a->rotary_sin.data ? d->rot_sin : NULL;
     a->backend = FC_BACKEND_CUDA;
 }
 
@@ -71,6 +77,14 @@ static inline int dev_upload(const kit_case *c, dev_case *d, char *err, size_t e
     }
     if (c->block_table) UP(d->block_table, c->block_table, c->table_bytes);
     if (c->seqused_k) UP(d->seqused_k, c->seqused_k, c->used_bytes);
+    if (c->k_new) {
+        UP(d->k_new, c->k_new, c->new_bytes);
+        UP(d->v_new, c->v_new, c->new_bytes);
+    }
+    if (c->rot_cos) {
+        UP(d->rot_cos, c->rot_cos, c->rot_bytes);
+        UP(d->rot_sin, c->rot_sin, c->rot_bytes);
+    }
 #undef UP
     /* A cudaMemcpy from pageable memory may return before its DMA has
      * landed, and the kernel runs on a non-blocking stream that does not
