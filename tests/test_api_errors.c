@@ -66,7 +66,7 @@ static kit_shape base_shape(int flags)
      * entries are all used, so each is checked */
     s.page_size = flags & F_PAGED ? 3 : 0;
     s.seqused = flags & (F_PAGED | F_USED) ? KIT_SEQUSED_FULL : KIT_SEQUSED_NONE;
-    s.append = flags & F_APPEND ? 2 : 0; /* the kit leaves room: seqused_k 5 (dense), 7 (paged) */
+    s.append = flags & F_APPEND ? 2 : 0; /* the kit leaves room: seqused_k 5, the call sees 7 keys */
     if (flags & F_D600) {
         s.batch = 1; s.heads_q = 1; s.heads_kv = 1; s.seqlen_q = 2; s.seqlen_k = 3; s.head_dim = 600;
     }
@@ -263,6 +263,7 @@ MUT(m_new_heads, a->k_new.shape[2] = 1; a->v_new.shape[2] = 1;)
 MUT(m_new_last_stride, a->v_new.stride[3] = 2;)
 MUT(m_new_is_k, a->k_new.data = c->k;)
 MUT(m_new_past_cache, c->seqused_k[1] += 1;)
+MUT(m_new_past_pages, c->seqused_k[1] += 3;) /* 3 pages of 3 hold 9 */
 MUT(m_v_is_k, a->v.data = a->k.data;)
 MUT(m_new_longer_than_cache, a->k_new.shape[1] = a->v_new.shape[1] = 8;) /* seqlen_k is 7 */
 MUT(m_v_next_to_k, a->v.data = (char *)a->k.data + kit_dtype_size(a->k.dtype);) /* one element on */
@@ -448,7 +449,7 @@ static const row k_rows[] = {
     {"seqlen_new past the cache", m_new_longer_than_cache, F_USED | F_APPEND, INV, "the cache holds 7 keys (seqlen_k)"},
     {"appended-to v is k", m_v_is_k, F_USED | F_APPEND, INV, "v shares elements with k"},
     {"appended-to v one element past k", m_v_next_to_k, F_PAGED | F_APPEND, INV, "v shares elements with k"},
-    {"appended keys past the pages", m_new_past_cache, F_PAGED | F_APPEND, INV, "seqused_k[1] is 8"},
+    {"appended keys past the pages", m_new_past_pages, F_PAGED | F_APPEND, INV, "seqused_k[1] is 8"},
     {"rotary without k_new", m_rot_only, F_USED | F_APPEND, INV, "set k_new and v_new"},
     {"rotary_sin NULL", m_rot_sin_null, F_PAGED | F_APPEND, INV, "rotary_sin.data is NULL"},
     {"rotary_dim 18 > head_dim", m_rot_too_wide, F_USED | F_APPEND, INV, "exceeds head_dim"},

@@ -269,7 +269,7 @@ static const char *const tp_seen_names[TP_SEEN_N] = {
 /* Count the features of c into seen[TP_SEEN_N]. */
 static inline void tp_note(const kit_case *c, int *seen)
 {
-    const int64_t cap = c->block_table ? (int64_t)c->max_pages * c->s.page_size : c->s.seqlen_k;
+    const int64_t cap = kit_case_capacity(c);
     seen[TP_SEEN_SPARE] += c->block_table && c->num_pages > c->s.batch * c->max_pages;
     seen[TP_SEEN_PAD] += c->block_table && c->table_stride > c->max_pages;
     seen[TP_SEEN_STRIDE0] += c->block_table && c->args.block_table_stride == 0;

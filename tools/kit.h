@@ -141,6 +141,9 @@ typedef struct kit_gate {
 } kit_gate;
 kit_gate kit_gate_for(fc_dtype dtype);
 
+/* Keys a sequence's cache holds: the pages' capacity (max_pages *
+ * page_size), or seqlen_k. */
+int64_t kit_case_capacity(const kit_case *c);
 /* Keys sequence b of c uses: its cu_seqlens_k length, seqused_k[b] (plus
  * the keys it appends), the paged capacity (max_pages * page_size) or
  * seqlen_k. */

@@ -33,8 +33,7 @@ static int rope_tables(kit_case *c)
 {
     const kit_shape *s = &c->s;
     const int half = s->rotary_dim / 2;
-    const int64_t cap = s->page_size > 0 ? (int64_t)c->max_pages * s->page_size : s->seqlen_k;
-    c->seqlen_ro = cap + s->seqlen_q;
+    c->seqlen_ro = kit_case_capacity(c) + s->seqlen_q;
     c->rot_bytes = (size_t)(c->seqlen_ro * half) * kit_dtype_size(s->dtype);
     c->rot_cos = malloc(c->rot_bytes);
     c->rot_sin = malloc(c->rot_bytes);

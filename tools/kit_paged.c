@@ -14,8 +14,7 @@
 
 static int64_t pick(uint64_t *rng, int64_t n) { return (int64_t)(kit_rand_u64(rng) % (uint64_t)n); }
 
-/* Keys a sequence may hold: the pages' capacity, or the dense seqlen_k. */
-static int64_t capacity(const kit_case *c)
+int64_t kit_case_capacity(const kit_case *c)
 {
     return c->s.page_size > 0 ? (int64_t)c->max_pages * c->s.page_size : c->s.seqlen_k;
 }
@@ -58,8 +57,10 @@ static int32_t unused_entry(const kit_case *c, int64_t i)
 
 static int32_t draw_used(const kit_case *c, int b, uint64_t *rng)
 {
-    const int64_t room = capacity(c) - c->s.append, cap = room > 0 ? room : 0;
-    if (c->s.seqused == KIT_SEQUSED_FULL) return (int32_t)(c->s.seqlen_k < cap ? c->s.seqlen_k : cap);
+    const int64_t room = kit_case_capacity(c) - c->s.append, cap = room > 0 ? room : 0;
+    /* full: the call sees seqlen_k keys, the appended ones included, dense or paged */
+    if (c->s.seqused == KIT_SEQUSED_FULL)
+        return (int32_t)(c->s.seqlen_k > c->s.append ? c->s.seqlen_k - c->s.append : 0);
     if (c->s.seqused == KIT_SEQUSED_EMPTY) return 0;
     if (c->s.seqused == KIT_SEQUSED_FEW) return (int32_t)(b % 4 < cap ? b % 4 : cap);
     switch (pick(rng, 8)) {
@@ -87,7 +88,7 @@ static void fill_table(kit_case *c, const int32_t *perm)
  * element offset in k (strides: k's or v's). */
 static int64_t row_offset(const kit_case *c, int64_t r, const fc_tensor *t)
 {
-    const int64_t per = c->s.page_size > 0 ? c->s.page_size : capacity(c);
+    const int64_t per = c->s.page_size > 0 ? c->s.page_size : kit_case_capacity(c);
     return r / per * t->stride[0] + r % per * t->stride[1];
 }
 
@@ -109,7 +110,7 @@ void kit_paged_nan_unused(const kit_case *c)
 {
     if (c->s.page_size <= 0 && !c->seqused_k) return; /* every row is used */
     const int ps = c->s.page_size;
-    const int64_t per = ps > 0 ? ps : capacity(c);
+    const int64_t per = ps > 0 ? ps : kit_case_capacity(c);
     const int64_t rows = (ps > 0 ? (int64_t)c->num_pages : c->s.batch) * per;
     unsigned char *used = rows > 0 ? calloc((size_t)rows, 1) : NULL;
     if (!used) return;
@@ -147,7 +148,7 @@ int64_t kit_case_keys(const kit_case *c, int b)
 {
     if (c->cu_k) return c->cu_k[b + 1] - c->cu_k[b];
     if (c->seqused_k) return c->seqused_k[b] + c->s.append;
-    return capacity(c);
+    return kit_case_capacity(c);
 }
 
 int64_t kit_key_offset(const kit_case *c, int b, int64_t j)
