@@ -88,6 +88,7 @@ double fz_load(const void *base, fc_dtype dt, int64_t idx)
     const uint8_t *p = (const uint8_t *)base + idx * (int64_t)fz_dtype_size(dt);
     if (dt == FC_DTYPE_F32) { float f; memcpy(&f, p, 4); return f; }
     if (dt == FC_DTYPE_F64) { double d; memcpy(&d, p, 8); return d; }
+    if (dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2) return kit_fp8_to_f32(*p, dt);
     uint16_t h;
     memcpy(&h, p, 2);
     return dt == FC_DTYPE_F16 ? kit_f16_to_f32(h) : kit_bf16_to_f32(h);
@@ -103,7 +104,8 @@ void fz_store(void *base, fc_dtype dt, int64_t idx, float v)
         memcpy(p, &h, 2);
         return;
     }
-    uint32_t u; /* FP8: the float's top byte will do, nothing reads it as a number */
+    if (dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2) { *p = kit_f32_to_fp8(v, dt); return; }
+    uint32_t u; /* an unknown dtype: the float's top byte will do, nothing reads it as a number */
     memcpy(&u, &v, 4);
     *p = (uint8_t)(u >> 24);
 }

@@ -86,7 +86,7 @@ void fz_describe_call(const fz_call *c)
         describe_cu(c, "cu_seqlens_k", a->cu_seqlens_k, c->cu[1], c->nseq + 1);
     }
     describe_paged(c);
-    if (a->q_descale || a->k_descale || a->v_descale) fprintf(stderr, "  a descale pointer is set\n");
+    if (a->q_descale.data || a->k_descale.data || a->v_descale.data) fprintf(stderr, "  a descale pointer is set\n");
     if (c->bwd) describe_backward(c);
     if (c->kernel[0]) fprintf(stderr, "  kernel: %s\n", c->kernel);
 }

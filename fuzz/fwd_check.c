@@ -218,7 +218,7 @@ static void judge_init(judge *j, const fz_call *c, const fc_kernel_info *info)
     j->well = !c->special && bound <= FZ_WELL_CONDITIONED;
     j->out_finite = !limit && !(cuda && c->special);
     j->lse_finite = !limit;
-    j->g = kit_gate_for(c->a.q.dtype);
+    j->g = kit_gate_for(c->a.out.dtype); /* (FP8 inputs: the out dtype's) */
 }
 
 static void judge_success(const fz_call *c, const fc_kernel_info *info)

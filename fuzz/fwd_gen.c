@@ -222,7 +222,10 @@ static void gen_tensors(fz_in *in, fz_call *c, int ok[FB_N])
     fz_gen_tensor(in, &a->q, dt, nd, qs + o, &ok[FB_Q]);
     fz_gen_tensor(in, &a->k, dt, nd, ks + o, &ok[FB_K]);
     fz_gen_tensor(in, &a->v, dt, nd, ks + o, &ok[FB_V]);
-    fz_gen_tensor(in, &a->out, dt, nd, qs + o, &ok[FB_O]);
+    /* FP8 q/k/v write f16 or bf16 (an FP8 out is refused) */
+    const int fp8 = dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2;
+    const fc_dtype odt = fp8 && fz_chance(in, 85) ? (fz_chance(in, 50) ? FC_DTYPE_BF16 : FC_DTYPE_F16) : dt;
+    fz_gen_tensor(in, &a->out, odt, nd, qs + o, &ok[FB_O]);
     if (fz_chance(in, c->bwd ? 97 : 50)) { /* the backward needs it */
         const int64_t ls[3] = {B, HQ, SQ};
         fz_gen_tensor(in, &a->lse, fz_chance(in, 97) ? FC_DTYPE_F32 : FC_DTYPE_F16, 3 - o, ls + o, &ok[FB_LSE]);

@@ -123,8 +123,8 @@ static void set_pointers(fz_call *c)
     c->a.cu_seqlens_k = (const int32_t *)p[FB_CUK];
     if (c->pg.table_on) c->a.block_table = (const int32_t *)p[FB_BT];
     if (c->pg.used_on) c->a.seqused_k = (const int32_t *)p[FB_SU];
-    const float **desc[] = {&c->a.q_descale, &c->a.k_descale, &c->a.v_descale};
-    if (p[FB_DESC]) *desc[c->desc_which] = (const float *)p[FB_DESC];
+    fc_descale *desc[] = {&c->a.q_descale, &c->a.k_descale, &c->a.v_descale};
+    if (p[FB_DESC]) desc[c->desc_which]->data = (const float *)p[FB_DESC]; /* strides 0: one value */
 }
 
 int64_t fz_place_call(fz_in *in, fz_call *c)

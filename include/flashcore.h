@@ -74,7 +74,9 @@ typedef enum fc_status {
     FC_ERR_INTERNAL = 6          /* a bug in FlashCore: please report it       */
 } fc_status;
 
-/* Element types. The values are pinned. FP8 types are reserved: every
+/* Element types. The values are pinned. FP8 (E4M3 = OCP e4m3fn: no
+ * infinity, max 448; E5M2: IEEE-like, max 57344) are forward inputs with
+ * descales (fc_attention_args, "FP8"); the CPU backends run them, the CUDA
  * backend answers FC_ERR_UNSUPPORTED for them today. F64 runs on the
  * cpu-reference backend alone (gradient checks in double; lse stays f32):
  * backend AUTO sends host f64 calls there, CPU and CUDA refuse it. */
@@ -82,8 +84,8 @@ typedef enum fc_dtype {
     FC_DTYPE_F32 = 0,
     FC_DTYPE_F16 = 1,
     FC_DTYPE_BF16 = 2,
-    FC_DTYPE_E4M3 = 3, /* reserved */
-    FC_DTYPE_E5M2 = 4, /* reserved */
+    FC_DTYPE_E4M3 = 3, /* FP8 inputs */
+    FC_DTYPE_E5M2 = 4, /* FP8 inputs */
     FC_DTYPE_F64 = 5   /* cpu-reference only */
 } fc_dtype;
 
@@ -114,12 +116,24 @@ typedef struct fc_tensor {
     int64_t stride[4];
 } fc_tensor;
 
+/* An FP8 tensor's dequantisation factors: one f32 per (batch, kv head),
+ * element (b, g) at data[b * batch_stride + g * head_stride], in the
+ * backend's memory space, 4-byte aligned, read by the call. Strides 0 give
+ * one value for every batch (or head): {data, 0, 0} is a per-tensor scale.
+ * data NULL means 1 (the default). b is the sequence index (dense, varlen
+ * or paged); query head h uses group g = h / (heads_q / heads_kv). */
+typedef struct fc_descale {
+    const float *data;
+    int64_t batch_stride, head_stride; /* elements, >= 0 */
+} fc_descale;
+
 /* Forward arguments. Always start from fc_attention_args_init(), which sets
  * every field to its default, then fill what you need.
  *
  *   q    [batch, seqlen_q, heads_q,  head_dim]  (varlen: [total_q, heads_q, d])
  *   k, v [batch, seqlen_k, heads_kv, head_dim]  (varlen: [total_k, heads_kv, d])
- *   out  like q, same dtype as q; written by the call
+ *   out  like q, same dtype as q (FP8 q: its own, see "FP8" below);
+ *        written by the call
  *   lse  optional (lse.data == NULL: not written), f32,
  *        [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]);
  *        natural-log log-sum-exp of the (scaled, capped, masked) scores.
@@ -158,8 +172,21 @@ typedef struct fc_attention_args {
     int32_t max_seqlen_q;
     int32_t max_seqlen_k;
     fc_backend backend;
-    /* Reserved for FP8 (per-tensor descales); must stay 0 today. */
-    const float *q_descale, *k_descale, *v_descale;
+    /* FP8 (docs/API.md, "FP8"). Inputs: q, k, v all FP8 of one type, out
+     * f32, f16 or bf16 (CUDA: f16 or bf16); or an FP8 K/V cache: k and v
+     * FP8 of one type, q and out f32, f16 or bf16 (equal). The call computes
+     * attention on the dequantised inputs x * descale, exactly as if they
+     * had been passed in f32:
+     *   s_ij  = scale * q_descale * k_descale * (q_i . k_j), then softcap;
+     *   out_i = v_descale * sum_j P_ij v_j.
+     * A descale may only be set for an FP8 tensor. out_amax and p_amax
+     * (optional, FP8 calls only, one f32 each in the backend's memory space,
+     * written): the largest |out| element written (0 if none), and the
+     * largest softmax probability, max over rows of 1 / (the row's sum of
+     * exp(s_ij - max_j s_ij)) (0 if no row sees a key) -- the statistics
+     * delayed-scaling training recipes keep. The forward only. */
+    fc_descale q_descale, k_descale, v_descale;
+    float *out_amax, *p_amax;
     /* Paged KV cache (docs/API.md, "Paged KV cache"). block_table non-NULL:
      * k and v are pages, [num_pages, page_size, heads_kv, head_dim] with any
      * strides (so [num_pages, heads_kv, page_size, head_dim] storage is the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare the SASS of two builds' CUDA objects, kernel by kernel.
 
-    scripts/sass-diff.py OLD_BUILD_DIR NEW_BUILD_DIR
+    scripts/sass-diff.py [--mask-params] OLD_BUILD_DIR NEW_BUILD_DIR
 
 Each build's fc_cuda_kernels objects are disassembled (cuobjdump -sass,
 from the CUDA toolkit or `pip install nvidia-cuda-cuobjdump
@@ -10,6 +10,11 @@ into (architecture, kernel) -> instruction words, so code that moved
 between files or changed instantiation order still compares equal. A
 refactor proves itself here: prints the kernels that differ or exist on one
 side only, and exits 1 if any do.
+
+--mask-params compares the instruction text with every kernel-parameter
+offset (c[0x0][...]) masked: for a change that only grows or reorders the
+parameter structs, the code must still be the same instruction for
+instruction.
 """
 import glob, os, re, shutil, subprocess, sys
 
@@ -32,7 +37,10 @@ def plain_name(name):
     return re.sub(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_(\w+?)_[0-9a-f]{8}", r"_GLOBAL__N__\1", name)
 
 
-def kernels(build):
+PARAM = re.compile(r"c\[0x0\]\[0x[0-9a-f]+\]")
+
+
+def kernels(build, mask_params=False):
     objs = sorted(glob.glob(os.path.join(build, "CMakeFiles", "fc_cuda_kernels.dir", "**", "*.cu.o"),
                         recursive=True))
     if not objs:
@@ -51,16 +59,22 @@ def kernels(build):
                 fn = (arch, plain_name(m.group(1)))
                 out.setdefault(fn, [])
                 continue
-            if fn is not None:
+            if fn is not None and mask_params:
+                m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;", line)
+                if m:
+                    out[fn].append(PARAM.sub("c[0x0][P]", m.group(1)))
+            elif fn is not None:
                 words = re.findall(r"/\* (0x[0-9a-f]{16}) \*/", line)
                 out[fn].extend(words)
     return out
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = [a for a in sys.argv[1:] if a != "--mask-params"]
+    mask = len(args) != len(sys.argv) - 1
+    if len(args) != 2:
         sys.exit(__doc__)
-    old, new = kernels(sys.argv[1]), kernels(sys.argv[2])
+    old, new = kernels(args[0], mask), kernels(args[1], mask)
     # Only architectures both builds compiled (one may be limited by ARCHS).
     archs = {a for a, _ in old} & {a for a, _ in new}
     old = {k: v for k, v in old.items() if k[0] in archs}
@@ -71,7 +85,8 @@ def main():
             print(f"only in {'new' if key in new else 'old'}: {key[0]} {key[1]}")
             bad += 1
         elif old[key] != new[key]:
-            print(f"differs ({len(old[key])} -> {len(new[key])} words): {key[0]} {key[1]}")
+            print(f"differs ({len(old[key])} -> {len(new[key])} {'instructions' if mask else 'words'}): "
+                  f"{key[0]} {key[1]}")
             bad += 1
     print(f"{len(set(old) | set(new))} kernels compared ({', '.join(sorted(archs))}), {bad} differ")
     return 1 if bad else 0

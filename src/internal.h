@@ -56,7 +56,7 @@ typedef struct fc_fwd_params {
     int32_t batch;
     int32_t heads_q, heads_kv, head_dim;
     int32_t seqlen_q, seqlen_k; /* dense: the sizes; varlen: max_seqlen_q/k */
-    int32_t dtype;              /* fc_dtype of q, k, v and out (all equal) */
+    int32_t dtype;              /* fc_dtype of q; of k, v, out too unless FP8 (below) */
 
     float scale;      /* resolved: never 0 here                                  */
     float softcap;    /* 0 = off                                                  */
@@ -83,7 +83,26 @@ typedef struct fc_fwd_params {
     /* Append and rotary (fc_append_params): last in the struct, so the
      * kernels' parameter layout stays put. */
     fc_append_params app;
+
+    /* FP8 (fc_attention_args has the rules): k/v's and out's dtypes (equal
+     * to dtype unless an FP8 call), the descales (data NULL: 1) and the
+     * amax outputs (NULL: not requested). Last, as app. */
+    int32_t kv_dtype, o_dtype;
+    fc_descale q_descale, k_descale, v_descale;
+    float *out_amax, *p_amax;
 } fc_fwd_params;
+
+/* 1 for the FP8 element types. */
+static inline int fc_dtype_is_fp8(int dt) { return dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2; }
+
+/* An FP8 call: q, k or v in FP8. */
+static inline int fc_fp8_call(const fc_fwd_params *p) { return fc_dtype_is_fp8(p->dtype) || fc_dtype_is_fp8(p->kv_dtype); }
+
+/* Descale of (sequence b, kv head g): 1 when not given. */
+static inline float fc_descale_at(const fc_descale *d, int64_t b, int64_t g)
+{
+    return d->data ? d->data[b * d->batch_stride + g * d->head_stride] : 1.0f;
+}
 
 /* The backward's plain-data params. f carries q, k, v, out (f.o, read here),
  * lse (f.lse, read, never NULL), the shapes and the resolved options, all as

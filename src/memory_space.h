@@ -7,8 +7,9 @@
 #ifndef FC_MEMORY_SPACE_H
 #define FC_MEMORY_SPACE_H
 
-/* Most pointers one call hands the library (the backward's 11, plus room). */
-#define FC_MAX_CALL_POINTERS 18
+/* Most pointers one call hands the library: 13 forward arrays and tensors,
+ * 3 descales, 2 amax outputs, the backward's 5 more. */
+#define FC_MAX_CALL_POINTERS 23
 
 /* is_device[i] = 1 if ptrs[i] is device or managed memory, else 0 (host,
  * pinned host, unknown). n <= FC_MAX_CALL_POINTERS. Every pointer must stay

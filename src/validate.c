@@ -168,24 +168,53 @@ static void set_strides(const fc_tensor *t, int o, int64_t *batch, int64_t *row,
     *head = t->stride[2 - o];
 }
 
+/* The dtypes of q, k, v and out: all one of f32, f16, bf16, f64; or an FP8
+ * call (flashcore.h, fc_attention_args: q, k, v one FP8 type and out f32,
+ * f16 or bf16; or k, v FP8 under q and out of one f32/f16/bf16 type). */
+static fc_status check_dtypes(fc_context *ctx, const fc_attention_args *a, int bwd)
+{
+    const fc_tensor *t[4] = {&a->q, &a->k, &a->v, &a->out};
+    static const char *const tn[4] = {"q", "k", "v", "out"};
+    for (int i = 0; i < 4; i++)
+        if (!dtype_known(t[i]->dtype))
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.dtype %d is not a valid fc_dtype", tn[i],
+                                (int)t[i]->dtype);
+    const int q = a->q.dtype, k = a->k.dtype, v = a->v.dtype, o = a->out.dtype;
+    if (!fc_dtype_is_fp8(q) && !fc_dtype_is_fp8(k) && !fc_dtype_is_fp8(v)) {
+        if (k != q || v != q || o != q)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "dtypes differ: q %s, k %s, v %s, out %s (all must be equal; FP8 k/v may sit "
+                                "under another q)", fc_dtype_name(q), fc_dtype_name(k), fc_dtype_name(v),
+                                fc_dtype_name(o));
+        return FC_OK;
+    }
+    if (bwd)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "FP8 inputs (q %s, k %s, v %s) are forward-only: the backward takes f32, f16 or bf16",
+                            fc_dtype_name(q), fc_dtype_name(k), fc_dtype_name(v));
+    if (k != v || !fc_dtype_is_fp8(k) || (fc_dtype_is_fp8(q) && q != k))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "FP8 dtypes q %s, k %s, v %s: k and v must be one FP8 type, and q either that type "
+                            "or f32/f16/bf16 (an FP8 K/V cache)", fc_dtype_name(q), fc_dtype_name(k),
+                            fc_dtype_name(v));
+    if (o != FC_DTYPE_F32 && o != FC_DTYPE_F16 && o != FC_DTYPE_BF16)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "out.dtype is %s: an FP8 call writes f32, f16 or bf16",
+                            fc_dtype_name(o));
+    if (!fc_dtype_is_fp8(q) && o != q)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "q.dtype %s, out.dtype %s: under an FP8 K/V cache q and out must be one f32/f16/bf16 "
+                            "type", fc_dtype_name(q), fc_dtype_name(o));
+    return FC_OK;
+}
+
 /* q, k, v, out (and their dtypes), dense 4-d or varlen 3-d, and how their
  * shapes relate. bwd: out is the forward's output, read, not written. */
 static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int varlen, int bwd)
 {
-    const int dt = a->q.dtype;
-    if (!dtype_known(dt))
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "q.dtype %d is not a valid fc_dtype", dt);
-    if (dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "q.dtype %s is reserved for FP8, which no backend supports yet: use f32, f16 "
-                            "or bf16", fc_dtype_name(dt));
-    if ((int)a->k.dtype != dt || (int)a->v.dtype != dt || (int)a->out.dtype != dt)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "dtypes differ: q %s, k %s, v %s, out %s (all must be equal)", fc_dtype_name(dt),
-                            fc_dtype_name(a->k.dtype), fc_dtype_name(a->v.dtype), fc_dtype_name(a->out.dtype));
+    fc_status st = check_dtypes(ctx, a, bwd);
+    if (st) return st;
 
     const int nd = varlen ? 3 : 4;
-    fc_status st;
     const int e0 = varlen ? 0 : -1; /* varlen token counts may be 0 */
     const char *const *dq = varlen ? dims_q_var : dims_q;
     const char *const *dkv = varlen ? dims_kv_var : a->block_table ? dims_pages : dims_kv;
@@ -405,6 +434,10 @@ static fc_status check_append_args(fc_context *ctx, const fc_attention_args *a, 
     if (!a->seqused_k)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "k_new needs seqused_k: the cache lengths the new keys are written after");
+    if (fc_dtype_is_fp8(a->k.dtype))
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "k_new/v_new into an FP8 cache (k %s) is not supported: quantising the new keys is "
+                            "the caller's step", fc_dtype_name(a->k.dtype));
     fc_status st = check_new_kv(ctx, a);
     if (st) return st;
     return rotary ? check_rotary(ctx, a) : FC_OK;
@@ -443,12 +476,72 @@ static fc_status check_grads(fc_context *ctx, const fc_attention_backward_args *
     return FC_OK;
 }
 
+/* ---- FP8 ---------------------------------------------------------------------- */
+
+/* Descale d's batch and head extent (fc_descale), as the element offset of
+ * its last entry, or -1 when that overflows int64 in bytes. */
+static int64_t descale_last(const fc_descale *d, int64_t batch, int64_t heads_kv)
+{
+    int64_t a, b, off;
+    if (__builtin_mul_overflow(batch - 1, d->batch_stride, &a) || __builtin_mul_overflow(heads_kv - 1, d->head_stride, &b) ||
+        __builtin_add_overflow(a, b, &off) || off > INT64_MAX / 4 - 1)
+        return -1;
+    return off;
+}
+
+/* Sequences of the call (varlen: num_seqs) and its KV heads: a descale's extent. */
+static void descale_dims(const fc_attention_args *a, int varlen, int64_t *batch, int64_t *heads_kv)
+{
+    *batch = varlen ? a->num_seqs : a->q.shape[0];
+    *heads_kv = a->k.shape[varlen ? 1 : 2];
+}
+
+/* The descales (only on FP8 tensors, strides >= 0, extents that fit) and
+ * the amax outputs (FP8 calls, 4-byte aligned). Their overlaps are
+ * check_pointers'. */
+static fc_status check_fp8_args(fc_context *ctx, const fc_attention_args *a, int varlen)
+{
+    const fc_descale *d[3] = {&a->q_descale, &a->k_descale, &a->v_descale};
+    const fc_tensor *t[3] = {&a->q, &a->k, &a->v};
+    static const char *const tn[3] = {"q", "k", "v"};
+    int64_t batch, hkv;
+    descale_dims(a, varlen, &batch, &hkv);
+    for (int i = 0; i < 3; i++) {
+        if (!d[i]->data) continue;
+        if (!fc_dtype_is_fp8(t[i]->dtype))
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s_descale is set but %s is %s: descales belong to FP8 tensors", tn[i], tn[i],
+                                fc_dtype_name(t[i]->dtype));
+        if (d[i]->batch_stride < 0 || d[i]->head_stride < 0)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s_descale strides (%lld, %lld): must be >= 0 (0 broadcasts one value)", tn[i],
+                                (long long)d[i]->batch_stride, (long long)d[i]->head_stride);
+        if (batch > 0 && descale_last(d[i], batch, hkv) < 0)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s_descale: strides (%lld, %lld) over [%lld, %lld] overflow 64-bit offsets", tn[i],
+                                (long long)d[i]->batch_stride, (long long)d[i]->head_stride, (long long)batch,
+                                (long long)hkv);
+    }
+    if (!a->out_amax && !a->p_amax) return FC_OK;
+    if (!fc_dtype_is_fp8(a->k.dtype))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "out_amax/p_amax are set on a %s call: they are statistics of FP8 calls",
+                            fc_dtype_name(a->q.dtype));
+    if ((uintptr_t)a->out_amax % 4 != 0 || (uintptr_t)a->p_amax % 4 != 0)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s (%p) is not aligned to its 4-byte element",
+                            (uintptr_t)a->out_amax % 4 ? "out_amax" : "p_amax",
+                            (uintptr_t)a->out_amax % 4 ? (void *)a->out_amax : (void *)a->p_amax);
+    return FC_OK;
+}
+
 /* ---- aliasing ------------------------------------------------------------------ */
 
 /* Read spans at most: 7 tensors (q, k, v, k_new, v_new, rotary_cos/sin), 7
  * arrays (cu_seqlens x2, block_table, seqused_k, 3 descales) and the
  * backward's out, lse and dout. */
 #define FC_MAX_SPANS 18
+/* Write spans at most: out, lse, out_amax, p_amax, an appended-to k and v. */
+#define FC_MAX_OUT_SPANS 6
 
 /* The bytes [lo, hi) a call reads or writes through one argument. */
 typedef struct span {
@@ -504,23 +597,28 @@ static int read_spans(const fc_attention_args *a, int varlen, span in[FC_MAX_SPA
     if (a->block_table)
         in[n++] = span_of_bytes("block_table", a->block_table, block_table_entries(a) * sizeof(int32_t));
     if (a->seqused_k) in[n++] = span_of_bytes("seqused_k", a->seqused_k, (uint64_t)a->q.shape[0] * sizeof(int32_t));
-    const float *ds[3] = {a->q_descale, a->k_descale, a->v_descale};
+    const fc_descale *ds[3] = {&a->q_descale, &a->k_descale, &a->v_descale};
     static const char *const dn[3] = {"q_descale", "k_descale", "v_descale"};
+    int64_t batch, hkv;
+    descale_dims(a, varlen, &batch, &hkv);
     for (int i = 0; i < 3; i++)
-        if (ds[i]) in[n++] = span_of_bytes(dn[i], ds[i], sizeof(float));
+        if (ds[i]->data && batch > 0) /* check_fp8_args: the extent fits */
+            in[n++] = span_of_bytes(dn[i], ds[i]->data, (uint64_t)(descale_last(ds[i], batch, hkv) + 1) * 4);
     return n;
 }
 
-/* What the call writes: the forward's out and lse (when requested); the
- * backward's dq, dk, dv and the caller's workspace. The backward reads out,
- * lse and dout: they join the inputs. */
+/* What the call writes: the forward's out, lse and amax (when requested);
+ * the backward's dq, dk, dv and the caller's workspace. The backward reads
+ * out, lse and dout: they join the inputs. */
 static int write_spans(const fc_attention_args *a, const fc_attention_backward_args *b, span in[FC_MAX_SPANS],
-                       int *ni, span out[6])
+                       int *ni, span out[FC_MAX_OUT_SPANS])
 {
     int no = 0;
     if (!b) {
         out[no++] = span_of_tensor("out", &a->out);
         if (a->lse.data) out[no++] = span_of_tensor("lse", &a->lse);
+        if (a->out_amax) out[no++] = span_of_bytes("out_amax", a->out_amax, sizeof(float));
+        if (a->p_amax) out[no++] = span_of_bytes("p_amax", a->p_amax, sizeof(float));
         if (a->k_new.data) { /* last: they may share an allocation (check_pointers) */
             out[no++] = span_of_tensor("k", &a->k);
             out[no++] = span_of_tensor("v", &a->v);
@@ -542,7 +640,7 @@ static int write_spans(const fc_attention_args *a, const fc_attention_backward_a
 static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
                                 const fc_attention_backward_args *b, int varlen)
 {
-    span in[FC_MAX_SPANS], out[6];
+    span in[FC_MAX_SPANS], out[FC_MAX_OUT_SPANS];
     int arrays;
     int ni = read_spans(a, varlen, in, &arrays);
     for (int i = arrays; i < ni; i++) /* int32 and float arrays */
@@ -600,6 +698,13 @@ static void fill_params(const fc_attention_args *a, int varlen, fc_fwd_params *p
     const int64_t d = a->q.shape[3 - o];
     p->q = a->q.data; p->k = a->k.data; p->v = a->v.data; p->o = a->out.data; p->lse = a->lse.data;
     p->dtype = a->q.dtype;
+    p->kv_dtype = a->k.dtype;
+    p->o_dtype = a->out.dtype;
+    p->q_descale = a->q_descale;
+    p->k_descale = a->k_descale;
+    p->v_descale = a->v_descale;
+    p->out_amax = a->out_amax;
+    p->p_amax = a->p_amax;
     p->heads_q = (int32_t)a->q.shape[2 - o]; p->heads_kv = (int32_t)a->k.shape[2 - o]; p->head_dim = (int32_t)d;
     set_strides(&a->q, o, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
     set_strides(&a->k, o, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
@@ -666,12 +771,10 @@ static fc_status check_call(fc_context *ctx, const fc_attention_args *a, const f
     if (varlen && (st = check_varlen_args(ctx, a))) return st;
     if ((st = check_paged_args(ctx, a, varlen, b != NULL))) return st;
     if ((st = check_append_args(ctx, a, varlen, b != NULL))) return st;
+    if ((st = check_fp8_args(ctx, a, varlen))) return st;
     if ((st = check_pointers(ctx, a, b, varlen))) return st;
-    /* after the pointer checks, so a descale that aliases an output is named */
-    if (a->q_descale || a->k_descale || a->v_descale)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "q/k/v_descale are reserved for FP8, which no backend supports yet");
     fill_params(a, varlen, p, nothing_to_do);
+    if (a->out_amax || a->p_amax) *nothing_to_do = 0; /* the amax outputs are written (0) */
     return FC_OK;
 }
 

@@ -199,7 +199,9 @@ static void test_args_init(void)
     CHECK(a.cu_seqlens_q == NULL && a.cu_seqlens_k == NULL, "cu_seqlens not NULL");
     CHECK(a.num_seqs == 0 && a.max_seqlen_q == 0 && a.max_seqlen_k == 0, "varlen fields not 0");
     CHECK(a.backend == FC_BACKEND_AUTO, "backend %d", (int)a.backend);
-    CHECK(a.q_descale == NULL && a.k_descale == NULL && a.v_descale == NULL, "descales not NULL");
+    CHECK(a.q_descale.data == NULL && a.k_descale.data == NULL && a.v_descale.data == NULL, "descales not NULL");
+    CHECK(a.q_descale.batch_stride == 0 && a.k_descale.head_stride == 0, "descale strides not 0");
+    CHECK(a.out_amax == NULL && a.p_amax == NULL, "amax outputs not NULL");
     group_done("fc_attention_args_init", p0, f0);
 }
 

@@ -101,13 +101,28 @@ MUT(m_q_dtype_99, a->q.dtype = (fc_dtype)99;)
 MUT(m_k_dtype_99, a->k.dtype = (fc_dtype)99;)
 MUT(m_lse_dtype_99, a->lse.dtype = (fc_dtype)99;)
 MUT(m_q_dtype_neg, a->q.dtype = (fc_dtype)-1;)
-MUT(m_fp8_e4m3, a->q.dtype = a->k.dtype = a->v.dtype = a->out.dtype = FC_DTYPE_E4M3;)
-MUT(m_fp8_e5m2, a->q.dtype = a->k.dtype = a->v.dtype = a->out.dtype = FC_DTYPE_E5M2;)
+/* FP8: the dtype combinations, descales and amax outputs (fc_attention_args) */
+static void fp8_all(fc_attention_args *a, fc_dtype dt) { a->q.dtype = a->k.dtype = a->v.dtype = dt; }
+MUT(m_fp8_out_e4m3, fp8_all(a, FC_DTYPE_E4M3); a->out.dtype = FC_DTYPE_E4M3;)
+MUT(m_fp8_out_f64, fp8_all(a, FC_DTYPE_E5M2); a->out.dtype = FC_DTYPE_F64;)
+MUT(m_fp8_mixed, fp8_all(a, FC_DTYPE_E4M3); a->v.dtype = FC_DTYPE_E5M2;)
+MUT(m_fp8_q_other, fp8_all(a, FC_DTYPE_E5M2); a->q.dtype = FC_DTYPE_E4M3;)
+MUT(m_fp8_kv_out, a->k.dtype = a->v.dtype = FC_DTYPE_E4M3; a->out.dtype = FC_DTYPE_BF16;)
+MUT(m_fp8_kv_q64, a->k.dtype = a->v.dtype = FC_DTYPE_E4M3; a->q.dtype = a->out.dtype = FC_DTYPE_F64;)
 static const float k_one = 1.0f;
 static const float k_one_pair[2] = {1.0f, 1.0f};
-MUT(m_q_descale, a->q_descale = &k_one;)
-MUT(m_k_descale, a->k_descale = &k_one;)
-MUT(m_v_descale, a->v_descale = &k_one;)
+static float g_amax[2];
+MUT(m_q_descale, a->q_descale.data = &k_one;)
+MUT(m_k_descale, a->k_descale.data = &k_one;)
+MUT(m_v_descale, a->v_descale.data = &k_one;)
+MUT(m_descale_kv_only, a->k.dtype = a->v.dtype = FC_DTYPE_E4M3; a->q_descale.data = &k_one;)
+MUT(m_descale_stride, fp8_all(a, FC_DTYPE_E4M3); a->k_descale.data = &k_one; a->k_descale.head_stride = -1;)
+MUT(m_descale_huge, fp8_all(a, FC_DTYPE_E4M3); a->v_descale.data = &k_one; a->v_descale.batch_stride = INT64_MAX / 2;)
+MUT(m_amax_f16, a->out_amax = &g_amax[0];)
+MUT(m_amax_misaligned, fp8_all(a, FC_DTYPE_E4M3); a->p_amax = (float *)(void *)((char *)&g_amax[0] + 2);)
+MUT(m_amax_same, fp8_all(a, FC_DTYPE_E4M3); a->p_amax = a->out_amax = &g_amax[1];)
+MUT(m_amax_in_out, fp8_all(a, FC_DTYPE_E4M3); a->out_amax = (float *)c->out + 1;)
+MUT(m_amax_on_q, fp8_all(a, FC_DTYPE_E4M3); a->p_amax = (float *)c->q;)
 /* ndim */
 MUT(m_q_ndim3, a->q.ndim = 3;)
 MUT(m_k_ndim5, a->k.ndim = 5;)
@@ -210,12 +225,13 @@ MUT(m_out_misaligned, a->out.data = (char *)c->out + 1;)
 MUT(m_lse_misaligned, a->lse.data = (char *)c->lse + 2;)
 MUT(m_cu_q_misaligned, a->cu_seqlens_q = (const int32_t *)(const void *)((char *)c->cu_q + 2);)
 MUT(m_cu_k_misaligned, a->cu_seqlens_k = (const int32_t *)(const void *)((char *)c->cu_k + 1);)
-MUT(m_q_descale_misaligned, a->q_descale = (const float *)(const void *)((const char *)&k_one_pair[0] + 1);)
+MUT(m_q_descale_misaligned, fp8_all(a, FC_DTYPE_E4M3);
+    a->q_descale.data = (const float *)(const void *)((const char *)&k_one_pair[0] + 1);)
 /* an output over an array the call reads (cu_seqlens, descales) */
 MUT(m_cu_q_in_out, a->cu_seqlens_q = (const int32_t *)c->out + 8;)
 MUT(m_cu_k_in_lse, a->cu_seqlens_k = (const int32_t *)c->lse;)
-MUT(m_q_descale_in_out, a->q_descale = (const float *)c->out;)
-MUT(m_v_descale_in_lse, a->v_descale = c->lse + 3;)
+MUT(m_q_descale_in_out, fp8_all(a, FC_DTYPE_E5M2); a->q_descale.data = (const float *)c->out;)
+MUT(m_v_descale_in_lse, fp8_all(a, FC_DTYPE_E4M3); a->v_descale.data = c->lse + 3;)
 /* varlen */
 static const int32_t k_cu_dummy[4] = {0, 1, 2, 3};
 MUT(m_dense_with_cu_q, a->cu_seqlens_q = k_cu_dummy;)
@@ -303,14 +319,26 @@ static const row k_rows[] = {
     {"out dtype bf16", m_out_dtype, F_F32, INV, "out bf16"},
     {"lse dtype f16", m_lse_dtype, 0, INV, "lse.dtype"},
     {"q dtype 99", m_q_dtype_99, 0, INV, "q.dtype 99"},
-    {"k dtype 99", m_k_dtype_99, 0, INV, "k unknown"},
+    {"k dtype 99", m_k_dtype_99, 0, INV, "k.dtype 99 is not a valid"},
     {"lse dtype 99", m_lse_dtype_99, 0, INV, "lse.dtype"},
     {"q dtype -1", m_q_dtype_neg, 0, INV, "q.dtype -1"},
-    {"fp8 e4m3", m_fp8_e4m3, 0, UNS, "e4m3"},
-    {"fp8 e5m2", m_fp8_e5m2, 0, UNS, "e5m2"},
-    {"q_descale set", m_q_descale, 0, UNS, "descale"},
-    {"k_descale set", m_k_descale, 0, UNS, "descale"},
-    {"v_descale set", m_v_descale, F_F32, UNS, "descale"},
+    {"fp8 out e4m3", m_fp8_out_e4m3, 0, INV, "out.dtype is e4m3"},
+    {"fp8 out f64", m_fp8_out_f64, F_F32, INV, "out.dtype is f64"},
+    {"fp8 k e4m3, v e5m2", m_fp8_mixed, 0, INV, "one FP8 type"},
+    {"fp8 q e4m3, k/v e5m2", m_fp8_q_other, 0, INV, "one FP8 type"},
+    {"fp8 k/v, out differs from q", m_fp8_kv_out, 0, INV, "q and out must be one"},
+    {"fp8 k/v under f64 q", m_fp8_kv_q64, F_F32, INV, "out.dtype is f64"},
+    {"q_descale on f16 q", m_q_descale, 0, INV, "q_descale is set but q is f16"},
+    {"k_descale on f16 k", m_k_descale, 0, INV, "k_descale is set but k is f16"},
+    {"v_descale on f32 v", m_v_descale, F_F32, INV, "v_descale is set but v is f32"},
+    {"q_descale, fp8 k/v only", m_descale_kv_only, 0, INV, "q_descale is set but q is f16"},
+    {"descale stride -1", m_descale_stride, 0, INV, "must be >= 0"},
+    {"descale stride overflows", m_descale_huge, F_VARLEN, INV, "overflow"},
+    {"out_amax on an f16 call", m_amax_f16, 0, INV, "statistics of FP8"},
+    {"p_amax misaligned", m_amax_misaligned, 0, INV, "p_amax"},
+    {"out_amax and p_amax alias", m_amax_same, 0, INV, "p_amax overlaps out_amax"},
+    {"out_amax inside out", m_amax_in_out, 0, INV, "out_amax overlaps out"},
+    {"p_amax over q", m_amax_on_q, F_F32, INV, "p_amax overlaps q"},
     {"q ndim 3 (dense)", m_q_ndim3, 0, INV, "q.ndim"},
     {"k ndim 5", m_k_ndim5, 0, INV, "k.ndim"},
     {"v ndim 0", m_v_ndim0, 0, INV, "v.ndim"},

@@ -98,7 +98,7 @@ static inline fc_status test_reference(fc_context *ctx, const kit_case *c, void 
     a.out.data = ref_out;
     if (c->lse) a.lse.data = ref_lse;
     a.backend = FC_BACKEND_CPU_REFERENCE;
-    kit_poison(ref_out, c->out_bytes, c->s.dtype, ref_lse, c->lse_bytes);
+    kit_poison(ref_out, c->out_bytes, kit_out_dtype(&c->s), ref_lse, c->lse_bytes);
     return fc_attention_forward(ctx, &a, NULL, NULL);
 }
 

@@ -22,6 +22,7 @@ typedef struct check_named {
     float scale, input_scale;
     int page;             /* > 0: k/v through a paged cache of this page size (forward only) */
     kit_seqused used;     /* seqused_k (forward only) */
+    int kv8;              /* FP8 K/V cache (FC_DTYPE_E4M3/E5M2) under this row's q */
 } check_named;
 
 #define F16 FC_DTYPE_F16
@@ -91,7 +92,10 @@ static const check_named k_named[] = {
     {{"d32",                      1, 4,  4,   256,  256,   32,  0, F16},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"d80",                      1, 2,  2,   128,  128,   80,  0, F16},           0, -1,  -1, 0,   0,  BSHD, 0,     0},
     {{"d256-causal",              1, 2,  2,   256,  256,   256, 1, BF16},          0, -1,  -1, 0,   0,  BSHD, 0,     0},
-    {{"fp8-e4m3(reserved)",       1, 2,  2,   64,   64,    64,  0, FC_DTYPE_E4M3}, 1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    /* FP8 (forward only): descales per (batch, kv head), the amax outputs; out bf16 under FP8 q */
+    {{"fp8-e4m3",                 1, 2,  2,   64,   64,    64,  0, FC_DTYPE_E4M3}, 1, -1,  -1, 0,   0,  BSHD, 0,     0},
+    {{"fp8-e5m2-causal-gqa",      2, 8,  2,   130,  130,   128, 1, FC_DTYPE_E5M2}, 0, -1,  -1, 0,   0,  BHSD, 0,     0},
+    {{"fp8-e4m3-varlen-softcap",  4, 4,  2,   100,  120,   64,  0, FC_DTYPE_E4M3}, 0, -1,  -1, 30,  1,  BSHD, 0,     0},
     /* paged KV cache (shuffled pages, spare ones) and seqused_k: forward only                            page  used */
     {{"paged-decode-p16",         4, 32, 8,   1,    1000,  128, 0, BF16},          1, -1,  -1, 0,   0,  BSHD, 0,     0, 16,  RND},
     {{"paged-spec-p3-causal",     3, 8,  2,   4,    500,   64,  1, F16},           1, -1,  -1, 0,   0,  BHSD, 0,     0, 3,   RND},
@@ -99,6 +103,9 @@ static const check_named k_named[] = {
     {{"paged-p1-window-32-0",     2, 4,  4,   8,    300,   64,  0, F16},           0, 32,  0,  0,   0,  BSHD, 0,     0, 1,   RND},
     {{"paged-p256-softcap-f32",   2, 4,  1,   2,    700,   64,  0, F32},           0, -1,  -1, 30,  0,  BHSD, 0,     0, 256, FULL},
     {{"seqused-dense-decode",     4, 8,  2,   1,    800,   128, 0, BF16},          1, -1,  -1, 0,   0,  BSHD, 0,     0, 0,   RND},
+    /* an FP8 K/V cache under bf16 / f16 q                                                                     kv8 */
+    {{"fp8kv-e4m3-paged-decode",  4, 32, 8,   1,    1000,  128, 0, BF16},          1, -1,  -1, 0,   0,  BSHD, 0,     0, 16,  RND, FC_DTYPE_E4M3},
+    {{"fp8kv-e5m2-causal",        1, 8,  2,   200,  300,   64,  1, F16},           0, -1,  -1, 0,   0,  PAD,  0,     0, 0,   0,   FC_DTYPE_E5M2},
 };
 #define NUM_NAMED ((int)(sizeof(k_named) / sizeof(k_named[0])))
 
@@ -111,6 +118,16 @@ typedef struct check_case {
     kit_shape s;
     uint64_t seed;
 } check_case;
+
+/* An FP8 case (FP8 q, or fp8_kv): bf16 out under FP8 q, descales per
+ * (batch, kv head) and the amax outputs; a plain one: none of that. */
+static void fp8_fields(kit_shape *s)
+{
+    const int q8 = s->dtype == FC_DTYPE_E4M3 || s->dtype == FC_DTYPE_E5M2;
+    s->fp8_out = q8 ? FC_DTYPE_BF16 : FC_DTYPE_F32;
+    s->descale = q8 || s->fp8_kv ? 2 : 0;
+    s->amax = s->descale != 0;
+}
 
 static kit_shape shape_of(const check_named *n)
 {
@@ -125,11 +142,16 @@ static kit_shape shape_of(const check_named *n)
     s.input_scale = n->input_scale;
     s.page_size = n->page;
     s.seqused = n->used;
+    s.fp8_kv = n->kv8;
+    fp8_fields(&s);
     return s;
 }
 
-/* 1 if s runs the forward only (a paged cache or seqused_k). */
-static int forward_only(const kit_shape *s) { return s->page_size > 0 || s->seqused != KIT_SEQUSED_NONE; }
+/* 1 if s runs the forward only (a paged cache, seqused_k, FP8). */
+static int forward_only(const kit_shape *s)
+{
+    return s->page_size > 0 || s->seqused != KIT_SEQUSED_NONE || s->fp8_kv || s->descale;
+}
 
 static int pick(uint64_t *rng, int n) { return (int)(kit_rand_u64(rng) % (uint64_t)n); }
 
@@ -201,6 +223,9 @@ static void describe(const kit_shape *s, char *buf, size_t n)
     if ((size_t)k < n && s->page_size) k += snprintf(buf + k, n - (size_t)k, " paged=%d", s->page_size);
     if ((size_t)k < n && s->seqused)
         k += snprintf(buf + k, n - (size_t)k, " seqused_k=%s", s->seqused == KIT_SEQUSED_FULL ? "seqlen_k" : "random");
+    if ((size_t)k < n && s->descale)
+        k += snprintf(buf + k, n - (size_t)k, " k/v %s out %s descales", kit_dtype_name(kit_kv_dtype(s)),
+                      kit_dtype_name(kit_out_dtype(s)));
     if ((size_t)k < n && s->append)
         k += snprintf(buf + k, n - (size_t)k, " append=%d rotary=%d%s", s->append, s->rotary_dim,
                       s->rotary_interleaved ? " interleaved" : "");
@@ -346,6 +371,7 @@ static void add_case(const check_opts *o, check_case *cases, int *n, const char 
         s.seqused = KIT_SEQUSED_NONE;
     }
     if ((o->page || o->append) && s.varlen) return;
+    if (o->append && forward_only(&s) && s.descale) return; /* the append writes no FP8 cache */
     if (o->append > s.seqlen_k) return; /* no room in the cache */
     check_case *c = &cases[(*n)++];
     snprintf(c->name, sizeof(c->name), "%s", name);
@@ -383,7 +409,11 @@ static check_case *select_cases(const check_opts *o, int *n)
     }
     for (int i = 0; i < *n; i++) {
         cases[i].s.name = cases[i].name;
-        if (o->have_dtype) cases[i].s.dtype = o->dtype;
+        if (o->have_dtype) { /* (an f32/f16/bf16 type: FP8 rows become plain ones) */
+            cases[i].s.dtype = o->dtype;
+            cases[i].s.fp8_kv = cases[i].s.descale = 0;
+            fp8_fields(&cases[i].s);
+        }
     }
     return cases;
 }

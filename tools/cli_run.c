@@ -132,7 +132,7 @@ static int poison_pass(cli_exec *e, int bwd, char *err, size_t err_len)
 {
     kit_case *c = e->c;
     if (bwd) kit_bwd_poison(e->b);
-    else kit_poison(c->out, c->out_bytes, c->s.dtype, c->lse, c->lse_bytes);
+    else kit_poison(c->out, c->out_bytes, kit_out_dtype(&c->s), c->lse, c->lse_bytes);
     if (e->backend != FC_BACKEND_CUDA) return 0;
     pass_outputs o = outputs_of(e, bwd);
     for (int i = 0; i < o.n; i++)

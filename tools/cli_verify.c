@@ -120,7 +120,7 @@ void cli_check_case(fc_context *ctx, kit_case *c, fc_backend backend, cli_check_
     cli_exec e;
     cache_copy cc = {NULL, NULL};
     if (begin(r, cli_exec_init(&e, c, backend, err, sizeof(err)), &e, err)) return;
-    r->g = kit_gate_for(c->s.dtype);
+    r->g = kit_gate_for(kit_out_dtype(&c->s));
     if (cache_keep(&cc, c, e.backend)) {
         snprintf(r->note, sizeof(r->note), "out of host memory for the cache copy");
         goto done;
@@ -138,7 +138,7 @@ void cli_check_case(fc_context *ctx, kit_case *c, fc_backend backend, cli_check_
     }
     /* poison the reference too: a reference that skips an element must not
      * pass by comparing uninitialised memory */
-    kit_poison(ref_out, c->out_bytes, c->s.dtype, ref_lse, c->lse_bytes);
+    kit_poison(ref_out, c->out_bytes, kit_out_dtype(&c->s), ref_lse, c->lse_bytes);
     fc_status st = run_reference(ctx, c, ref_out, ref_lse);
     if (st != FC_OK) {
         snprintf(r->note, sizeof(r->note), "reference: %s: %s", fc_status_string(st), fc_last_error(ctx));

@@ -113,12 +113,44 @@ float kit_f16_to_f32(uint16_t h)
     return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+/* e4m3fn: bias 7, no infinity, max 448, NaN S.1111.111; e5m2: the top
+ * byte of a binary16 (bias 15, max 57344, IEEE infinities and NaNs). */
+uint8_t kit_f32_to_fp8(float f, fc_dtype dtype)
+{
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    if (isnan(f)) return (uint8_t)(sign | 0x7f);
+    const int e5 = dtype == FC_DTYPE_E5M2;
+    float a = fabsf(f);
+    if (a > (e5 ? 57344.0f : 448.0f)) a = e5 ? 57344.0f : 448.0f; /* saturate */
+    if (e5) { /* round the binary16 at its 8th bit, ties to even: no double rounding past f16's own */
+        uint16_t h = kit_f32_to_f16(a);
+        h = (uint16_t)(h + 0x7f + ((h >> 8) & 1));
+        return (uint8_t)(sign | (h >> 8));
+    }
+    if (a < 0x1p-6f) return (uint8_t)(sign | (uint8_t)nearbyintf(a * 0x1p9f)); /* subnormal; 8 = 2^-6 */
+    uint32_t u = f32_bits(a);
+    u += 0x7ffffu + ((u >> 20) & 1u); /* round the 23-bit mantissa to 3 bits */
+    const uint32_t code = ((((u >> 23) & 0xffu) - 120u) << 3) | ((u >> 20) & 7u);
+    return (uint8_t)(sign | (code > 0x7e ? 0x7e : code));
+}
+
+float kit_fp8_to_f32(uint8_t x, fc_dtype dtype)
+{
+    if (dtype == FC_DTYPE_E5M2) return kit_f16_to_f32((uint16_t)(x << 8));
+    const uint32_t e = (x >> 3) & 0xfu, m = x & 7u;
+    float a = e ? bits_f32(((e + 120u) << 23) | (m << 20)) : (float)m * 0x1p-9f;
+    if (e == 15 && m == 7) a = NAN;
+    return (x & 0x80) ? -a : a;
+}
+
 float kit_load(const void *buf, fc_dtype dtype, int64_t idx)
 {
     switch (dtype) {
     case FC_DTYPE_F32: return ((const float *)buf)[idx];
     case FC_DTYPE_F16: return kit_f16_to_f32(((const uint16_t *)buf)[idx]);
     case FC_DTYPE_BF16: return kit_bf16_to_f32(((const uint16_t *)buf)[idx]);
+    case FC_DTYPE_E4M3:
+    case FC_DTYPE_E5M2: return kit_fp8_to_f32(((const uint8_t *)buf)[idx], dtype);
     default: return NAN;
     }
 }
@@ -129,9 +161,17 @@ void kit_store(void *buf, fc_dtype dtype, int64_t idx, float v)
     case FC_DTYPE_F32: ((float *)buf)[idx] = v; break;
     case FC_DTYPE_F16: ((uint16_t *)buf)[idx] = kit_f32_to_f16(v); break;
     case FC_DTYPE_BF16: ((uint16_t *)buf)[idx] = kit_f32_to_bf16(v); break;
+    case FC_DTYPE_E4M3:
+    case FC_DTYPE_E5M2: ((uint8_t *)buf)[idx] = kit_f32_to_fp8(v, dtype); break;
     default: break;
     }
 }
+
+static int is_fp8(fc_dtype dt) { return dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2; }
+
+fc_dtype kit_kv_dtype(const kit_shape *s) { return is_fp8(s->dtype) ? s->dtype : s->fp8_kv ? (fc_dtype)s->fp8_kv : s->dtype; }
+
+fc_dtype kit_out_dtype(const kit_shape *s) { return is_fp8(s->dtype) ? s->fp8_out : s->dtype; }
 
 void kit_poison(void *out, size_t out_bytes, fc_dtype dtype, float *lse, size_t lse_bytes)
 {
@@ -255,6 +295,10 @@ static int shape_ok(const kit_shape *s)
     if (s->batch <= 0 || s->heads_q <= 0 || s->heads_kv <= 0 || s->seqlen_q < 0 || s->seqlen_k < 0 ||
         s->head_dim <= 0 || kit_dtype_size(s->dtype) == 0 || s->page_size < 0)
         return 0;
+    if ((s->fp8_kv && (!is_fp8((fc_dtype)s->fp8_kv) || (is_fp8(s->dtype) && s->fp8_kv != (int)s->dtype))) ||
+        (is_fp8(s->dtype) && (s->fp8_out < FC_DTYPE_F32 || s->fp8_out > FC_DTYPE_BF16)) ||
+        ((s->descale || s->amax) && !is_fp8(kit_kv_dtype(s))) || (is_fp8(kit_kv_dtype(s)) && s->append))
+        return 0;
     if (s->append < 0 || (s->append > 0 && (s->seqused == KIT_SEQUSED_NONE || s->append > s->seqlen_k))) return 0;
     if (s->rotary_dim < 0 || s->rotary_dim % 2 || s->rotary_dim > s->head_dim || (s->rotary_dim && !s->append))
         return 0;
@@ -287,7 +331,8 @@ static int init_varlen(kit_case *c, uint64_t *rng)
 static int init_tensors(kit_case *c, uint64_t *rng)
 {
     const kit_shape *s = &c->s;
-    const size_t es = kit_dtype_size(s->dtype);
+    const fc_dtype kdt = kit_kv_dtype(s), odt = kit_out_dtype(s);
+    const size_t es = kit_dtype_size(s->dtype), kes = kit_dtype_size(kdt), oes = kit_dtype_size(odt);
     const int paged = s->page_size > 0;
     const int64_t outer = s->varlen ? 1 : s->batch, sq = s->varlen ? c->total_q : s->seqlen_q;
     const int64_t kv_outer = paged ? c->num_pages : outer;
@@ -300,9 +345,9 @@ static int init_tensors(kit_case *c, uint64_t *rng)
                             : layout_strides(s->layout, outer, sq, s->heads_q, s->head_dim, sto);
     /* never allocate 0 bytes: malloc(0) may return NULL */
     c->q_bytes = (size_t)(nq > 0 ? nq : 1) * es;
-    c->k_bytes = (size_t)(nk > 0 ? nk : 1) * es;
-    c->v_bytes = (size_t)(nv > 0 ? nv : 1) * es;
-    c->out_bytes = (size_t)(no > 0 ? no : 1) * es;
+    c->k_bytes = (size_t)(nk > 0 ? nk : 1) * kes;
+    c->v_bytes = (size_t)(nv > 0 ? nv : 1) * kes;
+    c->out_bytes = (size_t)(no > 0 ? no : 1) * oes;
     c->q = malloc(c->q_bytes);
     c->k = malloc(c->k_bytes);
     c->v = malloc(c->v_bytes);
@@ -311,13 +356,39 @@ static int init_tensors(kit_case *c, uint64_t *rng)
     float isc = s->input_scale > 0 ? s->input_scale : 1.0f;
     /* padding and spare pages get random values too: a kernel that reads them would show */
     kit_fill_normal(c->q, s->dtype, (int64_t)(c->q_bytes / es), rng, isc);
-    kit_fill_normal(c->k, s->dtype, (int64_t)(c->k_bytes / es), rng, isc);
-    kit_fill_normal(c->v, s->dtype, (int64_t)(c->v_bytes / es), rng, 1.0f);
+    kit_fill_normal(c->k, kdt, (int64_t)(c->k_bytes / kes), rng, isc);
+    kit_fill_normal(c->v, kdt, (int64_t)(c->v_bytes / kes), rng, 1.0f);
     fc_attention_args *a = &c->args;
     set_tensor(&a->q, c->q, s->dtype, s->varlen, outer, sq, s->heads_q, s->head_dim, stq);
-    set_tensor(&a->k, c->k, s->dtype, s->varlen, kv_outer, sk, s->heads_kv, s->head_dim, stk);
-    set_tensor(&a->v, c->v, s->dtype, s->varlen, kv_outer, sk, s->heads_kv, s->head_dim, stv);
-    set_tensor(&a->out, c->out, s->dtype, s->varlen, outer, sq, s->heads_q, s->head_dim, sto);
+    set_tensor(&a->k, c->k, kdt, s->varlen, kv_outer, sk, s->heads_kv, s->head_dim, stk);
+    set_tensor(&a->v, c->v, kdt, s->varlen, kv_outer, sk, s->heads_kv, s->head_dim, stv);
+    set_tensor(&a->out, c->out, odt, s->varlen, outer, sq, s->heads_q, s->head_dim, sto);
+    return 0;
+}
+
+/* FP8 descales (2^u, u uniform in [-2, 2): every product stays exact in
+ * the reference) and amax outputs, as the shape asks. */
+static int init_fp8(kit_case *c, uint64_t *rng)
+{
+    const kit_shape *s = &c->s;
+    fc_descale *d[3] = {&c->args.q_descale, &c->args.k_descale, &c->args.v_descale};
+    for (int i = 0; i < 3 && s->descale; i++) {
+        if (i == 0 && !is_fp8(s->dtype)) continue; /* q takes one only when it is FP8 */
+        const int64_t n = s->descale == 2 ? (int64_t)s->batch * s->heads_kv : 1;
+        c->descale[i] = malloc((size_t)n * sizeof(float));
+        if (!c->descale[i]) return -1;
+        for (int64_t x = 0; x < n; x++)
+            c->descale[i][x] = exp2f((float)(kit_rand_u64(rng) % 4096) / 1024.0f - 2.0f);
+        d[i]->data = c->descale[i];
+        d[i]->batch_stride = s->descale == 2 ? s->heads_kv : 0;
+        d[i]->head_stride = s->descale == 2 ? 1 : 0;
+    }
+    if (!s->amax) return 0;
+    c->amax = malloc(2 * sizeof(float));
+    if (!c->amax) return -1;
+    c->amax[0] = c->amax[1] = NAN; /* poisoned: the call must write both */
+    c->args.out_amax = &c->amax[0];
+    c->args.p_amax = &c->amax[1];
     return 0;
 }
 
@@ -374,7 +445,7 @@ int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
     /* the paged structure draws from a stream of its own: dense cases keep
      * the inputs they always had */
     if ((s->varlen && init_varlen(c, &rng)) || kit_paged_setup(c, seed) || init_tensors(c, &rng) ||
-        init_lse(c)) {
+        init_lse(c) || init_fp8(c, &rng)) {
         kit_case_free(c);
         return -1;
     }
@@ -384,7 +455,7 @@ int kit_case_init(kit_case *c, const kit_shape *s, uint64_t seed)
         return -1;
     }
     kit_paged_nan_unused(c);
-    kit_poison(c->out, c->out_bytes, s->dtype, c->lse, c->lse_bytes);
+    kit_poison(c->out, c->out_bytes, kit_out_dtype(s), c->lse, c->lse_bytes);
     return 0;
 }
 
@@ -395,6 +466,7 @@ void kit_case_free(kit_case *c)
     free(c->cu_q); free(c->cu_k);
     free(c->block_table); free(c->seqused_k);
     free(c->k_new); free(c->v_new); free(c->rot_cos); free(c->rot_sin);
+    free(c->descale[0]); free(c->descale[1]); free(c->descale[2]); free(c->amax);
     memset(c, 0, sizeof *c);
 }
 
@@ -433,7 +505,7 @@ void kit_compare(const kit_case *c, const void *out, const float *lse, const voi
 {
     memset(m, 0, sizeof *m);
     const fc_tensor *o = &c->args.out;
-    fc_dtype dt = c->s.dtype;
+    fc_dtype dt = kit_out_dtype(&c->s);
     int64_t rows = c->s.varlen ? c->total_q : (int64_t)c->s.batch * c->s.seqlen_q;
     double err2 = 0, ref2 = 0;
     int64_t bad = 0;
@@ -500,7 +572,7 @@ static int64_t empty_row_bad(const kit_case *c, const void *out, const float *ls
     const int64_t base = s->varlen ? (t0 + i) * o->stride[0] + h * o->stride[1]
                                    : b * o->stride[0] + i * o->stride[1] + h * o->stride[2];
     for (int d = 0; d < s->head_dim; d++)
-        if (kit_is_poison(out, s->dtype, base + d) || kit_load(out, s->dtype, base + d) != 0.0f) bad++;
+        if (kit_is_poison(out, kit_out_dtype(s), base + d) || kit_load(out, kit_out_dtype(s), base + d) != 0.0f) bad++;
     if (lse) {
         const int64_t li = s->varlen ? h * l->stride[0] + (t0 + i) * l->stride[1]
                                      : b * l->stride[0] + h * l->stride[1] + i * l->stride[2];
@@ -530,7 +602,8 @@ int64_t kit_stray_writes(const kit_case *c, const void *out)
 {
     const kit_shape *s = &c->s;
     const fc_tensor *o = &c->args.out;
-    const int64_t n = (int64_t)(c->out_bytes / kit_dtype_size(s->dtype));
+    const fc_dtype odt = kit_out_dtype(s);
+    const int64_t n = (int64_t)(c->out_bytes / kit_dtype_size(odt));
     unsigned char *logical = calloc((size_t)(n > 0 ? n : 1), 1);
     if (!logical) return -1;
     const int64_t rows = s->varlen ? c->total_q : (int64_t)s->batch * s->seqlen_q;
@@ -543,7 +616,7 @@ int64_t kit_stray_writes(const kit_case *c, const void *out)
     }
     int64_t stray = 0;
     for (int64_t k = 0; k < n; k++)
-        if (!logical[k] && !kit_is_poison(out, s->dtype, k)) stray++;
+        if (!logical[k] && !kit_is_poison(out, odt, k)) stray++;
     free(logical);
     return stray;
 }

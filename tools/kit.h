@@ -58,7 +58,19 @@ typedef struct kit_shape {
                                   * for them and kit_case_keys counts them                */
     int rotary_dim;              /* with append: > 0 rotates q and k_new (RoPE tables)  */
     int rotary_interleaved;      /* 1: GPT-J pairs (2i, 2i+1), 0: GPT-NeoX halves       */
+    /* FP8 (dtype E4M3/E5M2: q, k and v in it; or fp8_kv with an f32/f16/bf16
+     * dtype: an FP8 K/V cache under q). Inputs are N(0,1)*input_scale
+     * rounded to the FP8 type; not with append. */
+    int fp8_kv;                  /* 0, or FC_DTYPE_E4M3 / FC_DTYPE_E5M2: k and v's type */
+    fc_dtype fp8_out;            /* FP8 q: out's dtype (f32, f16, bf16)                 */
+    int descale;                 /* FP8: 0 none, 1 one value per tensor, 2 one per
+                                  * (batch, kv head); each 2^u, u uniform in [-2, 2)   */
+    int amax;                    /* FP8: 1 asks for out_amax and p_amax                 */
 } kit_shape;
+
+/* The dtypes of a case's k/v and out (kit_shape's FP8 fields). */
+fc_dtype kit_kv_dtype(const kit_shape *s);
+fc_dtype kit_out_dtype(const kit_shape *s);
 
 /* A problem with its host buffers. args holds host pointers into them. */
 typedef struct kit_case {
@@ -87,6 +99,9 @@ typedef struct kit_case {
     void *k_new, *v_new, *rot_cos, *rot_sin;               /* NULL when not used  */
     size_t new_bytes, rot_bytes;
     int64_t seqlen_ro;
+    /* FP8: the q, k, v descales ([batch, heads_kv] contiguous; NULL when
+     * not used) and the amax outputs ([2]: out, p), args points at them. */
+    float *descale[3], *amax;
 } kit_case;
 
 /* A contiguous [n0, n1, n2, n3] tensor at data (n2 = 0: 2-D [n0, n1]). */
@@ -110,6 +125,10 @@ int kit_is_poison(const void *buf, fc_dtype dtype, int64_t idx);
 /* Element access: any supported dtype to/from float. */
 float kit_load(const void *buf, fc_dtype dtype, int64_t idx);
 void kit_store(void *buf, fc_dtype dtype, int64_t idx, float v);
+/* f to an FP8 type (E4M3/E5M2), round to nearest even, saturating at the
+ * largest finite value (NaN stays NaN); and back, exactly. */
+uint8_t kit_f32_to_fp8(float f, fc_dtype dtype);
+float kit_fp8_to_f32(uint8_t x, fc_dtype dtype);
 uint16_t kit_f32_to_f16(float f);
 float kit_f16_to_f32(uint16_t h);
 uint16_t kit_f32_to_bf16(float f);

@@ -99,7 +99,7 @@ static void nan_row(const kit_case *c, int64_t r)
     for (int i = 0; i < 2; i++)
         for (int64_t h = 0; h < t[i]->shape[2]; h++)
             for (int64_t d = 0; d < t[i]->shape[3]; d++)
-                kit_store(buf[i], c->s.dtype, row_offset(c, r, t[i]) + h * t[i]->stride[2] + d, NAN);
+                kit_store(buf[i], kit_kv_dtype(&c->s), row_offset(c, r, t[i]) + h * t[i]->stride[2] + d, NAN);
 }
 
 /* Rows no sequence uses (past a cache's length, spare pages) hold NaN: a
@@ -166,7 +166,7 @@ int64_t kit_key_offset(const kit_case *c, int b, int64_t j)
 /* Copy every used key of c (k and v, every head) into dense twin d. */
 static void gather_keys(const kit_case *c, kit_case *d)
 {
-    const fc_dtype dt = c->s.dtype;
+    const fc_dtype dt = kit_kv_dtype(&c->s);
     const int64_t hc = c->args.k.stride[2], hd = d->args.k.stride[2];
     for (int b = 0; b < c->s.batch; b++)
         for (int64_t j = 0; j < kit_case_keys(c, b); j++) {
@@ -180,7 +180,7 @@ static void gather_keys(const kit_case *c, kit_case *d)
 }
 
 /* d: c's problem with dense k/v of the longest used length (at least one
- * key row: a dense tensor is never empty), c's q and c's seqused_k. */
+ * key row: a dense tensor is never empty), c's q, seqused_k and descales. */
 static int dense_twin(const kit_case *c, kit_case *d)
 {
     kit_shape s = c->s;
@@ -193,6 +193,9 @@ static int dense_twin(const kit_case *c, kit_case *d)
     if (kit_case_init(d, &s, 1) != 0) return -1;
     memcpy(d->q, c->q, c->q_bytes);
     if (c->seqused_k) memcpy(d->seqused_k, c->seqused_k, c->used_bytes);
+    const size_t nd = (s.descale == 2 ? (size_t)s.batch * s.heads_kv : 1) * sizeof(float);
+    for (int i = 0; i < 3; i++) /* FP8: the same descales */
+        if (c->descale[i]) memcpy(d->descale[i], c->descale[i], nd);
     gather_keys(c, d);
     return 0;
 }
@@ -220,7 +223,7 @@ int kit_paged_reference_check(fc_context *ctx, const kit_case *c, const void *re
     if (st != FC_OK) {
         snprintf(why, why_len, "dense twin's reference: %s (%s)", fc_status_string(st), fc_last_error(ctx));
     } else {
-        const int64_t dout = bits_differ(d.out, ref_out, c->out_bytes, kit_dtype_size(c->s.dtype));
+        const int64_t dout = bits_differ(d.out, ref_out, c->out_bytes, kit_dtype_size(kit_out_dtype(&c->s)));
         const int64_t dlse = c->lse ? bits_differ(d.lse, ref_lse, c->lse_bytes, sizeof(float)) : 0;
         snprintf(why, why_len, "paged reference vs dense twin: %lld out and %lld lse elements differ",
                  (long long)dout, (long long)dlse);

@@ -37,6 +37,14 @@ class fc_tensor(ctypes.Structure):
     ]
 
 
+class fc_descale(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),  # const float *, [batch, heads_kv] by the strides
+        ("batch_stride", ctypes.c_int64),  # elements; 0 broadcasts
+        ("head_stride", ctypes.c_int64),
+    ]
+
+
 class fc_attention_args(ctypes.Structure):
     _fields_ = [
         ("q", fc_tensor),
@@ -55,9 +63,11 @@ class fc_attention_args(ctypes.Structure):
         ("max_seqlen_q", ctypes.c_int32),
         ("max_seqlen_k", ctypes.c_int32),
         ("backend", ctypes.c_int),  # enum fc_backend
-        ("q_descale", ctypes.c_void_p),  # reserved for FP8: stay NULL
-        ("k_descale", ctypes.c_void_p),
-        ("v_descale", ctypes.c_void_p),
+        ("q_descale", fc_descale),  # FP8 dequantisation factors (data NULL: 1)
+        ("k_descale", fc_descale),
+        ("v_descale", fc_descale),
+        ("out_amax", ctypes.c_void_p),  # FP8: float * written, NULL: not asked
+        ("p_amax", ctypes.c_void_p),
         ("block_table", ctypes.c_void_p),  # paged KV: int32 [batch, max_pages_per_seq]
         ("max_pages_per_seq", ctypes.c_int32),
         ("block_table_stride", ctypes.c_int64),  # 0 = max_pages_per_seq

@@ -1,5 +1,5 @@
 /*
- * cpu_dtype.h -- f16 / bf16 <-> f32 conversions for the CPU backend, by bit
+ * cpu_dtype.h -- f16 / bf16 <-> f32 conversions (and FP8 -> f32) for the CPU backend, by bit
  * manipulation so they do not depend on compiler support for _Float16 or on
  * the F16C instruction set. Narrowing rounds to nearest, ties to even;
  * overflow gives infinity; NaN stays NaN (quieted, sign and top payload bits
@@ -83,5 +83,18 @@ static inline uint16_t fc_f32_to_bf16(float f)
     x += 0x7fffu + ((x >> 16) & 1u); /* overflow past FLT_MAX carries into inf: correct */
     return (uint16_t)(x >> 16);
 }
+
+/* OCP FP8 e4m3fn -> binary32, exact: bias 7, no infinity, S.1111.111 is
+ * NaN, subnormals m * 2^-9. */
+static inline float fc_e4m3_to_f32(uint8_t x)
+{
+    const uint32_t e = (x >> 3) & 0xfu, m = x & 7u;
+    float mag = e ? fc_bits_to_f32(((e + 120u) << 23) | (m << 20)) : (float)m * 0x1p-9f;
+    if (e == 15 && m == 7) mag = fc_bits_to_f32(0x7fc00000u);
+    return (x & 0x80u) ? -mag : mag;
+}
+
+/* OCP FP8 e5m2 -> binary32, exact: the top byte of a binary16. */
+static inline float fc_e5m2_to_f32(uint8_t x) { return fc_f16_to_f32((uint16_t)(x << 8)); }
 
 #endif /* FC_CPU_DTYPE_H */

@@ -24,6 +24,12 @@ static inline void fc_ref_load_row(const void *base, int32_t dtype, int64_t off,
     } else if (dtype == FC_DTYPE_BF16) {
         const uint16_t *s = (const uint16_t *)base + off;
         for (int64_t x = 0; x < n; x++) dst[x] = fc_bf16_to_f32(s[x]);
+    } else if (dtype == FC_DTYPE_E4M3) {
+        const uint8_t *s = (const uint8_t *)base + off;
+        for (int64_t x = 0; x < n; x++) dst[x] = fc_e4m3_to_f32(s[x]);
+    } else if (dtype == FC_DTYPE_E5M2) {
+        const uint8_t *s = (const uint8_t *)base + off;
+        for (int64_t x = 0; x < n; x++) dst[x] = fc_e5m2_to_f32(s[x]);
     } else if (dtype == FC_DTYPE_F64) {
         const double *s = (const double *)base + off;
         for (int64_t x = 0; x < n; x++) dst[x] = s[x];

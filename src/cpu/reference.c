@@ -3,6 +3,7 @@
  * against (tests, the CLI's check command). It is written to be obviously
  * right, not fast: one query row at a time, every visible key, the rule from
  * fc_key_visible, a two-pass softmax in double, one rounding at the end.
+ * FP8 inputs are dequantised in double (x * descale, exact) first.
  * Single-threaded and deterministic.
  */
 #include <math.h>
@@ -11,6 +12,16 @@
 
 #include "internal.h"
 #include "ref_io.h"
+
+/* max(amax, |out row|) over the D elements just stored at orow (FP8
+ * out_amax: the values as written), read back through tmp. */
+static double row_amax(const fc_fwd_params *p, int64_t orow, int64_t D, double *tmp, double amax)
+{
+    fc_ref_load_row(p->o, p->o_dtype, orow, D, tmp);
+    for (int64_t d = 0; d < D; d++)
+        if (fabs(tmp[d]) > amax) amax = fabs(tmp[d]);
+    return amax;
+}
 
 fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err_len)
 {
@@ -41,6 +52,7 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
         return FC_ERR_OUT_OF_MEMORY;
     }
 
+    double out_amax = 0.0, p_amax = 0.0; /* FP8 statistics */
     for (int b = 0; b < p->batch; b++) {
         int64_t sq = p->seqlen_q;
         const int64_t sk = fc_used_keys(p, b);
@@ -57,18 +69,21 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
         }
         for (int h = 0; h < p->heads_q; h++) {
             const int hk = h / group;
+            const double qd = fc_descale_at(&p->q_descale, b, hk), kd = fc_descale_at(&p->k_descale, b, hk);
+            const double vd = fc_descale_at(&p->v_descale, b, hk);
             for (int64_t i = 0; i < sq; i++) {
                 const int64_t qrow0 = q0 + i * p->q_row_stride + h * p->q_head_stride;
                 const int64_t orow = o0 + i * p->o_row_stride + h * p->o_head_stride;
                 fc_ref_load_row(p->q, p->dtype, qrow0, D, qrow);
+                for (int64_t d = 0; d < D; d++) qrow[d] *= qd; /* FP8: dequantised exactly */
                 int64_t visible = 0;
                 double mx = -INFINITY;
                 for (int64_t j = 0; j < sk; j++) {
                     if (!fc_key_visible(i, j, sq, sk, p->window_left, p->window_right)) continue;
                     const int64_t kj = fc_key_offset(fc_key_slot_of(p, b, j), k0, p->k_row_stride, p->k_batch_stride);
-                    fc_ref_load_row(p->k, p->dtype, kj + hk * p->k_head_stride, D, kvrow);
+                    fc_ref_load_row(p->k, p->kv_dtype, kj + hk * p->k_head_stride, D, kvrow);
                     double dot = 0.0;
-                    for (int64_t d = 0; d < D; d++) dot += qrow[d] * kvrow[d];
+                    for (int64_t d = 0; d < D; d++) dot += qrow[d] * (kvrow[d] * kd);
                     double s = (double)p->scale * dot;
                     if (p->softcap > 0.0f) s = (double)p->softcap * tanh(s / (double)p->softcap);
                     score[j] = s;
@@ -76,7 +91,7 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                     visible++;
                 }
                 if (visible == 0) { /* nothing to attend to: defined as 0 and -inf */
-                    for (int64_t d = 0; d < D; d++) fc_ref_store(p->o, p->dtype, orow + d, 0.0);
+                    for (int64_t d = 0; d < D; d++) fc_ref_store(p->o, p->o_dtype, orow + d, 0.0);
                     if (p->lse) p->lse[l0 + h * p->lse_head_stride + i * p->lse_row_stride] = -INFINITY;
                     continue;
                 }
@@ -85,12 +100,14 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                 for (int64_t j = 0; j < sk; j++) {
                     if (!fc_key_visible(i, j, sq, sk, p->window_left, p->window_right)) continue;
                     const int64_t vj = fc_key_offset(fc_key_slot_of(p, b, j), v0, p->v_row_stride, p->v_batch_stride);
-                    fc_ref_load_row(p->v, p->dtype, vj + hk * p->v_head_stride, D, kvrow);
+                    fc_ref_load_row(p->v, p->kv_dtype, vj + hk * p->v_head_stride, D, kvrow);
                     double w = exp(score[j] - mx);
                     sum += w;
-                    for (int64_t d = 0; d < D; d++) acc[d] += w * kvrow[d];
+                    for (int64_t d = 0; d < D; d++) acc[d] += w * (kvrow[d] * vd);
                 }
-                for (int64_t d = 0; d < D; d++) fc_ref_store(p->o, p->dtype, orow + d, acc[d] / sum);
+                for (int64_t d = 0; d < D; d++) fc_ref_store(p->o, p->o_dtype, orow + d, acc[d] / sum);
+                if (p->out_amax) out_amax = row_amax(p, orow, D, kvrow, out_amax);
+                if (1.0 / sum > p_amax) p_amax = 1.0 / sum; /* exp(mx - mx) = 1 is the row's largest */
                 if (p->lse)
                     p->lse[l0 + h * p->lse_head_stride + i * p->lse_row_stride] = (float)(mx + log(sum));
             }
@@ -100,5 +117,7 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
     free(acc);
     free(qrow);
     free(kvrow);
+    if (p->out_amax) *p->out_amax = (float)out_amax; /* a stored value: exact */
+    if (p->p_amax) *p->p_amax = (float)p_amax;
     return FC_OK;
 }

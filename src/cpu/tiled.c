@@ -96,6 +96,8 @@ typedef struct tile_scratch {
     double *m;         /* [TILE_M]         running max (log2 units)                 */
     float *l;          /* [TILE_M]         running sum                              */
     int64_t *lo, *hi;  /* [TILE_M]         visible key range of each row            */
+    float qd_, kd, vd; /* the item's descales (FP8; else 1)                          */
+    float out_amax, p_amax; /* the worker's running maxima (FP8 amax outputs)        */
 } tile_scratch;
 
 typedef struct tiled_job {
@@ -165,11 +167,25 @@ static void run_one(void *arg, int worker, int64_t idx)
     job->run_item(job, &job->scratch[worker], b, g, tile);
 }
 
+/* The FP8 amax outputs: the workers' maxima (order-free, so any thread
+ * count gives the same bits). */
+static void store_amax(const fc_fwd_params *p, const tile_scratch *ts, int nt)
+{
+    float oa = 0.0f, pa = 0.0f;
+    for (int x = 0; x < nt; x++) {
+        if (ts[x].out_amax > oa) oa = ts[x].out_amax;
+        if (ts[x].p_amax > pa) pa = ts[x].p_amax;
+    }
+    if (p->out_amax) *p->out_amax = oa;
+    if (p->p_amax) *p->p_amax = pa;
+}
+
 fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *err, size_t err_len)
 {
     const int group = p->heads_q / p->heads_kv;
     const int64_t dp = ((int64_t)p->head_dim + VEC_W - 1) / VEC_W * VEC_W;
-    const int f64 = p->dtype == FC_DTYPE_F32;
+    /* f32 out (f32 inputs, or FP8 ones written in f32): the f32 gate */
+    const int f64 = p->o_dtype == FC_DTYPE_F32;
 
     int64_t *first = malloc((size_t)(p->batch + 1) * sizeof(int64_t));
     if (!first) {
@@ -217,6 +233,7 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
     if (fc_cpu_avx2()) job.run_item = run_item_avx2;
 #endif
     fc_pool_run(nt, nitems, run_one, &job);
+    store_amax(p, ts, nt);
 
     free(ts);
     fc_pool_blocks_free(blocks, nt);

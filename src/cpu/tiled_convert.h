@@ -21,6 +21,12 @@ static void FC_ISA(load_f32)(const void *src, int32_t dtype, int64_t off, int64_
     } else if (dtype == FC_DTYPE_BF16) {
         const uint16_t *s = (const uint16_t *)src + off;
         for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_bf16_to_f32(s[x]);
+    } else if (dtype == FC_DTYPE_E4M3) {
+        const uint8_t *s = (const uint8_t *)src + off;
+        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_e4m3_to_f32(s[x]);
+    } else if (dtype == FC_DTYPE_E5M2) {
+        const uint8_t *s = (const uint8_t *)src + off;
+        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_e5m2_to_f32(s[x]);
     } else {
         const float *s = (const float *)src + off;
         for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = s[x];
