@@ -14,6 +14,7 @@ CUDA) go straight to the C API as pointers with strides; nothing is copied.
     out = flashcore.scaled_dot_product_attention(q, k, v, is_causal=True)  # torch's
     out = flashcore.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
                                            block_table=pages, causal=True)  # decoding
+    out = flashcore.attention(q8, k8, v8, k_descale=kd, out_dtype=torch.float16)  # FP8 (CPU)
     ok, why = flashcore.supported(q, k, v, cuda_path=90)
     flashcore.kernel_info       # what the last call on this thread ran
     flashcore.last_host_profile()  # its host time in the library, per phase

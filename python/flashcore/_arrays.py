@@ -62,6 +62,11 @@ def zero(x):
             x.zero_()
 
 
+# ml_dtypes' element types the library reads, by their numpy dtype names.
+_ML_DTYPES = {"bfloat16": _lib.DTYPE_BF16, "float8_e4m3fn": _lib.DTYPE_E4M3,
+              "float8_e5m2": _lib.DTYPE_E5M2}
+
+
 def _numpy_dtype_code(dt, name):
     # The library reads native-order elements; a big-endian array of a
     # supported type would be read as other numbers.
@@ -76,13 +81,15 @@ def _numpy_dtype_code(dt, name):
         return _lib.DTYPE_F16
     if dt == np.float64:  # the cpu-reference backend alone: gradient checks
         return _lib.DTYPE_F64
-    # numpy has no bfloat16; ml_dtypes provides one (its dtype is named so).
-    if dt.name == "bfloat16" and dt.itemsize == 2:
-        return _lib.DTYPE_BF16
+    # numpy has no bfloat16 nor FP8; ml_dtypes provides them (its dtypes are named so).
+    code = _ML_DTYPES.get(dt.name)
+    if code is not None and dt.itemsize == (2 if code == _lib.DTYPE_BF16 else 1):
+        return code
     raise InvalidArgumentError(
         "%s: dtype %s is not supported: use float32, float16 (or ml_dtypes.bfloat16 "
-        "for numpy, torch.bfloat16 for torch), or float64 on the cpu-reference backend"
-        % (name, dt))
+        "for numpy, torch.bfloat16 for torch), FP8 inputs ml_dtypes.float8_e4m3fn or "
+        "float8_e5m2 (torch.float8_e4m3fn, torch.float8_e5m2), or float64 on the "
+        "cpu-reference backend" % (name, dt))
 
 
 _torch_codes = {}  # torch dtype -> fc_dtype, filled on the first torch tensor
@@ -92,12 +99,31 @@ def _torch_dtype_code(torch, dt, name):
     if not _torch_codes:
         _torch_codes.update({torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
                              torch.bfloat16: _lib.DTYPE_BF16, torch.float64: _lib.DTYPE_F64})
+        for attr, code in (("float8_e4m3fn", _lib.DTYPE_E4M3), ("float8_e5m2", _lib.DTYPE_E5M2)):
+            if hasattr(torch, attr):  # torch >= 2.1
+                _torch_codes[getattr(torch, attr)] = code
     code = _torch_codes.get(dt)
     if code is None:
         raise InvalidArgumentError(
             "%s: dtype %s is not supported: use torch.float32, torch.float16 or "
-            "torch.bfloat16 (torch.float64 on the cpu-reference backend)" % (name, dt))
+            "torch.bfloat16, FP8 inputs torch.float8_e4m3fn or torch.float8_e5m2 "
+            "(torch.float64 on the cpu-reference backend)" % (name, dt))
     return code
+
+
+def element_type(like, dt):
+    """dt, an element type asked for an array of like's kind (a View), as
+    (the numpy dtype or torch.dtype, its fc_dtype), or (dt, None) where it
+    is none the library reads. numpy: what np.dtype() takes; torch: a
+    torch.dtype."""
+    try:
+        if like.kind == "numpy":
+            dt = np.dtype(dt)
+            return dt, _numpy_dtype_code(dt, "dtype")
+        torch = _torch()
+        return dt, _torch_dtype_code(torch, dt, "dtype") if isinstance(dt, torch.dtype) else None
+    except (TypeError, ValueError):  # not a dtype, or one the library has no code for
+        return dt, None
 
 
 def _writable(x, name):
@@ -219,14 +245,16 @@ def no_rows(v, lse=False):
     return w
 
 
-def empty(like, user_shape, float32=False, layout="bshd"):
+def empty(like, user_shape, float32=False, layout="bshd", dtype=None):
     """A new uninitialised array/tensor of like's kind and device, in the
-    caller's layout, with like's element type (or float32), viewed for the C
-    API."""
+    caller's layout, with like's element type (or float32, or dtype: one of
+    like's kind), viewed for the C API."""
+    if dtype is None:
+        dtype = None if float32 else like.elem_dtype
     if like.kind == "numpy":
-        obj = np.empty(user_shape, dtype=np.float32 if float32 else like.elem_dtype)
+        obj = np.empty(user_shape, dtype=np.float32 if dtype is None else dtype)
     else:  # new_empty: like's device without building a torch.device (half the cost)
-        obj = like.obj.new_empty(user_shape, dtype=_torch().float32 if float32 else like.elem_dtype)
+        obj = like.obj.new_empty(user_shape, dtype=_torch().float32 if dtype is None else dtype)
     return view(obj, "out", layout)
 
 

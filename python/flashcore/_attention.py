@@ -2,20 +2,22 @@
 fc_attention_supported). Its arguments are checked in _request, the call
 runs through _context; torch tensors that autograd records, and calls that
 torch.compile traces, go through the flashcore::attention_fwd op
-(_torch_ops), whose backward is _backward."""
+(_torch_ops), whose backward is _backward. FP8 calls (_fp8: descales,
+out_dtype, the amax outputs) always run directly."""
 
-from . import _arrays, _call_cache, _context, _lib, _request
+from . import _arrays, _call_cache, _context, _fp8, _lib, _request
 
 
-def _prepare(q, k, v, return_lse, out, common):
+def _prepare(q, k, v, return_lse, out, common, fp8=None):
     args = _context.context().args()
     call = _request.start(args, q, k, v, **common)
     vq = call.views[0]
-    vo = _request.output(out, "out", vq, "q", call.layout)
+    vo = _request.output(out, "out", vq, "q", call.layout, _fp8.out_type(fp8, vq, out))
     vl = None
     if return_lse:
         vl = _arrays.empty(vq, _request.lse_shape(vq.shape, call.varlen), float32=True)
     _request.finish(call, args, [(vo, args.out, False), (vl, args.lse, True)])
+    _fp8.fill(call, args, fp8)
     call.results = (vo.obj, vl.obj if vl is not None else None)
     return call
 
@@ -35,25 +37,28 @@ def _torch_ops():
     return _ops
 
 
-def _forward(q, k, v, return_lse, out, cuda_path, common, torch_q=True):
+def _forward(q, k, v, return_lse, out, cuda_path, common, torch_q=True, fp8=None):
     """The library's forward, untracked: (out, lse or None). torch_q: q is a
-    torch tensor (its calls may be kept, _call_cache)."""
-    sig = _call_cache.key(q, k, v, return_lse, out, cuda_path, common) if torch_q else None
+    torch tensor (its calls may be kept, _call_cache). fp8: attention()'s
+    FP8 options (_fp8.options), given: (out, lse or None, amax or None),
+    and the call is not kept (the kept struct has no descales)."""
+    sig = _call_cache.key(q, k, v, return_lse, out, cuda_path, common) if torch_q and fp8 is None else None
     if sig is not None:
         res = _call_cache.run(sig, q, k, v, out, cuda_path, common)
         if res is not None:
             return res
-    call = _prepare(q, k, v, return_lse, out, common)
+    call = _prepare(q, k, v, return_lse, out, common, fp8)
     _context.run(_lib.load().fc_attention_forward, call, cuda_path)
     _call_cache.keep(sig, call, (q,), cuda_path)
-    return call.results
+    return call.results if fp8 is None else (*call.results, call.amax)
 
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               return_lse=False, backend="auto", out=None, layout="bshd", cuda_path=None,
               deterministic=False, block_table=None, seqused_k=None, k_new=None, v_new=None,
-              rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
+              rotary_cos=None, rotary_sin=None, rotary_interleaved=False, q_descale=None, k_descale=None,
+              v_descale=None, out_dtype=None, return_amax=False):
     """Attention forward: softmax(scale * q k^T + mask) v.
 
     q [B,Sq,Hq,D], k/v [B,Sk,Hkv,D] (layout='bshd', the library's order) or
@@ -95,34 +100,76 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     backward. A paged, seqused_k or appending call has no backward: its
     gradient raises UnsupportedError.
 
+    FP8 (forward only; the CPU backends, and on CUDA an FP8 K/V cache
+    under float16/bfloat16 q, head dims 64/128): q, k, v of one FP8 type (ml_dtypes.float8_e4m3fn / float8_e5m2
+    numpy arrays, torch.float8_e4m3fn / torch.float8_e5m2 tensors), out in
+    out_dtype (float32, float16 or bfloat16 of q's kind; default
+    bfloat16, or out's dtype where out= is given); or an FP8 K/V cache: k
+    and v FP8 of one type under float32/float16/bfloat16 q, out in q's
+    dtype (out_dtype may only repeat it, on any non-FP8 q). The result is
+    attention on the dequantised inputs x * x_descale: q_descale,
+    k_descale, v_descale (FP8 tensors only) are None (1), a number (one
+    value for all), or a float32 array/tensor of q's kind and device,
+    0-d or [batch, heads_kv] (varlen: [num_seqs, heads_kv]) with any
+    strides (0 broadcasts: np.broadcast_to, torch expand); query head h
+    uses kv head h // (Hq // Hkv). return_amax=True (FP8 calls) adds a
+    float32 [2] array/tensor on q's device: (the largest |out| written,
+    the largest softmax probability = max over rows of 1 / rowsum), 0
+    where nothing is written. FP8 calls never go through the custom op:
+    while autograd records one, its out has a backward that raises
+    UnsupportedError (so does attention_backward on FP8 tensors); under
+    torch.compile it is a graph break.
+
+    Returns out; (out, lse) with return_lse; (out, amax) with
+    return_amax; (out, lse, amax) with both.
+
     Raises a FlashCoreError subclass with the library's message on failure;
     a failed call has not written out.
     """
     torch_q = _arrays.is_torch(q)
+    fp8 = None  # the plain call without a function call: this runs on every call
+    if q_descale is not None or k_descale is not None or v_descale is not None or out_dtype is not None \
+            or return_amax:
+        fp8 = _fp8.options(q_descale, k_descale, v_descale, out_dtype, return_amax)
+    eager_fp8 = False
     if torch_q:
         ops = _torch_ops()
         appended = (k_new, v_new, rotary_cos, rotary_sin) if k_new is not None or v_new is not None else ()
+        # FP8 calls never take the ops (FP8 has no backward, and their schemas
+        # carry no descales): they run eagerly below, where autograd gets a
+        # backward that raises; FP8 options on any other call meet the checks
+        # there (the library's for a descale), not the op's silence.
         if ops.routes(q, k, v, appended):
-            return ops.attention(q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
-                                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                 return_lse=return_lse, backend=backend, out=out, layout=layout,
-                                 cuda_path=cuda_path, deterministic=deterministic,
-                                 block_table=block_table, seqused_k=seqused_k, k_new=k_new,
-                                 v_new=v_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                                 rotary_interleaved=rotary_interleaved)
+            eager_fp8 = ops.fp8(q, k, v)
+            if not eager_fp8 and _fp8.plain(fp8, q):
+                return ops.attention(q, k, v, causal=causal, window=window, softcap=softcap, scale=scale,
+                                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                     return_lse=return_lse, backend=backend, out=out, layout=layout,
+                                     cuda_path=cuda_path, deterministic=deterministic,
+                                     block_table=block_table, seqused_k=seqused_k, k_new=k_new,
+                                     v_new=v_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                     rotary_interleaved=rotary_interleaved)
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k,
                              k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved)
-    res, lse = _forward(q, k, v, return_lse, out, cuda_path, common, torch_q)
-    return (res, lse) if return_lse else res
+    if eager_fp8:
+        res = ops.no_backward(lambda: _forward(q, k, v, return_lse, out, cuda_path, common, True, fp8), q, k, v)
+    elif fp8 is None:  # the plain call
+        res, lse = _forward(q, k, v, return_lse, out, cuda_path, common, torch_q)
+        return (res, lse) if return_lse else res
+    else:
+        res = _forward(q, k, v, return_lse, out, cuda_path, common, torch_q, fp8)
+    picked = (res[0],) + ((res[1],) if return_lse else ()) + ((res[2],) if return_amax else ())
+    return picked if len(picked) > 1 else picked[0]  # out, then lse, then amax
 
 
 def supported(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               return_lse=False, backend="auto", out=None, layout="bshd", cuda_path=None,
               deterministic=False, block_table=None, seqused_k=None, k_new=None, v_new=None,
-              rotary_cos=None, rotary_sin=None, rotary_interleaved=False):
+              rotary_cos=None, rotary_sin=None, rotary_interleaved=False, q_descale=None, k_descale=None,
+              v_descale=None, out_dtype=None, return_amax=False):
     """Would attention() accept these arguments? Returns (True, kernel name)
     or (False, reason). Launches nothing, writes nothing (not even the
     cache k_new would be appended to) and reads no tensor data (except
@@ -132,5 +179,6 @@ def supported(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k,
                              k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved)
+    fp8 = _fp8.options(q_descale, k_descale, v_descale, out_dtype, return_amax)
     return _context.ask(_lib.load().fc_attention_supported,
-                        lambda: _prepare(q, k, v, return_lse, out, common), cuda_path)
+                        lambda: _prepare(q, k, v, return_lse, out, common, fp8), cuda_path)

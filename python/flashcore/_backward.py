@@ -3,6 +3,7 @@ call (fc_attention_backward / fc_attention_backward_supported), with the
 forward's checks from _request."""
 
 from . import _arrays, _call_cache, _context, _lib, _request
+from .errors import UnsupportedError
 
 
 def _prepare(dout, q, k, v, out, lse, dq, dk, dv, deterministic, common):
@@ -10,6 +11,9 @@ def _prepare(dout, q, k, v, out, lse, dq, dk, dv, deterministic, common):
     fwd = bargs.fwd
     call = _request.start(fwd, q, k, v, **common)
     vq, vk, vv = call.views
+    if any(x.dtype in _lib.DTYPES_FP8 for x in call.views):  # before out's dtype check: the reason
+        raise UnsupportedError("q %s, k %s, v %s: FP8 inputs are forward-only, the backward takes float32, "
+                               "float16 or bfloat16" % (vq.elem_dtype, vk.elem_dtype, vv.elem_dtype))
     layout = call.layout
     vo = _request.view_like(out, "out", vq, "q", layout)  # the forward's output, read
     vl = _request.lse_input(lse, vq, call.varlen)

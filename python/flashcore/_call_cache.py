@@ -24,6 +24,9 @@ never runs a kept struct without it, and a call without it never one with
 it (the struct is reset to the kept bytes, whose append fields are NULL).
 A given out= is part of the forward's signature, with what its
 writability check reads; a backward with given dq, dk or dv is not kept.
+No FP8 call is kept (FP8 q, k or v: the kept outputs would take q's
+dtype), nor a call given FP8 options (descales, out_dtype, return_amax:
+_attention._forward asks for no signature; the kept struct has none).
 Per process, at most _MAX signatures (then the cache starts over).
 """
 
@@ -178,7 +181,7 @@ def _like(x, y):
 def keep(sig, call, inputs, cuda_path):
     """Keep call (checked and run with success) under sig. inputs: (q,) for
     the forward, (q, k, v) for the backward, as the caller passed them."""
-    if sig is None or call.no_rows or any(0 in x.shape for x in call.views):
+    if sig is None or call.no_rows or any(0 in x.shape or x.dtype in _lib.DTYPES_FP8 for x in call.views):
         return
     e = _Entry()
     e.init = call.args._buf.raw

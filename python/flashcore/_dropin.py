@@ -123,7 +123,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                            v_new=None, rotary_cos=None, rotary_sin=None, cache_batch_idx=None,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                            rotary_interleaved=True, alibi_slopes=None, return_softmax_lse=False,
-                           num_splits=0, out=None, cache_leftpad=None):
+                           num_splits=0, out=None, cache_leftpad=None, q_descale=None, k_descale=None,
+                           v_descale=None):
     """flash-attn's flash_attn_with_kvcache (k_new/v_new are its k/v):
     attention of q over a KV cache, for decoding, optionally appending new
     keys and values first (with rotary embedding). q (batch, seqlen_q,
@@ -153,6 +154,13 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
     (GPT-NeoX); every position must be < seqlen_ro. rotary_interleaved only
     matters with rotary_cos/sin.
 
+    FP8 cache (flash-attn 3's descales): k_cache, v_cache of one FP8 type
+    (float8_e4m3fn or float8_e5m2) under float32/float16/bfloat16 q (out
+    in q's dtype), or q FP8 too (out bfloat16); q_descale, k_descale,
+    v_descale as flashcore.attention's ([batch, nheads_k] float32, a
+    number, or None = 1). k_new/v_new into an FP8 cache raise
+    UnsupportedError (quantising them is the caller's step).
+
     Inference only (flash-attn's has no backward either): a gradient
     through it raises UnsupportedError. Not implemented, UnsupportedError
     naming the argument: cache_batch_idx, cache_leftpad, alibi_slopes,
@@ -168,7 +176,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                                 seqused_k=_cache_seqlens(cache_seqlens, q), k_new=k_new, v_new=v_new,
                                 rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                 rotary_interleaved=rotary_interleaved,
-                                return_lse=return_softmax_lse, out=out, **opts)
+                                return_lse=return_softmax_lse, out=out, q_descale=q_descale,
+                                k_descale=k_descale, v_descale=v_descale, **opts)
 
 
 def _sdpa_operands(query, key, value, enable_gqa):

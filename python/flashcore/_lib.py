@@ -22,7 +22,8 @@ from pathlib import Path
 from .errors import LibraryNotFoundError
 
 # ---- enums (values pinned by flashcore.h) -----------------------------------
-DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64 = 0, 1, 2, 5
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_E4M3, DTYPE_E5M2, DTYPE_F64 = 0, 1, 2, 3, 4, 5
+DTYPES_FP8 = (DTYPE_E4M3, DTYPE_E5M2)  # forward inputs with descales (flashcore.h, "FP8")
 BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2, "cpu_reference": 3}
 BACKEND_NAMES = {v: k for k, v in BACKENDS.items()}
 

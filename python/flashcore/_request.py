@@ -15,7 +15,7 @@ class Call:
     returns) and the results to hand back."""
 
     __slots__ = ("args", "keep", "device", "layout", "varlen", "views", "seqlens",
-                 "paged", "append", "no_rows", "results")
+                 "paged", "append", "no_rows", "results", "amax")
 
 
 def check_names(layout, backend):
@@ -48,6 +48,21 @@ def _fill_options(args, causal, window, softcap, scale):
     args.causal = 1 if causal else 0
 
 
+def _check_dtypes(vq, vk, vv):
+    """q, k, v of one dtype; or k and v of one FP8 type, under q of that
+    type or an f32/f16/bf16 q (an FP8 K/V cache: the library checks which,
+    and out's dtype)."""
+    if vk.dtype in _lib.DTYPES_FP8 or vv.dtype in _lib.DTYPES_FP8:
+        if vv.dtype != vk.dtype:
+            raise InvalidArgumentError("v: dtype %s differs from k's %s (FP8 k and v are of one type)"
+                                       % (vv.elem_dtype, vk.elem_dtype))
+        return
+    for name, x in (("k", vk), ("v", vv)):
+        if x.dtype != vq.dtype:
+            raise InvalidArgumentError("%s: dtype %s differs from q's %s"
+                                       % (name, x.elem_dtype, vq.elem_dtype))
+
+
 def _check_operands(vq, vk, vv, varlen, layout, backend):
     want = 3 if varlen else 4
     what = "[total, heads, head_dim] (varlen)" if varlen else (
@@ -61,9 +76,7 @@ def _check_operands(vq, vk, vv, varlen, layout, backend):
         if x.device != vq.device:
             raise InvalidArgumentError("%s: is on %s but q is on %s"
                                        % (name, x.device_str(), vq.device_str()))
-        if x.dtype != vq.dtype:
-            raise InvalidArgumentError("%s: dtype %s differs from q's %s"
-                                       % (name, x.elem_dtype, vq.elem_dtype))
+    _check_dtypes(vq, vk, vv)
     on_cuda = vq.device[0] == "cuda"
     if on_cuda and backend in ("cpu", "cpu_reference"):
         raise InvalidArgumentError("backend=%r: q, k, v are CUDA tensors; the CPU backends read host memory"
@@ -150,11 +163,14 @@ def _same_place(vx, name, like, like_name):
                                       like.device_str()))
 
 
-def view_like(x, name, like, like_name, layout, written=False):
-    """A view of x, which must have like's kind, device, dtype and shape."""
+def view_like(x, name, like, like_name, layout, written=False, dtype=None):
+    """A view of x, which must have like's kind, device, dtype (or dtype:
+    (element type, fc_dtype), an FP8 call's out) and shape."""
     vx = _arrays.view(x, name, layout, written=written)
     _same_place(vx, name, like, like_name)
-    if vx.dtype != like.dtype:
+    if dtype is not None and vx.dtype != dtype[1]:
+        raise InvalidArgumentError("%s: dtype %s differs from out_dtype %s" % (name, vx.elem_dtype, dtype[0]))
+    if dtype is None and vx.dtype != like.dtype:
         raise InvalidArgumentError("%s: dtype %s differs from %s's %s"
                                    % (name, vx.elem_dtype, like_name, like.elem_dtype))
     if vx.user_shape != like.user_shape:
@@ -163,11 +179,13 @@ def view_like(x, name, like, like_name, layout, written=False):
     return vx
 
 
-def output(x, name, like, like_name, layout):
-    """The caller's output x (checked writable and like `like`), or a new one."""
+def output(x, name, like, like_name, layout, dtype=None):
+    """The caller's output x (checked writable and like `like`), or a new
+    one. dtype: (element type, fc_dtype) it has instead of like's (an FP8
+    call's out)."""
     if x is None:
-        return _arrays.empty(like, like.user_shape, layout=layout)
-    return view_like(x, name, like, like_name, layout, written=True)
+        return _arrays.empty(like, like.user_shape, layout=layout, dtype=dtype and dtype[0])
+    return view_like(x, name, like, like_name, layout, written=True, dtype=dtype)
 
 
 def lse_shape(shape, varlen):

@@ -19,6 +19,11 @@ op runs inside _AppendNoBackward, whose backward raises UnsupportedError
 (as a paged call's does), and a cache that itself requires grad is
 refused (its history would not see the write).
 
+FP8 calls (FP8 q, k or v) take neither op: they have no backward and
+the schemas carry no descales. flashcore.attention runs them eagerly
+(no_backward: while autograd records one, its out's backward raises
+UnsupportedError), and attention_fwd refuses FP8 tensors.
+
 Imported only where torch already is (flashcore/__init__ when torch was
 imported first, else the first call that needs it), so importing flashcore
 never imports torch. The ops pass tensors as they are (any strides, no
@@ -76,6 +81,9 @@ def _lse_shape(q, varlen, bhsd):
 def _forward_op(q, k, v, *opts):
     """Both forward ops' body: the append step's tensors, when present,
     are part of the tail _common passes on."""
+    if fp8(q, k, v):  # flashcore.attention never brings them here (its out would not be the fake's)
+        raise UnsupportedError("flashcore::attention_fwd: FP8 tensors are not taken by the ops (forward only, "
+                               "no descales): call flashcore.attention eagerly")
     o = Options(*opts[:_N])
     return _attention._forward(q, k, v, True, None, o.cuda_path or None, _common(o, opts[_N:]))
 
@@ -179,6 +187,40 @@ def routes(q, k, v, appended=()):
     # k or v may be of another type (numpy): the direct path names that error
     return (q.requires_grad or getattr(k, "requires_grad", False) or getattr(v, "requires_grad", False)
             or (bool(appended) and any(getattr(x, "requires_grad", False) for x in appended)))
+
+
+_FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
+
+
+def fp8(q, k, v):
+    """Is q, k or v an FP8 tensor (an FP8 call, or an FP8 K/V cache)?"""
+    return any(getattr(x, "dtype", None) in _FP8 for x in (q, k, v))
+
+
+class _Fp8NoBackward(torch.autograd.Function):
+    """An FP8 call (run eagerly: it takes no op) that autograd records: its
+    out gets a backward that raises."""
+
+    @staticmethod
+    def forward(ctx, run, *inputs):
+        return run()
+
+    @staticmethod
+    def backward(ctx, dout):
+        raise UnsupportedError(
+            "backward of an FP8 call (FP8 q, k or v): FP8 attention is forward-only; call it under "
+            "torch.no_grad() or torch.inference_mode(), or with float32/float16/bfloat16 tensors for training")
+
+
+def no_backward(run, q, k, v):
+    """run() (an eager FP8 call: (out, lse or None, ...)), whose out gets a
+    backward that raises UnsupportedError while autograd records q, k or
+    v (else run() as it is)."""
+    if not (torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v))):
+        return run()
+    res = []
+    out = _Fp8NoBackward.apply(lambda: res.extend(run()) or res[0], q, k, v)
+    return (out, *res[1:])
 
 
 def _tensor(x):
