@@ -76,8 +76,9 @@ typedef enum fc_status {
 
 /* Element types. The values are pinned. FP8 (E4M3 = OCP e4m3fn: no
  * infinity, max 448; E5M2: IEEE-like, max 57344) are forward inputs with
- * descales (fc_attention_args, "FP8"); the CPU backends run them, the CUDA
- * backend answers FC_ERR_UNSUPPORTED for them today. F64 runs on the
+ * descales (fc_attention_args, "FP8"): the CPU backends run every FP8 call;
+ * CUDA runs an FP8 K/V cache under f16/bf16 q (sm_89+, head dims 64 and
+ * 128) and answers FC_ERR_UNSUPPORTED for FP8 q. F64 runs on the
  * cpu-reference backend alone (gradient checks in double; lse stays f32):
  * backend AUTO sends host f64 calls there, CPU and CUDA refuse it. */
 typedef enum fc_dtype {
@@ -173,8 +174,9 @@ typedef struct fc_attention_args {
     int32_t max_seqlen_k;
     fc_backend backend;
     /* FP8 (docs/API.md, "FP8"). Inputs: q, k, v all FP8 of one type, out
-     * f32, f16 or bf16 (CUDA: f16 or bf16); or an FP8 K/V cache: k and v
-     * FP8 of one type, q and out f32, f16 or bf16 (equal). The call computes
+     * f32, f16 or bf16; or an FP8 K/V cache: k and v FP8 of one type, q
+     * and out f32, f16 or bf16 (equal; CUDA: f16 or bf16, k/v strides
+     * multiples of 16 elements). The call computes
      * attention on the dequantised inputs x * descale, exactly as if they
      * had been passed in f32:
      *   s_ij  = scale * q_descale * k_descale * (q_i . k_j), then softcap;
@@ -184,7 +186,8 @@ typedef struct fc_attention_args {
      * written): the largest |out| element written (0 if none), and the
      * largest softmax probability, max over rows of 1 / (the row's sum of
      * exp(s_ij - max_j s_ij)) (0 if no row sees a key) -- the statistics
-     * delayed-scaling training recipes keep. The forward only. */
+     * delayed-scaling training recipes keep (CPU backends only today).
+     * The forward only. */
     fc_descale q_descale, k_descale, v_descale;
     float *out_amax, *p_amax;
     /* Paged KV cache (docs/API.md, "Paged KV cache"). block_table non-NULL:

@@ -208,10 +208,10 @@ static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call
 {
     fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
     if (st) return st;
-    if (fc_fp8_call(p))
+    if (fc_dtype_is_fp8(p->dtype))
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "FP8 inputs (q %s, k/v %s) have no cuda kernel yet: the cpu backends take them",
-                            fc_dtype_name(p->dtype), fc_dtype_name(p->kv_dtype));
+                            "FP8 q (%s) has no cuda kernel yet: the cpu backends take it; FP8 k/v under f16/bf16 "
+                            "q run on cuda", fc_dtype_name(p->dtype));
     st = check_memory_space(ctx, ptrs, 1);
     if (st) return st;
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)

@@ -76,7 +76,8 @@ static void rerun_diff(const kit_case *c, const void *a, const void *b, const fl
 
 static void describe(const kit_shape *s, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s d%d b%d h%d/%d s%d/%d %s%s%s%s%s%s%s%s", kit_dtype_name(s->dtype), s->head_dim, s->batch,
+    snprintf(buf, len, "%s%s%s d%d b%d h%d/%d s%d/%d %s%s%s%s%s%s%s%s", kit_dtype_name(s->dtype),
+             s->fp8_kv ? " kv " : "", s->fp8_kv ? kit_dtype_name((fc_dtype)s->fp8_kv) : "", s->head_dim, s->batch,
              s->heads_q, s->heads_kv, s->seqlen_q, s->seqlen_k, kit_layout_name(s->layout), s->odd_out ? " odd-out" : "",
              s->causal ? " causal" : "",
              (s->window_left >= 0 || s->window_right >= 0) ? " window" : "", s->softcap > 0 ? " softcap" : "",
@@ -88,6 +89,7 @@ static void describe(const kit_shape *s, char *buf, size_t len)
 static int sm80_supports(const kit_shape *s)
 {
     const int d = s->head_dim;
+    if (s->fp8_kv) return d == 64 || d == 128; /* the kVarKv8 rows */
     return d == 32 || d == 64 || d == 96 || d == 128 || d == 256;
 }
 
@@ -119,7 +121,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         printf("FAIL %s %s: reference: %s (%s)\n", tag, desc, fc_status_string(st), fc_last_error(ctx));
         goto out;
     }
-    kit_poison(c.out, c.out_bytes, s->dtype, c.lse, c.lse_bytes);
+    kit_poison(c.out, c.out_bytes, kit_out_dtype(s), c.lse, c.lse_bytes);
 
     dev_case d;
     if (dev_upload(&c, &d, err, sizeof err) != 0) {
@@ -159,7 +161,7 @@ static void run_case(fc_context *ctx, const char *tag, const kit_shape *s, uint6
         fc_kernel_info info2;
         fc_status st2 = dev_run(ctx, &c, &d, stream, out2, lse2, &info2, err, sizeof err);
 
-        kit_gate g = kit_gate_for(s->dtype);
+        kit_gate g = kit_gate_for(kit_out_dtype(s));
         kit_metrics m;
         kit_compare(&c, out1, lse1, ref, ref_lse, &g, &m);
         const int64_t stray = kit_stray_writes(&c, out1);
@@ -488,6 +490,73 @@ static void negative_scale(runner *r)
     kit_case_free(&c);
 }
 
+/* An FP8 K/V cache under f16/bf16 q (kVarKv8 rows, path 80; path 90
+ * refuses them, a skip): both FP8 types, both head dims, descales none, per
+ * tensor and per (batch, kv head); decode with GQA packing and split-KV,
+ * paged, varlen, causal, windows, softcap, BHSD and padded layouts. */
+static void fp8_kv_cases(runner *r, int quick)
+{
+    static const int dims[] = {64, 128};
+    for (int n = 0; n < (quick ? 8 : 24); n++) {
+        const fc_dtype dt = n & 1 ? FC_DTYPE_BF16 : FC_DTYPE_F16;
+        const int d = dims[(n >> 1) & 1], kind = (n >> 2) % 6;
+        kit_shape s = test_shape(2, 8, 2, 1, 1500, d, dt);
+        s.fp8_kv = n % 3 ? FC_DTYPE_E4M3 : FC_DTYPE_E5M2;
+        s.descale = n % 3;
+        if (kind == 1) { s.page_size = 16 << (n % 3); s.seqused = KIT_SEQUSED_RANDOM; s.seqlen_q = 4; s.causal = 1; }
+        if (kind == 2) { s.batch = 5; s.varlen = 1; s.seqlen_q = 77; s.seqlen_k = 300; s.causal = 1; }
+        if (kind == 3) { s = test_shape(1, 4, 4, 130, 200, d, dt); s.fp8_kv = FC_DTYPE_E4M3; s.descale = 2;
+                         s.window_left = 50; s.softcap = 15.0f; s.layout = KIT_LAYOUT_BHSD; }
+        if (kind == 4) { s.batch = 4; s.heads_q = 32; s.heads_kv = 8; s.seqlen_k = 4096; s.layout = KIT_LAYOUT_BHSD; }
+        if (kind == 5) { s.page_size = 64; s.seqused = KIT_SEQUSED_FEW; s.seqlen_q = 2; s.heads_q = 2; s.heads_kv = 2; }
+        char tag[48];
+        snprintf(tag, sizeof tag, "fp8kv#%d ds%d%s", n, s.descale, s.page_size ? " paged" : "");
+        run(r, tag, &s, 700 + (uint64_t)n);
+    }
+}
+
+/* What the CUDA backend refuses of FP8 today, with FC_ERR_UNSUPPORTED and
+ * a reason: FP8 q, the amax outputs, FP8 K/V on the sm90 path and at a
+ * head dim without kVarKv8 rows. */
+static void fp8_refusals(fc_context *ctx)
+{
+    const int p0 = g_pass, f0 = g_fail;
+    struct { const char *what; fc_dtype q, kv; int d, path, amax; const char *msg; } k[] = {
+        {"FP8 q", FC_DTYPE_E4M3, FC_DTYPE_E4M3, 128, 0, 0, "FP8 q"},
+        {"amax outputs", FC_DTYPE_BF16, FC_DTYPE_E4M3, 128, 0, 1, "amax"},
+        {"FP8 k/v on path 90", FC_DTYPE_F16, FC_DTYPE_E5M2, 128, 90, 0, "sm80 path takes them"},
+        {"FP8 k/v at d96", FC_DTYPE_BF16, FC_DTYPE_E4M3, 96, 80, 0, "head_dim 96 with FP8"},
+        {"FP8 k/v, 8-byte strides", FC_DTYPE_F16, FC_DTYPE_E4M3, 64, 80, 0, "not a multiple of 16"},
+    };
+    for (int i = 0; i < 5; i++) {
+        kit_shape s = test_shape(2, 4, 2, 1, 300, k[i].d, k[i].q);
+        if (i == 4) s.layout = KIT_LAYOUT_PADDED; /* rows 72 elements apart */
+        if (k[i].q == FC_DTYPE_E4M3) s.fp8_out = FC_DTYPE_BF16;
+        else s.fp8_kv = k[i].kv;
+        kit_case c;
+        dev_case d;
+        char err[300];
+        float *amax = NULL;
+        if (kit_case_init(&c, &s, 9) || dev_upload(&c, &d, err, sizeof err)) {
+            CHECK(0, "%s: setup failed", k[i].what);
+            continue;
+        }
+        if (k[i].amax && cudaMalloc((void **)&amax, 2 * sizeof(float)) == cudaSuccess) {
+            d.args.out_amax = amax;
+            d.args.p_amax = amax + 1;
+        }
+        fc_context_set_cuda_path(ctx, k[i].path);
+        const fc_status st = fc_attention_supported(ctx, &d.args, NULL);
+        CHECK(st == FC_ERR_UNSUPPORTED && strstr(fc_last_error(ctx), k[i].msg), "%s: %s (%s)", k[i].what,
+              fc_status_string(st), fc_last_error(ctx));
+        fc_context_set_cuda_path(ctx, 0);
+        cudaFree(amax);
+        dev_free(&d);
+        kit_case_free(&c);
+    }
+    group_done("cuda FP8 refusals", p0, f0);
+}
+
 static void quick_cases(runner *r)
 {
     static const int dims[] = {32, 64, 96, 128, 192, 256};
@@ -581,6 +650,8 @@ int main(int argc, char **argv)
     }
 
     const double t0 = kit_now();
+    fp8_refusals(ctx);
+    fp8_kv_cases(&r, quick);
     if (quick) {
         quick_cases(&r);
     } else {

@@ -233,6 +233,27 @@ static int sm80_plan_group(void)
         if (!strcmp(cases[i].name, "s4k-d256 H100"))
             CHECK(strstr(c.name, "_v8") != NULL, "%s: the TMA row (%s)", cases[i].name, c.name);
     }
+    /* FP8 K/V (kVarKv8 rows): the decode tile on an H100 and an Ada part,
+     * named for the cache's type; refused on an A100 (no FP8 conversion)
+     * and by the Hopper planner */
+    const fc_cuda_device ada = fake_device(8, 9, 128, 101376, 72 << 20, "Ada-like test device");
+    fc_fwd_params kv8 = decode;
+    kv8.kv_dtype = FC_DTYPE_E4M3;
+    const fc_cuda_device *kv8_devs[2] = {&h100, &ada};
+    for (int i = 0; i < 2; ++i) {
+        fc_cuda_choice c;
+        char why[256] = "";
+        memset(&c, 0, sizeof c);
+        const fc_status st = fc_sm80_plan(&kv8, kv8_devs[i], &k_tuning, &c, why, sizeof why);
+        CHECK(st == FC_OK && strstr(c.name, "_kve4m3_d128_m64n64") && c.pack_gqa, "FP8 k/v decode on %s: %s (%s)",
+              kv8_devs[i]->name, st == FC_OK ? c.name : "refused", why);
+    }
+    fc_cuda_choice c8;
+    char why8[256] = "";
+    CHECK(fc_sm80_plan(&kv8, &a100, &k_tuning, &c8, why8, sizeof why8) == FC_ERR_UNSUPPORTED && strstr(why8, "sm_89"),
+          "FP8 k/v on an A100: %s", why8);
+    CHECK(fc_sm90_plan(&kv8, &h100, &k_tuning, &c8, why8, sizeof why8) == FC_ERR_UNSUPPORTED && strstr(why8, "FP8"),
+          "FP8 k/v on the sm90 planner: %s", why8);
     group_done("sm80_plan", p0, f0);
     return 1;
 }

@@ -26,6 +26,7 @@ typedef struct dev_case {
     float *lse;
     int32_t *cu_q, *cu_k, *block_table, *seqused_k;
     void *k_new, *v_new, *rot_cos, *rot_sin; /* the append step's (kit_append.c) */
+    float *descale[3];                       /* FP8: q, k, v descales (kit.c init_fp8) */
     fc_attention_args args; /* = the host case's args with device pointers */
 } dev_case;
 
@@ -35,6 +36,7 @@ static inline void dev_free(dev_case *d)
     cudaFree(d->lse); cudaFree(d->cu_q); cudaFree(d->cu_k);
     cudaFree(d->block_table); cudaFree(d->seqused_k);
     cudaFree(d->k_new); cudaFree(d->v_new); cudaFree(d->rot_cos); cudaFree(d->rot_sin);
+    for (int i = 0; i < 3; i++) cudaFree(d->descale[i]);
     memset(d, 0, sizeof *d);
 }
 
@@ -54,6 +56,9 @@ static inline void dev_point(const dev_case *d, fc_attention_args *a)
     a->v_new.data = a->v_new.data ? d->v_new : NULL;
     a->rotary_cos.data = a->rotary_cos.data ? d->rot_cos : NULL;
     a->rotary_sin.data = a->rotary_sin.data ? d->rot_sin : NULL;
+    a->q_descale.data = d->descale[0];
+    a->k_descale.data = d->descale[1];
+    a->v_descale.data = d->descale[2];
     a->backend = FC_BACKEND_CUDA;
 }
 
@@ -85,6 +90,9 @@ static inline int dev_upload(const kit_case *c, dev_case *d, char *err, size_t e
         UP(d->rot_cos, c->rot_cos, c->rot_bytes);
         UP(d->rot_sin, c->rot_sin, c->rot_bytes);
     }
+    const size_t nds = (c->s.descale == 2 ? (size_t)c->s.batch * c->s.heads_kv : 1) * sizeof(float);
+    for (int i = 0; i < 3; i++)
+        if (c->descale[i]) UP(d->descale[i], c->descale[i], nds);
 #undef UP
     /* A cudaMemcpy from pageable memory may return before its DMA has
      * landed, and the kernel runs on a non-blocking stream that does not
@@ -104,7 +112,7 @@ static inline int dev_upload(const kit_case *c, dev_case *d, char *err, size_t e
 static inline fc_status dev_run(fc_context *ctx, const kit_case *c, dev_case *d, cudaStream_t stream,
                                 void *out, float *lse, fc_kernel_info *info, char *err, size_t err_len)
 {
-    kit_poison(out, c->out_bytes, c->s.dtype, lse, c->lse_bytes);
+    kit_poison(out, c->out_bytes, kit_out_dtype(&c->s), lse, c->lse_bytes);
     cudaError_t e = cudaMemcpy(d->out, out, c->out_bytes, cudaMemcpyHostToDevice);
     if (e == cudaSuccess && lse) e = cudaMemcpy(d->lse, lse, c->lse_bytes, cudaMemcpyHostToDevice);
     /* The poison must have landed before the kernel starts: a cudaMemcpy from

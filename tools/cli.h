@@ -124,6 +124,7 @@ typedef struct cli_exec {
     void *dq, *dk, *dv, *dout, *dlse, *dcu_q, *dcu_k; /* device buffers */
     void *dtable, *dused;   /* device: the block table and seqused_k */
     void *dnew[4];          /* device: k_new, v_new, rotary_cos, rotary_sin */
+    void *ddesc[3];         /* device: the FP8 q, k, v descales */
     struct { void *dout, *dq, *dk, *dv; } grad;       /* device: the backward's */
 } cli_exec;
 

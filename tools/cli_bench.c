@@ -32,7 +32,7 @@ static void help(void)
     printf("usage: flashcore bench [--shape NAME[,NAME...]]... [--all] [--custom B,Hq,Hkv,Sq,Sk,D[,causal][,dtype]]...\n"
            "                       [--bwd] [--backend auto|cpu|cuda|reference] [--dtype T] [--warmup-ms MS] [--iters N]\n"
            "                       [--max-ms MS] [--no-graph] [--flush-l2] [--threads N] [--force]\n"
-           "                       [--cuda-path 0|80|90] [--page-size N] [--append N]\n"
+           "                       [--cuda-path 0|80|90] [--page-size N] [--append N] [--kv-dtype T]\n"
            "                       [--cpu-budget GFLOP] [--json FILE] [--list]\n\n"
            "Times the forward pass (the backward with --bwd) on random inputs (N(0,1), never\n"
            "zeros). Per shape: warm-up, then up to --iters timed calls (CUDA events on the\n"
@@ -57,6 +57,9 @@ static void help(void)
            "  --page-size N    the forward through a paged KV cache: k and v in pages of N keys\n"
            "                   (shuffled, with spare pages), seqused_k = Sk; shapes are named\n"
            "                   NAME/pN and the JSON rows carry page_size\n"
+           "  --kv-dtype T     the forward with an FP8 K/V cache (e4m3 or e5m2) under the shape's q,\n"
+           "                   descales per (batch, kv head); shapes are named NAME/kvT, the JSON\n"
+           "                   rows carry kv_dtype\n"
            "  --append N       the forward with the append step: N keys per sequence written\n"
            "                   into the cache (seqused_k = Sk - N), q and k_new rotated over the\n"
            "                   head dim; shapes are named NAME/aN, the JSON rows carry append\n"
@@ -159,6 +162,17 @@ static void page_item(bench_item *it, int page_size)
     snprintf(it->name, sizeof it->name, "%.80s/p%d", name, page_size);
     it->s.page_size = page_size;
     it->s.seqused = KIT_SEQUSED_FULL;
+}
+
+/* The item with an FP8 K/V cache of type kv under its q (descales per
+ * (batch, kv head)), named NAME/kvT. */
+static void kv8_item(bench_item *it, fc_dtype kv)
+{
+    char name[sizeof it->name];
+    snprintf(name, sizeof name, "%s", it->name);
+    snprintf(it->name, sizeof it->name, "%.80s/kv%s", name, kit_dtype_name(kv));
+    it->s.fp8_kv = kv;
+    it->s.descale = 2;
 }
 
 /* The item with the append step: n keys per sequence written into its
@@ -368,6 +382,7 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
         kit_jw_kv_string(&w, "dtype", kit_dtype_name(s->dtype));
         kit_jw_kv_int(&w, "page_size", s->page_size); /* 0: dense k/v */
         kit_jw_kv_int(&w, "append", s->append);       /* keys appended per sequence */
+        kit_jw_kv_string(&w, "kv_dtype", kit_dtype_name(kit_kv_dtype(s)));
         kit_jw_kv_string(&w, "backend", cli_backend_name(r->backend));
         kit_jw_kv_string(&w, "kernel", r->info.name);
         kit_jw_kv_int(&w, "num_splits", r->info.num_splits);
@@ -427,6 +442,7 @@ int cli_bench(int argc, char **argv)
 {
     fc_backend backend = FC_BACKEND_AUTO;
     long long iters = -1, threads = 0, cuda_path = 0, page = 0, append = 0;
+    fc_dtype kv8 = (fc_dtype)0; /* --kv-dtype: an FP8 K/V cache (0: none) */
     double warmup_ms = -1, max_ms = 3000, cpu_budget_g = 20;
     int all = 0, force = 0, graph = 1, flush_l2 = 0, have_dtype = 0, list = 0, bwd = 0;
     fc_dtype dtype = FC_DTYPE_F16;
@@ -510,6 +526,14 @@ int cli_bench(int argc, char **argv)
             if (cli_int(&a, arg, 1, 1 << 20, &page)) goto out;
         } else if (cli_is(&a, arg, "--append")) {
             if (cli_int(&a, arg, 1, 1 << 16, &append)) goto out;
+        } else if (cli_is(&a, arg, "--kv-dtype")) {
+            const char *v = cli_value(&a, arg);
+            if (!v) goto out;
+            if (strcmp(v, "e4m3") && strcmp(v, "e5m2")) {
+                fprintf(stderr, "flashcore bench: --kv-dtype: expected e4m3 or e5m2, got '%s'\n", v);
+                goto out;
+            }
+            kv8 = strcmp(v, "e4m3") ? FC_DTYPE_E5M2 : FC_DTYPE_E4M3;
         } else if (cli_is(&a, arg, "--json")) {
             if (!(json = cli_value(&a, arg))) goto out;
         } else {
@@ -530,11 +554,17 @@ int cli_bench(int argc, char **argv)
     }
     if (have_dtype)
         for (int i = 0; i < n; i++) items[i].s.dtype = dtype;
-    if ((page || append) && bwd) {
+    if ((page || append || kv8) && bwd) {
         fprintf(stderr, "flashcore bench: --%s: the backward takes no %s (forward only)\n",
-                page ? "page-size" : "append", page ? "paged cache" : "append step");
+                page ? "page-size" : append ? "append" : "kv-dtype",
+                page ? "paged cache" : append ? "append step" : "FP8 k/v");
         goto out;
     }
+    if (kv8 && append) {
+        fprintf(stderr, "flashcore bench: --kv-dtype with --append: the append writes no FP8 cache\n");
+        goto out;
+    }
+    for (int i = 0; kv8 && i < n; i++) kv8_item(&items[i], kv8);
     for (int i = 0; page && i < n; i++) page_item(&items[i], (int)page);
     for (int i = 0; append && i < n; i++) append_item(&items[i], (int)append);
 

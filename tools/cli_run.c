@@ -12,7 +12,7 @@
 void cli_exec_free(cli_exec *e)
 {
     void *bufs[] = {e->dq, e->dk, e->dv, e->dout, e->dlse, e->dcu_q, e->dcu_k, e->dtable, e->dused,
-                    e->dnew[0], e->dnew[1], e->dnew[2], e->dnew[3],
+                    e->dnew[0], e->dnew[1], e->dnew[2], e->dnew[3], e->ddesc[0], e->ddesc[1], e->ddesc[2],
                     e->grad.dout, e->grad.dq, e->grad.dk, e->grad.dv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cli_cuda_free(bufs[i]);
     cli_cuda_stream_destroy(e->stream);
@@ -46,6 +46,22 @@ static int upload_append(cli_exec *e, const kit_case *c, char *err, size_t err_l
     return 0;
 }
 
+/* The FP8 descales, on the device, the args pointed at them (the amax
+ * outputs stay on the host: no CUDA kernel writes them yet, a refusal). */
+static int upload_descales(cli_exec *e, const kit_case *c, char *err, size_t err_len)
+{
+    const size_t bytes = (c->s.descale == 2 ? (size_t)c->s.batch * c->s.heads_kv : 1) * sizeof(float);
+    fc_descale *d[3] = {&e->args.q_descale, &e->args.k_descale, &e->args.v_descale};
+    for (int i = 0; i < 3; i++) {
+        if (!c->descale[i]) continue;
+        if (cli_cuda_malloc(&e->ddesc[i], bytes, "descale", err, err_len) ||
+            cli_cuda_h2d(e->ddesc[i], c->descale[i], bytes, e->stream, err, err_len))
+            return -1;
+        d[i]->data = e->ddesc[i];
+    }
+    return 0;
+}
+
 int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_t err_len)
 {
     memset(e, 0, sizeof(*e));
@@ -69,7 +85,8 @@ int cli_exec_init(cli_exec *e, kit_case *c, fc_backend backend, char *err, size_
         cli_cuda_h2d(e->dv, c->v, c->v_bytes, e->stream, err, err_len) ||
         (cu_bytes && cli_cuda_h2d(e->dcu_q, c->cu_q, cu_bytes, e->stream, err, err_len)) ||
         (cu_bytes && cli_cuda_h2d(e->dcu_k, c->cu_k, cu_bytes, e->stream, err, err_len)) ||
-        upload_paged(e, c, err, err_len) || upload_append(e, c, err, err_len)) {
+        upload_paged(e, c, err, err_len) || upload_append(e, c, err, err_len) ||
+        upload_descales(e, c, err, err_len)) {
         cli_exec_free(e);
         return -1;
     }

@@ -13,6 +13,7 @@
 #include "cuda/common/sm80_ptx.cuh"
 #include "cuda/sm80/fwd_args.h"
 #include "cuda/sm80/layout.cuh"
+#include "cuda/sm80/loads_kv8.cuh"
 #include "cuda/sm80/schedule.cuh"
 #include "cuda/sm80/softmax.cuh"
 
@@ -156,6 +157,26 @@ __device__ __forceinline__ void store_lse(const fc_sm80_args &a, const TileCoord
     }
 }
 
+/* finish_rows of a kVarKv8 CTA: its k_descale in the softmax multiplier,
+ * its v_descale in the rows' 1/sum (loads_kv8.cuh). */
+template <class S_>
+__device__ __forceinline__ void kv8_finish_rows(const fc_sm80_args &a, const float (&m_run)[S_::MT][2],
+                                                const float (&l_run)[S_::MT][2], float (&inv)[S_::MT][2],
+                                                float (&lse)[S_::MT][2])
+{
+    const TileCoords c = locate_tile<S_::BM>(a);
+    const int h_kv = fc_fastdiv_div(c.h_base, a.heads_per_kv);
+    float sl2, softcap_in;
+    kv8_scales(a, kv8_descale(a.p.k_descale, c.b, h_kv), sl2, softcap_in);
+    finish_rows<S_>(m_run, l_run, sl2, inv, lse);
+    const float vd = kv8_descale(a.p.v_descale, c.b, h_kv);
+#pragma unroll
+    for (int mt = 0; mt < S_::MT; ++mt) {
+        inv[mt][0] *= vd;
+        inv[mt][1] *= vd;
+    }
+}
+
 /* The whole epilogue: normalise, then partials or O + LSE. The tile
  * coordinates are recomputed here rather than held across the loop. */
 template <bool kBF16, class S_>
@@ -164,7 +185,10 @@ __device__ __forceinline__ void epilogue(const fc_sm80_args &a, const Smem &sm, 
                                          const float (&l_run)[S_::MT][2])
 {
     float inv[S_::MT][2], lse[S_::MT][2];
-    finish_rows<S_>(m_run, l_run, a.sl2, inv, lse);
+    if constexpr (S_::KV8)
+        kv8_finish_rows<S_>(a, m_run, l_run, inv, lse);
+    else
+        finish_rows<S_>(m_run, l_run, a.sl2, inv, lse);
 
     const TileCoords c = locate_tile<S_::BM>(a);
     if (a.num_splits.d > 1) {

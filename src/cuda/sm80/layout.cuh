@@ -84,7 +84,14 @@ struct Shape {
     static constexpr int KPP = PC / 2;
     static constexpr uint32_t Q_BYTES = BM * HD * 2;
     static constexpr uint32_t KV_BYTES = BN * HD * 2; /* one K (or V) tile          */
-    static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
+    /* kVarKv8: K and V are FP8 in memory. The ring holds their bytes (a
+     * row-major [BN][HD] tile each, KV8_BYTES); each block is converted
+     * into one K and one V tile of 16-bit panels (CVT_BYTES, after the
+     * ring) that the MMAs read (loads_kv8.cuh). */
+    static constexpr bool KV8 = (VAR_ & 32) != 0;
+    static constexpr uint32_t KV8_BYTES = BN * HD;
+    static constexpr uint32_t STAGE_BYTES = KV8 ? 2 * KV8_BYTES : 2 * KV_BYTES;
+    static constexpr uint32_t CVT_BYTES = KV8 ? 2 * KV_BYTES : 0;
     /* S alone takes >= 128 registers (128x128 d64 at MT 2): the per-row
      * visible key intervals go to a BM x 8 byte smem table, and load_kv
      * re-derives unit tid's row, chunk and smem offset from a fresh %tid.x;
@@ -100,9 +107,10 @@ struct Shape {
      * tiles, so the smem base is rounded up to 512 (+ 512 bytes requested). */
     static constexpr bool TMA = (VAR_ & 8) != 0;
     static constexpr uint32_t BAR_BYTES = TMA ? 16 : 0, ALIGN_PAD = TMA ? 512 : 0;
-    static constexpr uint32_t SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + 24 + MASK_BYTES + BAR_BYTES +
-                                           ALIGN_PAD; /* + K/V bases, the mask-free block range
-                                                       * (+ mask table) (+ TMA barriers, pad) */
+    static constexpr uint32_t SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + CVT_BYTES + 24 + MASK_BYTES +
+                                           BAR_BYTES + ALIGN_PAD; /* + K/V bases, the mask-free block
+                                                                   * range (+ mask table) (+ TMA
+                                                                   * barriers, pad) */
     /* Keep Q's A fragments in registers when the fp32 accumulators leave room
      * (else re-read them from smem with ldmatrix each block). */
     static constexpr bool Q_IN_REGS = MT * (HD / 2 + BN / 2 + HD / 4) <= 160;
@@ -126,17 +134,20 @@ struct Shape {
     static_assert((WROWS * HD / 8) % 32 == 0, "epilogue: whole 16-byte chunks per lane");
     static_assert(!TMA || (KV_SPLIT && PC == 4 && BN <= 256),
                   "kVarTma: split K/V rows with 64-byte panel rows (the TMA swizzle), box rows <= 256");
-    static_assert(VAR_ >= 0 && VAR_ <= 31 && ((VAR_ & 2) == 0 || !KV_SPLIT) && (!TMA || !LEAN_ADDR),
+    static_assert(VAR_ >= 0 && VAR_ <= 63 && ((VAR_ & 2) == 0 || !KV_SPLIT) && (!TMA || !LEAN_ADDR),
                   "variant bits: 1 lean addressing, 2 early first block (ring rows only), 4 no plain "
-                  "instance, 8 TMA K/V (split rows, not with 1), 16 paged K/V");
+                  "instance, 8 TMA K/V (split rows, not with 1), 16 paged K/V, 32 FP8 K/V");
     static_assert(!PAGED || (!TMA && !LEAN_ADDR && !KV_BASE_IN_SMEM && !LEAN_REGS),
                   "kVarPaged: cp.async rows whose K/V bases and block-table row stay in registers");
+    static_assert(!KV8 || (STAGES >= 2 && !EARLY && !TMA && !LEAN_ADDR && !KV_BASE_IN_SMEM && !LEAN_REGS),
+                  "kVarKv8: plain ring rows whose K/V bases stay in registers");
 };
 
 /* The dynamic shared memory of a CTA, as shared-window addresses. */
 struct Smem {
     uint32_t q;     /* [BM x HD] panels; later the O staging                    */
     uint32_t kv;    /* stage s: K tile, then V tile                             */
+    uint32_t cvt;   /* KV8: the block's K and V converted to 16-bit panels      */
     uint32_t base;  /* KV_BASE_IN_SMEM: K, V base pointers, then the mask-free
                      * block range {n_full_lo, n_full_hi} at +16 (24 bytes)     */
     uint32_t mask;  /* LEAN_REGS: row r's {jmin, jmax} at mask + 8r             */
@@ -151,7 +162,8 @@ __device__ __forceinline__ Smem smem_layout(unsigned char *smem)
     /* TMA: rounded up to 512 bytes (Shape::TMA). */
     m.q = S_::TMA ? (ptx::smem_addr(smem) + 511u) & ~511u : ptx::smem_addr(smem);
     m.kv = m.q + S_::Q_BYTES;
-    m.base = m.kv + S_::STAGES * S_::STAGE_BYTES;
+    m.cvt = m.kv + S_::STAGES * S_::STAGE_BYTES;
+    m.base = m.cvt + S_::CVT_BYTES;
     m.mask = m.base + 24;
     m.bar_k = m.mask + S_::MASK_BYTES;
     m.bar_v = m.bar_k + 8;

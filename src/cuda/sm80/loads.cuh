@@ -52,6 +52,14 @@ constexpr int pass_rows()
     return S_::NT / S_::PC;
 }
 
+/* K/V rows per pass of NT threads: 16-bit panels (PC chunks per row) or,
+ * kVarKv8, FP8 rows of HD / 16 chunks (loads_kv8.cuh). */
+template <class S_>
+constexpr int kv_pass_rows()
+{
+    return S_::KV8 ? S_::NT / (S_::HD / 16) : pass_rows<S_>();
+}
+
 /* A CTA's K/V source addresses. kb0/vb0: the (batch, KV head) bases, parked
  * in smem with KV_BASE_IN_SMEM (there the two 64-bit pointers held across
  * the loop are exactly the registers that would spill). kt/vt: with unit
@@ -69,6 +77,8 @@ struct KvAddr {
     const int32_t *__restrict__ bt; /* kVarPaged: the sequence's block-table row */
     fc_fastdiv page;                /* kVarPaged: keys per page                  */
     int pg[4], pw[4];               /* kVarPaged: the next tile's rows: page, row in it */
+    const uint8_t *__restrict__ k8; /* kVarKv8: unit tid's K/V bytes (loads_kv8.cuh) */
+    const uint8_t *__restrict__ v8;
 };
 
 template <class S_>
@@ -304,7 +314,7 @@ __device__ inline void load_q_lean(const fc_sm80_args &a, const TileCoords &c, u
 template <class S_>
 __device__ __forceinline__ void paged_fetch(KvAddr &ka, int n)
 {
-    constexpr int BN = S_::BN, QS = pass_rows<S_>(), NR = BN / QS;
+    constexpr int BN = S_::BN, QS = kv_pass_rows<S_>(), NR = BN / QS;
     static_assert(NR <= 4, "paged K/V load: at most 4 rows per thread (KvAddr::pg)");
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
@@ -347,12 +357,18 @@ __device__ inline void load_kv_paged(const fc_fwd_params &p, KvAddr &ka, const S
     paged_fetch<S_>(ka, n + 1);
 }
 
-/* The loads a kernel instance issues: paged, lean or the general ones. */
+/* kVarKv8 rows' loads (loads_kv8.cuh). */
+template <class S_>
+__device__ inline void load_kv8(const fc_fwd_params &p, KvAddr &ka, const Smem &sm, int n, int stage);
+
+/* The loads a kernel instance issues: FP8, paged, lean or the general ones. */
 template <class S_, class Sel, class FromRegs>
 __device__ inline void kv_load(const fc_fwd_params &p, KvAddr &ka, const Smem &sm, int n, int stage,
                                         Sel sel, FromRegs from_regs)
 {
-    if constexpr (S_::PAGED)
+    if constexpr (S_::KV8)
+        load_kv8<S_>(p, ka, sm, n, stage);
+    else if constexpr (S_::PAGED)
         load_kv_paged<S_>(p, ka, sm, n, stage, sel);
     else if constexpr (S_::LEAN_ADDR)
         load_kv_lean<S_>(p, ka, sm, n, stage, sel, from_regs);

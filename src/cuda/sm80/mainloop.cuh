@@ -51,6 +51,7 @@
 #include "cuda/sm80/fwd_args.h"
 #include "cuda/sm80/layout.cuh"
 #include "cuda/sm80/loads.cuh"
+#include "cuda/sm80/loads_kv8.cuh"
 #include "cuda/sm80/mma.cuh"
 #include "cuda/sm80/schedule.cuh"
 #include "cuda/sm80/softmax.cuh"
@@ -227,12 +228,17 @@ __device__ __forceinline__ void mainloop(const fc_sm80_args &a, const fc_sm80_kv
 
     KvAddr ka = kv_addr<S_>(a, c, th.tid);
     park_kv_bases<S_>(ka, sm, br, th.tid);
-    kv_addr_thread<S_>(p, ka);
+    float sl2 = a.sl2;
+    float softcap_in = a.softcap_in;
+    if constexpr (S_::KV8) {
+        kv8_addr<S_>(a, c, ka);
+        kv8_scales(a, kv8_descale(p.k_descale, c.b, ka.h_kv), sl2, softcap_in);
+    } else {
+        kv_addr_thread<S_>(p, ka);
+    }
     if constexpr (S_::PAGED) paged_fetch<S_>(ka, n_begin);
 
     QFrags<S_> qf;
-    const float sl2 = a.sl2;
-    const float softcap_in = a.softcap_in;
     if (n_begin < n_end) pipeline_prologue<S_>(a, maps, c, ka, sm, th.tid, n_begin, n_end);
 
     int stage = 0;    /* ring stage of block n                                  */
@@ -241,9 +247,13 @@ __device__ __forceinline__ void mainloop(const fc_sm80_args &a, const fc_sm80_kv
     bool first = true; /* EARLY: block n_begin (a predicate, not n_begin kept live) */
     for (int n = n_begin; n < n_end; ++n) {
         block_top<S_>(a, maps, c, ka, sm, th.tid, n, n_end, stage, ph, first);
+        if constexpr (S_::KV8) { /* the block's bytes into the 16-bit panels */
+            convert_kv8<kBF16, S_>(p, sm, ka, stage);
+            __syncthreads();
+        }
         if constexpr (S_::Q_IN_REGS)
             if (n == n_begin) load_q_frags<S_>(qf, sm.q, th.wrow, th.lane);
-        const uint32_t sK = sm.kv + stage * S_::STAGE_BYTES, sV = sK + S_::KV_BYTES;
+        const uint32_t sK = S_::KV8 ? sm.cvt : sm.kv + stage * S_::STAGE_BYTES, sV = sK + S_::KV_BYTES;
 
         float s[MT][S_::NTL][4];
         gemm_qk<kBF16, S_>(s, qf, sm.q, sK, th.wrow, th.lane);

@@ -61,10 +61,12 @@ bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_dev
 {
     char why[256]; /* (why not: the fallback row needs no message) */
     const bool paged_row = (t.variant & fc::sm80::kVarPaged) != 0;
+    const bool kv8_row = (t.variant & fc::sm80::kVarKv8) != 0;
     /* kVarTma with seqused_k: its boxes bring a dense cache's rows past a
      * sequence's length, which may hold NaN, and only varlen calls zero
      * them (mainloop.cuh block_mid); a cp.async row zero-fills them. */
     return t.head_dim == p->head_dim && paged_row == (p->block_table != nullptr) &&
+           kv8_row == (fc_dtype_is_fp8(p->kv_dtype)) &&
            tile_smem_bytes(t) <= dev->smem_optin &&
            (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(t)) &&
            (!(t.variant & fc::sm80::kVarTma) || (!p->seqused_k && fc_tma_kv_ok(p, "", why, sizeof why)));
@@ -187,6 +189,35 @@ fc_status check_alignment(const fc_sm80_tensor_ref *t, int n, char *why, size_t 
     return FC_OK;
 }
 
+/* An FP8 K/V call (kVarKv8 rows): sm_89+ (the e4m3 conversion), head dims
+ * with rows, 16-byte chunks of 16 elements. */
+fc_status kv8_checks(const fc_fwd_params *p, const fc_cuda_device *dev, char *why, size_t why_len)
+{
+    if (dev->cc_major * 10 + dev->cc_minor < 89) {
+        snprintf(why, why_len, "FP8 k/v (%s) need an sm_89 or newer device (FP8 conversion); %s is sm_%d%d",
+                 fc_dtype_name(p->kv_dtype), dev->name, dev->cc_major, dev->cc_minor);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->head_dim != 64 && p->head_dim != 128) {
+        snprintf(why, why_len, "head_dim %d with FP8 k/v is not supported by the sm80 kernels: supported 64, 128",
+                 p->head_dim);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->out_amax || p->p_amax) {
+        snprintf(why, why_len, "out_amax/p_amax are not computed by the cuda kernels yet: the cpu backends do");
+        return FC_ERR_UNSUPPORTED;
+    }
+    const int64_t st[6] = {p->k_batch_stride, p->k_row_stride, p->k_head_stride,
+                           p->v_batch_stride, p->v_row_stride, p->v_head_stride};
+    for (int i = 0; i < 6; ++i)
+        if (st[i] % 16 != 0) {
+            snprintf(why, why_len, "FP8 %s stride %lld is not a multiple of 16 elements: the sm80 kernels move "
+                     "16-byte chunks", i < 3 ? "k" : "v", (long long)st[i]);
+            return FC_ERR_UNSUPPORTED;
+        }
+    return FC_OK;
+}
+
 } /* namespace */
 
 extern "C" void fc_sm80_tile_shape(int config, int *block_m, int *block_n)
@@ -273,6 +304,7 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     int cls = -1;
     fc_status st = fc_sm80_common_checks(p, dev, nullptr, 0, &cls, why, why_len);
     if (st != FC_OK) return st;
+    if (fc_dtype_is_fp8(p->kv_dtype) && (st = kv8_checks(p, dev, why, why_len)) != FC_OK) return st;
 
     const int cfg = pick_tile(cls, p, dev, tune);
     if (cfg < 0 && p->block_table) {
@@ -324,12 +356,14 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
                         : FC_MASKS_ANY;
     /* formatted once per thread and key (common/plan_names.cuh) */
     static thread_local PlanNames names;
-    const int32_t key[PlanNames::K] = {cfg, p->dtype, hd, g > 1, choice->masks, 0};
+    const int32_t key[PlanNames::K] = {cfg, p->dtype, hd, g > 1, choice->masks, p->kv_dtype};
     if (plan_name_get(names, key, choice->name)) return FC_OK;
-    char var[16] = "";
+    char var[16] = "", kv[16] = "";
     if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
-    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s_d%d_m%dn%d_s%d%s%s%s", fc_dtype_name(p->dtype), hd,
-             t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "", choice->masks == FC_MASKS_NONE ? "_plain" : "");
+    if (fc_dtype_is_fp8(p->kv_dtype)) snprintf(kv, sizeof kv, "_kv%s", fc_dtype_name(p->kv_dtype));
+    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s%s_d%d_m%dn%d_s%d%s%s%s", fc_dtype_name(p->dtype), kv,
+             hd, t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "",
+             choice->masks == FC_MASKS_NONE ? "_plain" : "");
     plan_name_put(names, key, choice->name);
     return FC_OK;
 }

@@ -77,6 +77,11 @@ constexpr int kVarTma = 8;
  *                 each thread's rows through the block table; the planner
  *                 takes these rows for paged calls and only for them. */
 constexpr int kVarPaged = 16;
+/*  kVarKv8        K/V in FP8 (an FP8 K/V cache under f16/bf16 q): the ring
+ *                 carries FP8 bytes, each block is converted to 16-bit
+ *                 panels in smem (loads_kv8.cuh); the planner takes these
+ *                 rows for FP8 K/V calls and only for them. */
+constexpr int kVarKv8 = 32;
 
 // clang-format off
 constexpr Tile kTiles[] = {
@@ -132,6 +137,15 @@ constexpr Tile kTiles[] = {
     {kClassSm90, 128,  64,  64, 4, 2, 2, 0, 0, kVarPaged | kVarNoPlain},
     {kClassSm80,  64,  64,  64, 4, 4, 2, 0, 0, kVarPaged | kVarNoPlain},
     {kClassSm90,  64,  64,  64, 4, 4, 2, 0, 0, kVarPaged | kVarNoPlain},
+
+    /* ------------- FP8 K/V (kVarKv8), dense and paged: decode ------------- */
+    /* The decode rows' tiles; the ring carries half the bytes, so d64 keeps
+     * 2 stages too (3-4 stages and 128-key blocks measured no faster:
+     * design-sm80.md). Never plain, as the paged rows. */
+    {kClassSm80, 128,  64,  64, 4, 2, 2, 0, 0, kVarKv8 | kVarNoPlain},
+    {kClassSm80,  64,  64,  64, 4, 2, 2, 0, 0, kVarKv8 | kVarNoPlain},
+    {kClassSm80, 128,  64,  64, 4, 2, 2, 0, 0, kVarKv8 | kVarPaged | kVarNoPlain},
+    {kClassSm80,  64,  64,  64, 4, 2, 2, 0, 0, kVarKv8 | kVarPaged | kVarNoPlain},
 };
 // clang-format on
 
@@ -146,6 +160,8 @@ constexpr bool tile_lean_regs(const Tile &t)
 constexpr int64_t tile_smem_bytes(const Tile &t)
 {
     return (int64_t)(t.block_m + 2 * t.stages * t.block_n) * t.head_dim * 2 + 24 /* + K/V bases, block range */ +
+           ((t.variant & kVarKv8) ? (int64_t)(2 - t.stages) * t.block_n * t.head_dim * 2 : 0) /* FP8 ring:
+                                                   * half the bytes, + the converted K/V pair */ +
            (tile_lean_regs(t) ? t.block_m * 8 : 0) /* + mask limits */ +
            ((t.variant & kVarTma) ? 16 + 512 : 0); /* + 2 mbarriers, + the 512-byte alignment
                                                     * the 64-byte TMA swizzle needs */
@@ -188,7 +204,9 @@ constexpr bool tile_ok(const Tile &t)
            /* an alternate is one kind of alternate; a few-rows one fits its rows */
            (t.min_sk > 0) + (t.small_grid != 0) + (t.max_rows != 0) <= 1 &&
            t.max_rows >= 0 && t.max_rows <= t.block_m &&
-           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst | kVarNoPlain | kVarTma | kVarPaged) &&
+           t.variant >= 0 && t.variant <= (kVarLeanAddr | kVarEarlyFirst | kVarNoPlain | kVarTma | kVarPaged | kVarKv8) &&
+           /* FP8 K/V: plain ring rows (layout.cuh Shape) */
+           (!(t.variant & kVarKv8) || (t.stages >= 2 && !(t.variant & (kVarTma | kVarLeanAddr | kVarEarlyFirst)))) &&
            /* paged: cp.async per-row addresses (no TMA boxes, no lean pointers) */
            (!(t.variant & kVarPaged) || !(t.variant & (kVarTma | kVarLeanAddr))) &&
            !((t.variant & kVarEarlyFirst) && t.stages < 2) &&

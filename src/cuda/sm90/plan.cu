@@ -360,6 +360,11 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  fc_dtype_name(p->dtype));
         return FC_ERR_UNSUPPORTED;
     }
+    if (fc_dtype_is_fp8(p->kv_dtype)) {
+        snprintf(why, why_len, "FP8 k/v (%s) are not supported by the sm90 kernels: the sm80 path takes them",
+                 fc_dtype_name(p->kv_dtype));
+        return FC_ERR_UNSUPPORTED;
+    }
     int shift = 0;
     const int cfg = pick_config(p, dev, tune, &shift);
     if (cfg < 0) {
