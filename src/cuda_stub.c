@@ -13,6 +13,11 @@ static const char k_no_cuda[] = "this FlashCore build has no CUDA backend (confi
 
 int fc_cuda_compiled(void) { return 0; }
 const char *fc_cuda_compiled_archs(void) { return ""; }
+int fc_cuda_compiled_from(int major, int minor, int floor)
+{
+    (void)major, (void)minor, (void)floor;
+    return 0;
+}
 
 fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t err_len)
 {

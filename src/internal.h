@@ -277,6 +277,9 @@ typedef struct fc_cuda_choice {
 int fc_cuda_compiled(void);
 /* Comma-separated list of compiled SM architectures, e.g. "80,86,89,90a". */
 const char *fc_cuda_compiled_archs(void);
+/* 1 if this build has SASS of architecture floor (e.g. 89) or newer that runs
+ * on a device of capability major.minor (kernels needing sm_89 instructions). */
+int fc_cuda_compiled_from(int major, int minor, int floor);
 /* Describe device (device < 0: current device). FC_ERR_NO_DEVICE if none. */
 fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t err_len);
 /* Where a call's pointers live: memory_space.h (src/cuda/pointers.c). */

@@ -101,7 +101,7 @@ static fc_status reference_with_amax(fc_context *ctx, kit_case *c, void *ref, fl
 /* Replace c's descales by powers of two (so x * descale is exact in f32). */
 static void pow2_descales(kit_case *c, uint64_t seed)
 {
-    const int64_t n = c->s.descale == 2 ? (int64_t)c->s.batch * c->s.heads_kv : 1;
+    const int64_t n = kit_descale_count(&c->s);
     for (int i = 0; i < 3; i++)
         for (int64_t x = 0; c->descale[i] && x < n; x++)
             c->descale[i][x] = ldexpf(1.0f, (int)((seed + 7 * (uint64_t)x + 3 * (uint64_t)i) % 5) - 2);
@@ -118,8 +118,8 @@ static void dequantise(const kit_case *c, const fc_tensor *t, const fc_tensor *t
     for (int64_t b = 0; b < nb; b++)
         for (int64_t r = 0; r < nr; r++)
             for (int64_t h = 0; h < nh; h++) {
-                /* the descale's batch: the dense batch, or (varlen, paged)
-                 * the same sequence index the library uses: sequence of token r */
+                /* the descale's batch: the dense batch, or (varlen) the
+                 * sequence that owns token r (the twins are never paged) */
                 int64_t seq = b;
                 if (o) {
                     const int32_t *cu = is_q ? c->cu_q : c->cu_k;
@@ -266,7 +266,7 @@ static kit_shape random_fp8_shape(int n, uint64_t *rng)
     s.heads_q = s.heads_kv * (1 << (kit_rand_u64(rng) % 3));
     if (s.dtype == FC_DTYPE_E4M3 || s.dtype == FC_DTYPE_E5M2) s.fp8_out = (fc_dtype)(kit_rand_u64(rng) % 3);
     else s.fp8_kv = kit_rand_u64(rng) & 1 ? FC_DTYPE_E4M3 : FC_DTYPE_E5M2;
-    s.descale = (int)(kit_rand_u64(rng) % 3);
+    s.descale = (int)(kit_rand_u64(rng) % 4); /* 3: zeros and negative descales too */
     s.amax = (int)(kit_rand_u64(rng) % 4 != 0);
     s.layout = (kit_layout)((n / 5) % 3);
     s.want_lse = (int)(kit_rand_u64(rng) & 1);

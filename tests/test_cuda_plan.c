@@ -245,9 +245,23 @@ static int sm80_plan_group(void)
         char why[256] = "";
         memset(&c, 0, sizeof c);
         const fc_status st = fc_sm80_plan(&kv8, kv8_devs[i], &k_tuning, &c, why, sizeof why);
-        CHECK(st == FC_OK && strstr(c.name, "_kve4m3_d128_m64n64") && c.pack_gqa, "FP8 k/v decode on %s: %s (%s)",
+        if (!fc_cuda_compiled_from(kv8_devs[i]->cc_major, kv8_devs[i]->cc_minor, 89)) {
+            /* a build without sm_89+ code for it (FLASHCORE_CUDA_ARCHS): refused, not an empty kernel */
+            CHECK(st == FC_ERR_UNSUPPORTED && strstr(why, "sm_89+ code"), "FP8 k/v on %s without sm_89+ code: %s",
+                  kv8_devs[i]->name, why);
+            continue;
+        }
+        /* 4 packed rows: the one-m16-tile row whose warps split the keys */
+        CHECK(st == FC_OK && strstr(c.name, "_kve4m3_d128_m16n64") && c.pack_gqa, "FP8 k/v decode on %s: %s (%s)",
               kv8_devs[i]->name, st == FC_OK ? c.name : "refused", why);
     }
+    fc_fwd_params kv8_chunk = chunk; /* 128 packed rows a column: the 64-row tile */
+    kv8_chunk.kv_dtype = FC_DTYPE_E5M2;
+    fc_cuda_choice cc;
+    char whyc[256] = "";
+    CHECK(fc_sm80_plan(&kv8_chunk, &h100, &k_tuning, &cc, whyc, sizeof whyc) == FC_OK &&
+              strstr(cc.name, "_kve5m2_d128_m64n64"),
+          "FP8 k/v chunk on the H100: %s (%s)", cc.name, whyc);
     fc_cuda_choice c8;
     char why8[256] = "";
     CHECK(fc_sm80_plan(&kv8, &a100, &k_tuning, &c8, why8, sizeof why8) == FC_ERR_UNSUPPORTED && strstr(why8, "sm_89"),

@@ -90,7 +90,7 @@ static inline int dev_upload(const kit_case *c, dev_case *d, char *err, size_t e
         UP(d->rot_cos, c->rot_cos, c->rot_bytes);
         UP(d->rot_sin, c->rot_sin, c->rot_bytes);
     }
-    const size_t nds = (c->s.descale == 2 ? (size_t)c->s.batch * c->s.heads_kv : 1) * sizeof(float);
+    const size_t nds = (size_t)kit_descale_count(&c->s) * sizeof(float);
     for (int i = 0; i < 3; i++)
         if (c->descale[i]) UP(d->descale[i], c->descale[i], nds);
 #undef UP

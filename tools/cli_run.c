@@ -50,7 +50,7 @@ static int upload_append(cli_exec *e, const kit_case *c, char *err, size_t err_l
  * outputs stay on the host: no CUDA kernel writes them yet, a refusal). */
 static int upload_descales(cli_exec *e, const kit_case *c, char *err, size_t err_len)
 {
-    const size_t bytes = (c->s.descale == 2 ? (size_t)c->s.batch * c->s.heads_kv : 1) * sizeof(float);
+    const size_t bytes = (size_t)kit_descale_count(&c->s) * sizeof(float);
     fc_descale *d[3] = {&e->args.q_descale, &e->args.k_descale, &e->args.v_descale};
     for (int i = 0; i < 3; i++) {
         if (!c->descale[i]) continue;

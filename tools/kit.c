@@ -173,6 +173,8 @@ fc_dtype kit_kv_dtype(const kit_shape *s) { return is_fp8(s->dtype) ? s->dtype :
 
 fc_dtype kit_out_dtype(const kit_shape *s) { return is_fp8(s->dtype) ? s->fp8_out : s->dtype; }
 
+int64_t kit_descale_count(const kit_shape *s) { return s->descale >= 2 ? (int64_t)s->batch * s->heads_kv : 1; }
+
 void kit_poison(void *out, size_t out_bytes, fc_dtype dtype, float *lse, size_t lse_bytes)
 {
     if (out) {
@@ -374,14 +376,16 @@ static int init_fp8(kit_case *c, uint64_t *rng)
     fc_descale *d[3] = {&c->args.q_descale, &c->args.k_descale, &c->args.v_descale};
     for (int i = 0; i < 3 && s->descale; i++) {
         if (i == 0 && !is_fp8(s->dtype)) continue; /* q takes one only when it is FP8 */
-        const int64_t n = s->descale == 2 ? (int64_t)s->batch * s->heads_kv : 1;
+        const int64_t n = kit_descale_count(s);
         c->descale[i] = malloc((size_t)n * sizeof(float));
         if (!c->descale[i]) return -1;
-        for (int64_t x = 0; x < n; x++)
-            c->descale[i][x] = exp2f((float)(kit_rand_u64(rng) % 4096) / 1024.0f - 2.0f);
+        for (int64_t x = 0; x < n; x++) {
+            const float v = exp2f((float)(kit_rand_u64(rng) % 4096) / 1024.0f - 2.0f);
+            c->descale[i][x] = s->descale == 3 && x % 4 == 1 ? 0.0f : s->descale == 3 && x % 4 == 3 ? -v : v;
+        }
         d[i]->data = c->descale[i];
-        d[i]->batch_stride = s->descale == 2 ? s->heads_kv : 0;
-        d[i]->head_stride = s->descale == 2 ? 1 : 0;
+        d[i]->batch_stride = n > 1 ? s->heads_kv : 0;
+        d[i]->head_stride = n > 1 ? 1 : 0;
     }
     if (!s->amax) return 0;
     c->amax = malloc(2 * sizeof(float));

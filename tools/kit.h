@@ -64,13 +64,16 @@ typedef struct kit_shape {
     int fp8_kv;                  /* 0, or FC_DTYPE_E4M3 / FC_DTYPE_E5M2: k and v's type */
     fc_dtype fp8_out;            /* FP8 q: out's dtype (f32, f16, bf16)                 */
     int descale;                 /* FP8: 0 none, 1 one value per tensor, 2 one per
-                                  * (batch, kv head); each 2^u, u uniform in [-2, 2)   */
+                                  * (batch, kv head); each 2^u, u uniform in [-2, 2);
+                                  * 3 as 2 with every fourth 0 and every fourth < 0    */
     int amax;                    /* FP8: 1 asks for out_amax and p_amax                 */
 } kit_shape;
 
 /* The dtypes of a case's k/v and out (kit_shape's FP8 fields). */
 fc_dtype kit_kv_dtype(const kit_shape *s);
 fc_dtype kit_out_dtype(const kit_shape *s);
+/* Floats in each of a case's descale arrays: batch * heads_kv, or 1. */
+int64_t kit_descale_count(const kit_shape *s);
 
 /* A problem with its host buffers. args holds host pointers into them. */
 typedef struct kit_case {
@@ -125,8 +128,9 @@ int kit_is_poison(const void *buf, fc_dtype dtype, int64_t idx);
 /* Element access: any supported dtype to/from float. */
 float kit_load(const void *buf, fc_dtype dtype, int64_t idx);
 void kit_store(void *buf, fc_dtype dtype, int64_t idx, float v);
-/* f to an FP8 type (E4M3/E5M2), round to nearest even, saturating at the
- * largest finite value (NaN stays NaN); and back, exactly. */
+/* f to an FP8 type (E4M3/E5M2), round to nearest even (e5m2 through f16:
+ * rounded twice, fine for drawing inputs), saturating at the largest finite
+ * value (NaN stays NaN); and back, exactly. */
 uint8_t kit_f32_to_fp8(float f, fc_dtype dtype);
 float kit_fp8_to_f32(uint8_t x, fc_dtype dtype);
 uint16_t kit_f32_to_f16(float f);

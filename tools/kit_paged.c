@@ -193,7 +193,7 @@ static int dense_twin(const kit_case *c, kit_case *d)
     if (kit_case_init(d, &s, 1) != 0) return -1;
     memcpy(d->q, c->q, c->q_bytes);
     if (c->seqused_k) memcpy(d->seqused_k, c->seqused_k, c->used_bytes);
-    const size_t nd = (s.descale == 2 ? (size_t)s.batch * s.heads_kv : 1) * sizeof(float);
+    const size_t nd = (size_t)kit_descale_count(&s) * sizeof(float);
     for (int i = 0; i < 3; i++) /* FP8: the same descales */
         if (c->descale[i]) memcpy(d->descale[i], c->descale[i], nd);
     gather_keys(c, d);

@@ -171,11 +171,13 @@ def supported(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
               rotary_cos=None, rotary_sin=None, rotary_interleaved=False, q_descale=None, k_descale=None,
               v_descale=None, out_dtype=None, return_amax=False):
     """Would attention() accept these arguments? Returns (True, kernel name)
-    or (False, reason). Launches nothing, writes nothing (not even the
-    cache k_new would be appended to) and reads no tensor data (except
-    CUDA cu_seqlens, block_table and seqused_k, which the library
-    validates). Asks about the forward only (attention_backward_supported
-    asks about the backward)."""
+    or (False, reason). Runs no attention, writes nothing the caller passed
+    (not even the cache k_new would be appended to) and reads no tensor
+    data (except CUDA cu_seqlens, block_table and seqused_k, which the
+    library validates); it does allocate what the call would (the output,
+    an amax buffer, a number descale's one-float tensor on q's device).
+    Asks about the forward only (attention_backward_supported asks about
+    the backward)."""
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k,
                              k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved)

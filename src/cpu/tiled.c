@@ -96,7 +96,7 @@ typedef struct tile_scratch {
     double *m;         /* [TILE_M]         running max (log2 units)                 */
     float *l;          /* [TILE_M]         running sum                              */
     int64_t *lo, *hi;  /* [TILE_M]         visible key range of each row            */
-    float qd_, kd, vd; /* the item's descales (FP8; else 1)                          */
+    float q_ds, k_ds, v_ds; /* the item's descales (FP8; else 1)                     */
     float out_amax, p_amax; /* the worker's running maxima (FP8 amax outputs)        */
 } tile_scratch;
 
@@ -173,8 +173,8 @@ static void store_amax(const fc_fwd_params *p, const tile_scratch *ts, int nt)
 {
     float oa = 0.0f, pa = 0.0f;
     for (int x = 0; x < nt; x++) {
-        if (ts[x].out_amax > oa) oa = ts[x].out_amax;
-        if (ts[x].p_amax > pa) pa = ts[x].p_amax;
+        oa = fc_nan_maxf(oa, ts[x].out_amax);
+        pa = fc_nan_maxf(pa, ts[x].p_amax);
     }
     if (p->out_amax) *p->out_amax = oa;
     if (p->p_amax) *p->p_amax = pa;

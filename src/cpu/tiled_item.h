@@ -28,8 +28,7 @@ static void FC_ISA(load_scaled)(const void *src, int32_t dtype, int64_t off, int
 static void FC_ISA(amax_row)(const void *o, int32_t dtype, int64_t off, int64_t n, float *tmp, float *amax)
 {
     FC_ISA(load_f32)(o, dtype, off, n, tmp, 1);
-    for (int64_t x = 0; x < n; x++)
-        if (fabsf(tmp[x]) > *amax) *amax = fabsf(tmp[x]);
+    for (int64_t x = 0; x < n; x++) *amax = fc_nan_maxf(*amax, fabsf(tmp[x]));
 }
 
 /* The rows [rg, rg+ROWS) of the item against the key block [j0, j0+nb). */
@@ -70,12 +69,12 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
         const fc_key_slot ks = fc_key_slot_of(p, sv->b, key); /* one page lookup for K and V */
         const int64_t koff = fc_key_offset(ks, sv->k, p->k_row_stride, p->k_batch_stride);
         const int64_t voff = fc_key_offset(ks, sv->v, p->v_row_stride, p->v_batch_stride);
-        FC_ISA(load_scaled)(p->k, p->kv_dtype, koff + (int64_t)g * p->k_head_stride, D, t->krow, t->kd);
+        FC_ISA(load_scaled)(p->k, p->kv_dtype, koff + (int64_t)g * p->k_head_stride, D, t->krow, t->k_ds);
         if (job->f64)
             for (int64_t d = 0; d < D; d++) t->ktd[d * TILE_N + jj] = t->krow[d];
         else
             for (int64_t d = 0; d < D; d++) t->kt[d * TILE_N + jj] = t->krow[d];
-        FC_ISA(load_scaled)(p->v, p->kv_dtype, voff + (int64_t)g * p->v_head_stride, D, t->v + jj * dp, t->vd);
+        FC_ISA(load_scaled)(p->v, p->kv_dtype, voff + (int64_t)g * p->v_head_stride, D, t->v + jj * dp, t->v_ds);
     }
     /* Columns past the block that the last register tile reads: zero. */
     for (int64_t d = 0; d < D && nb_pad > nb; d++)
@@ -96,9 +95,9 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
     const int nr = (int)(rows - r0 < TILE_M ? rows - r0 : TILE_M);
     const int nr_pad = (nr + ROWS - 1) / ROWS * ROWS;
 
-    t->qd_ = fc_descale_at(&p->q_descale, b, g); /* FP8: this item's descales */
-    t->kd = fc_descale_at(&p->k_descale, b, g);
-    t->vd = fc_descale_at(&p->v_descale, b, g);
+    t->q_ds = fc_descale_at(&p->q_descale, b, g); /* FP8: this item's descales */
+    t->k_ds = fc_descale_at(&p->k_descale, b, g);
+    t->v_ds = fc_descale_at(&p->v_descale, b, g);
     /* Q rows; visible ranges; fresh softmax state. */
     int64_t jlo = INT64_MAX, jhi = 0;
     for (int rr = 0; rr < nr; rr++) {
@@ -106,10 +105,10 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
         const int h = g * G + (int)(r % G);
         const int64_t qoff = sv.q + i * p->q_row_stride + h * p->q_head_stride;
         if (job->f64) {
-            FC_ISA(load_scaled)(p->q, p->dtype, qoff, D, t->krow, t->qd_);
+            FC_ISA(load_scaled)(p->q, p->dtype, qoff, D, t->krow, t->q_ds);
             for (int64_t d = 0; d < D; d++) t->qd[rr * dp + d] = t->krow[d];
         } else {
-            FC_ISA(load_scaled)(p->q, p->dtype, qoff, D, t->q + rr * dp, t->qd_);
+            FC_ISA(load_scaled)(p->q, p->dtype, qoff, D, t->q + rr * dp, t->q_ds);
         }
         visible_range(i, sv.sq, sv.sk, p->window_left, p->window_right, &t->lo[rr], &t->hi[rr]);
         if (t->lo[rr] < t->hi[rr]) {
@@ -142,7 +141,7 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
         const int64_t off = sv.o + i * p->o_row_stride + h * p->o_head_stride;
         FC_ISA(store_row)(p->o, p->o_dtype, off, D, empty ? NULL : t->o + rr * dp, t->l[rr]);
         if (p->out_amax) FC_ISA(amax_row)(p->o, p->o_dtype, off, D, t->krow, &t->out_amax);
-        if (p->p_amax && !empty && 1.0f / t->l[rr] > t->p_amax) t->p_amax = 1.0f / t->l[rr];
+        if (p->p_amax && !empty) t->p_amax = fc_nan_maxf(t->p_amax, 1.0f / t->l[rr]);
         if (p->lse) {
             /* natural log: (m + log2 l) * ln 2 */
             float lse = empty ? -INFINITY : (float)((t->m[rr] + log2((double)t->l[rr])) * k_ln2);

@@ -29,7 +29,7 @@ const char *fc_cuda_compiled_archs(void) { return FC_COMPILED_ARCHS; }
  * on a device of compute capability major.minor? Plain sm_XY SASS runs on
  * the same major with minor >= Y (sm_80 runs on 8.6 and 8.9); an
  * arch-specific "a" target runs only on exactly that capability. */
-static int arch_runs_on(const char *tok, size_t len, int major, int minor)
+static int arch_runs_on(const char *tok, size_t len, int major, int minor, int floor)
 {
     char buf[8];
     if (len == 0 || len >= sizeof(buf)) return 0;
@@ -40,22 +40,24 @@ static int arch_runs_on(const char *tok, size_t len, int major, int minor)
     if (end == buf || v < 10) return 0;
     const int specific = (*end == 'a');
     const int amaj = (int)(v / 10), amin = (int)(v % 10);
-    if (amaj != major) return 0;
+    if (amaj != major || v < floor) return 0;
     return specific ? amin == minor : amin <= minor;
 }
 
-static int compiled_for(int major, int minor)
+int fc_cuda_compiled_from(int major, int minor, int floor)
 {
     const char *s = FC_COMPILED_ARCHS;
     while (*s) {
         const char *e = strchr(s, ',');
         const size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (arch_runs_on(s, len, major, minor)) return 1;
+        if (arch_runs_on(s, len, major, minor, floor)) return 1;
         if (!e) break;
         s = e + 1;
     }
     return 0;
 }
+
+static int compiled_for(int major, int minor) { return fc_cuda_compiled_from(major, minor, 0); }
 
 /* cudaGetDeviceProperties can take a while; device properties never change
  * within a process, so they are cached per device (state: 0 empty, 1 being

@@ -16,6 +16,7 @@
 #include "cuda/sm80/loads_kv8.cuh"
 #include "cuda/sm80/schedule.cuh"
 #include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/warp_keys.cuh"
 
 namespace fc {
 namespace sm80 {
@@ -157,19 +158,16 @@ __device__ __forceinline__ void store_lse(const fc_sm80_args &a, const TileCoord
     }
 }
 
-/* finish_rows of a kVarKv8 CTA: its k_descale in the softmax multiplier,
- * its v_descale in the rows' 1/sum (loads_kv8.cuh). */
+/* finish_rows of a kVarKv8 CTA: its v_descale in the rows' 1/sum
+ * (loads_kv8.cuh). */
 template <class S_>
 __device__ __forceinline__ void kv8_finish_rows(const fc_sm80_args &a, const float (&m_run)[S_::MT][2],
                                                 const float (&l_run)[S_::MT][2], float (&inv)[S_::MT][2],
                                                 float (&lse)[S_::MT][2])
 {
+    finish_rows<S_>(m_run, l_run, a.sl2, inv, lse);
     const TileCoords c = locate_tile<S_::BM>(a);
-    const int h_kv = fc_fastdiv_div(c.h_base, a.heads_per_kv);
-    float sl2, softcap_in;
-    kv8_scales(a, kv8_descale(a.p.k_descale, c.b, h_kv), sl2, softcap_in);
-    finish_rows<S_>(m_run, l_run, sl2, inv, lse);
-    const float vd = kv8_descale(a.p.v_descale, c.b, h_kv);
+    const float vd = kv8_descale(a.p.v_descale, c.b, fc_fastdiv_div(c.h_base, a.heads_per_kv));
 #pragma unroll
     for (int mt = 0; mt < S_::MT; ++mt) {
         inv[mt][0] *= vd;
@@ -181,9 +179,11 @@ __device__ __forceinline__ void kv8_finish_rows(const fc_sm80_args &a, const flo
  * coordinates are recomputed here rather than held across the loop. */
 template <bool kBF16, class S_>
 __device__ __forceinline__ void epilogue(const fc_sm80_args &a, const Smem &sm, const Thr &th,
-                                         const float (&o)[S_::MT][S_::DTL][4], const float (&m_run)[S_::MT][2],
-                                         const float (&l_run)[S_::MT][2])
+                                         float (&o)[S_::MT][S_::DTL][4], float (&m_run)[S_::MT][2],
+                                         float (&l_run)[S_::MT][2])
 {
+    if constexpr (S_::KW > 1) /* the warps' key slices into warp 0, which carries on alone */
+        if (!kw_merge<S_>(sm, th, a.sl2, o, m_run, l_run)) return;
     float inv[S_::MT][2], lse[S_::MT][2];
     if constexpr (S_::KV8)
         kv8_finish_rows<S_>(a, m_run, l_run, inv, lse);

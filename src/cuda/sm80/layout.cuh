@@ -70,12 +70,17 @@ template <int HD_, int BM_, int BN_, int W_, int STAGES_, int VAR_>
 struct Shape {
     static constexpr int HD = HD_, BM = BM_, BN = BN_, W = W_, STAGES = STAGES_, VAR = VAR_;
     static constexpr int NT = W * 32;         /* threads per CTA                    */
-    static constexpr int MT = BM / (16 * W);  /* m16 tiles per warp (1 or 2)        */
+    /* kVarWarpKeys: the W warps share one m16 tile (BM 16) and split each
+     * block's keys, KW = W slices of BN / W keys; their partial (m, l, O)
+     * merge in the epilogue (warp_keys.cuh). Else KW 1: each warp owns its
+     * MT m16 tiles of rows and every key. */
+    static constexpr int KW = (VAR_ & 64) != 0 ? W : 1;
+    static constexpr int MT = KW > 1 ? 1 : BM / (16 * W); /* m16 tiles per warp (1 or 2) */
     static constexpr int WROWS = MT * 16;     /* rows owned by one warp             */
     static constexpr int KSTEPS = HD / 16;    /* k16 steps of S = Q K^T             */
-    static constexpr int NTL = BN / 8;        /* n8 tiles of S                      */
+    static constexpr int NTL = BN / (8 * KW); /* n8 tiles of S                      */
     static constexpr int DTL = HD / 8;        /* n8 tiles of O                      */
-    static constexpr int PSTEPS = BN / 16;    /* k16 steps of O += P V              */
+    static constexpr int PSTEPS = BN / (16 * KW); /* k16 steps of O += P V          */
     /* PC chunks of 16 bytes per panel row (file comment); KPP k16 steps per
      * panel. d256 keeps 4: with 8 it measured 1-2% slower. */
     static constexpr int PC = (HD == 64 || HD == 128) ? 8 : 4;
@@ -127,16 +132,17 @@ struct Shape {
     static constexpr bool PAGED = (VAR_ & 16) != 0;               /* kVarPaged      */
 
     static_assert(HD % 32 == 0 && HD >= 32 && HD <= 256, "head_dim: multiple of 32 in 32..256");
-    static_assert(BM % (16 * W) == 0 && (MT == 1 || MT == 2), "block_m = 16 * warps * (1 or 2)");
+    static_assert(KW > 1 ? (BM == 16 && BN % (16 * KW) == 0) : (BM % (16 * W) == 0 && (MT == 1 || MT == 2)),
+                  "block_m = 16 * warps * (1 or 2); kVarWarpKeys: 16, block_n 16 keys a warp or more");
     static_assert(BN % 16 == 0 && BN >= 16, "block_n: multiple of 16 (pairs of n8 MMA tiles)");
     static_assert(STAGES >= 1 && STAGES <= 4, "1 (split K/V buffers) or a 2..4-deep ring");
     static_assert(BM % 8 == 0 && BN % 8 == 0, "the panel swizzle's period is 8 rows");
     static_assert((WROWS * HD / 8) % 32 == 0, "epilogue: whole 16-byte chunks per lane");
     static_assert(!TMA || (KV_SPLIT && PC == 4 && BN <= 256),
                   "kVarTma: split K/V rows with 64-byte panel rows (the TMA swizzle), box rows <= 256");
-    static_assert(VAR_ >= 0 && VAR_ <= 63 && ((VAR_ & 2) == 0 || !KV_SPLIT) && (!TMA || !LEAN_ADDR),
+    static_assert(VAR_ >= 0 && VAR_ <= 127 && ((VAR_ & 2) == 0 || !KV_SPLIT) && (!TMA || !LEAN_ADDR),
                   "variant bits: 1 lean addressing, 2 early first block (ring rows only), 4 no plain "
-                  "instance, 8 TMA K/V (split rows, not with 1), 16 paged K/V, 32 FP8 K/V");
+                  "instance, 8 TMA K/V (split rows, not with 1), 16 paged K/V, 32 FP8 K/V, 64 warps split keys");
     static_assert(!PAGED || (!TMA && !LEAN_ADDR && !KV_BASE_IN_SMEM && !LEAN_REGS),
                   "kVarPaged: cp.async rows whose K/V bases and block-table row stay in registers");
     static_assert(!KV8 || (STAGES >= 2 && !EARLY && !TMA && !LEAN_ADDR && !KV_BASE_IN_SMEM && !LEAN_REGS),
@@ -185,8 +191,16 @@ __device__ __forceinline__ Thr thread_coords()
     const int warp = r.tid >> 5;
     r.g = r.lane >> 2;
     r.t = r.lane & 3;
-    r.wrow = warp * S_::WROWS;
+    r.wrow = S_::KW > 1 ? 0 : warp * S_::WROWS; /* kVarWarpKeys: one shared m16 tile */
     return r;
+}
+
+/* The first key of this thread's warp's slice of a block (kVarWarpKeys;
+ * 0 when every warp sees the whole block). */
+template <class S_>
+__device__ __forceinline__ int warp_key0(const Thr &th)
+{
+    return S_::KW > 1 ? (th.tid >> 5) * (S_::BN / S_::KW) : 0;
 }
 
 /* ldmatrix lane offsets inside a 16-row band of a panel (plain inline, like

@@ -15,10 +15,9 @@
  * each thread turns its own units into two 16-byte chunks of the 16-bit
  * panels (layout.cuh panel_offset). FP8 values are exact in f16 and bf16.
  *
- * Descales: k_descale multiplies q.k, so it scales the softmax multiplier
- * (or the tanh argument under softcap); v_descale multiplies O, so it
- * scales the rows' 1/sum. Both are constants of the CTA's (sequence, KV
- * head).
+ * Descales: k_descale multiplies each block's q.k scores as they come out
+ * of the MMAs; v_descale multiplies O, so it scales the rows' 1/sum. Both
+ * are constants of the CTA's (sequence, KV head).
  */
 #ifndef FC_SM80_LOADS_KV8_CUH
 #define FC_SM80_LOADS_KV8_CUH
@@ -42,12 +41,18 @@ __device__ __forceinline__ float kv8_descale(const fc_descale &d, int b, int g)
     return d.data ? __ldg(d.data + (int64_t)b * d.batch_stride + (int64_t)g * d.head_stride) : 1.f;
 }
 
-/* The softmax multiplier and tanh argument of the CTA with k_descale kd
- * folded in (fwd_args.h: sl2, softcap_in). */
-__device__ __forceinline__ void kv8_scales(const fc_sm80_args &a, float kd, float &sl2, float &softcap_in)
+/* S *= k_descale, ahead of softcap and the masks: the scores are then the
+ * dequantised q.k whatever the descale's sign or zero (folded into the
+ * softmax multiplier instead, a zero descale made masked scores NaN). */
+template <class S_>
+__device__ __forceinline__ void kv8_scale_scores(float (&s)[S_::MT][S_::NTL][4], float kd)
 {
-    sl2 = a.softcap_in != 0.f ? a.sl2 : a.sl2 * kd;
-    softcap_in = a.softcap_in * kd;
+#pragma unroll
+    for (int mt = 0; mt < S_::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < S_::NTL; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] *= kd;
 }
 
 /* Thread tid's ring-tile unit and its K/V source pointers (the sequence's

@@ -228,17 +228,19 @@ __device__ __forceinline__ void mainloop(const fc_sm80_args &a, const fc_sm80_kv
 
     KvAddr ka = kv_addr<S_>(a, c, th.tid);
     park_kv_bases<S_>(ka, sm, br, th.tid);
-    float sl2 = a.sl2;
-    float softcap_in = a.softcap_in;
+    float kd = 1.f; /* kVarKv8: the CTA's k_descale */
     if constexpr (S_::KV8) {
         kv8_addr<S_>(a, c, ka);
-        kv8_scales(a, kv8_descale(p.k_descale, c.b, ka.h_kv), sl2, softcap_in);
+        kd = kv8_descale(p.k_descale, c.b, ka.h_kv);
     } else {
         kv_addr_thread<S_>(p, ka);
     }
+    (void)kd;
     if constexpr (S_::PAGED) paged_fetch<S_>(ka, n_begin);
 
     QFrags<S_> qf;
+    const float sl2 = a.sl2;
+    const float softcap_in = a.softcap_in;
     if (n_begin < n_end) pipeline_prologue<S_>(a, maps, c, ka, sm, th.tid, n_begin, n_end);
 
     int stage = 0;    /* ring stage of block n                                  */
@@ -253,10 +255,13 @@ __device__ __forceinline__ void mainloop(const fc_sm80_args &a, const fc_sm80_kv
         }
         if constexpr (S_::Q_IN_REGS)
             if (n == n_begin) load_q_frags<S_>(qf, sm.q, th.wrow, th.lane);
-        const uint32_t sK = S_::KV8 ? sm.cvt : sm.kv + stage * S_::STAGE_BYTES, sV = sK + S_::KV_BYTES;
+        /* (kVarWarpKeys: the warp's rows of the K and V panels) */
+        const uint32_t sK = (S_::KV8 ? sm.cvt : sm.kv + stage * S_::STAGE_BYTES) + warp_key0<S_>(th) * S_::PB,
+                       sV = sK + S_::KV_BYTES;
 
         float s[MT][S_::NTL][4];
         gemm_qk<kBF16, S_>(s, qf, sm.q, sK, th.wrow, th.lane);
+        if constexpr (S_::KV8) kv8_scale_scores<S_>(s, kd);
         if (!PLAIN && softcap_in != 0.f) apply_softcap<S_>(s, softcap_in);
 
         /* masks, only on blocks straddling a band edge or sk */

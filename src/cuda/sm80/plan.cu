@@ -133,10 +133,17 @@ int pick_tile(int cls, const fc_fwd_params *p, const fc_cuda_device *dev, const 
         }
         return pick;
     }
+    /* The smallest default row of another class, or its few-rows alternate
+     * when a tile column fits that. */
     int best = -1;
     for (int i = 0; i < kNumTiles; ++i)
-        if (planned(i) && (best < 0 || tile_smem_bytes(kTiles[i]) < tile_smem_bytes(kTiles[best])))
+        if (planned(i) && !kTiles[i].max_rows &&
+            (best < 0 || tile_smem_bytes(kTiles[i]) < tile_smem_bytes(kTiles[best])))
             best = i;
+    for (int i = 0; best >= 0 && i < kNumTiles; ++i)
+        if (planned(i) && kTiles[i].arch_class == kTiles[best].arch_class && kTiles[i].max_rows &&
+            (int64_t)p->seqlen_q * pack_factor(p, kTiles[i].block_m) <= kTiles[i].max_rows)
+            return i;
     return best;
 }
 
@@ -196,6 +203,12 @@ fc_status kv8_checks(const fc_fwd_params *p, const fc_cuda_device *dev, char *wh
     if (dev->cc_major * 10 + dev->cc_minor < 89) {
         snprintf(why, why_len, "FP8 k/v (%s) need an sm_89 or newer device (FP8 conversion); %s is sm_%d%d",
                  fc_dtype_name(p->kv_dtype), dev->name, dev->cc_major, dev->cc_minor);
+        return FC_ERR_UNSUPPORTED;
+    }
+    /* the kVarKv8 kernels are empty below sm_89 (fwd_kernel.cuh) */
+    if (!fc_cuda_compiled_from(dev->cc_major, dev->cc_minor, 89)) {
+        snprintf(why, why_len, "FP8 k/v need sm_89+ code for %s (sm_%d%d): this build has %s (FLASHCORE_CUDA_ARCHS)",
+                 dev->name, dev->cc_major, dev->cc_minor, fc_cuda_compiled_archs());
         return FC_ERR_UNSUPPORTED;
     }
     if (p->head_dim != 64 && p->head_dim != 128) {

@@ -60,7 +60,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[S_::MT][S_::NTL][4], int n
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int hf = e >> 1; /* c0,c1: row g; c2,c3: row g+8 */
-                const int j = n * S_::BN + nt * 8 + 2 * th.t + (e & 1);
+                const int j = n * S_::BN + warp_key0<S_>(th) + nt * 8 + 2 * th.t + (e & 1);
                 if (j < lo[mt][hf] || j > hi[mt][hf]) s[mt][nt][e] = -INFINITY;
             }
 }
