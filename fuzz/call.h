@@ -59,6 +59,8 @@ typedef struct fz_call {
     int32_t total_owned[2];  /* varlen: q and k tokens sequences own (cu[.][n]) */
     int64_t shape[2][4];     /* q's and k's shapes as meant (4 - varlen dims)  */
     fc_dtype dtype;          /* the dtype meant for every tensor but lse       */
+    fc_dtype kv_dtype;       /* k's and v's: dtype, or FP8 (an FP8 K/V cache)  */
+    float desc_value;        /* what FB_DESC holds (broadcast, strides 0)      */
     int special;             /* the inputs each hold one NaN or Inf            */
     fz_arena ar;
     int64_t off[FB_N];       /* byte offset of each buffer's data pointer; -1: NULL */

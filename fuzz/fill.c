@@ -80,6 +80,7 @@ void fz_write_arrays(fz_call *c)
 {
     for (int b = FB_CUQ; b <= FB_CUK; b++)
         if (c->off[b] >= 0) memcpy(c->ar.base + c->off[b], c->cu[b - FB_CUQ], 4 * (size_t)(c->nseq + 1));
-    if (c->off[FB_DESC] >= 0) memcpy(c->ar.base + c->off[FB_DESC], (const float[]){1, 1, 1}, 12);
+    const float d = c->desc_value;
+    if (c->off[FB_DESC] >= 0) memcpy(c->ar.base + c->off[FB_DESC], (const float[]){d, d, d}, 12);
     fz_write_paged(c);
 }

@@ -64,7 +64,9 @@ double fz_abs_scale(const fz_call *c)
 double fz_logit_bound(const fz_call *c)
 {
     const int64_t d = c->a.q.shape[c->a.q.ndim - 1];
-    return fz_abs_scale(c) * (double)d * fz_max_abs(c, &c->a.q, NULL) * fz_max_abs(c, &c->a.k, NULL);
+    /* a descale on q or k scales the logits too */
+    const double ds = c->off[FB_DESC] >= 0 && c->desc_which < 2 && fabs(c->desc_value) > 1 ? fabs(c->desc_value) : 1;
+    return ds * fz_abs_scale(c) * (double)d * fz_max_abs(c, &c->a.q, NULL) * fz_max_abs(c, &c->a.k, NULL);
 }
 
 /* Logical rows of out ([b, s] or [t]) and whether sequence data owns row r. */

@@ -268,6 +268,17 @@ static void gen_options(fz_in *in, fz_call *c)
 }
 
 
+/* Sometimes an FP8 K/V cache under an f32/f16/bf16 q: k and v retyped
+ * (last, so that every earlier decision reads the bytes it always did). */
+static void gen_fp8_kv(fz_in *in, fz_call *c)
+{
+    c->kv_dtype = c->dtype;
+    if (c->dtype != FC_DTYPE_F32 && c->dtype != FC_DTYPE_F16 && c->dtype != FC_DTYPE_BF16) return;
+    if (!fz_chance(in, 8)) return;
+    c->kv_dtype = fz_chance(in, 50) ? FC_DTYPE_E4M3 : FC_DTYPE_E5M2;
+    c->a.k.dtype = c->a.v.dtype = c->kv_dtype;
+}
+
 void fz_gen_forward(fz_in *in, fz_call *c, int ok[FB_N])
 {
     fc_attention_args_init(&c->a);
@@ -276,6 +287,7 @@ void fz_gen_forward(fz_in *in, fz_call *c, int ok[FB_N])
     c->varlen = fz_chance(in, 35);
     gen_tensors(in, c, ok);
     gen_options(in, c);
+    gen_fp8_kv(in, c);
 }
 
 /* Inputs first, then the outputs' poison, then cu_seqlens, descales and

@@ -96,10 +96,10 @@ static int gen_pools(fz_in *in, fz_call *c, int ok[FB_N])
 {
     fz_paged *g = &c->pg;
     const int64_t shape[4] = {g->num_pages, g->page_size, c->shape[1][2], c->shape[1][3]};
-    if (shape[0] * shape[1] * shape[2] * shape[3] * (int64_t)fz_dtype_size(c->dtype) > FZ_POOL_MAX) return 0;
+    if (shape[0] * shape[1] * shape[2] * shape[3] * (int64_t)fz_dtype_size(c->kv_dtype) > FZ_POOL_MAX) return 0;
     memcpy(c->shape[1], shape, sizeof shape);
-    fz_gen_tensor(in, &c->a.k, c->dtype, 4, shape, &ok[FB_K]);
-    fz_gen_tensor(in, &c->a.v, c->dtype, 4, shape, &ok[FB_V]);
+    fz_gen_tensor(in, &c->a.k, c->kv_dtype, 4, shape, &ok[FB_K]);
+    fz_gen_tensor(in, &c->a.v, c->kv_dtype, 4, shape, &ok[FB_V]);
     g->pool = 1;
     return 1;
 }

@@ -129,8 +129,10 @@ static void set_pointers(fz_call *c)
 
 int64_t fz_place_call(fz_in *in, fz_call *c)
 {
+    static const float values[6] = {1.0f, 0.5f, 2.0f, 0.0f, -1.0f, -0.5f};
     const int64_t size = place(in, c);
     c->desc_which = c->off[FB_DESC] >= 0 ? fz_range(in, 0, 2) : 0;
+    c->desc_value = c->off[FB_DESC] >= 0 ? values[fz_range(in, 0, 5)] : 1.0f;
     return size;
 }
 
