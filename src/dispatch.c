@@ -198,6 +198,17 @@ static fc_status check_device_paged(fc_context *ctx, const fc_fwd_params *p, voi
     return st;
 }
 
+/* q's dtype: f16 or bf16 on every CUDA kernel (k/v may be FP8 under it);
+ * first, so that an FP8 q with host-side amax outputs hears why. */
+static fc_status cuda_dtype(fc_context *ctx, const fc_fwd_params *p)
+{
+    if (p->dtype == FC_DTYPE_F16 || p->dtype == FC_DTYPE_BF16) return FC_OK;
+    return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                        "dtype %s (q) is not supported by the cuda kernels: supported f16, bf16 (FP8 k/v may sit "
+                        "under them); the cpu backend takes f32 and FP8 q, cpu-reference f64",
+                        fc_dtype_name(p->dtype));
+}
+
 /* What every CUDA plan needs: the device, every pointer in device memory,
  * a dtype the kernels take, and valid cu_seqlens whenever they are given,
  * forward and backward, whatever the token counts: with no query token
@@ -208,17 +219,10 @@ static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call
 {
     fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
     if (st) return st;
-    if (fc_dtype_is_fp8(p->dtype))
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "FP8 q (%s) has no cuda kernel yet: the cpu backends take it; FP8 k/v under f16/bf16 "
-                            "q run on cuda", fc_dtype_name(p->dtype));
+    st = cuda_dtype(ctx, p);
+    if (st) return st;
     st = check_memory_space(ctx, ptrs, 1);
     if (st) return st;
-    if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "dtype %s is not supported by the cuda kernels: supported f16, bf16 (the cpu "
-                            "backend takes f32, cpu-reference f64)",
-                            fc_dtype_name(p->dtype));
     if (p->block_table || p->seqused_k) return check_device_paged(ctx, p, stream);
     return p->cu_seqlens_q ? check_device_varlen(ctx, p, stream) : FC_OK;
 }

@@ -95,9 +95,6 @@ typedef struct fc_fwd_params {
 /* 1 for the FP8 element types. */
 static inline int fc_dtype_is_fp8(int dt) { return dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2; }
 
-/* An FP8 call: q, k or v in FP8. */
-static inline int fc_fp8_call(const fc_fwd_params *p) { return fc_dtype_is_fp8(p->dtype) || fc_dtype_is_fp8(p->kv_dtype); }
-
 /* Descale of (sequence b, kv head g): 1 when not given. */
 static inline float fc_descale_at(const fc_descale *d, int64_t b, int64_t g)
 {

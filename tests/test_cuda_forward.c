@@ -522,7 +522,7 @@ static void fp8_refusals(fc_context *ctx)
 {
     const int p0 = g_pass, f0 = g_fail;
     struct { const char *what; fc_dtype q, kv; int d, path, amax; const char *msg; } k[] = {
-        {"FP8 q", FC_DTYPE_E4M3, FC_DTYPE_E4M3, 128, 0, 0, "FP8 q"},
+        {"FP8 q", FC_DTYPE_E4M3, FC_DTYPE_E4M3, 128, 0, 0, "dtype e4m3 (q) is not supported by the cuda"},
         {"amax outputs", FC_DTYPE_BF16, FC_DTYPE_E4M3, 128, 0, 1, "amax"},
         {"FP8 k/v on path 90", FC_DTYPE_F16, FC_DTYPE_E5M2, 128, 90, 0, "sm80 path takes them"},
         {"FP8 k/v at d96", FC_DTYPE_BF16, FC_DTYPE_E4M3, 96, 80, 0, "head_dim 96 with FP8"},

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(W * 32, MIN_CTAS) fwd_kernel(const fc_sm80_arg
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
     /* FP8 K/V rows convert with cvt.f16x2.e4m3x2 (sm_89+); the planner
      * never launches them below that */
-    if constexpr ((VAR & 32) != 0)
+    if constexpr (Shape<HD, BM, BN, W, STAGES, VAR>::KV8)
         return;
     else
 #endif

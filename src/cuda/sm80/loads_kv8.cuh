@@ -31,6 +31,7 @@
 #include "cuda/sm80/layout.cuh"
 #include "cuda/sm80/loads.cuh"
 #include "cuda/sm80/schedule.cuh"
+#include "cuda/sm80/softmax.cuh"
 
 namespace fc {
 namespace sm80 {
@@ -47,12 +48,7 @@ __device__ __forceinline__ float kv8_descale(const fc_descale &d, int b, int g)
 template <class S_>
 __device__ __forceinline__ void kv8_scale_scores(float (&s)[S_::MT][S_::NTL][4], float kd)
 {
-#pragma unroll
-    for (int mt = 0; mt < S_::MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < S_::NTL; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][nt][e] *= kd;
+    map_scores<S_>(s, [kd](float x) { return x * kd; });
 }
 
 /* Thread tid's ring-tile unit and its K/V source pointers (the sequence's
@@ -138,12 +134,6 @@ __device__ __forceinline__ void fp8x16_to_16(const uint4 &x, bool e5m2, uint4 &l
     hi.w = fp8x2_to_16x2<kBF16>(x.w >> 16, e5m2);
 }
 
-__device__ __forceinline__ void sts128(uint32_t addr, const uint4 &v)
-{
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-}
-
 /* Ring stage `stage` (block bytes visible to every thread) into the K and V
  * panels at sm.cvt. The caller's __syncthreads orders them before the MMAs. */
 template <bool kBF16, class S_>
@@ -160,8 +150,8 @@ __device__ __forceinline__ void convert_kv8(const fc_fwd_params &p, const Smem &
             const int row = ka.row0 + r * QS;
             uint4 lo, hi;
             fp8x16_to_16<kBF16>(ptx::lds128(s8 + r * QS * HD), e5m2, lo, hi);
-            sts128(d16 + panel_offset<BN, S_::PC>(row, 2 * ka.chunk0), lo);
-            sts128(d16 + panel_offset<BN, S_::PC>(row, 2 * ka.chunk0 + 1), hi);
+            ptx::sts128(d16 + panel_offset<BN, S_::PC>(row, 2 * ka.chunk0), lo);
+            ptx::sts128(d16 + panel_offset<BN, S_::PC>(row, 2 * ka.chunk0 + 1), hi);
         }
     }
 }

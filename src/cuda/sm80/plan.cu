@@ -66,7 +66,7 @@ bool tile_runs(const Tile &t, int cls, const fc_fwd_params *p, const fc_cuda_dev
      * sequence's length, which may hold NaN, and only varlen calls zero
      * them (mainloop.cuh block_mid); a cp.async row zero-fills them. */
     return t.head_dim == p->head_dim && paged_row == (p->block_table != nullptr) &&
-           kv8_row == (fc_dtype_is_fp8(p->kv_dtype)) &&
+           kv8_row == fc_dtype_is_fp8(p->kv_dtype) &&
            tile_smem_bytes(t) <= dev->smem_optin &&
            (cls == fc::sm80::kClassSm90 || !fc::sm80::tile_sm90_only(t)) &&
            (!(t.variant & fc::sm80::kVarTma) || (!p->seqused_k && fc_tma_kv_ok(p, "", why, sizeof why)));
@@ -200,15 +200,15 @@ fc_status check_alignment(const fc_sm80_tensor_ref *t, int n, char *why, size_t 
  * with rows, 16-byte chunks of 16 elements. */
 fc_status kv8_checks(const fc_fwd_params *p, const fc_cuda_device *dev, char *why, size_t why_len)
 {
-    if (dev->cc_major * 10 + dev->cc_minor < 89) {
-        snprintf(why, why_len, "FP8 k/v (%s) need an sm_89 or newer device (FP8 conversion); %s is sm_%d%d",
-                 fc_dtype_name(p->kv_dtype), dev->name, dev->cc_major, dev->cc_minor);
-        return FC_ERR_UNSUPPORTED;
-    }
-    /* the kVarKv8 kernels are empty below sm_89 (fwd_kernel.cuh) */
+    /* the kVarKv8 kernels are empty below sm_89 (fwd_kernel.cuh): sm_89+
+     * SASS that runs on this device (none does on an older one) */
     if (!fc_cuda_compiled_from(dev->cc_major, dev->cc_minor, 89)) {
-        snprintf(why, why_len, "FP8 k/v need sm_89+ code for %s (sm_%d%d): this build has %s (FLASHCORE_CUDA_ARCHS)",
-                 dev->name, dev->cc_major, dev->cc_minor, fc_cuda_compiled_archs());
+        if (dev->cc_major * 10 + dev->cc_minor < 89)
+            snprintf(why, why_len, "FP8 k/v (%s) need an sm_89 or newer device (FP8 conversion); %s is sm_%d%d",
+                     fc_dtype_name(p->kv_dtype), dev->name, dev->cc_major, dev->cc_minor);
+        else
+            snprintf(why, why_len, "FP8 k/v need sm_89+ code for %s (sm_%d%d): this build has %s "
+                     "(FLASHCORE_CUDA_ARCHS)", dev->name, dev->cc_major, dev->cc_minor, fc_cuda_compiled_archs());
         return FC_ERR_UNSUPPORTED;
     }
     if (p->head_dim != 64 && p->head_dim != 128) {

@@ -21,16 +21,23 @@
 namespace fc {
 namespace sm80 {
 
-/* s <- tanh(s * scale/softcap); the softmax's sl2 carries softcap*log2e. */
-template <class S_>
-__device__ __forceinline__ void apply_softcap(float (&s)[S_::MT][S_::NTL][4], float softcap_in)
+/* s <- f(s), element by element. */
+template <class S_, class F>
+__device__ __forceinline__ void map_scores(float (&s)[S_::MT][S_::NTL][4], F f)
 {
 #pragma unroll
     for (int mt = 0; mt < S_::MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < S_::NTL; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[mt][nt][e] = dev::tanh_acc(s[mt][nt][e] * softcap_in);
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = f(s[mt][nt][e]);
+}
+
+/* s <- tanh(s * scale/softcap); the softmax's sl2 carries softcap*log2e. */
+template <class S_>
+__device__ __forceinline__ void apply_softcap(float (&s)[S_::MT][S_::NTL][4], float softcap_in)
+{
+    map_scores<S_>(s, [softcap_in](float x) { return dev::tanh_acc(x * softcap_in); });
 }
 
 /* Scores of block n outside each row's [jmin, jmax] -> -inf. */
