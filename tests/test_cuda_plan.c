@@ -323,7 +323,8 @@ static int bwd_plan_group(void)
         {&h100, 96, "sm80_bwd_bf16_d96_m64n128"},   {&h100, 32, "sm80_bwd_bf16_d32_m64n64"},
         {&a100, 128, "sm80_bwd_bf16_d128_m64n128"}, {&a100, 64, "sm80_bwd_bf16_d64_m64n128"},
         {&ada, 128, "sm80_bwd_bf16_d128_m32n64"},   {&ada, 64, "sm80_bwd_bf16_d64_m64n128"},
-        {&ada, 96, "sm80_bwd_bf16_d96_m64n64"},
+        {&ada, 96, "sm80_bwd_bf16_d96_m64n64"},     {&h100, 256, "sm80_bwd_bf16_d256_m64n64"},
+        {&a100, 256, "sm80_bwd_bf16_d256_m32n64"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) {
         p = bwd_shape(2, 16, 16, 2048, rows[i].d, 1, 1);
@@ -345,10 +346,14 @@ static int bwd_plan_group(void)
         CHECK(st == FC_OK && (strstr(c.name, "_det") != NULL) == det, "det %d named: %s", det, c.name);
     }
     /* refusals, each naming what it refuses */
-    p = bwd_shape(1, 2, 2, 64, 256, 0, 1);
+    p = bwd_shape(1, 2, 2, 64, 192, 0, 1);
     CHECK(fc_sm80_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
-              strstr(why, "supported 32, 64, 96, 128"),
-          "d256: %s", why);
+              strstr(why, "supported 32, 64, 96, 128, 256"),
+          "d192: %s", why);
+    p = bwd_shape(1, 2, 2, 64, 256, 0, 1);
+    CHECK(fc_sm80_bwd_plan(&p, &ada, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&
+              strstr(why, "no sm80 backward tile for head_dim 256 fits"),
+          "d256 on 99 KB: %s", why);
     p = bwd_shape(1, 2, 2, 64, 64, 0, 1);
     p.dq_row_stride = 68;
     CHECK(fc_sm80_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why) == FC_ERR_UNSUPPORTED &&

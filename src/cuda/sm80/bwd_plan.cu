@@ -98,8 +98,9 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     (void)tune; /* no backward tuning hook yet */
     const fc_fwd_params *p = &b->f;
     const int hd = p->head_dim;
-    if (hd != 32 && hd != 64 && hd != 96 && hd != 128) {
-        snprintf(why, why_len, "head_dim %d is not supported by the sm80 backward: supported 32, 64, 96, 128", hd);
+    if (hd != 32 && hd != 64 && hd != 96 && hd != 128 && hd != 256) {
+        snprintf(why, why_len, "head_dim %d is not supported by the sm80 backward: supported 32, 64, 96, 128, 256",
+                 hd);
         return FC_ERR_UNSUPPORTED;
     }
     int cls = -1;
@@ -202,6 +203,8 @@ extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choi
                          : fc_sm80_bwd_launch_f16_d96(&a, cfg, device, stream, err, err_len);
     case 128: return bf16 ? fc_sm80_bwd_launch_bf16_d128(&a, cfg, device, stream, err, err_len)
                           : fc_sm80_bwd_launch_f16_d128(&a, cfg, device, stream, err, err_len);
+    case 256: return bf16 ? fc_sm80_bwd_launch_bf16_d256(&a, cfg, device, stream, err, err_len)
+                          : fc_sm80_bwd_launch_f16_d256(&a, cfg, device, stream, err, err_len);
     default: break;
     }
     snprintf(err, err_len, "internal: sm80 backward reached head_dim %d", p->head_dim);

@@ -75,7 +75,7 @@ struct BwdShape : Panels<HD_, bwd_fresh_lanes(HD_)> {
     static constexpr uint32_t SMEM_BYTES =
         2 * KV_BYTES + 4 * Q_BYTES + (P_SMEM ? 2 : 1) * DS_BYTES + 4 * ROWVEC_BYTES;
 
-    static_assert(HD % 32 == 0 && HD >= 32 && HD <= 128, "head_dim 32..128, a multiple of 32");
+    static_assert(HD % 32 == 0 && HD >= 32 && HD <= 256, "head_dim 32..256, a multiple of 32");
     static_assert(W % KW == 0 && SK % 16 == 0 && SQ % 16 == 0 && DK % 16 == 0,
                   "S^T, dK, dV: whole 16 x 16 steps per warp");
     static_assert(W % QW == 0 && BM % (16 * QW) == 0 && DQ_COLS % 16 == 0, "dQ: whole 16 x 16 steps per warp");

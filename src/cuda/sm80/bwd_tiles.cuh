@@ -52,12 +52,14 @@ constexpr BwdTile kBwdTiles[] = {
     {kClassSm80,  64,  64, 128, 8, 1, 4, 4}, /* 97 KB; 128x128 (SM90's) spills 8-36 B at sm_80/86/89      */
     {kClassSm80,  96,  64, 128, 8, 1, 4, 4}, /* 129 KB; dK,dV 32x48; dQ 16x48 (24-column warps do not divide) */
     {kClassSm80, 128,  64, 128, 8, 1, 4, 2}, /* FA2's d128 tile, 161 KB; S^T 32x32, dK,dV 32x64, dQ 32x32     */
+    {kClassSm80, 256,  32,  64, 8, 1, 4, 2}, /* 137 KB (64-row blocks: 209 KB); S^T 16x16, dK,dV 16x128         */
 
     /* ------------------ SM86/89: 100 KB smem per SM, 99 KB per block ------------------ */
     {kClassSm86,  32,  64,  64, 4, 2, 4, 4}, /* = SM80                                                        */
     {kClassSm86,  64,  64, 128, 8, 1, 4, 4}, /* = SM80 (128-row blocks need 162 KB)                          */
     {kClassSm86,  96,  64,  64, 4, 1, 4, 4}, /* 81 KB: 128 keys would need 129 KB                             */
     {kClassSm86, 128,  32,  64, 4, 1, 4, 2}, /* 69 KB: 64x64 would need 105 KB                                */
+    /* no d256: K, V and two Q, dO buffers of 32 rows alone take 96 KB     */
 
     /* --------------- SM90 running mma.sync: 228 KB smem per SM, 227 KB per block --------------- */
     /* (H200, same runs: this warp layout beat one warp per 16 keys by 9-10%
@@ -68,6 +70,7 @@ constexpr BwdTile kBwdTiles[] = {
     {kClassSm90,  64, 128, 128, 8, 1, 4, 4}, /* FA2's d64 tile, 162 KB; S^T 32x64, dK,dV 32x32 a warp; +11%  */
     {kClassSm90,  96,  64, 128, 8, 1, 4, 4}, /* = SM80                                                        */
     {kClassSm90, 128,  64, 128, 8, 1, 4, 2}, /* = SM80                                                        */
+    {kClassSm90, 256,  64,  64, 8, 1, 4, 2}, /* 209 KB, FA2's block size; S^T 16x32, dK,dV 16x128, dQ 32x64    */
 };
 // clang-format on
 
@@ -114,7 +117,8 @@ constexpr bool bwd_warp_grid_ok(const BwdTile &t)
 
 constexpr bool bwd_tile_ok(const BwdTile &t)
 {
-    return (t.head_dim == 32 || t.head_dim == 64 || t.head_dim == 96 || t.head_dim == 128) && t.warps >= 1 &&
+    return (t.head_dim == 32 || t.head_dim == 64 || t.head_dim == 96 || t.head_dim == 128 || t.head_dim == 256) &&
+           t.warps >= 1 &&
            t.warps <= 8 && t.block_m >= 16 && t.block_m <= t.block_n && t.ctas >= 1 && bwd_warp_grid_ok(t) &&
            32 * t.warps * t.ctas * 24 <= 65536 && bwd_smem_bytes(t) <= FC_SM90_SMEM_OPTIN &&
            (t.arch_class != kClassSm86 || bwd_smem_bytes(t) <= 99 * 1024) &&
