@@ -24,21 +24,30 @@ namespace sm80 {
 
 /* cp.async of a tile of ROWS rows x HD columns (16-bit) whose row r starts
  * at g + r * row_stride; rows r >= valid are zero-filled (read from base,
- * an address inside the tensor). */
+ * an address inside the tensor). A thread's k-th unit lies a fixed number
+ * of rows and panels from its first (the storage order walks NT / PC panel
+ * rows per step), so one address is computed and the rest are constant
+ * offsets of it: 64-bit row math per unit cost ~65 instructions a block at
+ * d128. Not at d64 (lane offsets held, bwd_shape.cuh): there the held
+ * address spilled 8 bytes in the deterministic instance. */
 template <class S_, int ROWS>
 __device__ inline void load_rows(uint32_t tile, const uint16_t *__restrict__ g, int64_t row_stride, int valid,
                                  const void *base, int tid)
 {
-    constexpr int PC = S_::PC, NT = S_::NT, UNITS = ROWS * S_::HD / 8;
+    constexpr int PC = S_::PC, NT = S_::NT, UNITS = ROWS * S_::HD / 8, STEP = NT / PC;
+    static_assert(UNITS % NT == 0 && NT % (8 * PC) == 0, "whole units per thread, one swizzle phase");
+    static_assert(STEP % ROWS == 0 || ROWS % STEP == 0, "a unit's row offset is the same in every thread");
+    const int r0 = unit_row<ROWS, PC>(tid);
+    const uint16_t *p = g + r0 * row_stride + unit_chunk<ROWS, PC>(tid) * 8;
+    /* opaque: else the compiler folds r0 into each unit's row again */
+    if constexpr (S_::FRESH) asm("" : "+l"(p));
 #pragma unroll
-    for (int k = 0; k < (UNITS + NT - 1) / NT; ++k) {
-        const int u = tid + k * NT;
-        if (UNITS % NT == 0 || u < UNITS) {
-            const int r = unit_row<ROWS, PC>(u);
-            const bool ok = r < valid;
-            const void *src = ok ? (const void *)(g + r * row_stride + unit_chunk<ROWS, PC>(u) * 8) : base;
-            ptx::cp_async_16(tile + unit_smem_offset<PC>(u), src, ok);
-        }
+    for (int k = 0; k < UNITS / NT; ++k) {
+        const int dr = (k * STEP) % ROWS, dc = (k * STEP) / ROWS * PC, u = tid + k * NT;
+        const bool ok = r0 + dr < valid;
+        const uint16_t *src = S_::FRESH ? p + dr * row_stride + dc * 8
+                                        : g + unit_row<ROWS, PC>(u) * row_stride + unit_chunk<ROWS, PC>(u) * 8;
+        ptx::cp_async_16(tile + unit_smem_offset<PC>(u), ok ? (const void *)src : base, ok);
     }
 }
 
