@@ -408,6 +408,9 @@ typedef struct fc_tuning {
                            * (1 to 64, at most one per KV block) */
     int32_t pdl;          /* -1 or 1: programmatic dependent launch on sm_90+
                            * devices (the default); 0: off                   */
+    int32_t sm80_bwd_config; /* -1: the planner's row; else a row of the
+                           * sm80-class backward table, taken when it runs
+                           * the call (fc_tuning_bwd_row_info)               */
     const char *sm90_trace_file; /* trace builds only: where each call's
                            * trace goes; NULL or "": nowhere. Copied.        */
 } fc_tuning;
@@ -438,6 +441,10 @@ typedef struct fc_tile_row {
  * sm80_config / sm90_config take). FC_ERR_INVALID_ARGUMENT for another path
  * or an index past the end; FC_ERR_UNSUPPORTED in a build without CUDA. */
 FC_API fc_status fc_tuning_row_info(int path, int index, fc_tile_row *row);
+/* The same for a backward table (the values of fc_tuning's sm80_bwd_config):
+ * path 80 only (threads = 32 x warps, stages 2: Q and dO double-buffered;
+ * kvsplit, tall and variant 0). */
+FC_API fc_status fc_tuning_bwd_row_info(int path, int index, fc_tile_row *row);
 
 #ifdef __cplusplus
 }

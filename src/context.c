@@ -104,14 +104,17 @@ void fc_tuning_init(fc_tuning *t)
     t->sm90_rotate = -1;
     t->sm90_tail = -1;
     t->pdl = -1;
+    t->sm80_bwd_config = -1;
 }
 
-/* Rows of a path's table (0 in a build without CUDA). */
-static int table_rows(int path)
+/* Rows of a path's table, or (bwd) of its backward table; 0 in a build
+ * without CUDA. */
+static int table_rows(int path, int bwd)
 {
     fc_tile_row row;
     int n = 0;
-    while (path == 90 ? fc_sm90_tile_row(n, &row) : fc_sm80_tile_row(n, &row)) n++;
+    while (bwd ? fc_sm80_bwd_tile_row(n, &row) : path == 90 ? fc_sm90_tile_row(n, &row) : fc_sm80_tile_row(n, &row))
+        n++;
     return n;
 }
 
@@ -130,13 +133,14 @@ fc_status fc_context_set_tuning(fc_context *ctx, const fc_tuning *t)
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
     if (!t) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning is NULL");
     fc_status st;
-    if ((st = check_range(ctx, "sm90_config", t->sm90_config, -1, table_rows(90) - 1)) ||
-        (st = check_range(ctx, "sm80_config", t->sm80_config, -1, table_rows(80) - 1)) ||
+    if ((st = check_range(ctx, "sm90_config", t->sm90_config, -1, table_rows(90, 0) - 1)) ||
+        (st = check_range(ctx, "sm80_config", t->sm80_config, -1, table_rows(80, 0) - 1)) ||
         (st = check_range(ctx, "sm90_rotate", t->sm90_rotate, -1, 1)) ||
         (st = check_range(ctx, "sm90_tail", t->sm90_tail, -1, 1)) ||
         (st = check_range(ctx, "sm90_grid", t->sm90_grid, 0, INT32_MAX)) ||
         (st = check_range(ctx, "splits", t->splits, 0, FC_MAX_SPLITS)) ||
-        (st = check_range(ctx, "pdl", t->pdl, -1, 1)))
+        (st = check_range(ctx, "pdl", t->pdl, -1, 1)) ||
+        (st = check_range(ctx, "sm80_bwd_config", t->sm80_bwd_config, -1, table_rows(80, 1) - 1)))
         return st;
     char *file = NULL;
     if (t->sm90_trace_file && t->sm90_trace_file[0] && !(file = strdup(t->sm90_trace_file)))
@@ -162,4 +166,11 @@ fc_status fc_tuning_row_info(int path, int index, fc_tile_row *row)
     if (!fc_cuda_compiled()) return FC_ERR_UNSUPPORTED;
     const int found = path == 90 ? fc_sm90_tile_row(index, row) : fc_sm80_tile_row(index, row);
     return found ? FC_OK : FC_ERR_INVALID_ARGUMENT;
+}
+
+fc_status fc_tuning_bwd_row_info(int path, int index, fc_tile_row *row)
+{
+    if (!row || path != 80 || index < 0) return FC_ERR_INVALID_ARGUMENT;
+    if (!fc_cuda_compiled()) return FC_ERR_UNSUPPORTED;
+    return fc_sm80_bwd_tile_row(index, row) ? FC_OK : FC_ERR_INVALID_ARGUMENT;
 }

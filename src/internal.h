@@ -301,6 +301,8 @@ void fc_sm90_tile_shape(int config, int *block_m, int *block_n);
  * past the end (sm90/tile_rows.cu, sm80/plan.cu). */
 int fc_sm90_tile_row(int i, fc_tile_row *row);
 int fc_sm80_tile_row(int i, fc_tile_row *row);
+/* Row i of the sm80-class backward table (sm80/bwd_plan.cu), as above. */
+int fc_sm80_bwd_tile_row(int i, fc_tile_row *row);
 /* Rows (M) and columns (N) of one tile of a planned config, so the split
  * count can be derived from the grid size. */
 void fc_cuda_tile_shape(const fc_cuda_choice *choice, int *block_m, int *block_n);

@@ -126,7 +126,8 @@ static void test_tuning(void)
     fc_tuning t, got;
     fc_tuning_init(&t);
     CHECK(t.sm90_config == -1 && t.sm80_config == -1 && t.sm90_rotate == -1 && t.sm90_tail == -1 &&
-              t.sm90_grid == 0 && t.splits == 0 && t.pdl == -1 && t.sm90_trace_file == NULL,
+              t.sm90_grid == 0 && t.splits == 0 && t.pdl == -1 && t.sm80_bwd_config == -1 &&
+              t.sm90_trace_file == NULL,
           "fc_tuning_init defaults");
     CHECK(fc_context_get_tuning(ctx, &got) == FC_OK && !memcmp(&got, &t, sizeof t), "new context: defaults");
     CHECK(fc_context_set_tuning(ctx, NULL) == FC_ERR_INVALID_ARGUMENT, "set_tuning(NULL)");
@@ -144,7 +145,7 @@ static void test_tuning(void)
     const struct { const char *field; int32_t *v; int32_t bad; } bad[] = {
         {"splits", &t.splits, 65}, {"pdl", &t.pdl, 2}, {"sm90_rotate", &t.sm90_rotate, -2},
         {"sm90_tail", &t.sm90_tail, 2}, {"sm90_grid", &t.sm90_grid, -1}, {"sm80_config", &t.sm80_config, 10000},
-        {"sm90_config", &t.sm90_config, -2},
+        {"sm90_config", &t.sm90_config, -2}, {"sm80_bwd_config", &t.sm80_bwd_config, 10000},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fc_tuning_init(&t);
@@ -157,20 +158,26 @@ static void test_tuning(void)
     CHECK(fc_tuning_row_info(70, 0, &row) == FC_ERR_INVALID_ARGUMENT, "row_info: path 70");
     CHECK(fc_tuning_row_info(80, -1, &row) == FC_ERR_INVALID_ARGUMENT, "row_info: index -1");
     CHECK(fc_tuning_row_info(80, 0, NULL) == FC_ERR_INVALID_ARGUMENT, "row_info: row NULL");
-    for (int path = 80; path <= 90; path += 10) {
+    CHECK(fc_tuning_bwd_row_info(90, 0, &row) == FC_ERR_INVALID_ARGUMENT, "bwd_row_info: path 90");
+    CHECK(fc_tuning_bwd_row_info(80, 0, NULL) == FC_ERR_INVALID_ARGUMENT, "bwd_row_info: row NULL");
+    /* the forward tables (path 80, 90), then the sm80 backward's (bwd) */
+    for (int k = 0; k < 3; k++) {
+        const int path = k == 1 ? 90 : 80, bwd = k == 2;
+        int32_t *field = bwd ? &t.sm80_bwd_config : path == 90 ? &t.sm90_config : &t.sm80_config;
         int n = 0;
-        while (fc_tuning_row_info(path, n, &row) == FC_OK) {
+        while ((bwd ? fc_tuning_bwd_row_info(path, n, &row) : fc_tuning_row_info(path, n, &row)) == FC_OK) {
             CHECK(row.head_dim > 0 && row.block_m > 0 && row.block_n > 0 && row.threads > 0 &&
                       row.kernel >= 0 && row.kernel <= n,
-                  "path %d row %d: sane fields", path, n);
+                  "path %d%s row %d: sane fields", path, bwd ? " bwd" : "", n);
             n++;
         }
         /* the last valid row can be forced, one past it cannot */
         fc_tuning_init(&t);
-        *(path == 90 ? &t.sm90_config : &t.sm80_config) = n - 1;
-        CHECK(fc_context_set_tuning(ctx, &t) == FC_OK, "path %d: row %d accepted", path, n - 1);
-        *(path == 90 ? &t.sm90_config : &t.sm80_config) = n;
-        CHECK(fc_context_set_tuning(ctx, &t) == FC_ERR_INVALID_ARGUMENT, "path %d: row %d rejected", path, n);
+        *field = n - 1;
+        CHECK(fc_context_set_tuning(ctx, &t) == FC_OK, "path %d%s: row %d accepted", path, bwd ? " bwd" : "", n - 1);
+        *field = n;
+        CHECK(fc_context_set_tuning(ctx, &t) == FC_ERR_INVALID_ARGUMENT, "path %d%s: row %d rejected", path,
+              bwd ? " bwd" : "", n);
     }
     fc_context_free(ctx);
     group_done("tuning hooks", p0, f0);

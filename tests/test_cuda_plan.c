@@ -333,6 +333,34 @@ static int bwd_plan_group(void)
         CHECK(st == FC_OK && !strcmp(c.name, rows[i].name), "%s d%d: %s, expected %s (%s)", rows[i].dev->name,
               rows[i].d, st == FC_OK ? c.name : "refused", rows[i].name, why);
     }
+    /* the tuning hook: a row that runs the call is taken (the SM80 class's
+     * d256 row on an H100), one that does not (another head dim, or an
+     * SM90-only row below sm_90) is ignored */
+    int row256 = -1, row128 = -1, row90_256 = -1;
+    fc_tile_row tr;
+    for (int i = 0; fc_tuning_bwd_row_info(80, i, &tr) == FC_OK; i++) {
+        if (tr.head_dim == 256 && tr.arch_class == 80) row256 = i;
+        if (tr.head_dim == 256 && tr.arch_class == 90) row90_256 = i;
+        if (tr.head_dim == 128 && tr.arch_class == 80) row128 = i;
+    }
+    const struct {
+        const fc_cuda_device *dev;
+        int row, d;
+        const char *name;
+    } forced[] = {
+        {&h100, row256, 256, "sm80_bwd_bf16_d256_m32n64"},
+        {&h100, row128, 256, "sm80_bwd_bf16_d256_m64n64"},
+        {&a100, row90_256, 256, "sm80_bwd_bf16_d256_m32n64"},
+    };
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; ++i) {
+        fc_tuning tune = k_tuning;
+        tune.sm80_bwd_config = forced[i].row;
+        p = bwd_shape(2, 16, 16, 2048, forced[i].d, 1, 1);
+        memset(&c, 0, sizeof c);
+        const fc_status st = fc_sm80_bwd_plan(&p, forced[i].dev, &tune, &c, why, sizeof why);
+        CHECK(forced[i].row >= 0 && st == FC_OK && !strcmp(c.name, forced[i].name), "%s d%d, row %d forced: %s, expected %s (%s)",
+              forced[i].dev->name, forced[i].d, forced[i].row, st == FC_OK ? c.name : "refused", forced[i].name, why);
+    }
     /* workspace: rows x heads_q x head_dim fp32 + D + lse2 (+ semaphores:
      * batch x heads_q x query blocks of 128 rows, the d64 row's) */
     p = bwd_shape(2, 4, 2, 100, 64, 0, 0);

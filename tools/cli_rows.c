@@ -10,13 +10,15 @@
 
 static void help(void)
 {
-    printf("usage: flashcore rows [--path 80|90]\n\n"
+    printf("usage: flashcore rows [--path 80|90] [--bwd]\n\n"
            "Print the rows of a CUDA tile table, one per line:\n"
            "  index head_dim block_m block_n threads stages ctas kvsplit tall arch_class variant kernel\n"
            "Without --path both tables, each after a \"# path N\" line.\n"
            "index is what FLASHCORE_SM90_CONFIG / FLASHCORE_SM80_CONFIG take; kernel is the first\n"
            "row with the same kernel; kvsplit and tall are the Hopper table's, arch_class and\n"
-           "variant the sm80 table's (0 where a path has no such column).\n\n"
+           "variant the sm80 table's (0 where a path has no such column).\n"
+           "--bwd: the backward's table instead (path 80 only; FLASHCORE_SM80_BWD_CONFIG takes\n"
+           "its index; stages is 2, the Q and dO buffers).\n\n"
            "Exit status: 0 listed, 1 this build has no CUDA backend, 2 bad usage.\n");
 }
 
@@ -25,6 +27,7 @@ int cli_rows(int argc, char **argv)
     cli_args a;
     cli_args_init(&a, "rows", argc, argv);
     long long only = 0;
+    int bwd = 0;
     const char *arg;
     while ((arg = cli_next(&a))) {
         if (cli_is(&a, arg, "--help") || cli_is(&a, arg, "-h")) {
@@ -36,11 +39,18 @@ int cli_rows(int argc, char **argv)
                 fprintf(stderr, "flashcore rows: --path: use 80 or 90\n");
                 return CLI_EXIT_USAGE;
             }
+        } else if (cli_is(&a, arg, "--bwd")) {
+            bwd = 1;
         } else {
             cli_unknown(&a, arg);
             return CLI_EXIT_USAGE;
         }
     }
+    if (bwd && only == 90) {
+        fprintf(stderr, "flashcore rows: --bwd: only path 80 has a backward tuning hook\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (bwd) only = 80;
     const int paths[2] = {90, 80};
     for (int k = 0; k < 2; k++) {
         if (only && paths[k] != only) continue;
@@ -48,7 +58,7 @@ int cli_rows(int argc, char **argv)
         fc_status st;
         int i = 0;
         if (!only) printf("# path %d\n", paths[k]);
-        while ((st = fc_tuning_row_info(paths[k], i, &r)) == FC_OK) {
+        while ((st = bwd ? fc_tuning_bwd_row_info(paths[k], i, &r) : fc_tuning_row_info(paths[k], i, &r)) == FC_OK) {
             printf("%d %d %d %d %d %d %d %d %d %d %d %d\n", i, (int)r.head_dim, (int)r.block_m,
                    (int)r.block_n, (int)r.threads, (int)r.stages, (int)r.ctas, (int)r.kvsplit, (int)r.tall,
                    (int)r.arch_class, (int)r.variant, (int)r.kernel);

@@ -692,6 +692,7 @@ fc_status kit_tuning_from_env(fc_context *ctx)
     fc_tuning_init(&t);
     const struct { const char *name; int32_t *field; } vars[] = {
         {"FLASHCORE_SM90_CONFIG", &t.sm90_config}, {"FLASHCORE_SM80_CONFIG", &t.sm80_config},
+        {"FLASHCORE_SM80_BWD_CONFIG", &t.sm80_bwd_config},
         {"FLASHCORE_SM90_ROTATE", &t.sm90_rotate}, {"FLASHCORE_SM90_TAIL", &t.sm90_tail},
         {"FLASHCORE_SM90_GRID", &t.sm90_grid},     {"FLASHCORE_SPLITS", &t.splits},
         {"FLASHCORE_PDL", &t.pdl},

@@ -111,8 +111,8 @@ def set_tuning(**fields):
     """Experimental: the tuning hooks (fc_tuning in flashcore.h, docs/API.md)
     for calls made from this thread: the named fields (sm90_config,
     sm80_config, sm90_rotate, sm90_tail, sm90_grid, splits, pdl,
-    sm90_trace_file), every other one at its default. A new thread starts
-    from the FLASHCORE_* variables of the environment."""
+    sm80_bwd_config, sm90_trace_file), every other one at its default. A
+    new thread starts from the FLASHCORE_* variables of the environment."""
     _context.context().set_tuning(**fields)
 
 

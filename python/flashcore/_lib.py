@@ -122,6 +122,7 @@ class fc_tuning(ctypes.Structure):
         ("sm90_grid", ctypes.c_int32),
         ("splits", ctypes.c_int32),
         ("pdl", ctypes.c_int32),
+        ("sm80_bwd_config", ctypes.c_int32),
         ("sm90_trace_file", ctypes.c_char_p),
     ]
 
@@ -132,6 +133,7 @@ TUNING_ENV = {
     "sm90_config": "FLASHCORE_SM90_CONFIG", "sm80_config": "FLASHCORE_SM80_CONFIG",
     "sm90_rotate": "FLASHCORE_SM90_ROTATE", "sm90_tail": "FLASHCORE_SM90_TAIL",
     "sm90_grid": "FLASHCORE_SM90_GRID", "splits": "FLASHCORE_SPLITS", "pdl": "FLASHCORE_PDL",
+    "sm80_bwd_config": "FLASHCORE_SM80_BWD_CONFIG",
     "sm90_trace_file": "FLASHCORE_SM90_TRACE_FILE",
 }
 

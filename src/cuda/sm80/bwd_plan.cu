@@ -29,17 +29,26 @@ using fc::sm80::BwdTile;
 using fc::sm80::kBwdTiles;
 using fc::sm80::kNumBwdTiles;
 
-/* The class's row for head_dim hd that fits the device's shared memory;
- * without one (a part reporting less smem than its class), the
- * smallest-smem row of any class that fits and has a kernel there (an
- * SM90-only row is empty below sm_90). -1 if none. */
-int pick_bwd_tile(int cls, int hd, const fc_cuda_device *dev)
+/* Whether row t can run head_dim hd on dev (class cls): its head dim, the
+ * device's shared memory, and a kernel there (an SM90-only row is empty
+ * below sm_90). */
+bool bwd_tile_runs(const BwdTile &t, int cls, int hd, const fc_cuda_device *dev)
 {
+    return t.head_dim == hd && fc::sm80::bwd_smem_bytes(t) <= dev->smem_optin &&
+           (cls == fc::sm80::kClassSm90 || !fc::sm80::bwd_tile_sm90_only(t));
+}
+
+/* The tuning hook's row (tune->sm80_bwd_config) when it runs hd; else the
+ * class's row; without one (a part reporting less smem than its class),
+ * the smallest-smem row of any class that runs it. -1 if none. */
+int pick_bwd_tile(int cls, int hd, const fc_cuda_device *dev, const fc_tuning *tune)
+{
+    const int forced = tune->sm80_bwd_config;
+    if (forced >= 0 && forced < kNumBwdTiles && bwd_tile_runs(kBwdTiles[forced], cls, hd, dev)) return forced;
     int best = -1;
     for (int i = 0; i < kNumBwdTiles; ++i) {
         const BwdTile &t = kBwdTiles[i];
-        if (t.head_dim != hd || fc::sm80::bwd_smem_bytes(t) > dev->smem_optin) continue;
-        if (cls != fc::sm80::kClassSm90 && fc::sm80::bwd_tile_sm90_only(t)) continue;
+        if (!bwd_tile_runs(t, cls, hd, dev)) continue;
         if (t.arch_class == cls) return i;
         if (best < 0 || fc::sm80::bwd_smem_bytes(t) < fc::sm80::bwd_smem_bytes(kBwdTiles[best])) best = i;
     }
@@ -92,10 +101,20 @@ extern "C" fc_status fc_sm80_bwd_common(const fc_bwd_params *b, const fc_cuda_de
     return fc_sm80_common_checks(p, dev, grads, 5, cls ? cls : &c, why, why_len);
 }
 
+extern "C" int fc_sm80_bwd_tile_row(int i, fc_tile_row *row)
+{
+    if (i < 0 || i >= kNumBwdTiles) return 0;
+    const BwdTile &t = kBwdTiles[i];
+    int kernel = 0;
+    while (!fc::sm80::same_bwd_kernel(kBwdTiles[kernel], t)) ++kernel;
+    /* stages 2: the Q and dO buffers */
+    *row = fc_sm80_listed_row(t.head_dim, t.block_m, t.block_n, t.warps, 2, t.ctas, t.arch_class, 0, kernel);
+    return 1;
+}
+
 extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_device *dev, const fc_tuning *tune,
                                       fc_cuda_choice *choice, char *why, size_t why_len)
 {
-    (void)tune; /* no backward tuning hook yet */
     const fc_fwd_params *p = &b->f;
     const int hd = p->head_dim;
     if (hd != 32 && hd != 64 && hd != 96 && hd != 128 && hd != 256) {
@@ -106,7 +125,7 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     int cls = -1;
     const fc_status st = fc_sm80_bwd_common(b, dev, &cls, why, why_len);
     if (st != FC_OK) return st;
-    const int cfg = pick_bwd_tile(cls, hd, dev);
+    const int cfg = pick_bwd_tile(cls, hd, dev, tune);
     if (cfg < 0) {
         snprintf(why, why_len,
                  "device %s allows %lld bytes of shared memory per block: no sm80 backward tile for head_dim %d fits",

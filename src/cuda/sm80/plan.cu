@@ -248,19 +248,10 @@ extern "C" int fc_sm80_tile_row(int i, fc_tile_row *row)
 {
     if (i < 0 || i >= kNumTiles) return 0;
     const Tile &t = kTiles[i];
-    static const int class_sm[fc::sm80::kNumArchClasses] = {80, 86, 90}; /* kClassSm80/86/90 */
     int kernel = 0;
     while (!fc::sm80::same_kernel(kTiles[kernel], t)) ++kernel;
-    *row = fc_tile_row{};
-    row->head_dim = t.head_dim;
-    row->block_m = t.block_m;
-    row->block_n = t.block_n;
-    row->threads = 32 * t.warps;
-    row->stages = t.stages;
-    row->ctas = t.ctas;
-    row->arch_class = class_sm[t.arch_class];
-    row->variant = t.variant;
-    row->kernel = kernel;
+    *row = fc_sm80_listed_row(t.head_dim, t.block_m, t.block_n, t.warps, t.stages, t.ctas, t.arch_class, t.variant,
+                              kernel);
     return 1;
 }
 

@@ -28,6 +28,26 @@ typedef struct fc_sm80_tensor_ref {
 fc_status fc_sm80_common_checks(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_sm80_tensor_ref *extra,
                                 int n_extra, int *cls, char *why, size_t why_len);
 
+/* A row of either sm80-class table as the tools list it (fc_tile_row):
+ * cls is the table's ArchClass (tiles.cuh), kernel the first row with the
+ * same kernel. */
+static inline fc_tile_row fc_sm80_listed_row(int head_dim, int block_m, int block_n, int warps, int stages,
+                                             int ctas, int cls, int variant, int kernel)
+{
+    static const int class_sm[3] = {80, 86, 90}; /* kClassSm80/86/90 */
+    fc_tile_row r = {0};
+    r.head_dim = head_dim;
+    r.block_m = block_m;
+    r.block_n = block_n;
+    r.threads = 32 * warps;
+    r.stages = stages;
+    r.ctas = ctas;
+    r.arch_class = class_sm[cls];
+    r.variant = variant;
+    r.kernel = kernel;
+    return r;
+}
+
 #ifdef __cplusplus
 }
 #endif
