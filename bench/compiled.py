@@ -11,7 +11,9 @@ compilation, for reference), `default` (torch.compile(fullgraph=True)) and
 --steps back-to-back steps after warm-up (compilation, graph recording),
 median over --rounds rounds, the two attention implementations interleaved.
 Each row also has the difference of the outputs (loss, or the largest
-logit difference) between the two.
+logit difference) between the two. The header (and the JSON's meta,
+flashcore_ops) says which kernels ran flashcore's ops: their C++ kernels
+(python/flashcore/csrc, built at the first op call) or the Python ones.
 
     python3 bench/compiled.py                    # GPU machine; --json compiled.json
     python3 bench/compiled.py --dry-run          # CPU: tiny model, aot_eager: the plumbing only
@@ -138,9 +140,20 @@ def measure(task, mode, mods, ids, targets, a, cuda):
     return row
 
 
+def ops_path():
+    """Which kernels ran flashcore's ops: 'c++ (<library>)' or 'python (<why>)'
+    (flashcore._torch_ext; a binding without it has Python kernels only)."""
+    try:
+        from flashcore import _torch_ext
+    except ImportError:
+        return "python (this binding has no C++ kernels)"
+    return _torch_ext.describe()
+
+
 def table(rows, meta):
     lines = ["compiled decoder step time, %s, torch %s, %s, %d steps x %d rounds (medians)"
-             % (meta["device"], meta["torch"], meta["model"], meta["steps"], meta["rounds"]), "",
+             % (meta["device"], meta["torch"], meta["model"], meta["steps"], meta["rounds"]),
+             "flashcore's op kernels: %s" % meta["flashcore_ops"], "",
              "| task | mode | flashcore ms/step | SDPA ms/step | flashcore / SDPA | max diff |",
              "|---|---|---|---|---|---|"]
     for r in rows:
@@ -186,6 +199,7 @@ def main():
                     a.batch, a.seq, a.dim, a.heads, a.kv_heads, a.dim // a.heads, a.layers, a.dtype))
     rows = [measure(t, m, mods, ids, targets, a, device == "cuda")
             for t in a.tasks.split(",") for m in a.modes.split(",")]
+    meta["flashcore_ops"] = ops_path()  # after the runs: the first op call loads the C++ kernels
     print(table(rows, meta))
     if a.json:
         Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))

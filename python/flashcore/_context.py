@@ -30,29 +30,73 @@ class _Args:
         self.kept = None
 
 
+class ExtThread(ctypes.Structure):
+    """fc_ext_thread of the torch ops' C++ kernels (csrc/op_kernels.cpp):
+    one thread's fc_context, shared with them."""
+    _fields_ = [
+        ("ctx", ctypes.c_void_p),
+        ("device", ctypes.c_int32),     # what the context holds between calls (this
+        ("cuda_path", ctypes.c_int32),  # binding's cache; the kernels restore it)
+        ("ran", ctypes.c_int32),        # a kernel's call succeeded: info holds it
+        ("info", _lib.fc_kernel_info * 2),  # _Context._infos; a kernel's call writes both
+    ]
+
+
+# Set by _torch_ext while the C++ kernels are in: ext_thread() returns this
+# thread's ExtThread (or None), whose context a new _Context takes as its
+# own; ext_adopt(ctx) hands them a _Context made before (its settings
+# stay), returning the ExtThread.
+ext_thread = None
+ext_adopt = None
+
+
 class _Context:
     def __init__(self, lib):
         self._lib = lib
-        handle = ctypes.c_void_p()
-        status = lib.fc_context_create(ctypes.byref(handle))
-        if status != 0:
-            raise error_for_status(status, "fc_context_create failed")
-        self.handle = handle
-        self.device = -1     # what the C context holds now (library defaults)
-        self.cuda_path = 0
+        shared = ext_thread() if ext_thread is not None else None
+        if shared is None:
+            handle = ctypes.c_void_p()
+            status = lib.fc_context_create(ctypes.byref(handle))
+            if status != 0:
+                raise error_for_status(status, "fc_context_create failed")
+            self.handle = handle
+            self.device = -1     # what the C context holds now (library defaults)
+            self.cuda_path = 0
+        self._shared = None  # the ExtThread whose context this is, if any
         self.num_threads = 0
         # One args struct per entry point and two kernel-info structs, made
         # once with their byref() and the views of the args' data pointers:
         # building them is a large share of a call's host time.
         self._fwd = _Args(_lib.new_args(lib), _lib.FWD_DATA)
         self._bwd = _Args(_lib.new_bwd_args(lib), _lib.BWD_DATA)
-        self._infos = (_lib.fc_kernel_info(), _lib.fc_kernel_info())
-        self._info_refs = tuple(ctypes.byref(i) for i in self._infos)
-        self._info_next = 0
+        self._set_infos(_lib.fc_kernel_info(), _lib.fc_kernel_info())
         self.info_last = None  # that of the last successful call
+        if shared is not None:
+            self.share(shared)  # the kernels made it with the environment's tuning
+            return
         env = _lib.tuning_from_env()
         if env:
             self.set_tuning(**env)
+
+    def _set_infos(self, a, b):
+        self._infos = (a, b)
+        self._info_refs = tuple(ctypes.byref(i) for i in self._infos)
+        self._info_next = 0
+
+    def share(self, shared):
+        """Use the ExtThread shared's context (the C++ kernels' for this
+        thread, which frees it) from now on: its device, CUDA path and
+        kernel info. Where this context is not that one (it was made
+        before the kernels were loaded), fc_ext_adopt has made it so."""
+        last = self.info_last
+        self.handle = ctypes.c_void_p(shared.ctx)
+        self.device, self.cuda_path = shared.device, shared.cuda_path
+        self._shared = shared
+        self._set_infos(shared.info[0], shared.info[1])
+        if last is not None:
+            shared.info[0] = last
+        self.info_last = self._infos[0] if last is not None or shared.ran else None
+        self._info_next = 1
 
     def args(self, backward=False):
         """This thread's fc_attention_args (or backward args), every field
@@ -98,11 +142,15 @@ class _Context:
         if device != self.device:
             self.check(self._lib.fc_context_set_device(self.handle, device))
             self.device = device
+            if self._shared is not None:
+                self._shared.device = device
 
     def set_cuda_path(self, path):
         if path != self.cuda_path:
             self.check(self._lib.fc_context_set_cuda_path(self.handle, path))
             self.cuda_path = path
+            if self._shared is not None:
+                self._shared.cuda_path = path
 
     def set_num_threads(self, n):
         self.check(self._lib.fc_context_set_num_threads(self.handle, n))
@@ -136,6 +184,8 @@ class _Context:
         return out
 
     def __del__(self):
+        if getattr(self, "_shared", None) is not None:
+            return  # the C++ kernels' context: freed at thread exit there
         try:
             self._lib.fc_context_free(self.handle)
         except Exception:  # interpreter shutdown: nothing useful to do
@@ -148,6 +198,8 @@ def context():
     if ctx is None:
         ctx = _Context(_lib.load())
         _tls.ctx = ctx
+    elif ctx._shared is None and ext_adopt is not None:
+        ctx.share(ext_adopt(ctx))  # made before the C++ kernels came in: one context for both
     return ctx
 
 
@@ -155,9 +207,12 @@ def last_kernel_info():
     """KernelInfo of this thread's last successful attention() or
     attention_backward() call, or None."""
     ctx = getattr(_tls, "ctx", None)
-    if ctx is None or ctx.info_last is None:
+    if ctx is None:
         return None
-    return _kernel_info(ctx.info_last)  # decoded on request, not on every call
+    info = ctx.info_last
+    if info is None and ctx._shared is not None and ctx._shared.ran:
+        info = ctx._infos[0]  # a C++ kernel's call was this thread's first
+    return None if info is None else _kernel_info(info)  # decoded on request, not on every call
 
 
 def last_host_profile():

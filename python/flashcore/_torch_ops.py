@@ -28,13 +28,19 @@ Imported only where torch already is (flashcore/__init__ when torch was
 imported first, else the first call that needs it), so importing flashcore
 never imports torch. The ops pass tensors as they are (any strides, no
 copy) and run on torch's current CUDA stream, like flashcore.attention.
+
+The kernels here (_forward_op, _backward_op) are the Python path. The
+first call of one loads C++ kernels for attention_fwd and attention_bwd
+(_torch_ext: CPU, CUDA, and the autograd step of calls autograd does not
+record), which hand what they do not take, and every error, back to these
+functions through the private ops _attention_fwd_py and _attention_bwd_py.
 """
 
 import collections
 
 import torch
 
-from . import _attention, _backward, _request
+from . import _attention, _backward, _request, _torch_ext
 from .errors import InvalidArgumentError, UnsupportedError
 
 # The options both ops take, after their tensors. scale 0 = 1/sqrt(head_dim);
@@ -81,6 +87,8 @@ def _lse_shape(q, varlen, bhsd):
 def _forward_op(q, k, v, *opts):
     """Both forward ops' body: the append step's tensors, when present,
     are part of the tail _common passes on."""
+    if not _torch_ext.tried:
+        _torch_ext.load()  # C++ kernels for the calls after this one
     if fp8(q, k, v):  # flashcore.attention never brings them here (its out would not be the fake's)
         raise UnsupportedError("flashcore::attention_fwd: FP8 tensors are not taken by the ops (forward only, "
                                "no descales): call flashcore.attention eagerly")
@@ -88,9 +96,11 @@ def _forward_op(q, k, v, *opts):
     return _attention._forward(q, k, v, True, None, o.cuda_path or None, _common(o, opts[_N:]))
 
 
+_FWD_SCHEMA = "(Tensor q, Tensor k, Tensor v, %s, %s) -> (Tensor, Tensor)" % (_OPTIONS, _PAGED)
+_BWD_SCHEMA = ("(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, %s)"
+               " -> (Tensor, Tensor, Tensor)" % _OPTIONS)
 _fwd = torch.library.custom_op("flashcore::attention_fwd", _forward_op, mutates_args=(), tags=_TAGS,
-                               schema="(Tensor q, Tensor k, Tensor v, %s, %s) -> (Tensor, Tensor)"
-                                      % (_OPTIONS, _PAGED))
+                               schema=_FWD_SCHEMA)
 
 
 @_fwd.register_fake
@@ -125,14 +135,17 @@ class _AppendNoBackward(torch.autograd.Function):
             "not implemented, as in flash-attn; call it under torch.no_grad() or torch.inference_mode()")
 
 
-@torch.library.custom_op("flashcore::attention_bwd", mutates_args=(), tags=_TAGS,
-                         schema="(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, %s)"
-                                " -> (Tensor, Tensor, Tensor)" % _OPTIONS)
-def _bwd(dout, q, k, v, out, lse, *opts):
+def _backward_op(dout, q, k, v, out, lse, *opts):
+    if not _torch_ext.tried:
+        _torch_ext.load()
     o = Options(*opts)
     # cuda_path is the forward's: the backward picks its own kernel family.
     return _backward.attention_backward(dout, q, k, v, out, lse, deterministic=o.deterministic,
                                         **_common(o))
+
+
+_bwd = torch.library.custom_op("flashcore::attention_bwd", _backward_op, mutates_args=(), tags=_TAGS,
+                               schema=_BWD_SCHEMA)
 
 
 @_bwd.register_fake
@@ -172,6 +185,16 @@ def _no_double_backward(ctx, *grads):
 
 _fwd.register_autograd(_backward_rule, setup_context=_setup_context)
 _bwd.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
+
+# The Python kernels again, as ops of the same schemas that the C++ kernels
+# (_torch_ext) hand what they do not take and every call the library
+# refuses: the results and errors of the Python path, by construction.
+# Never traced (they run inside a kernel, below autograd).
+_py = torch.library.Library("flashcore", "FRAGMENT")
+_py.define("_attention_fwd_py" + _FWD_SCHEMA)
+_py.impl("_attention_fwd_py", _forward_op, "CompositeExplicitAutograd")
+_py.define("_attention_bwd_py" + _BWD_SCHEMA)
+_py.impl("_attention_bwd_py", _backward_op, "CompositeExplicitAutograd")
 
 
 def routes(q, k, v, appended=()):

@@ -23,13 +23,7 @@ _torch_ops = flashcore._attention._torch_ops()
 OPS = torch.ops.flashcore
 
 
-def options(**kw):
-    """The ops' options after their tensors, in schema order."""
-    base = dict(cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=-1, max_seqlen_k=-1, scale=0.0,
-                softcap=0.0, causal=False, window_left=-1, window_right=-1, bhsd=False,
-                backend="auto", cuda_path=0, deterministic=False)
-    base.update(kw)
-    return tuple(_torch_ops.Options(**base))
+from op_options import options  # noqa: E402  (needs torch)
 
 
 def rand(*shapes, seed, grad=True):

@@ -1,0 +1,452 @@
+// The CPU and CUDA kernels of the torch ops flashcore::attention_fwd and
+// flashcore::attention_bwd in C++: they fill the C API's args straight from
+// the tensors and call the library. Everything else about the ops (schemas,
+// fake kernels, autograd) stays in _torch_ops.py; _torch_ext.py builds this
+// file with the system compiler and loads it.
+//
+// Why: a compiled graph without CUDA graphs calls the op's kernel on every
+// step, and the Python kernel (dispatcher to Python, then the ctypes
+// binding) cost ~60 us of host time per op on an H100 host (docs/PERF.md).
+//
+// A call this file does not take as it is (varlen offsets, an empty tensor,
+// an FP8 or other dtype, a layout or option the binding's checks refuse) or
+// that the library answers with an error runs the Python kernel instead
+// (flashcore::_attention_fwd_py / _attention_bwd_py: the same schema), so
+// every result and every error (class and message) is the Python path's.
+//
+// No CUDA header: the stream comes from c10's device-generic interface.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/library.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "flashcore.h"
+
+// One per OS thread, shared with the Python binding's context of that thread
+// (_context._Context adopts it), so both paths use one fc_context: its
+// settings (threads, tuning), host profile and kernel info.
+extern "C" struct fc_ext_thread {
+    fc_context *ctx;
+    int32_t device;     // the context's device and CUDA path between calls, as the
+    int32_t cuda_path;  // binding caches them: a call here sets its own, then these back
+    int32_t ran;        // a call here succeeded: info holds its kernel
+    fc_kernel_info info[2];  // the binding's double-buffered kernel info; a call here writes both
+};
+
+namespace {
+
+using torch::jit::Stack;
+using Args = c10::ArrayRef<c10::IValue>;
+
+// The library's entry points, from the copy the binding loaded (one library,
+// one fc_context type), in fc_ext_init's order.
+struct Api {
+    void (*args_init)(fc_attention_args *);
+    void (*bwd_args_init)(fc_attention_backward_args *);
+    fc_status (*context_create)(fc_context **);
+    void (*context_free)(fc_context *);
+    fc_status (*set_device)(fc_context *, int);
+    fc_status (*set_cuda_path)(fc_context *, int);
+    fc_status (*set_tuning)(fc_context *, const fc_tuning *);
+    fc_status (*forward)(fc_context *, const fc_attention_args *, void *, fc_kernel_info *);
+    fc_status (*backward)(fc_context *, const fc_attention_backward_args *, void *, fc_kernel_info *);
+};
+
+Api api;
+fc_attention_args fwd_init;  // fc_attention_args_init's values, copied per call
+fc_attention_backward_args bwd_init;
+fc_tuning env_tuning;        // the FLASHCORE_* tuning a new thread context starts from
+bool has_env_tuning = false;
+// CPU, CUDA, AutogradCPU, AutogradCUDA: the kernels while switched in
+const c10::DispatchKey kKeys[4] = {c10::DispatchKey::CPU, c10::DispatchKey::CUDA, c10::DispatchKey::AutogradCPU,
+                                   c10::DispatchKey::AutogradCUDA};
+std::unique_ptr<torch::Library> registered[4];
+
+constexpr size_t kFwdArgs = 18;  // _torch_ops: q, k, v, the options, block_table, seqused_k
+constexpr size_t kBwdArgs = 19;  // dout, q, k, v, out, lse, the options
+
+struct Owner {
+    fc_ext_thread s{};
+    ~Owner() {
+        if (s.ctx) api.context_free(s.ctx);
+    }
+};
+
+bool new_context(fc_ext_thread &s) {
+    if (api.context_create(&s.ctx) != FC_OK) {
+        s.ctx = nullptr;
+        return false;
+    }
+    s.device = -1;  // fc_context_create's defaults
+    s.cuda_path = 0;
+    if (has_env_tuning && api.set_tuning(s.ctx, &env_tuning) != FC_OK) {
+        api.context_free(s.ctx);  // the Python path raises the library's reason
+        s.ctx = nullptr;
+        return false;
+    }
+    return true;
+}
+
+Owner &owner() {
+    thread_local Owner t;
+    return t;
+}
+
+// This thread's state, its context made on first use (nullptr if that fails).
+fc_ext_thread *thread_state() {
+    Owner &t = owner();
+    if (!t.s.ctx && !new_context(t.s)) return nullptr;
+    return &t.s;
+}
+
+// ---- the Python checks this file repeats: a call that fails one is not taken
+
+bool dtype_code(const at::Tensor &t, fc_dtype &d) {
+    switch (t.scalar_type()) {
+    case at::kFloat: d = FC_DTYPE_F32; return true;
+    case at::kHalf: d = FC_DTYPE_F16; return true;
+    case at::kBFloat16: d = FC_DTYPE_BF16; return true;
+    case at::kDouble: d = FC_DTYPE_F64; return true;
+    default: return false;  // FP8 and the rest: the Python kernel names them
+    }
+}
+
+// A strided tensor on q's device without an empty dimension (_arrays.view
+// pads those, _request.finish turns a dense call without rows into varlen).
+bool plain(const at::Tensor &t, const at::Device &dev) {
+    if (!t.defined() || t.layout() != at::kStrided || t.device() != dev || t.is_neg()) return false;
+    for (int64_t n : t.sizes())
+        if (n == 0) return false;
+    return true;
+}
+
+// t as an fc_tensor in the library's [B,S,H,D] order (bhsd: dims 1 and 2
+// swapped, no copy); false unless the last dimension is contiguous.
+bool view(const at::Tensor &t, bool bhsd, fc_dtype dtype, fc_tensor &v) {
+    int n = static_cast<int>(t.dim());
+    if (n < 1 || n > 4) return false;
+    v.data = t.data_ptr();
+    v.dtype = dtype;
+    v.ndim = n;
+    for (int i = 0; i < n; i++) {
+        v.shape[i] = t.size(i);
+        v.stride[i] = t.stride(i);
+    }
+    if (bhsd && n == 4) {
+        std::swap(v.shape[1], v.shape[2]);
+        std::swap(v.stride[1], v.stride[2]);
+    }
+    if (v.shape[n - 1] == 1) v.stride[n - 1] = 1;  // any stride is fine over one element
+    return v.stride[n - 1] == 1;
+}
+
+// _limits.float32: 0, or a value float32 holds finite and nonzero.
+bool float32_ok(double x, float &f) {
+    if (x == 0.0) {
+        f = 0.0f;
+        return true;
+    }
+    if (!(std::fabs(x) <= FLT_MAX)) return false;  // NaN too
+    f = static_cast<float>(x);
+    return f != 0.0f;
+}
+
+bool int32_ok(int64_t x) { return x >= INT32_MIN && x <= INT32_MAX; }
+
+// _lib.BACKENDS, as _request.check_names reads them (any case).
+int backend_code(const std::string &s) {
+    static const char *names[] = {"auto", "cpu", "cuda", "cpu_reference"};
+    for (int i = 0; i < 4; i++) {
+        if (s.size() != std::strlen(names[i])) continue;
+        bool same = true;
+        for (size_t j = 0; j < s.size() && same; j++)
+            same = (s[j] >= 'A' && s[j] <= 'Z' ? s[j] + 32 : s[j]) == names[i][j];
+        if (same) return i;
+    }
+    return -1;
+}
+
+struct Options {
+    float scale, softcap;
+    bool causal, bhsd, deterministic;
+    int32_t window_left, window_right;
+    int backend, cuda_path;
+};
+
+// The options (_torch_ops._OPTIONS), a from cu_seqlens_q on. Variable
+// length calls are the Python kernel's: their offsets are data it checks.
+bool options(Args a, Options &o) {
+    if (!a[0].isNone() || !a[1].isNone()) return false;
+    if (!float32_ok(a[4].toDouble(), o.scale) || !float32_ok(a[5].toDouble(), o.softcap)) return false;
+    int64_t wl = a[7].toInt(), wr = a[8].toInt(), path = a[11].toInt();
+    if (!int32_ok(wl) || !int32_ok(wr)) return false;
+    o.causal = a[6].toBool();
+    o.window_left = static_cast<int32_t>(wl);
+    o.window_right = static_cast<int32_t>(wr);
+    o.bhsd = a[9].toBool();
+    o.backend = backend_code(a[10].toStringRef());
+    o.cuda_path = static_cast<int>(path);
+    o.deterministic = a[12].toBool();
+    return o.backend >= 0 && (path == 0 || path == 80 || path == 90);
+}
+
+void put_options(const Options &o, fc_attention_args &a) {
+    a.scale = o.scale;
+    a.softcap = o.softcap;
+    a.causal = o.causal ? 1 : 0;
+    a.window_left = o.window_left;
+    a.window_right = o.window_right;
+    a.backend = static_cast<fc_backend>(o.backend);
+}
+
+// q, k, v: dense 4-D tensors of one supported dtype on one device, which
+// the backend can read (_request._check_operands).
+bool operands(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const Options &o,
+              fc_attention_args &a) {
+    fc_dtype d;
+    const at::Device dev = q.device();
+    if (!dtype_code(q, d) || !(dev.is_cpu() || dev.is_cuda())) return false;
+    for (const at::Tensor *t : {&q, &k, &v})
+        if (!plain(*t, dev) || t->dim() != 4 || t->scalar_type() != q.scalar_type()) return false;
+    bool cpu_backend = o.backend == FC_BACKEND_CPU || o.backend == FC_BACKEND_CPU_REFERENCE;
+    if (dev.is_cuda() ? cpu_backend : o.backend == FC_BACKEND_CUDA) return false;
+    put_options(o, a);
+    return view(q, o.bhsd, d, a.q) && view(k, o.bhsd, d, a.k) && view(v, o.bhsd, d, a.v);
+}
+
+// An int32 array the library reads in place (_arrays.int32_in_place): rows
+// with a contiguous last dimension that do not overlap.
+bool int32_rows(const c10::IValue &x, const at::Device &dev, int64_t dim, int64_t batch, at::Tensor &t) {
+    t = x.toTensor();
+    if (!plain(t, dev) || t.scalar_type() != at::kInt || t.dim() != dim || t.size(0) != batch) return false;
+    if (t.size(-1) > 1 && t.stride(-1) != 1) return false;
+    return dim < 2 || batch <= 1 || t.stride(0) >= t.size(1);
+}
+
+// The paged cache and the key counts (_request._fill_paged), a: block_table,
+// seqused_k (None: not given).
+bool paged(Args a, const at::Device &dev, fc_attention_args &args) {
+    const int64_t batch = args.q.shape[0];
+    at::Tensor t;
+    if (!a[0].isNone()) {
+        if (!int32_rows(a[0], dev, 2, batch, t) || !int32_ok(t.size(1))) return false;
+        args.block_table = t.data_ptr<int32_t>();
+        args.max_pages_per_seq = static_cast<int32_t>(t.size(1));
+        args.block_table_stride = batch > 1 ? t.stride(0) : 0;
+    }
+    if (!a[1].isNone()) {
+        if (!int32_rows(a[1], dev, 1, batch, t)) return false;
+        args.seqused_k = t.data_ptr<int32_t>();
+    }
+    return true;
+}
+
+// ---- running a call
+
+void *stream_of(const at::Device &dev) {
+    if (!dev.is_cuda()) return nullptr;
+    c10::impl::VirtualGuardImpl impl(dev.type());
+    return impl.getStream(dev).native_handle();  // torch's current stream, as the binding's
+}
+
+// entry on this thread's context with the call's device and CUDA path, then
+// the context's own back; on success its kernel is the binding's last one.
+template <class A, class Entry>
+bool run(Entry entry, const A &args, const at::Device &dev, int cuda_path) {
+    fc_ext_thread *t = thread_state();
+    if (!t) return false;
+    int device = dev.is_cuda() ? dev.index() : -1;
+    if (device != t->device) api.set_device(t->ctx, device);
+    if (cuda_path != t->cuda_path) api.set_cuda_path(t->ctx, cuda_path);
+    fc_kernel_info info;
+    fc_status st = entry(t->ctx, &args, stream_of(dev), &info);
+    if (device != t->device) api.set_device(t->ctx, t->device);
+    if (cuda_path != t->cuda_path) api.set_cuda_path(t->ctx, t->cuda_path);
+    if (st != FC_OK) return false;  // the Python kernel runs it again and raises
+    t->info[0] = t->info[1] = info;
+    t->ran = 1;
+    return true;
+}
+
+// The Python kernel (an op of the same schema) on the arguments still on
+// the stack: what this file does not take, and every error.
+void python_kernel(const c10::OperatorHandle &op, Stack *stack) {
+    at::AutoDispatchBelowADInplaceOrView below;  // already past autograd
+    op.callBoxed(stack);
+}
+
+// ---- the kernels
+
+using Pair = std::optional<std::tuple<at::Tensor, at::Tensor>>;
+using Triple = std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>>;
+
+// attention_fwd: (out, lse) as the Python kernel makes them (new, in q's
+// layout; lse float32 [batch, heads_q, seqlen_q]), or nothing if not taken.
+Pair forward(Args a) {
+    Options o;
+    fc_attention_args args = fwd_init;
+    const at::Tensor &q = a[0].toTensor();
+    if (!options(a.slice(3, 13), o) || !operands(q, a[1].toTensor(), a[2].toTensor(), o, args) ||
+        !paged(a.slice(16, 2), q.device(), args))
+        return std::nullopt;
+    at::Tensor out = at::empty(q.sizes(), q.options());
+    at::Tensor lse = at::empty({args.q.shape[0], args.q.shape[2], args.q.shape[1]}, q.options().dtype(at::kFloat));
+    view(out, o.bhsd, args.q.dtype, args.out);
+    view(lse, false, FC_DTYPE_F32, args.lse);
+    if (!run(api.forward, args, q.device(), o.cuda_path)) return std::nullopt;
+    return std::make_tuple(std::move(out), std::move(lse));
+}
+
+// x (out or dout) as the backward reads it: q's device, dtype and shape.
+bool like_q(const at::Tensor &x, const at::Tensor &q, const fc_attention_args &f, bool bhsd, fc_tensor &v) {
+    return plain(x, q.device()) && x.scalar_type() == q.scalar_type() && x.sizes() == q.sizes() &&
+           view(x, bhsd, f.q.dtype, v);
+}
+
+// The forward's lse (_request.lse_input): float32 [batch, heads_q, seqlen_q].
+bool lse_in(const at::Tensor &lse, const at::Tensor &q, fc_attention_args &f) {
+    const int64_t want[3] = {f.q.shape[0], f.q.shape[2], f.q.shape[1]};
+    return plain(lse, q.device()) && lse.scalar_type() == at::kFloat && lse.sizes() == at::IntArrayRef(want) &&
+           view(lse, false, FC_DTYPE_F32, f.lse);
+}
+
+// attention_bwd: (dq, dk, dv), new and like q, k, v, or nothing if not taken.
+Triple backward(Args a) {
+    Options o;
+    fc_attention_backward_args args = bwd_init;
+    fc_attention_args &f = args.fwd;
+    const at::Tensor &q = a[1].toTensor(), &k = a[2].toTensor(), &v = a[3].toTensor();
+    if (!options(a.slice(6, 13), o) || !operands(q, k, v, o, f) || !like_q(a[4].toTensor(), q, f, o.bhsd, f.out) ||
+        !like_q(a[0].toTensor(), q, f, o.bhsd, args.dout) || !lse_in(a[5].toTensor(), q, f))
+        return std::nullopt;
+    at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
+               dv = at::empty(v.sizes(), v.options());
+    view(dq, o.bhsd, f.q.dtype, args.dq);
+    view(dk, o.bhsd, f.q.dtype, args.dk);
+    view(dv, o.bhsd, f.q.dtype, args.dv);
+    args.deterministic = o.deterministic ? 1 : 0;
+    // cuda_path is the forward's: the backward picks its own kernel family
+    if (!run(api.backward, args, q.device(), 0)) return std::nullopt;
+    return std::make_tuple(std::move(dq), std::move(dk), std::move(dv));
+}
+
+void attention_fwd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack) {
+    static const c10::OperatorHandle py =
+        c10::Dispatcher::singleton().findSchemaOrThrow("flashcore::_attention_fwd_py", "");
+    Pair res = forward(torch::jit::last(stack, kFwdArgs));
+    if (!res) return python_kernel(py, stack);
+    torch::jit::drop(stack, kFwdArgs);
+    torch::jit::push(stack, std::move(std::get<0>(*res)), std::move(std::get<1>(*res)));
+}
+
+void attention_bwd(const c10::OperatorHandle &, c10::DispatchKeySet, Stack *stack) {
+    static const c10::OperatorHandle py =
+        c10::Dispatcher::singleton().findSchemaOrThrow("flashcore::_attention_bwd_py", "");
+    Triple res = backward(torch::jit::last(stack, kBwdArgs));
+    if (!res) return python_kernel(py, stack);
+    torch::jit::drop(stack, kBwdArgs);
+    torch::jit::push(stack, std::move(std::get<0>(*res)), std::move(std::get<1>(*res)),
+                     std::move(std::get<2>(*res)));
+}
+
+// ---- autograd
+
+// Does autograd record this call: grad mode on and a tensor that requires
+// grad (the test of the ops' Python autograd kernel, torch.library's)?
+bool records(Args a) {
+    if (!c10::GradMode::is_enabled()) return false;
+    for (const c10::IValue &x : a)
+        if (x.isTensor() && x.toTensor().requires_grad()) return true;
+    return false;
+}
+
+// Both ops' AutogradCPU and AutogradCUDA kernel. A compiled graph's calls
+// (grad off, or nothing requiring grad) take the redispatch below autograd
+// that the Python autograd kernel would make, without its Python.
+// A call autograd records goes to that kernel (register_autograd's formula):
+// registered for the alias key Autograd, it still serves AutogradOther.
+void autograd(const c10::OperatorHandle &op, c10::DispatchKeySet ks, Stack *stack) {
+    const c10::DispatchKeySet below = ks & c10::after_autograd_keyset;
+    if (records(torch::jit::last(stack, op.schema().arguments().size())))
+        return op.redispatchBoxed(below | c10::DispatchKeySet(c10::DispatchKey::AutogradOther), stack);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.redispatchBoxed(below, stack);
+}
+
+// One dispatch key's kernels; dropping them gives the key back to the ops'
+// Python kernels (registered for CompositeExplicitAutograd and Autograd).
+std::unique_ptr<torch::Library> kernels_for(c10::DispatchKey key) {
+    auto m = std::make_unique<torch::Library>(torch::Library::IMPL, "flashcore", key, __FILE__, __LINE__);
+    const bool grad = key == c10::DispatchKey::AutogradCPU || key == c10::DispatchKey::AutogradCUDA;
+    m->impl("attention_fwd", grad ? torch::CppFunction::makeFromBoxedFunction<&autograd>()
+                                  : torch::CppFunction::makeFromBoxedFunction<&attention_fwd>());
+    m->impl("attention_bwd", grad ? torch::CppFunction::makeFromBoxedFunction<&autograd>()
+                                  : torch::CppFunction::makeFromBoxedFunction<&attention_bwd>());
+    return m;
+}
+
+}  // namespace
+
+// ---- what _torch_ext.py calls through ctypes
+
+extern "C" {
+
+// The sizes the binding compares with its ctypes mirrors of the same
+// structs before it hands anything over.
+void fc_ext_layout(int64_t *out) {
+    out[0] = sizeof(fc_attention_args);
+    out[1] = sizeof(fc_attention_backward_args);
+    out[2] = sizeof(fc_kernel_info);
+    out[3] = sizeof(fc_tuning);
+    out[4] = sizeof(fc_ext_thread);
+    out[5] = offsetof(fc_ext_thread, info);
+}
+
+// fns: the library's entry points in Api's order; tuning: what a new thread
+// context starts from (NULL: the defaults). Nothing is registered until
+// fc_ext_enable.
+void fc_ext_init(void *const *fns, const fc_tuning *tuning) {
+    static_assert(sizeof(Api) == 9 * sizeof(void *), "Api: nine entry points");
+    std::memcpy(&api, fns, sizeof api);
+    api.args_init(&fwd_init);
+    api.bwd_args_init(&bwd_init);
+    has_env_tuning = tuning != nullptr;
+    if (tuning) env_tuning = *tuning;
+}
+
+// Register the kernels (on) or drop them; the binding serialises the calls.
+void fc_ext_enable(int on) {
+    if (!on) {
+        for (auto &r : registered) r.reset();
+    } else if (!registered[0]) {
+        for (int i = 0; i < 4; i++) registered[i] = kernels_for(kKeys[i]);
+    }
+}
+
+// This thread's state (its context made if need be), or NULL.
+fc_ext_thread *fc_ext_thread_state(void) { return thread_state(); }
+
+// The binding's context of this thread, made before the kernels were
+// loaded, becomes this thread's (freed at thread exit here).
+fc_ext_thread *fc_ext_adopt(fc_context *ctx, int32_t device, int32_t cuda_path) {
+    fc_ext_thread &s = owner().s;
+    if (s.ctx && s.ctx != ctx) api.context_free(s.ctx);
+    s.ctx = ctx;
+    s.device = device;
+    s.cuda_path = cuda_path;
+    return &s;
+}
+
+}  // extern "C"
