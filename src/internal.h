@@ -279,6 +279,11 @@ const char *fc_cuda_compiled_archs(void);
 int fc_cuda_compiled_from(int major, int minor, int floor);
 /* Describe device (device < 0: current device). FC_ERR_NO_DEVICE if none. */
 fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t err_len);
+/* Stream-ordered scratch for a forward call on device (runtime.c): from a
+ * per-device pool that keeps up to 64 MiB across synchronisations (device
+ * -1, or where that pool cannot be made: cudaMallocAsync's default pool).
+ * Returns a cudaError_t; freed with cudaFreeAsync. */
+int fc_cuda_ws_malloc(void **ptr, size_t bytes, int device, void *stream);
 /* Where a call's pointers live: memory_space.h (src/cuda/pointers.c). */
 /* Synchronous device->host copy on stream (used to validate cu_seqlens). */
 fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream,
@@ -315,7 +320,7 @@ fc_status fc_sm80_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
 fc_status fc_sm90_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
                           const fc_cuda_device *dev, void *stream, char *err, size_t err_len);
 /* Run a planned choice. Allocates the split-KV workspace stream-ordered
- * (cudaMallocAsync) when num_splits > 1, launches, checks every return code
+ * (fc_cuda_ws_malloc) when num_splits > 1, launches, checks every return code
  * and the launch error. */
 fc_status fc_cuda_forward(const fc_fwd_params *p, const fc_cuda_choice *choice,
                           const fc_cuda_device *dev, void *stream, char *err, size_t err_len);

@@ -284,15 +284,15 @@ bool tail_on(const fc_fwd_params *p, const TileRow &t, const fc_cuda_choice *cho
 
 /* Stream-ordered device memory whose first `zero` bytes are zeroed (graph-
  * capture safe); freed by the caller with cudaFreeAsync after the kernel. */
-fc_status alloc_zeroed(void **out, size_t bytes, size_t zero, cudaStream_t stream, const char *what, char *err,
-                       size_t err_len)
+fc_status alloc_zeroed(void **out, size_t bytes, size_t zero, int device, cudaStream_t stream, const char *what,
+                       char *err, size_t err_len)
 {
     *out = NULL;
-    cudaError_t e = cudaMallocAsync(out, bytes, stream);
+    cudaError_t e = (cudaError_t)fc_cuda_ws_malloc(out, bytes, device, stream);
     if (e != cudaSuccess) {
         cudaGetLastError();
         *out = NULL;
-        snprintf(err, err_len, "sm90 forward: cudaMallocAsync of %zu bytes (%s): %s", bytes, what,
+        snprintf(err, err_len, "sm90 forward: allocating %zu bytes (%s): %s", bytes, what,
                  cudaGetErrorString(e));
         return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
     }
@@ -644,13 +644,14 @@ fc_status alloc_workspaces(fc_sm90_params &prm, Workspaces &ws, const fc_fwd_par
                            cudaStream_t stream, char *err, size_t err_len)
 {
     if (prm.longest_first && g.tiles > grid) {
-        fc_status st = alloc_zeroed(&ws.owned[0], sizeof(int), sizeof(int), stream, "tile counter", err, err_len);
+        fc_status st =
+            alloc_zeroed(&ws.owned[0], sizeof(int), sizeof(int), dev->id, stream, "tile counter", err, err_len);
         if (st) return st;
         prm.tile_ctr = (int *)ws.owned[0];
     }
     if (!choice->tail) return FC_OK;
     const TailShape ts = tail_shape(p, dev, t, g.shift, choice->grid_cap);
-    fc_status st = alloc_zeroed(&ws.owned[1], (size_t)ts.bytes, (size_t)ts.cnt_bytes, stream,
+    fc_status st = alloc_zeroed(&ws.owned[1], (size_t)ts.bytes, (size_t)ts.cnt_bytes, dev->id, stream,
                                 "tail-balancing workspace", err, err_len);
     if (st) return st;
     prm.tail_cnt = (int *)ws.owned[1];
