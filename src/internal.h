@@ -95,6 +95,11 @@ typedef struct fc_fwd_params {
 /* 1 for the FP8 element types. */
 static inline int fc_dtype_is_fp8(int dt) { return dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2; }
 
+/* max(a, x), NaN as soon as either is NaN (the FP8 amax outputs must show
+ * it); order-free, so any thread count gives the same bits. Exact for
+ * float arguments too. */
+static inline double fc_nan_max(double a, double x) { return x != x || x > a ? x : a; }
+
 /* Descale of (sequence b, kv head g): 1 when not given. */
 static inline float fc_descale_at(const fc_descale *d, int64_t b, int64_t g)
 {
@@ -279,11 +284,15 @@ const char *fc_cuda_compiled_archs(void);
 int fc_cuda_compiled_from(int major, int minor, int floor);
 /* Describe device (device < 0: current device). FC_ERR_NO_DEVICE if none. */
 fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t err_len);
-/* Stream-ordered scratch for a forward call on device (runtime.c): from a
- * per-device pool that keeps up to 64 MiB across synchronisations (device
- * -1, or where that pool cannot be made: cudaMallocAsync's default pool).
- * Returns a cudaError_t; freed with cudaFreeAsync. */
-int fc_cuda_ws_malloc(void **ptr, size_t bytes, int device, void *stream);
+/* Stream-ordered scratch of `bytes` on stream (runtime.c), so it works inside
+ * graph capture and is reused without a device-wide sync: for a forward
+ * call on device, from a per-device pool that keeps up to 64 MiB across
+ * synchronisations; device -1 (the backward, whose fp32 dQ can be large),
+ * or where that pool cannot be made: cudaMallocAsync's default pool. Freed
+ * with cudaFreeAsync. FC_ERR_OUT_OF_MEMORY / FC_ERR_CUDA with a message
+ * naming `what`, *ws NULL. */
+fc_status fc_cuda_ws_alloc(void **ws, int64_t bytes, int device, void *stream, const char *what, char *err,
+                           size_t err_len);
 /* Where a call's pointers live: memory_space.h (src/cuda/pointers.c). */
 /* Synchronous device->host copy on stream (used to validate cu_seqlens). */
 fc_status fc_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream,

@@ -13,15 +13,12 @@
 #include "internal.h"
 #include "ref_io.h"
 
-/* max(a, x), NaN as soon as either is NaN (an amax output must show it). */
-static double nan_max(double a, double x) { return isnan(x) || x > a ? x : a; }
-
 /* max(amax, |out row|) over the D elements just stored at orow (FP8
  * out_amax: the values as written), read back through tmp. */
 static double row_amax(const fc_fwd_params *p, int64_t orow, int64_t D, double *tmp, double amax)
 {
     fc_ref_load_row(p->o, p->o_dtype, orow, D, tmp);
-    for (int64_t d = 0; d < D; d++) amax = nan_max(amax, fabs(tmp[d]));
+    for (int64_t d = 0; d < D; d++) amax = fc_nan_max(amax, fabs(tmp[d]));
     return amax;
 }
 
@@ -109,7 +106,7 @@ fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err
                 }
                 for (int64_t d = 0; d < D; d++) fc_ref_store(p->o, p->o_dtype, orow + d, acc[d] / sum);
                 if (p->out_amax) out_amax = row_amax(p, orow, D, kvrow, out_amax);
-                p_amax = nan_max(p_amax, 1.0 / sum); /* exp(mx - mx) = 1 is the row's largest */
+                p_amax = fc_nan_max(p_amax, 1.0 / sum); /* exp(mx - mx) = 1 is the row's largest */
                 if (p->lse)
                     p->lse[l0 + h * p->lse_head_stride + i * p->lse_row_stride] = (float)(mx + log(sum));
             }

@@ -173,8 +173,8 @@ static void store_amax(const fc_fwd_params *p, const tile_scratch *ts, int nt)
 {
     float oa = 0.0f, pa = 0.0f;
     for (int x = 0; x < nt; x++) {
-        oa = fc_nan_maxf(oa, ts[x].out_amax);
-        pa = fc_nan_maxf(pa, ts[x].p_amax);
+        oa = (float)fc_nan_max(oa, ts[x].out_amax);
+        pa = (float)fc_nan_max(pa, ts[x].p_amax);
     }
     if (p->out_amax) *p->out_amax = oa;
     if (p->p_amax) *p->p_amax = pa;

@@ -12,10 +12,6 @@
 #include "flashcore.h"
 #include "tiled_kernels.h" /* the tile table */
 
-/* max(a, x), NaN as soon as either is NaN (the FP8 amax outputs show a NaN;
- * order-free, so any thread count gives the same bits). */
-static inline float fc_nan_maxf(float a, float x) { return x != x || x > a ? x : a; }
-
 /* Keys visible to query i: exactly the j in [lo, hi) for which
  * fc_key_visible(i, j, sq, sk, wl, wr) holds (the rule is an interval). */
 static inline void visible_range(int64_t i, int64_t sq, int64_t sk, int wl, int wr, int64_t *lo, int64_t *hi)

@@ -28,7 +28,7 @@ static void FC_ISA(load_scaled)(const void *src, int32_t dtype, int64_t off, int
 static void FC_ISA(amax_row)(const void *o, int32_t dtype, int64_t off, int64_t n, float *tmp, float *amax)
 {
     FC_ISA(load_f32)(o, dtype, off, n, tmp, 1);
-    for (int64_t x = 0; x < n; x++) *amax = fc_nan_maxf(*amax, fabsf(tmp[x]));
+    for (int64_t x = 0; x < n; x++) *amax = (float)fc_nan_max(*amax, fabsf(tmp[x]));
 }
 
 /* The rows [rg, rg+ROWS) of the item against the key block [j0, j0+nb). */
@@ -141,7 +141,7 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
         const int64_t off = sv.o + i * p->o_row_stride + h * p->o_head_stride;
         FC_ISA(store_row)(p->o, p->o_dtype, off, D, empty ? NULL : t->o + rr * dp, t->l[rr]);
         if (p->out_amax) FC_ISA(amax_row)(p->o, p->o_dtype, off, D, t->krow, &t->out_amax);
-        if (p->p_amax && !empty) t->p_amax = fc_nan_maxf(t->p_amax, 1.0f / t->l[rr]);
+        if (p->p_amax && !empty) t->p_amax = (float)fc_nan_max(t->p_amax, 1.0f / t->l[rr]);
         if (p->lse) {
             /* natural log: (m + log2 l) * ln 2 */
             float lse = empty ? -INFINITY : (float)((t->m[rr] + log2((double)t->l[rr])) * k_ln2);

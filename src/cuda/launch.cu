@@ -43,22 +43,6 @@ extern "C" void fc_cuda_tile_shape(const fc_cuda_choice *choice, int *block_m, i
 
 namespace {
 
-/* Scratch of `bytes`, stream-ordered, so it works inside graph capture and
- * is reused without a device-wide sync: a forward's from device's scratch
- * pool (fc_cuda_ws_malloc), the backward's (device -1: its fp32 dQ can be
- * large) from the default pool, which keeps nothing across syncs; `what`
- * names it in the error. */
-fc_status ws_alloc(void **ws, int64_t bytes, int device, void *stream, const char *what, char *err, size_t err_len)
-{
-    const cudaError_t e = (cudaError_t)fc_cuda_ws_malloc(ws, (size_t)bytes, device, stream);
-    if (e == cudaSuccess) return FC_OK;
-    cudaGetLastError(); /* clear the non-sticky error */
-    *ws = nullptr;
-    snprintf(err, err_len, "stream-ordered allocation failed: %s (%lld bytes of %s)", cudaGetErrorString(e), (long long)bytes,
-             what);
-    return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
-}
-
 /* Free ws (if any) in stream order after the kernels that use it, also
  * after an earlier failure; returns st, or the free's error when st is OK. */
 fc_status ws_free(void *ws, void *stream, fc_status st, char *err, size_t err_len)
@@ -84,7 +68,7 @@ fc_status run_path(const fc_fwd_params *p, const fc_cuda_choice *choice, const f
     if (splits > 1 && ws_bytes > 0) {
         char what[64];
         snprintf(what, sizeof what, "split-KV workspace for %d splits", splits);
-        const fc_status st = ws_alloc(&ws, ws_bytes, dev->id, stream, what, err, err_len);
+        const fc_status st = fc_cuda_ws_alloc(&ws, ws_bytes, dev->id, stream, what, err, err_len);
         if (st != FC_OK) return st;
         lp.o_accum = static_cast<float *>(ws);
         lp.lse_accum = lp.o_accum + (int64_t)splits * p->batch * p->heads_q * p->seqlen_q * p->head_dim;
@@ -113,7 +97,8 @@ fc_status run_forward(const fc_fwd_params *p, const fc_cuda_choice *choice, cons
 {
     if (!p->app.k_new) return run_path(p, choice, dev, stream, err, err_len);
     void *ws = nullptr;
-    fc_status st = ws_alloc(&ws, fc_cuda_append_scratch_bytes(p), dev->id, stream, "append step", err, err_len);
+    fc_status st = fc_cuda_ws_alloc(&ws, fc_cuda_append_scratch_bytes(p), dev->id, stream, "append step", err,
+                                    err_len);
     if (st != FC_OK) return st;
     fc_fwd_params lp;
     st = fc_cuda_append(p, ws, choice->pdl, stream, &lp, err, err_len);
@@ -128,7 +113,8 @@ fc_status run_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, con
 {
     void *ws = p->workspace, *own = nullptr;
     if (!ws && choice->workspace_bytes > 0) {
-        const fc_status st = ws_alloc(&own, choice->workspace_bytes, -1, stream, "backward workspace", err, err_len);
+        const fc_status st = fc_cuda_ws_alloc(&own, choice->workspace_bytes, -1, stream, "backward workspace", err,
+                                                    err_len);
         if (st != FC_OK) return st;
         ws = own;
     }

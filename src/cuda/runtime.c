@@ -136,11 +136,18 @@ static cudaMemPool_t ws_pool(int device)
     return g_ws_pool[device];
 }
 
-int fc_cuda_ws_malloc(void **ptr, size_t bytes, int device, void *stream)
+fc_status fc_cuda_ws_alloc(void **ws, int64_t bytes, int device, void *stream, const char *what, char *err,
+                           size_t err_len)
 {
     cudaMemPool_t pool = ws_pool(device);
-    return (int)(pool ? cudaMallocFromPoolAsync(ptr, bytes, pool, (cudaStream_t)stream)
-                      : cudaMallocAsync(ptr, bytes, (cudaStream_t)stream));
+    const cudaError_t e = pool ? cudaMallocFromPoolAsync(ws, (size_t)bytes, pool, (cudaStream_t)stream)
+                               : cudaMallocAsync(ws, (size_t)bytes, (cudaStream_t)stream);
+    if (e == cudaSuccess) return FC_OK;
+    cudaGetLastError(); /* clear the non-sticky error */
+    *ws = NULL;
+    snprintf(err, err_len, "stream-ordered allocation failed: %s (%lld bytes of %s)", cudaGetErrorString(e),
+             (long long)bytes, what);
+    return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
 }
 
 fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t err_len)

@@ -55,6 +55,23 @@ int pick_bwd_tile(int cls, int hd, const fc_cuda_device *dev, const fc_tuning *t
     return best;
 }
 
+/* Whether the table has a row of head_dim hd; into list its head dims in
+ * table order ("32, 64, ..."), for the refusal. */
+bool bwd_head_dim_listed(int hd, char *list, size_t len)
+{
+    bool found = false;
+    size_t at = 0;
+    list[0] = '\0';
+    for (int i = 0; i < kNumBwdTiles; ++i) {
+        const int d = kBwdTiles[i].head_dim;
+        found = found || d == hd;
+        bool seen = false;
+        for (int j = 0; j < i && !seen; ++j) seen = kBwdTiles[j].head_dim == d;
+        if (!seen && at < len) at += (size_t)snprintf(list + at, len - at, "%s%d", at ? ", " : "", d);
+    }
+    return found;
+}
+
 int64_t round256(int64_t x) { return (x + 255) / 256 * 256; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -117,9 +134,9 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
 {
     const fc_fwd_params *p = &b->f;
     const int hd = p->head_dim;
-    if (hd != 32 && hd != 64 && hd != 96 && hd != 128 && hd != 256) {
-        snprintf(why, why_len, "head_dim %d is not supported by the sm80 backward: supported 32, 64, 96, 128, 256",
-                 hd);
+    char dims[64];
+    if (!bwd_head_dim_listed(hd, dims, sizeof dims)) {
+        snprintf(why, why_len, "head_dim %d is not supported by the sm80 backward: supported %s", hd, dims);
         return FC_ERR_UNSUPPORTED;
     }
     int cls = -1;

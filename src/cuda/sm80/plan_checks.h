@@ -1,7 +1,8 @@
 /*
- * plan_checks.h -- the preconditions both sm80-class planners share (the
- * forward's plan.cu and the backward's bwd_plan.cu), implemented in
- * plan.cu: one message for each, whichever call meets it.
+ * plan_checks.h -- what both sm80-class planners share (the forward's
+ * plan.cu and the backward's bwd_plan.cu): the preconditions, implemented
+ * in plan.cu (one message for each, whichever call meets it), and how a
+ * table row is listed for the tools.
  */
 #ifndef FC_SM80_PLAN_CHECKS_H
 #define FC_SM80_PLAN_CHECKS_H

@@ -287,16 +287,9 @@ bool tail_on(const fc_fwd_params *p, const TileRow &t, const fc_cuda_choice *cho
 fc_status alloc_zeroed(void **out, size_t bytes, size_t zero, int device, cudaStream_t stream, const char *what,
                        char *err, size_t err_len)
 {
-    *out = NULL;
-    cudaError_t e = (cudaError_t)fc_cuda_ws_malloc(out, bytes, device, stream);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        *out = NULL;
-        snprintf(err, err_len, "sm90 forward: allocating %zu bytes (%s): %s", bytes, what,
-                 cudaGetErrorString(e));
-        return e == cudaErrorMemoryAllocation ? FC_ERR_OUT_OF_MEMORY : FC_ERR_CUDA;
-    }
-    e = cudaMemsetAsync(*out, 0, zero, stream);
+    const fc_status st = fc_cuda_ws_alloc(out, (int64_t)bytes, device, stream, what, err, err_len);
+    if (st != FC_OK) return st;
+    const cudaError_t e = cudaMemsetAsync(*out, 0, zero, stream);
     if (e != cudaSuccess) {
         cudaGetLastError();
         snprintf(err, err_len, "sm90 forward: cudaMemsetAsync (%s): %s", what, cudaGetErrorString(e));
