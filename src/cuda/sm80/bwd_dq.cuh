@@ -104,17 +104,15 @@ __device__ __forceinline__ void dq_turn_wait(const fc_sm80_bwd_args &a, int h, i
 }
 
 /* ... and hand the turn on once every thread's adds are visible: the
- * barrier orders the CTA's adds before thread 0's fence, which (being
- * cumulative) orders them before the release, the pattern of a grid-wide
- * barrier. A fence in every thread cost ~13% of the loop's issue cycles
- * (membar stalls) at d128. */
+ * barrier orders the CTA's adds before thread 0's red.release, whose
+ * release (a fence.acq_rel.gpu, cumulative) orders them before the count:
+ * CUTLASS's generic barrier. A fence in every thread cost ~13% of the
+ * loop's issue cycles (membar stalls) at d128. */
 __device__ __forceinline__ void dq_turn_release(const fc_sm80_bwd_args &a, int h, int m, int tid)
 {
     __syncthreads();
-    if (tid == 0) {
-        __threadfence();
+    if (tid == 0)
         ptx::red_release_gpu_add(dq_sem(a, bwd_coords(a), h, m), 1);
-    }
 }
 
 } /* namespace sm80 */
