@@ -13,6 +13,7 @@
  *   2b. the edges of the accepted scale and softcap ranges (constants.h),
  *      with a q.k = 0 pair under the tiny softcap and huge scale;
  *   2c. varlen with max_seqlen_q/k = INT32_MAX over a few tokens;
+ *   2d. f32: fp32-score and double-score key blocks in one row;
  *   3. bitwise identity of the CPU backend with 1 and 4 threads.
  *
  * Every run poisons out and lse first; an element still holding the poison
@@ -282,6 +283,69 @@ static void zero_dot_pair(kit_case *c)
         }
 }
 
+/* Key blocks (64 keys) scaled x1, x5, x1, x40 in turn, so that an f32 call
+ * mixes fp32-score blocks with double-score ones (bound ~20 / ~100 / ~800
+ * in log2 units) within every row. */
+static void mixed_key_blocks(kit_case *c)
+{
+    static const float f[4] = {1.0f, 5.0f, 1.0f, 40.0f};
+    const fc_tensor *k = &c->args.k;
+    for (int b = 0; b < c->s.batch; b++)
+        for (int j = 0; j < c->s.seqlen_k; j++)
+            for (int g = 0; g < c->s.heads_kv; g++)
+                for (int d = 0; d < c->s.head_dim; d++) {
+                    const int64_t x = b * k->stride[0] + j * k->stride[1] + g * k->stride[2] + d;
+                    kit_store(c->k, c->s.dtype, x, f[(j / 64) % 4] * kit_load(c->k, c->s.dtype, x));
+                }
+}
+
+/* The first key block f times the head's first query (group 1): that
+ * query's running max starts far from the next blocks' fp32 logits, which
+ * then replace it (f < 0) or weigh nothing beside it (f > 0). */
+static void far_first_block(kit_case *c, float f)
+{
+    const fc_tensor *q = &c->args.q, *k = &c->args.k;
+    for (int b = 0; b < c->s.batch; b++)
+        for (int j = 0; j < 64 && j < c->s.seqlen_k; j++)
+            for (int g = 0; g < c->s.heads_kv; g++)
+                for (int d = 0; d < c->s.head_dim; d++)
+                    kit_store(c->k, c->s.dtype, b * k->stride[0] + j * k->stride[1] + g * k->stride[2] + d,
+                              f * kit_load(c->q, c->s.dtype, b * q->stride[0] + g * q->stride[2] + d));
+}
+static void far_negative_block(kit_case *c) { far_first_block(c, -1e5f); }
+static void far_positive_block(kit_case *c) { far_first_block(c, 1e5f); }
+
+/* With scale 1e25: q and the first key block x1e6 (logits ~1e39, past the
+ * float range, in double), the other keys x1e-32 (fp32 logits ~0.1). */
+static void past_float_range(kit_case *c)
+{
+    const fc_tensor *q = &c->args.q, *k = &c->args.k;
+    for (int64_t x = 0; x < (int64_t)c->s.batch * q->stride[0]; x++)
+        kit_store(c->q, c->s.dtype, x, 1e6f * kit_load(c->q, c->s.dtype, x));
+    for (int b = 0; b < c->s.batch; b++)
+        for (int j = 0; j < c->s.seqlen_k; j++)
+            for (int64_t d = 0; d < k->stride[1]; d++) {
+                const int64_t x = b * k->stride[0] + j * k->stride[1] + d;
+                kit_store(c->k, c->s.dtype, x, (j < 64 ? 1e6f : 1e-32f) * kit_load(c->k, c->s.dtype, x));
+            }
+}
+
+/* f32 only: blocks of fp32 and double scores in one row (tiled.c,
+ * F32_SCORE_BOUND), with running maxima far from the fp32 logits. */
+static void mixed_precision_cases(fc_context *ctx)
+{
+    kit_shape s = test_shape(2, 4, 2, 130, 300, 64, FC_DTYPE_F32);
+    run_case_prep(ctx, "f32 key blocks x1 x5 x1 x40 (mixed precision)", &s, 61, mixed_key_blocks);
+    s.causal = 1;
+    run_case_prep(ctx, "f32 key blocks x1 x5 x1 x40 causal", &s, 62, mixed_key_blocks);
+    s = test_shape(1, 4, 4, 1, 200, 64, FC_DTYPE_F32);
+    run_case_prep(ctx, "f32 first block's logits ~-1e6, then fp32 ones", &s, 63, far_negative_block);
+    run_case_prep(ctx, "f32 first block's logits ~+1e6, then fp32 ones", &s, 64, far_positive_block);
+    s = test_shape(1, 2, 2, 3, 150, 64, FC_DTYPE_F32);
+    s.scale = 1e25f;
+    run_case_prep(ctx, "f32 logits past the float range, then fp32 ones", &s, 65, past_float_range);
+}
+
 /* One case at an edge of the accepted ranges: a dense BSHD shape with these
  * options, then prep. */
 typedef struct range_edge {
@@ -417,6 +481,7 @@ int main(void)
     random_cases(ctx, 150);
     edge_cases(ctx);
     range_edges(ctx);
+    mixed_precision_cases(ctx);
     max_seqlen_bound(ctx);
     thread_cases(ctx);
     fc_context_free(ctx);

@@ -15,10 +15,12 @@
  * row has a visible range [lo, hi) derived from the window rule, so the
  * inner loops run over contiguous ranges with no per-element mask test.
  *
- * Precision: f16/bf16 inputs use fp32 scores, as the GPU kernels do. f32
- * inputs use double scores (Q, K^T and S in double, the rest in fp32): see
- * scores_rows_f64 for why. Probabilities, sums and the output accumulator are
- * fp32 for every dtype.
+ * Precision: fp32 scores, as the GPU kernels use, except where an f32 call's
+ * logits are so large that fp32 dot products would break the f32 gate: a
+ * key block whose bound on |q.k| (norms, Cauchy-Schwarz) passes
+ * F32_SCORE_BOUND gets double scores (Q, K^T and S in double; see
+ * scores_rows_f64). Probabilities, sums and the output accumulator are fp32
+ * for every dtype.
  *
  * Instruction sets: the per-item code (tiled_item.h) is compiled twice, as
  * plain C for any target and, on x86-64, under target("avx2") with
@@ -43,6 +45,12 @@
 
 
 static const double k_log2e = 1.4426950408889634074;
+
+/* f32 outputs: a key block gets fp32 scores while scale * log2 e * |q| |k|
+ * (a bound on every |logit| of the block, log2 units) stays at or below
+ * this. An fp32 dot product's error grows with the logits' size; past it
+ * the f32 gate's accuracy needs double scores (scores_rows_f64). */
+#define F32_SCORE_BOUND 64.0
 static const double k_ln2 = 0.69314718055994530942;
 
 /* ---- one sequence's view ---------------------------------------------------- */
@@ -79,15 +87,18 @@ static void seq_view_of(const fc_fwd_params *p, int b, seq_view *sv)
 
 /* ---- a work item -------------------------------------------------------------- */
 
-/* A worker's scratch, allocated before any work starts. The score-side
- * buffers are float or double by the job's precision (the other set is
- * NULL). Pad rows and columns are zero and stay zero. */
+/* A worker's scratch, allocated before any work starts. The double
+ * score-side buffers exist for f32 outputs only (else NULL). Pad rows and
+ * columns are zero and stay zero. */
 typedef struct tile_scratch {
-    float *q;          /* [TILE_M][dp]     query rows, fp32 scores                  */
-    double *qd;        /* [TILE_M][dp]     query rows, double scores                */
-    float *kt;         /* [dp][TILE_N]     key block transposed, fp32 scores        */
-    double *ktd;       /* [dp][TILE_N]     key block transposed, double scores      */
+    float *q;          /* [TILE_M][dp]     query rows                               */
+    double *qd;        /* [TILE_M][dp]     query rows, for double scores            */
+    float *kt;         /* [dp][TILE_N]     key block transposed                     */
+    double *ktd;       /* [dp][TILE_N]     key block transposed, for double scores  */
     double *sd;        /* [ROWS][TILE_N]   double scores of one register tile       */
+    double qn;         /* the item's largest query-row norm (f32 outputs)          */
+    int nq, nqd;       /* the item's Q rows (padded); how many of them qd holds    */
+    int blk64;         /* the current key block's scores in double                 */
     float *s;          /* [ROWS][TILE_N]   scores, then shifted scores, then weights */
     float *pt;         /* [TILE_N][ROWS]   weights of a register tile, transposed (generic) */
     float *krow;       /* [dp]             one key row before the transpose         */
@@ -103,7 +114,8 @@ typedef struct tile_scratch {
 typedef struct tiled_job {
     const fc_fwd_params *p;
     int group;            /* query heads per kv head                           */
-    int f64;              /* 1: double scores (f32 inputs)                     */
+    int f64;              /* 1: f32 outputs: double scores where the bound asks */
+    double lscale;        /* |scale| * log2 e: a logit in log2 units per q.k    */
     int64_t dp;           /* head_dim rounded up to VEC_W                      */
     double qscale;        /* times q.k: scale*log2e, or scale/softcap          */
     double cap;           /* softcap*log2e, 0 = no cap                         */
@@ -125,10 +137,9 @@ static size_t scratch_layout(tile_scratch *t, char *base, int64_t dp, int f64)
         x.qd = CARVE(base, off, double, TILE_M * dp);
         x.ktd = CARVE(base, off, double, dp * TILE_N);
         x.sd = CARVE(base, off, double, ROWS * TILE_N);
-    } else {
-        x.q = CARVE(base, off, float, TILE_M * dp);
-        x.kt = CARVE(base, off, float, dp * TILE_N);
     }
+    x.q = CARVE(base, off, float, TILE_M * dp);
+    x.kt = CARVE(base, off, float, dp * TILE_N);
     x.s = CARVE(base, off, float, ROWS * TILE_N);
     x.pt = CARVE(base, off, float, TILE_N * ROWS);
     x.krow = CARVE(base, off, float, dp);
@@ -226,6 +237,7 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
     job.f64 = f64;
     job.cap = p->softcap > 0.0f ? p->softcap * k_log2e : 0.0;
     job.qscale = p->softcap > 0.0f ? (double)p->scale / p->softcap : p->scale * k_log2e;
+    job.lscale = fabs((double)p->scale) * k_log2e; /* capped logits are no larger */
     job.first = first;
     job.scratch = ts;
     job.run_item = run_item_generic;

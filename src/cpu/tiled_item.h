@@ -42,27 +42,44 @@ static void FC_ISA(run_row_group)(const tiled_job *job, tile_scratch *t, int rg,
     /* Scores over the union of the rows' ranges, whole register tiles; what a
      * row does not see is computed but never read. */
     const int c0 = ua & ~(VEC_W - 1), c1 = (ue + VEC_W - 1) & ~(VEC_W - 1);
-    if (job->f64) FC_ISA(scores_rows_f64)(t->qd + rg * dp, dp, t->ktd, t->sd, c0, c1, job->qscale);
+    if (t->blk64) FC_ISA(scores_rows_f64)(t->qd + rg * dp, dp, t->ktd, t->sd, c0, c1, job->qscale);
     else FC_ISA(scores_rows)(t->q + rg * dp, dp, t->kt, t->s, c0, c1, (float)job->qscale);
 
     for (int x = 0; x < ROWS; x++) {
         if (a[x] >= e[x]) continue;
         const int rr = rg + x;
         float *w = t->s + x * TILE_N;
-        const float alpha = job->f64 ? FC_ISA(shift_row_f64)(t->sd + x * TILE_N, w, a[x], e[x], job->cap, &t->m[rr])
+        const float alpha = t->blk64 ? FC_ISA(shift_row_f64)(t->sd + x * TILE_N, w, a[x], e[x], job->cap, &t->m[rr])
                                      : FC_ISA(shift_row)(w, a[x], e[x], (float)job->cap, &t->m[rr]);
         FC_ISA(finish_row)(w, a[x], e[x], alpha, &t->l[rr], t->o + rr * dp, dp);
     }
     FC_ISA(wsum_rows)(t->s, t->v, dp, t->o + rg * dp, a, e, same, t->pt);
 }
 
-/* Key rows [j0, j0+nb) of kv head g into the K^T and V blocks. */
+/* An upper bound's worth of sum x[d]^2 (fp32 in 8 lanes: only compared
+ * with F32_SCORE_BOUND; overflow gives inf, which asks for double). */
+static double FC_ISA(norm2)(const float *x, int64_t n)
+{
+    float lane[8] = {0};
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int l = 0; l < 8; l++) lane[l] += x[d + l] * x[d + l];
+    for (int l = 0; d < n; d++, l++) lane[l] += x[d] * x[d];
+    double s = 0.0;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    return s * (1.0 + 0x1p-16); /* covers the fp32 sums' rounding */
+}
+
+/* Key rows [j0, j0+nb) of kv head g into the K^T and V blocks; for f32
+ * outputs, whether the block's scores need double (t->blk64), and if so
+ * K^T in double too. */
 static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const seq_view *sv, int g, int64_t j0,
                           int nb)
 {
     const fc_fwd_params *p = job->p;
     const int64_t D = p->head_dim, dp = job->dp;
     const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
+    double kn2 = 0.0; /* the largest squared key norm */
     for (int jj = 0; jj < nb; jj++) {
         const int64_t key = j0 + jj;
         /* convert contiguously (vectorizes), then scatter into the transpose */
@@ -70,19 +87,22 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
         const int64_t koff = fc_key_offset(ks, sv->k, p->k_row_stride, p->k_batch_stride);
         const int64_t voff = fc_key_offset(ks, sv->v, p->v_row_stride, p->v_batch_stride);
         FC_ISA(load_scaled)(p->k, p->kv_dtype, koff + (int64_t)g * p->k_head_stride, D, t->krow, t->k_ds);
-        if (job->f64)
-            for (int64_t d = 0; d < D; d++) t->ktd[d * TILE_N + jj] = t->krow[d];
-        else
-            for (int64_t d = 0; d < D; d++) t->kt[d * TILE_N + jj] = t->krow[d];
+        for (int64_t d = 0; d < D; d++) t->kt[d * TILE_N + jj] = t->krow[d];
+        if (job->f64) kn2 = fmax(kn2, FC_ISA(norm2)(t->krow, D));
         FC_ISA(load_scaled)(p->v, p->kv_dtype, voff + (int64_t)g * p->v_head_stride, D, t->v + jj * dp, t->v_ds);
     }
     /* Columns past the block that the last register tile reads: zero. */
     for (int64_t d = 0; d < D && nb_pad > nb; d++)
-        for (int jj = nb; jj < nb_pad; jj++) {
-            if (job->f64) t->ktd[d * TILE_N + jj] = 0.0;
-            else t->kt[d * TILE_N + jj] = 0.0f;
-        }
+        for (int jj = nb; jj < nb_pad; jj++) t->kt[d * TILE_N + jj] = 0.0f;
+    /* fmax skips a NaN norm: that key's scores are NaN in either precision */
+    t->blk64 = job->f64 && job->lscale * t->qn * sqrt(kn2) > F32_SCORE_BOUND;
+    if (!t->blk64) return;
+    for (int64_t d = 0; d < D; d++)
+        for (int jj = 0; jj < nb_pad; jj++) t->ktd[d * TILE_N + jj] = t->kt[d * TILE_N + jj];
+    for (; t->nqd < t->nq; t->nqd++) /* every row, its pad included */
+        for (int64_t d = 0; d < dp; d++) t->qd[t->nqd * dp + d] = t->q[t->nqd * dp + d];
 }
+
 
 static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g, int64_t tile)
 {
@@ -94,22 +114,20 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
     const int64_t rows = sv.sq * G, r0 = tile * TILE_M;
     const int nr = (int)(rows - r0 < TILE_M ? rows - r0 : TILE_M);
     const int nr_pad = (nr + ROWS - 1) / ROWS * ROWS;
+    t->nq = nr_pad;
 
     t->q_ds = fc_descale_at(&p->q_descale, b, g); /* FP8: this item's descales */
     t->k_ds = fc_descale_at(&p->k_descale, b, g);
     t->v_ds = fc_descale_at(&p->v_descale, b, g);
     /* Q rows; visible ranges; fresh softmax state. */
     int64_t jlo = INT64_MAX, jhi = 0;
+    double qn2 = 0.0;
     for (int rr = 0; rr < nr; rr++) {
         const int64_t r = r0 + rr, i = r / G;
         const int h = g * G + (int)(r % G);
         const int64_t qoff = sv.q + i * p->q_row_stride + h * p->q_head_stride;
-        if (job->f64) {
-            FC_ISA(load_scaled)(p->q, p->dtype, qoff, D, t->krow, t->q_ds);
-            for (int64_t d = 0; d < D; d++) t->qd[rr * dp + d] = t->krow[d];
-        } else {
-            FC_ISA(load_scaled)(p->q, p->dtype, qoff, D, t->q + rr * dp, t->q_ds);
-        }
+        FC_ISA(load_scaled)(p->q, p->dtype, qoff, D, t->q + rr * dp, t->q_ds);
+        if (job->f64) qn2 = fmax(qn2, FC_ISA(norm2)(t->q + rr * dp, D));
         visible_range(i, sv.sq, sv.sk, p->window_left, p->window_right, &t->lo[rr], &t->hi[rr]);
         if (t->lo[rr] < t->hi[rr]) {
             if (t->lo[rr] < jlo) jlo = t->lo[rr];
@@ -121,10 +139,9 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
     }
     /* Rows past the end of the sequence fill out the last register tile:
      * zero, so the scores computed for them are finite and never read. */
-    if (nr_pad > nr) {
-        if (job->f64) memset(t->qd + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(double));
-        else memset(t->q + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(float));
-    }
+    if (nr_pad > nr) memset(t->q + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(float));
+    t->qn = sqrt(qn2);
+    t->nqd = 0; /* the double Q rows: at the item's first double-score block */
 
     /* Only the key blocks some row of the tile can see. */
     for (int64_t j0 = jlo; j0 < jhi; j0 += TILE_N) {

@@ -138,10 +138,15 @@ static inline float FC_ISA(shift_row)(float *restrict s, int a, int e, float cap
     for (; j + VEC_W <= e; j += VEC_W)
         for (int x = 0; x < VEC_W; x++) lane[x] = s[j + x] > lane[x] ? s[j + x] : lane[x];
     for (; j < e; j++) lane[0] = s[j] > lane[0] ? s[j] : lane[0];
-    const float m_old = (float)*m; /* exact: the float path only ever stores floats */
+    /* A max from a double-score block (shift_row_f64) is rounded here; that
+     * moves weights only where its magnitude is large beside these logits
+     * (<= F32_SCORE_BOUND), so where the weights of one side are 0. Past
+     * the float range it is kept (m_old = mx = +inf: alpha 1). */
+    const float m_old = (float)*m;
     float mx = m_old;
     for (int x = 0; x < VEC_W; x++) mx = lane[x] > mx ? lane[x] : mx;
     for (j = a; j < e; j++) s[j] = s[j] - mx;
+    if (mx == m_old) return 1.0f;
     *m = mx;
     return FC_ISA(exp2_le0)(m_old - mx);
 }
@@ -161,6 +166,7 @@ static inline float FC_ISA(shift_row_f64)(double *restrict sd, float *restrict w
     double mx = m_old;
     for (int x = 0; x < VEC_W64; x++) mx = lane[x] > mx ? lane[x] : mx;
     for (j = a; j < e; j++) w[j] = (float)(sd[j] - mx); /* the difference is exact-ish, then rounded */
+    if (mx == m_old) return 1.0f;
     *m = mx;
     return FC_ISA(exp2_le0)((float)(m_old - mx));
 }
