@@ -1,7 +1,9 @@
 /*
- * tiled_avx2.h -- AVX2 versions of the two matrix products of the tiled CPU
- * path, for the avx2 variant of tiled_item.h only (included from
- * tiled_kernels.h inside tiled.c's target("avx2") region).
+ * tiled_avx2.h -- AVX2 (with F16C and FMA) versions of the tiled CPU
+ * path's hot loops, for the avx2 variant of tiled_item.h and
+ * tiled_bwd_item.h only (included from tiled_kernels.h inside the
+ * target("avx2,f16c,fma") region): the conversions in, 2^x with the row
+ * sums, and the two matrix products.
  *
  * Why intrinsics: gcc's auto-vectorization of the plain C kernels under
  * AVX2 turned the fp32 score loop into shuffles and blends (5x slower than
@@ -9,10 +11,9 @@
  * ROWS x 16 floats (or x 8 doubles) = 8 ymm accumulators per step, so each
  * K^T / V vector loaded feeds 4 rows and each broadcast feeds 2 vectors.
  *
- * Same results as the plain C, bit for bit: every output element is one
- * accumulator summed over d (or j) in the same order, by a multiply then an
- * add (no fma: the variant is built without it, so the C cannot contract
- * either), and the scale is applied after the sum.
+ * The same sums in the same order as the plain C, but each product-add
+ * fused (one rounding instead of two): the variants differ in the last
+ * bits, each repeats itself exactly.
  */
 #ifndef FC_CPU_TILED_AVX2_H
 #define FC_CPU_TILED_AVX2_H
@@ -21,6 +22,68 @@
 
 _Static_assert(ROWS == 4, "the AVX2 kernels hold a 4-row register tile");
 _Static_assert(VEC_W == 8, "the AVX2 kernels step columns by 8 floats");
+
+/* dst[x] = element off + x of src as float for x below n rounded down to 8,
+ * for f16 (F16C), bf16 and f32 sources; returns how many were done (0 for
+ * the others). Exact, the values of cpu_dtype.h's conversions (F16C quiets
+ * a signalling NaN, which stays NaN). */
+static inline int64_t widen_avx2(const void *src, int32_t dtype, int64_t off, int64_t n, float *dst)
+{
+    const int64_t n8 = n & ~(int64_t)7;
+    if (dtype == FC_DTYPE_F16) {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t x = 0; x < n8; x += 8)
+            _mm256_storeu_ps(dst + x, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + x))));
+    } else if (dtype == FC_DTYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t x = 0; x < n8; x += 8) {
+            const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(s + x)));
+            _mm256_storeu_ps(dst + x, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+        }
+    } else if (dtype == FC_DTYPE_F32) {
+        const float *s = (const float *)src + off;
+        for (int64_t x = 0; x < n8; x += 8) _mm256_storeu_ps(dst + x, _mm256_loadu_ps(s + x));
+    } else {
+        return 0;
+    }
+    return n8;
+}
+
+/* exp2_le0 (tiled_kernels.h) on 8 lanes, the polynomial in fused steps. */
+static inline __m256 exp2_le0_v8(__m256 x)
+{
+    const __m256 shift = _mm256_set1_ps(0x1.8p23f);
+    const __m256 t = _mm256_add_ps(x, shift);
+    const __m256 f = _mm256_sub_ps(x, _mm256_sub_ps(t, shift));
+    const __m256i n = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(shift));
+    __m256 p = _mm256_set1_ps(0x1.ffcbfcp-17f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.430912p-13f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.5d87fep-10f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.3b2ab6p-7f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.c6b08ep-5f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.ebfbe0p-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.62e430p-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
+    const __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    /* x < -126 (-inf included) gives 0; NaN compares false and stays */
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ), r);
+}
+
+/* w[j] = 2^w[j] for a <= j < e, whole vectors of 8 from a; their sums
+ * added into lane (lane (j-a) mod 8). Returns the first j not done. */
+static inline int exp2_sum_avx2(float *w, int a, int e, float *lane)
+{
+    __m256 acc = _mm256_loadu_ps(lane);
+    int j = a;
+    for (; j + 8 <= e; j += 8) {
+        const __m256 p = exp2_le0_v8(_mm256_loadu_ps(w + j));
+        _mm256_storeu_ps(w + j, p);
+        acc = _mm256_add_ps(acc, p);
+    }
+    _mm256_storeu_ps(lane, acc);
+    return j;
+}
 
 /* s[r][c] = scale * sum_d q[r][d] kt[d][c], as scores_rows in tiled_kernels.h. */
 static inline void scores_rows_avx2(const float *restrict q, int64_t dp, const float *restrict kt,
@@ -35,17 +98,17 @@ static inline void scores_rows_avx2(const float *restrict q, int64_t dp, const f
         for (int64_t d = 0; d < dp; d++, k += TILE_N) {
             const __m256 k0 = _mm256_load_ps(k), k1 = _mm256_load_ps(k + 8);
             __m256 b = _mm256_broadcast_ss(q + d);
-            a00 = _mm256_add_ps(a00, _mm256_mul_ps(b, k0));
-            a01 = _mm256_add_ps(a01, _mm256_mul_ps(b, k1));
+            a00 = _mm256_fmadd_ps(b, k0, a00);
+            a01 = _mm256_fmadd_ps(b, k1, a01);
             b = _mm256_broadcast_ss(q + dp + d);
-            a10 = _mm256_add_ps(a10, _mm256_mul_ps(b, k0));
-            a11 = _mm256_add_ps(a11, _mm256_mul_ps(b, k1));
+            a10 = _mm256_fmadd_ps(b, k0, a10);
+            a11 = _mm256_fmadd_ps(b, k1, a11);
             b = _mm256_broadcast_ss(q + 2 * dp + d);
-            a20 = _mm256_add_ps(a20, _mm256_mul_ps(b, k0));
-            a21 = _mm256_add_ps(a21, _mm256_mul_ps(b, k1));
+            a20 = _mm256_fmadd_ps(b, k0, a20);
+            a21 = _mm256_fmadd_ps(b, k1, a21);
             b = _mm256_broadcast_ss(q + 3 * dp + d);
-            a30 = _mm256_add_ps(a30, _mm256_mul_ps(b, k0));
-            a31 = _mm256_add_ps(a31, _mm256_mul_ps(b, k1));
+            a30 = _mm256_fmadd_ps(b, k0, a30);
+            a31 = _mm256_fmadd_ps(b, k1, a31);
         }
         float *o = s + c;
         _mm256_store_ps(o, _mm256_mul_ps(a00, vs));
@@ -62,10 +125,10 @@ static inline void scores_rows_avx2(const float *restrict q, int64_t dp, const f
         const float *k = kt + c;
         for (int64_t d = 0; d < dp; d++, k += TILE_N) {
             const __m256 k0 = _mm256_load_ps(k);
-            a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_broadcast_ss(q + d), k0));
-            a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_broadcast_ss(q + dp + d), k0));
-            a2 = _mm256_add_ps(a2, _mm256_mul_ps(_mm256_broadcast_ss(q + 2 * dp + d), k0));
-            a3 = _mm256_add_ps(a3, _mm256_mul_ps(_mm256_broadcast_ss(q + 3 * dp + d), k0));
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(q + d), k0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(q + dp + d), k0, a1);
+            a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(q + 2 * dp + d), k0, a2);
+            a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(q + 3 * dp + d), k0, a3);
         }
         float *o = s + c;
         _mm256_store_ps(o, _mm256_mul_ps(a0, vs));
@@ -88,17 +151,17 @@ static inline void scores_rows_f64_avx2(const double *restrict q, int64_t dp, co
         for (int64_t d = 0; d < dp; d++, k += TILE_N) {
             const __m256d k0 = _mm256_load_pd(k), k1 = _mm256_load_pd(k + 4);
             __m256d b = _mm256_broadcast_sd(q + d);
-            a00 = _mm256_add_pd(a00, _mm256_mul_pd(b, k0));
-            a01 = _mm256_add_pd(a01, _mm256_mul_pd(b, k1));
+            a00 = _mm256_fmadd_pd(b, k0, a00);
+            a01 = _mm256_fmadd_pd(b, k1, a01);
             b = _mm256_broadcast_sd(q + dp + d);
-            a10 = _mm256_add_pd(a10, _mm256_mul_pd(b, k0));
-            a11 = _mm256_add_pd(a11, _mm256_mul_pd(b, k1));
+            a10 = _mm256_fmadd_pd(b, k0, a10);
+            a11 = _mm256_fmadd_pd(b, k1, a11);
             b = _mm256_broadcast_sd(q + 2 * dp + d);
-            a20 = _mm256_add_pd(a20, _mm256_mul_pd(b, k0));
-            a21 = _mm256_add_pd(a21, _mm256_mul_pd(b, k1));
+            a20 = _mm256_fmadd_pd(b, k0, a20);
+            a21 = _mm256_fmadd_pd(b, k1, a21);
             b = _mm256_broadcast_sd(q + 3 * dp + d);
-            a30 = _mm256_add_pd(a30, _mm256_mul_pd(b, k0));
-            a31 = _mm256_add_pd(a31, _mm256_mul_pd(b, k1));
+            a30 = _mm256_fmadd_pd(b, k0, a30);
+            a31 = _mm256_fmadd_pd(b, k1, a31);
         }
         double *o = s + c;
         _mm256_store_pd(o, _mm256_mul_pd(a00, vs));
@@ -131,17 +194,17 @@ static inline void pv_rows_avx2(const float *restrict pw, const float *restrict 
             const float *vj = v + j * dp + c, *p = pw + j;
             const __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
             __m256 b = _mm256_broadcast_ss(p);
-            a00 = _mm256_add_ps(a00, _mm256_mul_ps(b, v0));
-            a01 = _mm256_add_ps(a01, _mm256_mul_ps(b, v1));
+            a00 = _mm256_fmadd_ps(b, v0, a00);
+            a01 = _mm256_fmadd_ps(b, v1, a01);
             b = _mm256_broadcast_ss(p + TILE_N);
-            a10 = _mm256_add_ps(a10, _mm256_mul_ps(b, v0));
-            a11 = _mm256_add_ps(a11, _mm256_mul_ps(b, v1));
+            a10 = _mm256_fmadd_ps(b, v0, a10);
+            a11 = _mm256_fmadd_ps(b, v1, a11);
             b = _mm256_broadcast_ss(p + 2 * TILE_N);
-            a20 = _mm256_add_ps(a20, _mm256_mul_ps(b, v0));
-            a21 = _mm256_add_ps(a21, _mm256_mul_ps(b, v1));
+            a20 = _mm256_fmadd_ps(b, v0, a20);
+            a21 = _mm256_fmadd_ps(b, v1, a21);
             b = _mm256_broadcast_ss(p + 3 * TILE_N);
-            a30 = _mm256_add_ps(a30, _mm256_mul_ps(b, v0));
-            a31 = _mm256_add_ps(a31, _mm256_mul_ps(b, v1));
+            a30 = _mm256_fmadd_ps(b, v0, a30);
+            a31 = _mm256_fmadd_ps(b, v1, a31);
         }
         _mm256_storeu_ps(o0, a00);
         _mm256_storeu_ps(o0 + 8, a01);
@@ -159,10 +222,10 @@ static inline void pv_rows_avx2(const float *restrict pw, const float *restrict 
         for (int j = a; j < e; j++) {
             const __m256 v0 = _mm256_loadu_ps(v + j * dp + c);
             const float *p = pw + j;
-            a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_broadcast_ss(p), v0));
-            a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_broadcast_ss(p + TILE_N), v0));
-            a2 = _mm256_add_ps(a2, _mm256_mul_ps(_mm256_broadcast_ss(p + 2 * TILE_N), v0));
-            a3 = _mm256_add_ps(a3, _mm256_mul_ps(_mm256_broadcast_ss(p + 3 * TILE_N), v0));
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p), v0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + TILE_N), v0, a1);
+            a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 2 * TILE_N), v0, a2);
+            a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + 3 * TILE_N), v0, a3);
         }
         _mm256_storeu_ps(o0, a0);
         _mm256_storeu_ps(o1, a1);

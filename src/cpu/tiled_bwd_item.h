@@ -9,15 +9,15 @@
 #error "tiled_bwd_item.h: define FC_ISA(name) before including"
 #endif
 
+#include "tiled_kernels.h" /* first: the AVX2 variant's conversions are in tiled_avx2.h */
 #include "tiled_convert.h"
-#include "tiled_kernels.h"
 
 /* ---- rows in and out ------------------------------------------------------------ */
 
 /* Element off.. of src (head_dim of them) into t->row as fp32; returns it. */
 static const float *FC_ISA(get_row)(const bwd_job *job, bwd_scratch *t, const void *src, int64_t off)
 {
-    FC_ISA(load_f32)(src, job->p->f.dtype, off, job->p->f.head_dim, t->row, 1);
+    FC_ISA(load_f32)(src, job->p->f.dtype, off, job->p->f.head_dim, t->row);
     return t->row;
 }
 
@@ -172,7 +172,7 @@ static void FC_ISA(q_row)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *
     const float *q = FC_ISA(get_row)(job, t, f->q, sv->q + i * f->q_row_stride + h * f->q_head_stride);
     FC_ISA(twin)(q, t->a1d + rr * dp, D);
     float *dout = t->a2 + rr * dp;
-    FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D, dout, 1);
+    FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D, dout);
     FC_ISA(twin)(dout, t->a2d ? t->a2d + rr * dp : NULL, D);
     const float *o = FC_ISA(get_row)(job, t, f->o, sv->o + i * f->o_row_stride + h * f->o_head_stride);
     double dsum = 0.0; /* D in the precision of dP */
@@ -245,7 +245,7 @@ static void FC_ISA(kv_row)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq 
     const int64_t D = f->head_dim, dp = job->dp;
     const float *k = FC_ISA(get_row)(job, t, f->k, sv->k + j * f->k_row_stride + g * f->k_head_stride);
     FC_ISA(twin)(k, t->a1d + c * dp, D);
-    FC_ISA(load_f32)(f->v, f->dtype, sv->v + j * f->v_row_stride + g * f->v_head_stride, D, t->a2 + c * dp, 1);
+    FC_ISA(load_f32)(f->v, f->dtype, sv->v + j * f->v_row_stride + g * f->v_head_stride, D, t->a2 + c * dp);
     FC_ISA(twin)(t->a2 + c * dp, t->a2d ? t->a2d + c * dp : NULL, D);
     int64_t ilo, ihi;
     visible_queries(j, sv->sq, sv->sk, f->window_left, f->window_right, &ilo, &ihi);
@@ -275,7 +275,7 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
         FC_ISA(put_col)(q, D, NULL, t->b1td, c);
         memcpy(t->b4 + c * dp, q, (size_t)D * sizeof(float));
         FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D,
-                         t->b3 + c * dp, 1);
+                         t->b3 + c * dp);
         FC_ISA(put_col)(t->b3 + c * dp, D, t->b2t, t->b2td, c);
         const int64_t at = (job->row0[b] + i) * f->heads_q + h;
         t->bL[c] = job->L[at];

@@ -108,13 +108,14 @@ static inline void *carve(char *base, size_t *off, size_t bytes)
     return p;
 }
 
-/* 1 when the AVX2 build of the per-item code can run on this CPU. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* 1 when the AVX2 build of the per-item code (AVX2 and F16C, which every
+ * AVX2 CPU has) can run on this CPU. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FC_CPU_PORTABLE_ONLY)
 #define FC_HAVE_AVX2_VARIANT 1
 static inline int fc_cpu_avx2(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
 }
 #else
 static inline int fc_cpu_avx2(void) { return 0; }

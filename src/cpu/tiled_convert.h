@@ -11,25 +11,28 @@
 
 /* ---- conversion in and out --------------------------------------------------- */
 
-/* dst[x * dst_stride] = element off + x of src, for x < n, as float. */
-static void FC_ISA(load_f32)(const void *src, int32_t dtype, int64_t off, int64_t n, float *dst,
-                     int64_t dst_stride)
+/* dst[x] = element off + x of src, for x < n, as float (exact). */
+static void FC_ISA(load_f32)(const void *src, int32_t dtype, int64_t off, int64_t n, float *dst)
 {
+    int64_t x = 0;
+#if defined(FC_ISA_AVX2)
+    x = widen_avx2(src, dtype, off, n, dst); /* whole vectors of f16, bf16, f32 */
+#endif
     if (dtype == FC_DTYPE_F16) {
         const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_f16_to_f32(s[x]);
+        for (; x < n; x++) dst[x] = fc_f16_to_f32(s[x]);
     } else if (dtype == FC_DTYPE_BF16) {
         const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_bf16_to_f32(s[x]);
+        for (; x < n; x++) dst[x] = fc_bf16_to_f32(s[x]);
     } else if (dtype == FC_DTYPE_E4M3) {
         const uint8_t *s = (const uint8_t *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_e4m3_to_f32(s[x]);
+        for (; x < n; x++) dst[x] = fc_e4m3_to_f32(s[x]);
     } else if (dtype == FC_DTYPE_E5M2) {
         const uint8_t *s = (const uint8_t *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = fc_e5m2_to_f32(s[x]);
+        for (; x < n; x++) dst[x] = fc_e5m2_to_f32(s[x]);
     } else {
         const float *s = (const float *)src + off;
-        for (int64_t x = 0; x < n; x++) dst[x * dst_stride] = s[x];
+        for (; x < n; x++) dst[x] = s[x];
     }
 }
 

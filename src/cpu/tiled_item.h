@@ -11,14 +11,14 @@
 #error "tiled_item.h: define FC_ISA(name) before including"
 #endif
 
+#include "tiled_kernels.h" /* first: the AVX2 variant's conversions are in tiled_avx2.h */
 #include "tiled_convert.h"
-#include "tiled_kernels.h"
 
 /* load_f32 of an FP8 call's tensor, times its descale ds (the dequantised
  * input, rounded once to float; ds 1 for the others: nothing to do). */
 static void FC_ISA(load_scaled)(const void *src, int32_t dtype, int64_t off, int64_t n, float *dst, float ds)
 {
-    FC_ISA(load_f32)(src, dtype, off, n, dst, 1);
+    FC_ISA(load_f32)(src, dtype, off, n, dst);
     if (ds != 1.0f)
         for (int64_t x = 0; x < n; x++) dst[x] *= ds;
 }
@@ -27,7 +27,7 @@ static void FC_ISA(load_scaled)(const void *src, int32_t dtype, int64_t off, int
  * out_amax: the values as stored), read back through tmp. */
 static void FC_ISA(amax_row)(const void *o, int32_t dtype, int64_t off, int64_t n, float *tmp, float *amax)
 {
-    FC_ISA(load_f32)(o, dtype, off, n, tmp, 1);
+    FC_ISA(load_f32)(o, dtype, off, n, tmp);
     for (int64_t x = 0; x < n; x++) *amax = (float)fc_nan_max(*amax, fabsf(tmp[x]));
 }
 

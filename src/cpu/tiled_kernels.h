@@ -173,17 +173,26 @@ static inline float FC_ISA(shift_row_f64)(double *restrict sd, float *restrict w
 
 /* Step 2: weights p[j] = 2^w[j] in place, their sum folded into l, and the
  * accumulator o rescaled by alpha. The sum runs in 8 lanes (lane (j-a) mod 8)
- * combined in a fixed tree: one order for any vector width, so both variants
- * give the same bits, and it is not one long dependent chain. */
+ * combined in a fixed tree: one order for any vector width, and not one
+ * long dependent chain. */
 static inline void FC_ISA(finish_row)(float *restrict w, int a, int e, float alpha, float *l,
                                       float *restrict o, int64_t dp)
 {
-    for (int j = a; j < e; j++) w[j] = FC_ISA(exp2_le0)(w[j]);
     float lane[8] = {0};
     int j = a;
+#if defined(FC_ISA_AVX2)
+    j = exp2_sum_avx2(w, a, e, lane);
+#else
     for (; j + 8 <= e; j += 8)
-        for (int x = 0; x < 8; x++) lane[x] += w[j + x];
-    for (int x = 0; j < e; j++, x++) lane[x] += w[j];
+        for (int x = 0; x < 8; x++) {
+            w[j + x] = FC_ISA(exp2_le0)(w[j + x]);
+            lane[x] += w[j + x];
+        }
+#endif
+    for (int x = 0; j < e; j++, x++) {
+        w[j] = FC_ISA(exp2_le0)(w[j]);
+        lane[x] += w[j];
+    }
     const float sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     *l = *l * alpha + sum;
     if (alpha != 1.0f)
