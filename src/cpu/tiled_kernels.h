@@ -20,18 +20,19 @@
 
 /* Tile sizes: the one table. */
 enum {
-    TILE_M = 128,      /* packed query rows per work item: the Q and O scratch (TILE_M x head_dim)
-                          stay in L2 (64 KiB each at d=128 fp32); 128 rather than 64 halves the
-                          K/V conversions per query row; multiple of ROWS                      */
-    TILE_N = 64,       /* keys per K/V block: K^T and V blocks are head_dim x TILE_N; multiple of
-                          VEC_W                                                                  */
+    TILE_M = 256,      /* packed query rows per work item: the Q and O scratch (TILE_M x head_dim)
+                          stay in L2 (128 KiB each at d=128 fp32); each doubling halves the K/V
+                          loads per query row (128 -> 256: +4-10% at s1k-d128, forward and
+                          backward; 64 -> 128: ~5%); multiple of ROWS                         */
+    TILE_N = 64,       /* keys per K/V block: K^T and V blocks are head_dim x TILE_N, in L1
+                          together at d=64 (128 keys: -12% at d=128); multiple of VEC_W        */
     ROWS = 4,          /* query rows per register tile: ROWS x VEC_W fp32 accumulators = 8 SSE
                           registers of 16 (the AVX2 kernels: ROWS x 16 floats = 8 ymm of 16),
                           leaving room for the K/V vectors and the broadcasts                  */
     VEC_W = 8,         /* columns per fp32 register tile; head_dim is padded to a multiple     */
     VEC_W64 = 4,       /* columns per fp64 register tile: ROWS x 4 doubles = 8 SSE registers   */
-    MAX_THREADS = 256, /* worker cap: each worker owns a scratch block (~200 KiB at d=128,
-                          ~300 KiB for f32)                                                    */
+    MAX_THREADS = 256, /* worker cap: each worker owns a scratch block (~350 KiB at d=128,
+                          ~650 KiB for f32)                                                    */
 };
 
 #endif /* FC_CPU_TILED_KERNELS_H */
