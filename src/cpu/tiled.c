@@ -17,8 +17,8 @@
  *
  * Precision: fp32 scores, as the GPU kernels use, except where an f32 call's
  * logits are so large that fp32 dot products would break the f32 gate: a
- * key block whose bound on |q.k| (norms, Cauchy-Schwarz) passes
- * F32_SCORE_BOUND gets double scores (Q, K^T and S in double; see
+ * key block whose bound on the logits passes F32_SCORE_BOUND
+ * (tiled_common.h) gets double scores (Q, K^T and S in double; see
  * scores_rows_f64). Probabilities, sums and the output accumulator are fp32
  * for every dtype.
  *
@@ -48,11 +48,6 @@
 
 static const double k_log2e = 1.4426950408889634074;
 
-/* f32 outputs: a key block gets fp32 scores while scale * log2 e * |q| |k|
- * (a bound on every |logit| of the block, log2 units) stays at or below
- * this. An fp32 dot product's error grows with the logits' size; past it
- * the f32 gate's accuracy needs double scores (scores_rows_f64). */
-#define F32_SCORE_BOUND 64.0
 static const double k_ln2 = 0.69314718055994530942;
 
 /* ---- one sequence's view ---------------------------------------------------- */

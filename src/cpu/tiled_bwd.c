@@ -20,9 +20,10 @@
  * two products more than a pass with shared dS, the price of writing no
  * gradient from two items (no atomics, no partial sums to reduce).
  *
- * Precision: S in double for every dtype: P = 2^(S - lse) multiplies the
- * scores' absolute error into every gradient, and fp32 scores of logits
- * near 1e3 already cost f16 a unit of rounding. dP and D in double for f32
+ * Precision: S in fp32 where the block's logit bound allows it
+ * (F32_SCORE_BOUND, tiled_common.h), else in double: P = 2^(S - lse)
+ * multiplies the scores' absolute error into every gradient, and fp32
+ * scores of logits near 1e3 already cost f16 a unit of rounding. dP and D in double for f32
  * (their difference cancels where the softmax saturates), fp32 for
  * f16/bf16. P, dS and the accumulators fp32; each gradient rounded once. A row whose lse
  * is -inf adds nothing (its lse is taken as +inf, so its P is exactly 0),
@@ -53,7 +54,11 @@ static const double k_log2e = 1.4426950408889634074;
  * the other side. The double dP operands only for f32 (else NULL). Pad rows
  * and columns are zero when read. */
 typedef struct bwd_scratch {
-    double *a1d;      /* [TILE_M][dp]   K (kv pass) or Q rows: the S operand       */
+    float *a1;        /* [TILE_M][dp]   K (kv pass) or Q rows: the S operand       */
+    double *a1d;      /* [TILE_M][dp]   the same in double, for double-score blocks */
+    double a1n2;      /*                their largest squared norm                 */
+    int na1, na1d;    /*                rows (padded); how many a1d holds          */
+    int blk64;        /*                the streamed block's scores in double      */
     float *a2;        /* [TILE_M][dp]   V or dO rows: the dP operand               */
     double *a2d;      /* [TILE_M][dp]   the same in double (f32)                   */
     float *acc1;      /* [TILE_M][dp]   dK or dQ                                   */
@@ -61,7 +66,8 @@ typedef struct bwd_scratch {
     double *aL;       /* [TILE_M]       q pass: each row's lse, log2 units         */
     double *aD;       /* [TILE_M]       q pass: each row's D                       */
     int64_t *lo, *hi; /* [TILE_M]       each row's visible range on the other side */
-    double *b1td;     /* [dp][TILE_N]   Q^T or K^T: the S operand                  */
+    float *b1t;       /* [dp][TILE_N]   Q^T or K^T: the S operand                  */
+    double *b1td;     /* [dp][TILE_N]   the same in double, for double scores      */
     float *b2t;       /* [dp][TILE_N]   dO^T or V^T: the dP operand                */
     double *b2td;     /* [dp][TILE_N]   the same in double (f32)                   */
     float *b3;        /* [TILE_N][dp]   dO rows (kv pass, for dV)                  */
@@ -83,6 +89,7 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
     size_t off = 0;
     bwd_scratch x;
     const int64_t am = TILE_M * dp, bn = TILE_N * dp, dn = dp64 ? 1 : 0;
+    x.a1 = CARVE(base, off, float, am);
     x.a1d = CARVE(base, off, double, am);
     x.a2 = CARVE(base, off, float, am);
     x.a2d = CARVE(base, off, double, dn * am);
@@ -92,6 +99,7 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
     x.aD = CARVE(base, off, double, TILE_M);
     x.lo = CARVE(base, off, int64_t, TILE_M);
     x.hi = CARVE(base, off, int64_t, TILE_M);
+    x.b1t = CARVE(base, off, float, bn);
     x.b1td = CARVE(base, off, double, bn);
     x.b2t = CARVE(base, off, float, bn);
     x.b2td = CARVE(base, off, double, dn * bn);
@@ -117,6 +125,7 @@ typedef struct bwd_job {
     int dp64;             /* 1: dP and D in double (f32 inputs)                 */
     int64_t dp;           /* head_dim rounded up to VEC_W                       */
     double qscale;        /* times q.k: scale*log2e, or scale/softcap           */
+    double lscale;        /* |scale| * log2 e: a logit in log2 units per q.k    */
     double cap;           /* softcap*log2e, 0 = no cap                          */
     double *L;            /* [rows][heads_q] lse in log2 units (+inf: lse -inf) */
     double *D;            /* [rows][heads_q] rowsum(dout * out)                 */
@@ -184,6 +193,7 @@ static void job_init(bwd_job *job, const fc_bwd_params *p, int group, int64_t dp
     job->dp64 = p->f.dtype == FC_DTYPE_F32;
     job->cap = p->f.softcap > 0.0f ? p->f.softcap * k_log2e : 0.0;
     job->qscale = p->f.softcap > 0.0f ? (double)p->f.scale / p->f.softcap : p->f.scale * k_log2e;
+    job->lscale = fabs((double)p->f.scale) * k_log2e; /* capped logits are no larger */
     job->q_item = q_item_generic;
     job->kv_item = kv_item_generic;
 #ifdef FC_HAVE_AVX2_VARIANT

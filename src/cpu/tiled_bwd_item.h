@@ -60,9 +60,31 @@ static void FC_ISA(zero_pad_rows)(const bwd_job *job, bwd_scratch *t, int n)
 {
     const int n_pad = (n + ROWS - 1) / ROWS * ROWS;
     const size_t k = (size_t)((n_pad - n) * job->dp);
-    memset(t->a1d + n * job->dp, 0, k * sizeof(double));
+    memset(t->a1 + n * job->dp, 0, k * sizeof(float));
     memset(t->a2 + n * job->dp, 0, k * sizeof(float));
     if (t->a2d) memset(t->a2d + n * job->dp, 0, k * sizeof(double));
+    t->na1 = n_pad;
+    t->na1d = 0; /* the double S rows: at the item's first double-score block */
+}
+
+/* The item's S operand row rr (a float row of D elements) and its norm. */
+static void FC_ISA(put_a1)(bwd_scratch *t, int64_t dp, int rr, const float *row, int64_t D)
+{
+    memcpy(t->a1 + rr * dp, row, (size_t)D * sizeof(float));
+    t->a1n2 = fmax(t->a1n2, FC_ISA(norm2)(row, D));
+}
+
+/* After a block's S operand is in b1t (bn2: its largest squared norm): are
+ * its scores double? If so, the double copies of it and of the item's rows. */
+static void FC_ISA(choose_scores)(const bwd_job *job, bwd_scratch *t, int64_t D, int nb, double bn2)
+{
+    t->blk64 = job->lscale * sqrt(t->a1n2) * sqrt(bn2) > F32_SCORE_BOUND;
+    if (!t->blk64) return;
+    const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
+    for (int64_t d = 0; d < D; d++)
+        for (int c = 0; c < nb_pad; c++) t->b1td[d * TILE_N + c] = t->b1t[d * TILE_N + c];
+    for (; t->na1d < t->na1; t->na1d++)
+        for (int64_t d = 0; d < job->dp; d++) t->a1d[t->na1d * job->dp + d] = t->a1[t->na1d * job->dp + d];
 }
 
 /* acc (head_dim elements) times mul, rounded once to the dtype at off. */
@@ -118,7 +140,13 @@ static void FC_ISA(tile_step)(const bwd_job *job, bwd_scratch *t, int rg, int nr
     int a[ROWS], e[ROWS], ua, ue, same;
     if (!tile_ranges(t->lo, t->hi, rg, nr, j0, nb, a, e, &ua, &ue, &same)) return;
     const int c0 = ua & ~(VEC_W - 1), c1 = (ue + VEC_W - 1) & ~(VEC_W - 1);
-    FC_ISA(scores_rows_f64)(t->a1d + rg * dp, dp, t->b1td, t->sd, c0, c1, job->qscale);
+    if (t->blk64) {
+        FC_ISA(scores_rows_f64)(t->a1d + rg * dp, dp, t->b1td, t->sd, c0, c1, job->qscale);
+    } else { /* fp32 scores, widened for grad_row */
+        FC_ISA(scores_rows)(t->a1 + rg * dp, dp, t->b1t, t->s, c0, c1, (float)job->qscale);
+        for (int x = 0; x < ROWS; x++)
+            for (int j = c0; j < c1; j++) t->sd[x * TILE_N + j] = t->s[x * TILE_N + j];
+    }
     if (job->dp64) FC_ISA(scores_rows_f64)(t->a2d + rg * dp, dp, t->b2td, t->dpd, c0, c1, 1.0);
     else FC_ISA(scores_rows)(t->a2 + rg * dp, dp, t->b2t, t->dpv, c0, c1, 1.0f);
     for (int x = 0; x < ROWS; x++) {
@@ -170,7 +198,7 @@ static void FC_ISA(q_row)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *
     const fc_fwd_params *f = &p->f;
     const int64_t D = f->head_dim, dp = job->dp;
     const float *q = FC_ISA(get_row)(job, t, f->q, sv->q + i * f->q_row_stride + h * f->q_head_stride);
-    FC_ISA(twin)(q, t->a1d + rr * dp, D);
+    FC_ISA(put_a1)(t, dp, rr, q, D);
     float *dout = t->a2 + rr * dp;
     FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D, dout);
     FC_ISA(twin)(dout, t->a2d ? t->a2d + rr * dp : NULL, D);
@@ -198,6 +226,7 @@ static void FC_ISA(k_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
 {
     const fc_fwd_params *f = &job->p->f;
     const int64_t D = f->head_dim, dp = job->dp;
+    double bn2 = 0.0;
     for (int c = 0; c < nb; c++) {
         const int64_t j = j0 + c, ja = j + PREFETCH_AHEAD;
         if (c + PREFETCH_AHEAD < nb) {
@@ -205,13 +234,15 @@ static void FC_ISA(k_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
             prefetch_row(f->v, sv->v + ja * f->v_row_stride + g * f->v_head_stride, f->head_dim, f->dtype);
         }
         const float *k = FC_ISA(get_row)(job, t, f->k, sv->k + j * f->k_row_stride + g * f->k_head_stride);
-        FC_ISA(put_col)(k, D, NULL, t->b1td, c);
+        FC_ISA(put_col)(k, D, t->b1t, NULL, c);
+        bn2 = fmax(bn2, FC_ISA(norm2)(k, D));
         memcpy(t->b4 + c * dp, k, (size_t)D * sizeof(float));
         const float *v = FC_ISA(get_row)(job, t, f->v, sv->v + j * f->v_row_stride + g * f->v_head_stride);
         FC_ISA(put_col)(v, D, t->b2t, t->b2td, c);
     }
-    FC_ISA(zero_cols)(D, nb, NULL, t->b1td);
+    FC_ISA(zero_cols)(D, nb, t->b1t, NULL);
     FC_ISA(zero_cols)(D, nb, t->b2t, t->b2td);
+    FC_ISA(choose_scores)(job, t, D, nb, bn2);
 }
 
 static void FC_ISA(q_item)(const bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile)
@@ -222,6 +253,7 @@ static void FC_ISA(q_item)(const bwd_job *job, bwd_scratch *t, int b, int g, int
     const int G = job->group;
     const int64_t rows = sv.sq * G, r0 = tile * TILE_M;
     const int nr = (int)(rows - r0 < TILE_M ? rows - r0 : TILE_M);
+    t->a1n2 = 0.0;
     for (int rr = 0; rr < nr; rr++) {
         const int64_t r = r0 + rr;
         FC_ISA(q_row)(job, t, &sv, b, rr, r / G, g * G + (int)(r % G));
@@ -244,7 +276,7 @@ static void FC_ISA(kv_row)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq 
     const fc_fwd_params *f = &job->p->f;
     const int64_t D = f->head_dim, dp = job->dp;
     const float *k = FC_ISA(get_row)(job, t, f->k, sv->k + j * f->k_row_stride + g * f->k_head_stride);
-    FC_ISA(twin)(k, t->a1d + c * dp, D);
+    FC_ISA(put_a1)(t, dp, c, k, D);
     FC_ISA(load_f32)(f->v, f->dtype, sv->v + j * f->v_row_stride + g * f->v_head_stride, D, t->a2 + c * dp);
     FC_ISA(twin)(t->a2 + c * dp, t->a2d ? t->a2d + c * dp : NULL, D);
     int64_t ilo, ihi;
@@ -264,6 +296,7 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
     const fc_fwd_params *f = &p->f;
     const int G = job->group;
     const int64_t D = f->head_dim, dp = job->dp;
+    double bn2 = 0.0;
     for (int c = 0; c < nb; c++) {
         const int64_t r = r0 + c, i = r / G, ra = r + PREFETCH_AHEAD, ia = ra / G;
         const int h = g * G + (int)(r % G), ha = g * G + (int)(ra % G);
@@ -272,7 +305,8 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
             prefetch_row(p->dout, sv->dout + ia * p->do_row_stride + ha * p->do_head_stride, f->head_dim, f->dtype);
         }
         const float *q = FC_ISA(get_row)(job, t, f->q, sv->q + i * f->q_row_stride + h * f->q_head_stride);
-        FC_ISA(put_col)(q, D, NULL, t->b1td, c);
+        FC_ISA(put_col)(q, D, t->b1t, NULL, c);
+        bn2 = fmax(bn2, FC_ISA(norm2)(q, D));
         memcpy(t->b4 + c * dp, q, (size_t)D * sizeof(float));
         FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D,
                          t->b3 + c * dp);
@@ -281,8 +315,9 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
         t->bL[c] = job->L[at];
         t->bD[c] = job->D[at];
     }
-    FC_ISA(zero_cols)(D, nb, NULL, t->b1td);
+    FC_ISA(zero_cols)(D, nb, t->b1t, NULL);
     FC_ISA(zero_cols)(D, nb, t->b2t, t->b2td);
+    FC_ISA(choose_scores)(job, t, D, nb, bn2);
 }
 
 static void FC_ISA(kv_item)(const bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile)
@@ -292,6 +327,7 @@ static void FC_ISA(kv_item)(const bwd_job *job, bwd_scratch *t, int b, int g, in
     fc_bwd_seq_of(p, b, &sv);
     const int64_t k0 = tile * TILE_M;
     const int nk = (int)(sv.sk - k0 < TILE_M ? sv.sk - k0 : TILE_M);
+    t->a1n2 = 0.0;
     for (int c = 0; c < nk; c++) FC_ISA(kv_row)(job, t, &sv, c, k0 + c, g);
     FC_ISA(sweep)(job, t, &sv, b, g, nk, 1);
     for (int c = 0; c < nk; c++) {

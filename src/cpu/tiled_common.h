@@ -12,6 +12,16 @@
 #include "flashcore.h"
 #include "tiled_kernels.h" /* the tile table */
 
+/* A block of keys (queries) gets fp32 scores while scale * log2 e * |q|max
+ * * |k|max, a bound on every |logit| of the block in log2 units
+ * (Cauchy-Schwarz), stays at or below this; double scores past it. An fp32
+ * dot product's error grows with the logit's size and P = 2^(s - m) makes
+ * it a relative error of every weight: with fp32 scores everywhere the
+ * f32 forward's first elements left its gate at bounds of 300-500 (N(0,
+ * sigma^2) inputs, S 512, d 64/128); at 64 its worst error was 1.5x that
+ * of double scores. */
+#define F32_SCORE_BOUND 64.0
+
 /* Keys visible to query i: exactly the j in [lo, hi) for which
  * fc_key_visible(i, j, sq, sk, wl, wr) holds (the rule is an interval). */
 static inline void visible_range(int64_t i, int64_t sq, int64_t sk, int wl, int wr, int64_t *lo, int64_t *hi)

@@ -56,20 +56,6 @@ static void FC_ISA(run_row_group)(const tiled_job *job, tile_scratch *t, int rg,
     FC_ISA(wsum_rows)(t->s, t->v, dp, t->o + rg * dp, a, e, same, t->pt);
 }
 
-/* An upper bound's worth of sum x[d]^2 (fp32 in 8 lanes: only compared
- * with F32_SCORE_BOUND; overflow gives inf, which asks for double). */
-static double FC_ISA(norm2)(const float *x, int64_t n)
-{
-    float lane[8] = {0};
-    int64_t d = 0;
-    for (; d + 8 <= n; d += 8)
-        for (int l = 0; l < 8; l++) lane[l] += x[d + l] * x[d + l];
-    for (int l = 0; d < n; d++, l++) lane[l] += x[d] * x[d];
-    double s = 0.0;
-    for (int l = 0; l < 8; l++) s += lane[l];
-    return s * (1.0 + 0x1p-16); /* covers the fp32 sums' rounding */
-}
-
 /* Key rows [j0, j0+nb) of kv head g into the K^T and V blocks; for f32
  * outputs, whether the block's scores need double (t->blk64), and if so
  * K^T in double too. */

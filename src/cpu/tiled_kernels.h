@@ -72,6 +72,20 @@ static inline float FC_ISA(exp2_le0)(float x)
     return fc_bits_to_f32(fc_f32_to_bits(r) & (under - 1u));
 }
 
+/* An upper bound's worth of sum x[d]^2 (fp32 in 8 lanes: only compared
+ * with F32_SCORE_BOUND; overflow gives inf, which asks for double). */
+static inline double FC_ISA(norm2)(const float *x, int64_t n)
+{
+    float lane[8] = {0};
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int l = 0; l < 8; l++) lane[l] += x[d + l] * x[d + l];
+    for (int l = 0; d < n; d++, l++) lane[l] += x[d] * x[d];
+    double s = 0.0;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    return s * (1.0 + 0x1p-16); /* covers the fp32 sums' rounding */
+}
+
 #if defined(FC_ISA_AVX2)
 #include "tiled_avx2.h" /* scores_rows_avx2, scores_rows_f64_avx2 */
 #else
