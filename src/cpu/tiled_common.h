@@ -118,14 +118,18 @@ static inline void *carve(char *base, size_t *off, size_t bytes)
     return p;
 }
 
-/* 1 when the AVX2 build of the per-item code (AVX2 and F16C, which every
- * AVX2 CPU has) can run on this CPU. */
+/* 1 when the AVX2 build of the per-item code (AVX2, FMA and F16C) can run
+ * on this CPU. F16C through CPUID (leaf 1, ECX): not every clang's
+ * __builtin_cpu_supports knows its name. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FC_CPU_PORTABLE_ONLY)
+#include <cpuid.h>
 #define FC_HAVE_AVX2_VARIANT 1
 static inline int fc_cpu_avx2(void)
 {
+    unsigned int a, b, c, d;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+           (c & bit_F16C);
 }
 #else
 static inline int fc_cpu_avx2(void) { return 0; }
