@@ -70,14 +70,15 @@ static inline __m256 exp2_le0_v8(__m256 x)
     return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ), r);
 }
 
-/* w[j] = 2^w[j] for a <= j < e, whole vectors of 8 from a; their sums
- * added into lane (lane (j-a) mod 8). Returns the first j not done. */
-static inline int exp2_sum_avx2(float *w, int a, int e, float *lane)
+/* w[j] = 2^(w[j] - sub) for a <= j < e, whole vectors of 8 from a; their
+ * sums added into lane (lane (j-a) mod 8). Returns the first j not done. */
+static inline int exp2_sum_avx2(float *w, int a, int e, float sub, float *lane)
 {
+    const __m256 vs = _mm256_set1_ps(sub);
     __m256 acc = _mm256_loadu_ps(lane);
     int j = a;
     for (; j + 8 <= e; j += 8) {
-        const __m256 p = exp2_le0_v8(_mm256_loadu_ps(w + j));
+        const __m256 p = exp2_le0_v8(_mm256_sub_ps(_mm256_loadu_ps(w + j), vs));
         _mm256_storeu_ps(w + j, p);
         acc = _mm256_add_ps(acc, p);
     }

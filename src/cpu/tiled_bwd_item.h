@@ -21,9 +21,6 @@ static const float *FC_ISA(get_row)(const bwd_job *job, bwd_scratch *t, const vo
     return t->row;
 }
 
-/* Rows this far ahead of the one being loaded are asked for early (see
- * prefetch_row): without it the loads waited on memory, ~15% of the time. */
-#define PREFETCH_AHEAD 4
 
 /* A row as column c of a transposed block (rows TILE_N apart), in fp32 or,
  * when dt is not NULL, in double. */

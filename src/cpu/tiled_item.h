@@ -49,9 +49,11 @@ static void FC_ISA(run_row_group)(const tiled_job *job, tile_scratch *t, int rg,
         if (a[x] >= e[x]) continue;
         const int rr = rg + x;
         float *w = t->s + x * TILE_N;
-        const float alpha = t->blk64 ? FC_ISA(shift_row_f64)(t->sd + x * TILE_N, w, a[x], e[x], job->cap, &t->m[rr])
-                                     : FC_ISA(shift_row)(w, a[x], e[x], (float)job->cap, &t->m[rr]);
-        FC_ISA(finish_row)(w, a[x], e[x], alpha, &t->l[rr], t->o + rr * dp, dp);
+        float sub;
+        const float alpha =
+            t->blk64 ? FC_ISA(shift_row_f64)(t->sd + x * TILE_N, w, a[x], e[x], job->cap, &t->m[rr], &sub)
+                     : FC_ISA(shift_row)(w, a[x], e[x], (float)job->cap, &t->m[rr], &sub);
+        FC_ISA(finish_row)(w, a[x], e[x], sub, alpha, &t->l[rr], t->o + rr * dp, dp);
     }
     FC_ISA(wsum_rows)(t->s, t->v, dp, t->o + rg * dp, a, e, same, t->pt);
 }
@@ -68,6 +70,13 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
     double kn2 = 0.0; /* the largest squared key norm */
     for (int jj = 0; jj < nb; jj++) {
         const int64_t key = j0 + jj;
+        if (jj + PREFETCH_AHEAD < nb) { /* the rows are heads apart: no hardware prefetch */
+            const fc_key_slot ka = fc_key_slot_of(p, sv->b, key + PREFETCH_AHEAD);
+            prefetch_row(p->k, fc_key_offset(ka, sv->k, p->k_row_stride, p->k_batch_stride) +
+                                   (int64_t)g * p->k_head_stride, D, p->kv_dtype);
+            prefetch_row(p->v, fc_key_offset(ka, sv->v, p->v_row_stride, p->v_batch_stride) +
+                                   (int64_t)g * p->v_head_stride, D, p->kv_dtype);
+        }
         /* convert contiguously (vectorizes), then scatter into the transpose */
         const fc_key_slot ks = fc_key_slot_of(p, sv->b, key); /* one page lookup for K and V */
         const int64_t koff = fc_key_offset(ks, sv->k, p->k_row_stride, p->k_batch_stride);

@@ -136,14 +136,15 @@ static inline void FC_ISA(scores_rows_f64)(const double *restrict q, int64_t dp,
 
 /* ---- online softmax, one row over its visible part [a, e) of a block ----------
  * Step 1 (two variants by score precision): cap the scores, take the block
- * max, move the running max m to the new max, write the shifted scores
- * w[j] = s[j] - m (<= 0, log2 units) as float, and return alpha = 2^(m_old -
+ * max, move the running max m to the new max, leave in w[j] - *sub the
+ * shifted scores s[j] - m (<= 0, log2 units; fp32 scores: w = s, sub = m;
+ * double ones: w = s - m rounded, sub = 0), and return alpha = 2^(m_old -
  * m_new), the factor the old sum and accumulator must be rescaled by (0 on the
  * first block, where m_old = -inf). The block max is taken in lanes: the max
  * of a set does not depend on the order, and a NaN score is skipped there but
  * surfaces through its own exponential. */
 
-static inline float FC_ISA(shift_row)(float *restrict s, int a, int e, float cap, double *m)
+static inline float FC_ISA(shift_row)(float *restrict s, int a, int e, float cap, double *m, float *sub)
 {
     if (cap > 0.0f) /* softcap: cap*tanh(scale*qk/softcap), cap in log2 units */
         for (int j = a; j < e; j++) s[j] = cap * tanhf(s[j]);
@@ -160,14 +161,14 @@ static inline float FC_ISA(shift_row)(float *restrict s, int a, int e, float cap
     const float m_old = (float)*m;
     float mx = m_old;
     for (int x = 0; x < VEC_W; x++) mx = lane[x] > mx ? lane[x] : mx;
-    for (j = a; j < e; j++) s[j] = s[j] - mx;
+    *sub = mx; /* finish_row takes it off (one pass over the row, not two) */
     if (mx == m_old) return 1.0f;
     *m = mx;
     return FC_ISA(exp2_le0)(m_old - mx);
 }
 
 static inline float FC_ISA(shift_row_f64)(double *restrict sd, float *restrict w, int a, int e, double cap,
-                                  double *m)
+                                  double *m, float *sub)
 {
     if (cap > 0.0)
         for (int j = a; j < e; j++) sd[j] = cap * tanh(sd[j]);
@@ -181,31 +182,32 @@ static inline float FC_ISA(shift_row_f64)(double *restrict sd, float *restrict w
     double mx = m_old;
     for (int x = 0; x < VEC_W64; x++) mx = lane[x] > mx ? lane[x] : mx;
     for (j = a; j < e; j++) w[j] = (float)(sd[j] - mx); /* the difference is exact-ish, then rounded */
+    *sub = 0.0f;
     if (mx == m_old) return 1.0f;
     *m = mx;
     return FC_ISA(exp2_le0)((float)(m_old - mx));
 }
 
-/* Step 2: weights p[j] = 2^w[j] in place, their sum folded into l, and the
- * accumulator o rescaled by alpha. The sum runs in 8 lanes (lane (j-a) mod 8)
- * combined in a fixed tree: one order for any vector width, and not one
- * long dependent chain. */
-static inline void FC_ISA(finish_row)(float *restrict w, int a, int e, float alpha, float *l,
+/* Step 2: weights p[j] = 2^(w[j] - sub) in place, their sum folded into l,
+ * and the accumulator o rescaled by alpha. The sum runs in 8 lanes (lane
+ * (j-a) mod 8) combined in a fixed tree: one order for any vector width, and
+ * not one long dependent chain. */
+static inline void FC_ISA(finish_row)(float *restrict w, int a, int e, float sub, float alpha, float *l,
                                       float *restrict o, int64_t dp)
 {
     float lane[8] = {0};
     int j = a;
 #if defined(FC_ISA_AVX2)
-    j = exp2_sum_avx2(w, a, e, lane);
+    j = exp2_sum_avx2(w, a, e, sub, lane);
 #else
     for (; j + 8 <= e; j += 8)
         for (int x = 0; x < 8; x++) {
-            w[j + x] = FC_ISA(exp2_le0)(w[j + x]);
+            w[j + x] = FC_ISA(exp2_le0)(w[j + x] - sub);
             lane[x] += w[j + x];
         }
 #endif
     for (int x = 0; j < e; j++, x++) {
-        w[j] = FC_ISA(exp2_le0)(w[j]);
+        w[j] = FC_ISA(exp2_le0)(w[j] - sub);
         lane[x] += w[j];
     }
     const float sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
