@@ -239,6 +239,9 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
 #ifdef FC_HAVE_AVX2_VARIANT
     if (fc_cpu_avx2()) job.run_item = run_item_avx2;
 #endif
+#ifdef FC_HAVE_AVX512_VARIANT
+    if (fc_cpu_avx512()) job.run_item = run_item_avx512;
+#endif
     fc_pool_run(nt, nitems, run_one, &job);
     store_amax(p, ts, nt);
 

@@ -86,41 +86,24 @@ static inline int exp2_sum_avx2(float *w, int a, int e, float sub, float *lane)
     return j;
 }
 
-/* s[r][c] = scale * sum_d q[r][d] kt[d][c], as scores_rows in tiled_kernels.h. */
+#define SIMD_NAME(n) n##_avx2
+#define SIMD_V __m256
+#define SIMD_W 8
+#define SIMD_ZERO _mm256_setzero_ps
+#define SIMD_SET1 _mm256_set1_ps
+#define SIMD_LOAD _mm256_loadu_ps
+#define SIMD_STORE _mm256_storeu_ps
+#define SIMD_FMA _mm256_fmadd_ps
+#define SIMD_MUL _mm256_mul_ps
+#include "tiled_simd.h" /* scores_tiles_avx2, pv_tiles_avx2 */
+
+/* s[r][c] = scale * sum_d q[r][d] kt[d][c], as scores_rows in tiled_kernels.h:
+ * whole tiles of 16 columns, then a last group of 8. */
 static inline void scores_rows_avx2(const float *restrict q, int64_t dp, const float *restrict kt,
                                     float *restrict s, int c0, int c1, float scale)
 {
     const __m256 vs = _mm256_set1_ps(scale);
-    int c = c0;
-    for (; c + 16 <= c1; c += 16) {
-        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
-        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-        const float *k = kt + c;
-        for (int64_t d = 0; d < dp; d++, k += TILE_N) {
-            const __m256 k0 = _mm256_load_ps(k), k1 = _mm256_load_ps(k + 8);
-            __m256 b = _mm256_broadcast_ss(q + d);
-            a00 = _mm256_fmadd_ps(b, k0, a00);
-            a01 = _mm256_fmadd_ps(b, k1, a01);
-            b = _mm256_broadcast_ss(q + dp + d);
-            a10 = _mm256_fmadd_ps(b, k0, a10);
-            a11 = _mm256_fmadd_ps(b, k1, a11);
-            b = _mm256_broadcast_ss(q + 2 * dp + d);
-            a20 = _mm256_fmadd_ps(b, k0, a20);
-            a21 = _mm256_fmadd_ps(b, k1, a21);
-            b = _mm256_broadcast_ss(q + 3 * dp + d);
-            a30 = _mm256_fmadd_ps(b, k0, a30);
-            a31 = _mm256_fmadd_ps(b, k1, a31);
-        }
-        float *o = s + c;
-        _mm256_store_ps(o, _mm256_mul_ps(a00, vs));
-        _mm256_store_ps(o + 8, _mm256_mul_ps(a01, vs));
-        _mm256_store_ps(o + TILE_N, _mm256_mul_ps(a10, vs));
-        _mm256_store_ps(o + TILE_N + 8, _mm256_mul_ps(a11, vs));
-        _mm256_store_ps(o + 2 * TILE_N, _mm256_mul_ps(a20, vs));
-        _mm256_store_ps(o + 2 * TILE_N + 8, _mm256_mul_ps(a21, vs));
-        _mm256_store_ps(o + 3 * TILE_N, _mm256_mul_ps(a30, vs));
-        _mm256_store_ps(o + 3 * TILE_N + 8, _mm256_mul_ps(a31, vs));
-    }
+    const int c = scores_tiles_avx2(q, dp, kt, s, c0, c1, scale);
     if (c < c1) { /* one last group of 8 columns */
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         const float *k = kt + c;
@@ -176,46 +159,13 @@ static inline void scores_rows_f64_avx2(const double *restrict q, int64_t dp, co
     }
 }
 
-/* o[r][:] += sum_{a <= j < e} p[r][j] v[j][:], as pv_rows but with the
- * weights read from the rows themselves (p: the score tile, rows TILE_N
- * apart; broadcasts need no transpose). 16 columns of the
- * 4 rows per pass over the keys, then a last group of 8 (dp is a multiple
- * of 8). o rows are 64-byte aligned only when dp is a multiple of 16: loadu. */
+/* o[r][:] += sum_{a <= j < e} p[r][j] v[j][:], as pv_rows (tiled_kernels.h)
+ * but with the weights read from the score rows: whole tiles of 16 columns
+ * from c0, then a last group of 8 (dp is a multiple of 8). */
 static inline void pv_rows_avx2(const float *restrict pw, const float *restrict v, int64_t dp,
-                                float *restrict o, int a, int e)
+                                float *restrict o, int a, int e, int64_t c0)
 {
-    int64_t c = 0;
-    for (; c + 16 <= dp; c += 16) {
-        float *o0 = o + c, *o1 = o0 + dp, *o2 = o1 + dp, *o3 = o2 + dp;
-        __m256 a00 = _mm256_loadu_ps(o0), a01 = _mm256_loadu_ps(o0 + 8);
-        __m256 a10 = _mm256_loadu_ps(o1), a11 = _mm256_loadu_ps(o1 + 8);
-        __m256 a20 = _mm256_loadu_ps(o2), a21 = _mm256_loadu_ps(o2 + 8);
-        __m256 a30 = _mm256_loadu_ps(o3), a31 = _mm256_loadu_ps(o3 + 8);
-        for (int j = a; j < e; j++) {
-            const float *vj = v + j * dp + c, *p = pw + j;
-            const __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
-            __m256 b = _mm256_broadcast_ss(p);
-            a00 = _mm256_fmadd_ps(b, v0, a00);
-            a01 = _mm256_fmadd_ps(b, v1, a01);
-            b = _mm256_broadcast_ss(p + TILE_N);
-            a10 = _mm256_fmadd_ps(b, v0, a10);
-            a11 = _mm256_fmadd_ps(b, v1, a11);
-            b = _mm256_broadcast_ss(p + 2 * TILE_N);
-            a20 = _mm256_fmadd_ps(b, v0, a20);
-            a21 = _mm256_fmadd_ps(b, v1, a21);
-            b = _mm256_broadcast_ss(p + 3 * TILE_N);
-            a30 = _mm256_fmadd_ps(b, v0, a30);
-            a31 = _mm256_fmadd_ps(b, v1, a31);
-        }
-        _mm256_storeu_ps(o0, a00);
-        _mm256_storeu_ps(o0 + 8, a01);
-        _mm256_storeu_ps(o1, a10);
-        _mm256_storeu_ps(o1 + 8, a11);
-        _mm256_storeu_ps(o2, a20);
-        _mm256_storeu_ps(o2 + 8, a21);
-        _mm256_storeu_ps(o3, a30);
-        _mm256_storeu_ps(o3 + 8, a31);
-    }
+    const int64_t c = pv_tiles_avx2(pw, v, dp, o, a, e, c0);
     if (c < dp) {
         float *o0 = o + c, *o1 = o0 + dp, *o2 = o1 + dp, *o3 = o2 + dp;
         __m256 a0 = _mm256_loadu_ps(o0), a1 = _mm256_loadu_ps(o1);

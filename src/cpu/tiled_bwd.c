@@ -202,6 +202,12 @@ static void job_init(bwd_job *job, const fc_bwd_params *p, int group, int64_t dp
         job->kv_item = kv_item_avx2;
     }
 #endif
+#ifdef FC_HAVE_AVX512_VARIANT
+    if (fc_cpu_avx512()) {
+        job->q_item = q_item_avx512;
+        job->kv_item = kv_item_avx512;
+    }
+#endif
 }
 
 fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *err, size_t err_len)

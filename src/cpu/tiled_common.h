@@ -137,8 +137,16 @@ static inline int fc_cpu_avx2(void)
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
            (c & bit_F16C);
 }
+/* ... and its AVX-512 twin (512-bit matrix products). */
+#define FC_HAVE_AVX512_VARIANT 1
+static inline int fc_cpu_avx512(void)
+{
+    return fc_cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw");
+}
 #else
 static inline int fc_cpu_avx2(void) { return 0; }
+static inline int fc_cpu_avx512(void) { return 0; }
 #endif
 
 #endif /* FC_CPU_TILED_COMMON_H */

@@ -88,6 +88,9 @@ static inline double FC_ISA(norm2)(const float *x, int64_t n)
 
 #if defined(FC_ISA_AVX2)
 #include "tiled_avx2.h" /* scores_rows_avx2, scores_rows_f64_avx2 */
+#if defined(FC_ISA_AVX512)
+#include "tiled_avx512.h" /* scores_rows_avx512, scores_rows_f64_avx512 */
+#endif
 #else
 /* ---- S = Q K^T ----------------------------------------------------------------
  * s[r][c] = scale * sum_d q[r][d] * kt[d][c] for ROWS rows and columns
@@ -273,10 +276,14 @@ static inline void FC_ISA(wsum_rows)(const float *restrict w, const float *restr
 #if defined(FC_ISA_AVX2)
     (void)pt;
     if (same) {
-        pv_rows_avx2(w, v, dp, o, a[0], e[0]);
+#if defined(FC_ISA_AVX512)
+        pv_rows_avx512(w, v, dp, o, a[0], e[0]);
+#else
+        pv_rows_avx2(w, v, dp, o, a[0], e[0], 0);
+#endif
     } else {
         for (int x = 0; x < ROWS; x++)
-            if (a[x] < e[x]) pv_row_avx2(w + x * TILE_N, 1, v, dp, o + x * dp, a[x], e[x]);
+            if (a[x] < e[x]) FC_ISA(pv_row)(w + x * TILE_N, 1, v, dp, o + x * dp, a[x], e[x]);
     }
 #else
     for (int x = 0; x < ROWS; x++)

@@ -1,0 +1,49 @@
+/*
+ * tiled_avx512.h -- AVX-512 versions of the tiled CPU path's two matrix
+ * products, for the avx512 variant only (tiled_variants.h; included from
+ * tiled_kernels.h inside its target region, after tiled_avx2.h): the
+ * whole tiles of tiled_simd.h at 512 bits (4 rows x 32 floats in 8 zmm
+ * accumulators), the column remainders and every other loop the AVX2
+ * variant's. Each output element is the same fused sum in the same order
+ * as the AVX2 kernels', so the two variants agree bitwise.
+ */
+#ifndef FC_CPU_TILED_AVX512_H
+#define FC_CPU_TILED_AVX512_H
+
+#define SIMD_NAME(n) n##_avx512
+#define SIMD_V __m512
+#define SIMD_W 16
+#define SIMD_ZERO _mm512_setzero_ps
+#define SIMD_SET1 _mm512_set1_ps
+#define SIMD_LOAD _mm512_loadu_ps
+#define SIMD_STORE _mm512_storeu_ps
+#define SIMD_FMA _mm512_fmadd_ps
+#define SIMD_MUL _mm512_mul_ps
+#include "tiled_simd.h" /* scores_tiles_avx512, pv_tiles_avx512 */
+
+/* s[r][c] = scale * sum_d q[r][d] kt[d][c], as scores_rows_avx2: tiles of
+ * 32 columns, the rest by the AVX2 kernel. */
+static inline void scores_rows_avx512(const float *restrict q, int64_t dp, const float *restrict kt,
+                                      float *restrict s, int c0, int c1, float scale)
+{
+    const int c = scores_tiles_avx512(q, dp, kt, s, c0, c1, scale);
+    if (c < c1) scores_rows_avx2(q, dp, kt, s, c, c1, scale);
+}
+
+/* Double scores (large logits only): the AVX2 kernel. */
+static inline void scores_rows_f64_avx512(const double *restrict q, int64_t dp, const double *restrict kt,
+                                          double *restrict s, int c0, int c1, double scale)
+{
+    scores_rows_f64_avx2(q, dp, kt, s, c0, c1, scale);
+}
+
+/* o[r][:] += sum_{a <= j < e} p[r][j] v[j][:], as pv_rows_avx2: tiles of
+ * 32 columns, the rest by the AVX2 kernel. */
+static inline void pv_rows_avx512(const float *restrict pw, const float *restrict v, int64_t dp,
+                                  float *restrict o, int a, int e)
+{
+    const int64_t c = pv_tiles_avx512(pw, v, dp, o, a, e, 0);
+    if (c < dp) pv_rows_avx2(pw, v, dp, o, a, e, c);
+}
+
+#endif /* FC_CPU_TILED_AVX512_H */
