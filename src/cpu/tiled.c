@@ -24,10 +24,11 @@
  *
  * Instruction sets: the per-item code (tiled_item.h) is compiled twice, as
  * plain C for any target and, on x86-64, under target("avx2,f16c,fma") with
- * explicit AVX2 matrix products, conversions and 2^x (tiled_avx2.h); the
- * variant is picked once per call from the CPU's features, so a machine
- * always runs the same one. The two differ in their last bits (fused
- * multiply-adds in the AVX2 one).
+ * explicit AVX2 matrix products, conversions and 2^x (tiled_avx2.h), and
+ * where the CPU has AVX-512 the same with 512-bit matrix products
+ * (tiled_avx512.h); the variant is picked once per call from the CPU's
+ * features, so a machine always runs the same one. The plain C differs
+ * from the vector ones in the last bits (fused multiply-adds).
  *
  * Determinism: every output element belongs to exactly one work item, the
  * tiling does not depend on the thread count, and an item's arithmetic does
