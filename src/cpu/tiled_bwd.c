@@ -31,8 +31,8 @@
  *
  * Determinism: every gradient element belongs to one item, the tiling and
  * each item's summation order do not depend on the thread count or on
- * which thread runs it, and both instruction-set builds give the same
- * bits (see tiled.c): results are bitwise identical for any num_threads.
+ * which thread runs it, and a machine always runs the same instruction-set
+ * build (see tiled.c): results are bitwise identical for any num_threads.
  */
 #include <math.h>
 #include <stdio.h>
