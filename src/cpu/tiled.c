@@ -94,7 +94,7 @@ typedef struct tile_scratch {
     float *kt;         /* [dp][TILE_N]     key block transposed                     */
     double *ktd;       /* [dp][TILE_N]     key block transposed, for double scores  */
     double *sd;        /* [ROWS][TILE_N]   double scores of one register tile       */
-    double qn;         /* the item's largest query-row norm (f32 outputs)          */
+    double qn2;        /* the item's largest squared query-row norm (f32 outputs)  */
     int nq, nqd;       /* the item's Q rows (padded); how many of them qd holds    */
     int blk64;         /* the current key block's scores in double                 */
     float *s;          /* [ROWS][TILE_N]   scores, then shifted scores, then weights */

@@ -75,13 +75,8 @@ static void FC_ISA(put_a1)(bwd_scratch *t, int64_t dp, int rr, const float *row,
  * its scores double? If so, the double copies of it and of the item's rows. */
 static void FC_ISA(choose_scores)(const bwd_job *job, bwd_scratch *t, int64_t D, int nb, double bn2)
 {
-    t->blk64 = job->lscale * sqrt(t->a1n2) * sqrt(bn2) > F32_SCORE_BOUND;
-    if (!t->blk64) return;
-    const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
-    for (int64_t d = 0; d < D; d++)
-        for (int c = 0; c < nb_pad; c++) t->b1td[d * TILE_N + c] = t->b1t[d * TILE_N + c];
-    for (; t->na1d < t->na1; t->na1d++)
-        for (int64_t d = 0; d < job->dp; d++) t->a1d[t->na1d * job->dp + d] = t->a1[t->na1d * job->dp + d];
+    const fc_score_ops ops = {t->a1, t->b1t, t->a1d, t->b1td, t->a1n2, bn2, job->dp, D, t->na1, &t->na1d, nb};
+    t->blk64 = fc_double_scores(job->lscale, &ops);
 }
 
 /* acc (head_dim elements) times mul, rounded once to the dtype at off. */

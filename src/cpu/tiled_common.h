@@ -6,6 +6,7 @@
 #ifndef FC_CPU_TILED_COMMON_H
 #define FC_CPU_TILED_COMMON_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,34 @@
  * sigma^2) inputs, S 512, d 64/128); at 64 its worst error was 1.5x that
  * of double scores. */
 #define F32_SCORE_BOUND 64.0
+
+/* The score operands of one streamed block, in fp32 and (for double
+ * scores) double: the item's rows ([rows][dp], the first `done` of them
+ * already in double) and the block transposed ([D][TILE_N]), with the
+ * largest squared norm of each side. */
+typedef struct fc_score_ops {
+    const float *rows, *bt;
+    double *rowsd, *btd;
+    double rn2, bn2;
+    int64_t dp, D;
+    int nrows, *done, nb;
+} fc_score_ops;
+
+/* 1 if the block's scores must be double (lscale * |row|max * |col|max
+ * passes F32_SCORE_BOUND), after making the double copies: the block's
+ * columns (their pad included) and the item's rows not yet copied (so the
+ * rows are copied once, at the item's first double block). */
+static inline int fc_double_scores(double lscale, const fc_score_ops *o)
+{
+    /* fmax skipped NaN norms: such a key's scores are NaN in either precision */
+    if (!(lscale * sqrt(o->rn2) * sqrt(o->bn2) > F32_SCORE_BOUND)) return 0;
+    const int nb_pad = (o->nb + VEC_W - 1) & ~(VEC_W - 1);
+    for (int64_t d = 0; d < o->D; d++)
+        for (int c = 0; c < nb_pad; c++) o->btd[d * TILE_N + c] = o->bt[d * TILE_N + c];
+    for (; *o->done < o->nrows; ++*o->done)
+        for (int64_t d = 0; d < o->dp; d++) o->rowsd[*o->done * o->dp + d] = o->rows[*o->done * o->dp + d];
+    return 1;
+}
 
 /* Keys visible to query i: exactly the j in [lo, hi) for which
  * fc_key_visible(i, j, sq, sk, wl, wr) holds (the rule is an interval). */

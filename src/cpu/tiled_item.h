@@ -68,19 +68,19 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
     const int64_t D = p->head_dim, dp = job->dp;
     const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
     double kn2 = 0.0; /* the largest squared key norm */
+    fc_key_slot slot[TILE_N]; /* one page lookup per key, for K and V */
+    for (int jj = 0; jj < nb; jj++) slot[jj] = fc_key_slot_of(p, sv->b, j0 + jj);
     for (int jj = 0; jj < nb; jj++) {
-        const int64_t key = j0 + jj;
         if (jj + PREFETCH_AHEAD < nb) { /* the rows are heads apart: no hardware prefetch */
-            const fc_key_slot ka = fc_key_slot_of(p, sv->b, key + PREFETCH_AHEAD);
+            const fc_key_slot ka = slot[jj + PREFETCH_AHEAD];
             prefetch_row(p->k, fc_key_offset(ka, sv->k, p->k_row_stride, p->k_batch_stride) +
                                    (int64_t)g * p->k_head_stride, D, p->kv_dtype);
             prefetch_row(p->v, fc_key_offset(ka, sv->v, p->v_row_stride, p->v_batch_stride) +
                                    (int64_t)g * p->v_head_stride, D, p->kv_dtype);
         }
         /* convert contiguously (vectorizes), then scatter into the transpose */
-        const fc_key_slot ks = fc_key_slot_of(p, sv->b, key); /* one page lookup for K and V */
-        const int64_t koff = fc_key_offset(ks, sv->k, p->k_row_stride, p->k_batch_stride);
-        const int64_t voff = fc_key_offset(ks, sv->v, p->v_row_stride, p->v_batch_stride);
+        const int64_t koff = fc_key_offset(slot[jj], sv->k, p->k_row_stride, p->k_batch_stride);
+        const int64_t voff = fc_key_offset(slot[jj], sv->v, p->v_row_stride, p->v_batch_stride);
         FC_ISA(load_scaled)(p->k, p->kv_dtype, koff + (int64_t)g * p->k_head_stride, D, t->krow, t->k_ds);
         for (int64_t d = 0; d < D; d++) t->kt[d * TILE_N + jj] = t->krow[d];
         if (job->f64) kn2 = fmax(kn2, FC_ISA(norm2)(t->krow, D));
@@ -89,15 +89,9 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
     /* Columns past the block that the last register tile reads: zero. */
     for (int64_t d = 0; d < D && nb_pad > nb; d++)
         for (int jj = nb; jj < nb_pad; jj++) t->kt[d * TILE_N + jj] = 0.0f;
-    /* fmax skips a NaN norm: that key's scores are NaN in either precision */
-    t->blk64 = job->f64 && job->lscale * t->qn * sqrt(kn2) > F32_SCORE_BOUND;
-    if (!t->blk64) return;
-    for (int64_t d = 0; d < D; d++)
-        for (int jj = 0; jj < nb_pad; jj++) t->ktd[d * TILE_N + jj] = t->kt[d * TILE_N + jj];
-    for (; t->nqd < t->nq; t->nqd++) /* every row, its pad included */
-        for (int64_t d = 0; d < dp; d++) t->qd[t->nqd * dp + d] = t->q[t->nqd * dp + d];
+    const fc_score_ops ops = {t->q, t->kt, t->qd, t->ktd, t->qn2, kn2, dp, D, t->nq, &t->nqd, nb};
+    t->blk64 = job->f64 && fc_double_scores(job->lscale, &ops);
 }
-
 
 static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g, int64_t tile)
 {
@@ -135,7 +129,7 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
     /* Rows past the end of the sequence fill out the last register tile:
      * zero, so the scores computed for them are finite and never read. */
     if (nr_pad > nr) memset(t->q + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(float));
-    t->qn = sqrt(qn2);
+    t->qn2 = qn2;
     t->nqd = 0; /* the double Q rows: at the item's first double-score block */
 
     /* Only the key blocks some row of the tile can see. */
