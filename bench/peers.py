@@ -400,7 +400,7 @@ class FlashCore(System):
 
 class FlashCoreEnv(FlashCore):
     """One CUDA path with a tuning hook forced around every call (prepare,
-    run, graph capture), named by its FLASHCORE_* variable: an A/B of the
+    run, graph capture), named by its fc_tuning field: an A/B of the
     hook. A column of its own, not counted as FlashCore in FC/peer."""
 
     def __init__(self, name, key, value, path=90):
@@ -409,9 +409,9 @@ class FlashCoreEnv(FlashCore):
 
     def _forced(self, fn, *a):
         fc = self.fc
-        field = {var: f for f, var in fc._lib.TUNING_ENV.items()}.get(self.KEY)
+        field = self.KEY if self.KEY in fc._lib.TUNING_FIELDS else None
         if field is None:
-            raise SystemExit("%s is not a tuning variable (%s)" % (self.KEY, ", ".join(fc._lib.TUNING_ENV.values())))
+            raise SystemExit("%s is not a tuning field (%s)" % (self.KEY, ", ".join(fc._lib.TUNING_FIELDS)))
         old = fc.get_tuning()
         fc.set_tuning(**dict(old, **{field: self.value if field == "sm90_trace_file" else int(self.value)}))
         try:
@@ -426,12 +426,12 @@ class FlashCoreEnv(FlashCore):
 
 class FlashCoreRow(FlashCoreEnv):
     """One path with one row of its tile table forced through
-    FLASHCORE_SM90_CONFIG (path 90) or FLASHCORE_SM80_CONFIG (path 80): an A/B
+    the sm90_config (path 90) or sm80_config (path 80) hook: an A/B
     of rows (or code variants) the planner would not pick here. Named
     sm90-row<N> / sm80-row<N>."""
 
     def __init__(self, row, path=90):
-        super().__init__("sm%d-row%s" % (path, row), "FLASHCORE_SM%d_CONFIG" % path, row, path)
+        super().__init__("sm%d-row%s" % (path, row), "sm%d_config" % path, row, path)
         self.row = str(row)
 
 
@@ -1158,13 +1158,13 @@ def parse_args(argv):
     ap.add_argument("--systems", help="comma-separated substrings of system names to run "
                                       "(e.g. flashcore,cudnn,flex)")
     ap.add_argument("--sm90-rows", help="comma-separated rows of src/cuda/sm90/tiles.cuh to time as extra "
-                    "systems sm90-row<N>, each forced with FLASHCORE_SM90_CONFIG (A/B of tile rows)")
-    ap.add_argument("--sm90-env", help="comma-separated NAME:KEY=VALUE: the Hopper path with env KEY=VALUE "
-                    "around its calls, timed as an extra system sm90-NAME (A/B of a hook, e.g. "
-                    "nopdl:FLASHCORE_PDL=0)")
+                    "systems sm90-row<N>, each forced with the sm90_config hook (A/B of tile rows)")
+    ap.add_argument("--sm90-env", help="comma-separated NAME:FIELD=VALUE: the Hopper path with the fc_tuning "
+                    "hook FIELD=VALUE around its calls, timed as an extra system sm90-NAME (A/B of a hook, "
+                    "e.g. nopdl:pdl=0)")
     ap.add_argument("--sm80-env", help="the same for the sm80-class path: extra systems sm80-NAME")
     ap.add_argument("--sm80-rows", help="comma-separated rows of src/cuda/sm80/tiles.cuh to time as extra "
-                    "systems sm80-row<N>, each forced with FLASHCORE_SM80_CONFIG (A/B of tile rows and "
+                    "systems sm80-row<N>, each forced with the sm80_config hook (A/B of tile rows and "
                     "code variants; a row that does not fit a shape falls back to the planned one)")
     ap.add_argument("--bwd", action="store_true",
                     help="time the backward (FlashCore, cuDNN, FA2) into peers-bwd.{json,md,png}; default "

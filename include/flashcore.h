@@ -235,6 +235,9 @@ typedef struct fc_kernel_info {
     char name[96];        /* e.g. "sm80_fwd_bf16_d128_m128n64_s2", "cpu_tiled" */
     int32_t num_splits;   /* split-KV count (1 = no split)                   */
     int64_t workspace_bytes; /* scratch the library allocates for this call  */
+    int32_t tuned;        /* 1: the kernel is the context's tuning cache's
+                           * choice for the call (fc_context_load_tuning);
+                           * 0: the planner's                                */
 } fc_kernel_info;
 
 typedef struct fc_context fc_context;
@@ -390,9 +393,9 @@ FC_API fc_status fc_cuda_device_info(fc_context *ctx, char *buf, size_t buf_size
 
 /* ---- experimental: tuning hooks ----------------------------------------- */
 /* For tests, benchmarks and A/B runs of the kernels, not for production: the
- * fields and their meaning may change in any release. Nothing in the library
- * reads the environment; the CLI, the tests and the Python binding fill this
- * struct from the FLASHCORE_* variables of docs/API.md. */
+ * fields and their meaning may change in any release. Set in a context they
+ * override the planner (and any tuning cache entry) for every call; the
+ * same fields make up a tuning cache entry's choice (below). */
 typedef struct fc_tuning {
     int32_t sm90_config;  /* -1: the planner's row; else a row of the Hopper
                            * table, taken when it fits the call's head_dim */
@@ -445,6 +448,48 @@ FC_API fc_status fc_tuning_row_info(int path, int index, fc_tile_row *row);
  * path 80 only (threads = 32 x warps, stages 2: Q and dO double-buffered;
  * kvsplit, tall and variant 0). */
 FC_API fc_status fc_tuning_bwd_row_info(int path, int index, fc_tile_row *row);
+
+/* ---- tuning cache ----------------------------------------------------------- */
+/* Measured kernel choices for the shapes a model uses (`flashcore tune`
+ * writes them), in a text file whose format docs/TUNING.md specifies. A
+ * cache is keyed by this build (library version and tile tables) and the
+ * device (name, SM count, compute capability, CUDA runtime); its entries by
+ * a shape bucket (pass, dtypes, head dim, GQA ratio, mask class, softcap /
+ * varlen / paged / append, and seqlen_q, seqlen_k, batch * heads_q rounded
+ * up to 1, 2, 3, 4, 6, 8, 12, ...). Entries of another build or device are
+ * never applied. The selection function consults the cache after its
+ * legality checks and takes an entry only when the call can run its path,
+ * row and split count; otherwise the planner chooses, so a cache cannot
+ * make a call fail or run a kernel that does not fit it. fc_kernel_info's
+ * `tuned` says which happened. Fields set with fc_context_set_tuning win
+ * over the cache's.
+ *
+ * Every context created while FLASHCORE_TUNING_CACHE names a file starts
+ * with that cache (read once per process, at the first fc_context_create;
+ * fc_context_tuning_info reports a file that could not be loaded). A loaded
+ * cache is read-only and shared by the contexts that load the same
+ * unchanged file; lookup costs well under a microsecond per call. */
+
+/* Load the cache at path into ctx, replacing its cache (NULL: drop it, the
+ * planners choose). A file that cannot be read or is not a valid cache
+ * (any line: the message names it) is an error and leaves ctx as it was. */
+FC_API fc_status fc_context_load_tuning(fc_context *ctx, const char *path);
+/* Write ctx's cache (what was loaded plus what was recorded, every device
+ * section kept) to path, in canonical order. */
+FC_API fc_status fc_context_save_tuning(fc_context *ctx, const char *path);
+/* Record choice for the bucket of a call on ctx's CUDA device: args for a
+ * forward call, or bwd for a backward call (exactly one), checked as the
+ * call is. cuda_path 0, 80 or 90; choice's fields as fc_context_set_tuning
+ * checks them (a backward entry sets only sm80_bwd_config and pdl; trace
+ * file ignored); comment (one line, <= 200 bytes) or NULL goes into the
+ * file. Replaces the bucket's entry; ctx's cache becomes its own copy. */
+FC_API fc_status fc_context_record_tuning(fc_context *ctx, const fc_attention_args *args,
+                                          const fc_attention_backward_args *bwd, int32_t cuda_path,
+                                          const fc_tuning *choice, const char *comment);
+/* Describe ctx's cache in buf (sections, entries, which apply to this
+ * build). Returns FC_OK, or the status of a FLASHCORE_TUNING_CACHE file that
+ * could not be loaded (the context works without it; buf says why). */
+FC_API fc_status fc_context_tuning_info(const fc_context *ctx, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

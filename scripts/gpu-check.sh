@@ -9,7 +9,8 @@
 #   stages: build test sanitize sass bench (the forward, then the backward),
 #   and (not in `all`) bench-bwd: the backward's benchmark alone;
 #   sanitize-bwd: the three sanitizers on the backward's kernels alone;
-#   bench-paged: bench/paged.py (paged decode vs contiguous); trace: a
+#   bench-paged: bench/paged.py (paged decode vs contiguous); tune: the
+#   tuner on bench/tune-shapes.txt (flashcore tune, its verify pass); trace: a
 #   trace build of the Hopper kernels (-DFC_SM90_TRACE=1, in $BUILD-trace)
 #   timing each tile's phases on TRACE_SHAPES (bench/trace_sm90.py); profile:
 #   Nsight Compute on one call per system (PROFILE_SYSTEMS, default our two
@@ -80,11 +81,19 @@ gpu_matrix() {
 # run_rows VAR PATH LIST: the GPU matrix on path PATH once per "row head_dim ..." line
 # that LIST prints, with VAR=row forcing the row (log gpu-test-PATH-row-ROW.log);
 # prints "gpuPATH-rows VALUE"
+# force "FIELD=V ...": the path of a tuning cache file (docs/TUNING.md) with
+# one entry, for every forward call on any device, that sets those fields:
+# the matrices force rows and hooks through it (FLASHCORE_TUNING_CACHE)
+force() {
+  local f="$OUT/force-${1//[ =]/_}.tune"
+  printf 'flashcore-tuning 1\ndevice library=* tables=* cc=* sms=* cudart=* gpu=*\nfwd : %s\n' "$1" >"$f"
+  echo "$f"
+}
 run_rows() {
-  local var=$1 path=$2 list=$3 bad="" n=0 row dim
+  local field=$1 path=$2 list=$3 bad="" n=0 row dim
   while read -r row dim _; do
     n=$((n + 1))
-    (export "$var=$row"; gpu_matrix "$path-row-$row" --path "$path" --head-dim "$dim" --cases "$nr" \
+    (export FLASHCORE_TUNING_CACHE="$(force "$field=$row")"; gpu_matrix "$path-row-$row" --path "$path" --head-dim "$dim" --cases "$nr" \
        --seed $((row + 7))) | grep -q "^gpu$path-row-$row ok: " || bad="$bad $row"
   done < <($list)
   if [ -z "$bad" ]; then echo "gpu$path-rows ok: $n rows x $nr cases"
@@ -144,20 +153,20 @@ if want test; then
   # forced, against the reference (each case's reference checked against a
   # dense twin on the host: half the cases for about the same time)
   gpu_prog paged test_cuda_paged --cases $((n / 2)) >"$OUT/t-paged.res" &
-  # Every row of the Hopper tile table (FLASHCORE_SM90_CONFIG) and every
-  # sm90-class row of the sm80 table (FLASHCORE_SM80_CONFIG), forced, on
+  # Every row of the Hopper tile table (sm90_config) and every sm90-class
+  # row of the sm80 table (sm80_config), forced by a tuning cache file, on
   # random cases of its head_dim: rows the planner picks only for some shapes
   # (tall, small, long-KV) get the same matrix as the defaults.
-  run_rows FLASHCORE_SM90_CONFIG 90 sm90_rows >"$OUT/t-rows90.res" &
-  run_rows FLASHCORE_SM80_CONFIG 80 sm80_rows >"$OUT/t-rows80.res" &
+  run_rows sm90_config 90 sm90_rows >"$OUT/t-rows90.res" &
+  run_rows sm80_config 80 sm80_rows >"$OUT/t-rows80.res" &
   # The rotated Hopper tile loop on every case (the planner takes it only
   # where a CTA gets several tiles, which few test shapes reach)
-  FLASHCORE_SM90_ROTATE=1 gpu_matrix 90-rot --path 90 --cases $((n / 3)) --seed 91 >"$OUT/t-rot.res" &
+  FLASHCORE_TUNING_CACHE="$(force sm90_rotate=1)" gpu_matrix 90-rot --path 90 --cases $((n / 3)) --seed 91 >"$OUT/t-rot.res" &
   # Tail balancing (the last tiles' KV blocks dealt out over the CTAs, parts
   # merged by the last to finish) on every case that allows it: a 5-CTA grid
   # gives the small test shapes several rounds of tiles and so tails, with
   # tiles split 2-5 ways; the matrix checks every element and the rerun's bits
-  FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 gpu_matrix 90-tail --path 90 --cases $((n / 3)) --seed 93 \
+  FLASHCORE_TUNING_CACHE="$(force "sm90_tail=1 sm90_grid=5")" gpu_matrix 90-tail --path 90 --cases $((n / 3)) --seed 93 \
     >"$OUT/t-tail.res" &
   (
     if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
@@ -199,20 +208,22 @@ if want sanitize || want_explicit sanitize-bwd; then
     # (racecheck and synccheck of its quick cases: ~5 s each, H200)
     SAN_TEST=test_cuda_paged san_run "$tool" "san-$tool-paged"
     # the rotated tile loop (the planner takes it only for several tiles per CTA)
-    FLASHCORE_SM90_ROTATE=1 san_run "$tool" "san-$tool-90rot" --path 90
+    FLASHCORE_TUNING_CACHE="$(force sm90_rotate=1)" san_run "$tool" "san-$tool-90rot" --path 90
     # tail balancing on a 5-CTA grid: split tiles, partials, the arrival
     # counters and the merge
-    FLASHCORE_SM90_TAIL=1 FLASHCORE_SM90_GRID=5 san_run "$tool" "san-$tool-90tail" --path 90
+    FLASHCORE_TUNING_CACHE="$(force "sm90_tail=1 sm90_grid=5")" san_run "$tool" "san-$tool-90tail" --path 90
     # the tall rows (3 consumer warpgroups), the 2-CTA/SM rows and the
     # kvsplit rows are not in the default quick set
     while read -r row dim tall ctas kvs; do
       [ "$tall" != 0 ] || [ "$ctas" != 1 ] || [ "$kvs" != 1 ] || continue
-      FLASHCORE_SM90_CONFIG=$row san_run "$tool" "san-$tool-row$row" --path 90 --head-dim "$dim"
+      FLASHCORE_TUNING_CACHE="$(force "sm90_config=$row")" san_run "$tool" "san-$tool-row$row" --path 90 \
+        --head-dim "$dim"
     done < <(sm90_rows)
     # the sm80 code variants move barriers and loads: racecheck each
     if [ "$tool" = racecheck ]; then
       while read -r row dim; do
-        FLASHCORE_SM80_CONFIG=$row san_run "$tool" "san-$tool-80row$row" --path 80 --head-dim "$dim"
+        FLASHCORE_TUNING_CACHE="$(force "sm80_config=$row")" san_run "$tool" "san-$tool-80row$row" --path 80 \
+          --head-dim "$dim"
       done < <(sm80_variant_rows)
     fi
   }
@@ -308,6 +319,20 @@ if want_explicit bench-paged; then
   tail -30 "$OUT/paged.log"
 fi
 
+if want_explicit tune; then
+  # The tuner on the held-out shapes (bench/tune-shapes.txt, none in the
+  # benchmark table): search, write the cache, then the verify pass (planner
+  # against cache, fresh interleaved rounds). Files: tuning.tune, tune.json,
+  # tune.md (the table). TUNE_EXTRA: more `flashcore tune` arguments.
+  log "tune: bench/tune-shapes.txt"
+  read -r -a textra <<< "${TUNE_EXTRA:-}"
+  if "$BUILD/flashcore" tune --shapes-file bench/tune-shapes.txt --output "$OUT/tuning.tune" \
+       --json "$OUT/tune.json" "${textra[@]}" >"$OUT/tune.md" 2>"$OUT/tune.log"; then
+    result[tune]="ok: $(grep -o 'tuned .* in [0-9.]* s' "$OUT/tune.md"); $(grep -o 'geometric mean.*' "$OUT/tune.md")"
+  else result[tune]=FAIL; tail -20 "$OUT/tune.log"; fi
+  cat "$OUT/tune.md"
+fi
+
 if want bench || want_explicit bench-bwd; then
   # The backward beside cuDNN's and FA2's (peers.py --bwd), in files of its
   # own (peers-bwd.json and .md come back; its chart goes into logs.tgz) and
@@ -387,6 +412,6 @@ for k in $(echo "${!result[@]}" | tr ' ' '\n' | sort); do
   case "${result[$k]}" in FAIL*) status=1 ;; esac
 done | tee "$OUT/summary.txt"
 grep -q "| FAIL" "$OUT/summary.txt" && status=1
-(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|peers-bwd\.(json|md)|paged\.(json|md)|logs.tgz)$') &&
+(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|peers-bwd\.(json|md)|paged\.(json|md)|tune\.(json|md)|tuning\.tune|logs.tgz)$') &&
   [ -n "$logs" ] && tar czf logs.tgz $logs && rm -f $logs)
 exit $status

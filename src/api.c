@@ -75,6 +75,7 @@ static void fill_info(fc_kernel_info *info, const fc_plan *plan)
     memcpy(info->name, plan->name, sizeof info->name); /* NUL-terminated, same size */
     info->num_splits = plan->num_splits;
     info->workspace_bytes = plan->workspace_bytes;
+    info->tuned = plan->tuned;
 }
 
 static double now_us(void)

@@ -7,6 +7,8 @@
 
 #include "internal.h"
 
+struct fc_tune_cache;
+
 struct fc_context {
     char err[FC_ERRMSG_LEN]; /* last error message ("" after a success)          */
     int num_threads;         /* CPU backend workers, 0 = one per core            */
@@ -16,10 +18,16 @@ struct fc_context {
     fc_tuning tuning;        /* the experimental hooks (fc_context_set_tuning)   */
     char *trace_file;        /* the context's copy of tuning.sm90_trace_file     */
     fc_host_profile prof;    /* the last successful forward call's host time     */
+    struct fc_tune_cache *tune; /* the tuning cache (tuning_cache.h), or NULL     */
+    fc_status tune_env_status;  /* FLASHCORE_TUNING_CACHE's load, at creation     */
+    char tune_env_err[FC_ERRMSG_LEN]; /* its message when that failed             */
 };
 
 /* Write a printf-style message into ctx->err and return st. */
 fc_status fc_set_error(fc_context *ctx, fc_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Check every field of a tuning struct (fc_context_set_tuning's ranges). */
+fc_status fc_check_tuning(fc_context *ctx, const fc_tuning *t);
 
 #endif /* FC_API_INTERNAL_H */

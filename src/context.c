@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "tuning_cache.h"
 
 /* More CPU workers than this is a caller's mistake, not a machine. */
 #define FC_MAX_THREADS 4096
@@ -24,12 +25,15 @@ fc_status fc_context_create(fc_context **out)
     if (!c) return FC_ERR_OUT_OF_MEMORY;
     c->device = -1;
     fc_tuning_init(&c->tuning);
+    c->tune = fc_tune_cache_from_env(&c->tune_env_status, c->tune_env_err, sizeof c->tune_env_err);
     return FC_OK;
 }
 
 void fc_context_free(fc_context *ctx)
 {
-    if (ctx) free(ctx->trace_file);
+    if (!ctx) return;
+    free(ctx->trace_file);
+    fc_tune_cache_release(ctx->tune);
     free(ctx);
 }
 
@@ -128,10 +132,8 @@ static fc_status check_range(fc_context *ctx, const char *field, int32_t v, int3
                         (int)lo, (int)hi);
 }
 
-fc_status fc_context_set_tuning(fc_context *ctx, const fc_tuning *t)
+fc_status fc_check_tuning(fc_context *ctx, const fc_tuning *t)
 {
-    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
-    if (!t) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning is NULL");
     fc_status st;
     if ((st = check_range(ctx, "sm90_config", t->sm90_config, -1, table_rows(90, 0) - 1)) ||
         (st = check_range(ctx, "sm80_config", t->sm80_config, -1, table_rows(80, 0) - 1)) ||
@@ -142,6 +144,15 @@ fc_status fc_context_set_tuning(fc_context *ctx, const fc_tuning *t)
         (st = check_range(ctx, "pdl", t->pdl, -1, 1)) ||
         (st = check_range(ctx, "sm80_bwd_config", t->sm80_bwd_config, -1, table_rows(80, 1) - 1)))
         return st;
+    return FC_OK;
+}
+
+fc_status fc_context_set_tuning(fc_context *ctx, const fc_tuning *t)
+{
+    if (!ctx) return FC_ERR_INVALID_ARGUMENT;
+    if (!t) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning is NULL");
+    const fc_status st = fc_check_tuning(ctx, t);
+    if (st) return st;
     char *file = NULL;
     if (t->sm90_trace_file && t->sm90_trace_file[0] && !(file = strdup(t->sm90_trace_file)))
         return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot copy tuning.sm90_trace_file");

@@ -11,6 +11,7 @@
 
 #include "dispatch.h"
 #include "memory_space.h"
+#include "tuning_cache.h"
 #include "validate.h"
 
 static int choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits);
@@ -252,12 +253,13 @@ static void name_cuda_plan(char name[96], const char *kernel, int splits, int ta
  * &b->f): the Hopper planner on an sm_90 device (cuda path 0 or 90), else
  * the sm80-class one (path 0 or 80); the reasons of both when neither takes
  * it. Fills plan->cuda, programmatic dependent launch included. */
-static fc_status choose_cuda_path(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b, fc_plan *plan)
+static fc_status choose_cuda_path(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b,
+                                  const fc_tuning *tune, int path, fc_plan *plan)
 {
     const fc_cuda_device *dev = &plan->dev;
     const int hopper = dev->cc_major == 9 && dev->cc_minor == 0;
-    const int try90 = ctx->cuda_path == 90 || (ctx->cuda_path == 0 && hopper);
-    const int try80 = ctx->cuda_path != 90;
+    const int try90 = path == 90 || (path == 0 && hopper);
+    const int try80 = path != 90;
     char why90[FC_ERRMSG_LEN], why80[FC_ERRMSG_LEN];
     why90[0] = why80[0] = 0; /* not zeroed whole: 1 KB a call */
     fc_cuda_choice *ch = &plan->cuda;
@@ -268,15 +270,15 @@ static fc_status choose_cuda_path(fc_context *ctx, const fc_fwd_params *p, const
             snprintf(why90, sizeof why90, "the sm90 path needs an sm_90 device, this is %s (sm_%d%d)",
                      dev->name, dev->cc_major, dev->cc_minor);
         } else {
-            st = b ? fc_sm90_bwd_plan(b, dev, &ctx->tuning, ch, why90, sizeof why90)
-                   : fc_sm90_plan(p, dev, &ctx->tuning, ch, why90, sizeof why90);
+            st = b ? fc_sm90_bwd_plan(b, dev, tune, ch, why90, sizeof why90)
+                   : fc_sm90_plan(p, dev, tune, ch, why90, sizeof why90);
             if (st == FC_OK) ch->path = FC_CUDA_PATH_SM90;
         }
     }
     if (st != FC_OK && try80) {
         memset(ch, 0, sizeof *ch);
-        st = b ? fc_sm80_bwd_plan(b, dev, &ctx->tuning, ch, why80, sizeof why80)
-               : fc_sm80_plan(p, dev, &ctx->tuning, ch, why80, sizeof why80);
+        st = b ? fc_sm80_bwd_plan(b, dev, tune, ch, why80, sizeof why80)
+               : fc_sm80_plan(p, dev, tune, ch, why80, sizeof why80);
         if (st == FC_OK) ch->path = FC_CUDA_PATH_SM80;
     }
     if (st != FC_OK) {
@@ -291,14 +293,15 @@ static fc_status choose_cuda_path(fc_context *ctx, const fc_fwd_params *p, const
     /* Programmatic dependent launch (common/pdl.cuh): sm_90 or newer (a 9.x
      * device runs only this library's sm_90/90a images, each compiled with
      * the kernel-side wait), unless tuning.pdl is 0. */
-    ch->pdl = dev->cc_major >= 9 && ctx->tuning.pdl != 0;
+    ch->pdl = dev->cc_major >= 9 && tune->pdl != 0;
     return FC_OK;
 }
 
 /* The backward on CUDA: one kernel family's plan, no split. */
-static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, fc_plan *plan)
+static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, const fc_tuning *tune, int path,
+                                 fc_plan *plan)
 {
-    const fc_status st = choose_cuda_path(ctx, &b->f, b, plan);
+    const fc_status st = choose_cuda_path(ctx, &b->f, b, tune, path, plan);
     if (st) return st;
     fc_cuda_choice *ch = &plan->cuda;
     ch->num_splits = 1;
@@ -314,10 +317,11 @@ static fc_status select_cuda_bwd(fc_context *ctx, const fc_bwd_params *b, fc_pla
     return FC_OK;
 }
 
-static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, fc_plan *plan)
+static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, const fc_tuning *tune, int path,
+                             fc_plan *plan)
 {
     const fc_cuda_device *dev = &plan->dev;
-    fc_status st = choose_cuda_path(ctx, p, NULL, plan);
+    fc_status st = choose_cuda_path(ctx, p, NULL, tune, path, plan);
     if (st) return st;
     fc_cuda_choice *ch = &plan->cuda;
     /* Split-KV when the grid would leave SMs idle (decode above all). Varlen
@@ -332,7 +336,7 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, fc_plan *p
     int splits = p->cu_seqlens_q ? 1 : fc_choose_num_splits(tiles, n_blocks, dev->sm_count, FC_MAX_SPLITS);
     /* tuning.splits (an A/B hook): that many splits instead, at most one per
      * KV block; the plan name shows it. */
-    const int forced_splits = ctx->tuning.splits;
+    const int forced_splits = tune->splits;
     if (!p->cu_seqlens_q && forced_splits >= 1)
         splits = forced_splits < n_blocks ? forced_splits : (n_blocks > 0 ? n_blocks : 1);
     ch->num_splits = splits;
@@ -347,6 +351,57 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, fc_plan *p
     plan->workspace_bytes = ch->workspace_bytes;
     name_cuda_plan(plan->name, ch->name, splits, ch->tail);
     return FC_OK;
+}
+
+/* ctx's hooks, with the fields they leave to the planner taken from the
+ * cache entry c; and the path, the context's unless it leaves it open. */
+static void merge_choice(const fc_context *ctx, const fc_tune_choice *c, fc_tuning *t, int *path)
+{
+    const fc_tuning *h = &ctx->tuning;
+    *t = *h;
+    if (h->sm90_config < 0) t->sm90_config = c->t.sm90_config;
+    if (h->sm80_config < 0) t->sm80_config = c->t.sm80_config;
+    if (h->sm80_bwd_config < 0) t->sm80_bwd_config = c->t.sm80_bwd_config;
+    if (h->sm90_rotate < 0) t->sm90_rotate = c->t.sm90_rotate;
+    if (h->sm90_tail < 0) t->sm90_tail = c->t.sm90_tail;
+    if (h->sm90_grid == 0) t->sm90_grid = c->t.sm90_grid;
+    if (h->splits == 0) t->splits = c->t.splits;
+    if (h->pdl < 0) t->pdl = c->t.pdl;
+    *path = ctx->cuda_path ? ctx->cuda_path : c->path;
+}
+
+/* Did the plan take what entry c chose: its path, its row, its split
+ * count? (rotation, tail balancing and the grid cap are taken where the
+ * row can, as the hooks are.) */
+static int plan_takes(const fc_tune_choice *c, const fc_plan *plan, int bwd)
+{
+    const fc_cuda_choice *ch = &plan->cuda;
+    const int path = ch->path == FC_CUDA_PATH_SM90 ? 90 : 80;
+    const int32_t row80 = bwd ? c->t.sm80_bwd_config : c->t.sm80_config;
+    return (!c->path || c->path == path) && (c->t.sm90_config < 0 || (path == 90 && ch->config == c->t.sm90_config)) &&
+           (row80 < 0 || (path == 80 && ch->config == row80)) && (c->t.splits < 1 || c->t.splits == ch->num_splits);
+}
+
+/* The CUDA plan: with the tuning cache's entry for the call when there is
+ * one and the call can take it whole, else as the planners choose. The
+ * entry is looked up after every legality check, and the planners check it
+ * again, so a cache never makes a call run a kernel that cannot run it. */
+static fc_status select_cuda_tuned(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b, fc_plan *plan)
+{
+    const fc_tune_entry *e = ctx->tune ? fc_tune_find(ctx->tune, &plan->dev, fc_tune_key(p, b)) : NULL;
+    if (e) {
+        fc_tuning t;
+        int path;
+        merge_choice(ctx, &e->choice, &t, &path);
+        const fc_status st = b ? select_cuda_bwd(ctx, b, &t, path, plan) : select_cuda(ctx, p, &t, path, plan);
+        if (st == FC_OK && plan_takes(&e->choice, plan, b != NULL)) {
+            plan->tuned = 1;
+            return FC_OK;
+        }
+        ctx->err[0] = 0; /* the entry's refusal is not the call's */
+    }
+    return b ? select_cuda_bwd(ctx, b, &ctx->tuning, ctx->cuda_path, plan)
+             : select_cuda(ctx, p, &ctx->tuning, ctx->cuda_path, plan);
 }
 
 fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *bwd, fc_backend requested,
@@ -365,7 +420,7 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params
     case FC_BACKEND_CUDA: {
         fc_status st = cuda_common(ctx, p, &ptrs, stream, plan);
         if (st) return st;
-        return bwd ? select_cuda_bwd(ctx, bwd, plan) : select_cuda(ctx, p, plan);
+        return select_cuda_tuned(ctx, p, bwd, plan);
     }
     default: return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "backend %s is invalid", backend_name(b));
     }

@@ -14,6 +14,7 @@ typedef struct fc_plan {
     char name[96];
     int32_t num_splits;
     int64_t workspace_bytes;
+    int32_t tuned;            /* 1: the CUDA plan is a tuning cache entry's      */
     fc_cuda_choice cuda;      /* valid when backend == FC_BACKEND_CUDA            */
     fc_cuda_device dev;       /* idem                                             */
 } fc_plan;

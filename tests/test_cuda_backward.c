@@ -511,7 +511,7 @@ int main(int argc, char **argv)
     if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
     if (kit_tuning_from_env(ctx) != FC_OK) {
         fc_context_free(ctx);
-        return test_give_up("FAIL FLASHCORE_* tuning variables");
+        return test_give_up("FAIL FLASHCORE_TUNING_CACHE or FLASHCORE_SM90_TRACE_FILE");
     }
     if (!tu_cuda_device(ctx)) {
         fc_context_free(ctx);

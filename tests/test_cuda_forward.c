@@ -19,8 +19,9 @@
  *   --cases N  random cases (default 300) besides the named edge cases
  *   --path P   only that kernel family (default: 80 and 90)
  *   --head-dim D  only cases of that head_dim (random ones drawn with it);
- *              with FLASHCORE_SM90_CONFIG=<row> this runs the matrix on one
- *              row of the Hopper tile table whatever the planner would pick
+ *              with a tuning cache file that forces sm90_config=<row>
+ *              (FLASHCORE_TUNING_CACHE, docs/TUNING.md) this runs the matrix
+ *              on one row of the Hopper tile table whatever the planner picks
  * Without a CUDA device: "SKIP: no CUDA device (...)" and exit code 77.
  * Output: a line per failure (every case with --verbose), the skip reasons,
  * then exactly "N passed, M failed" (", K skipped" when some were skipped).
@@ -567,7 +568,7 @@ static void quick_cases(runner *r)
             kit_shape s = test_shape(2, 2, 2, 130, 77, d, dt);
             run(r, "quick:plain", &s, 201);
             /* Several KV blocks and 12+ tiles: what a small grid
-             * (FLASHCORE_SM90_GRID, gpu-check) splits by tail balancing. */
+             * (sm90_grid in gpu-check's cache file) splits by tail balancing. */
             s = test_shape(2, 3, 3, 200, 300, d, dt);
             run(r, "quick:plain-long-kv", &s, 206);
             s.odd_out = 1; /* the same with 2-byte aligned O rows (element stores) */
@@ -622,9 +623,9 @@ int main(int argc, char **argv)
         printf("FAIL fc_context_create\n0 passed, 1 failed\n");
         return 1;
     }
-    /* gpu-check forces rows and hooks through the FLASHCORE_* variables */
+    /* gpu-check forces rows and hooks through a FLASHCORE_TUNING_CACHE file */
     if (kit_tuning_from_env(ctx) != FC_OK) {
-        printf("FAIL FLASHCORE_* tuning variables\n0 passed, 1 failed\n");
+        printf("FAIL FLASHCORE_TUNING_CACHE or FLASHCORE_SM90_TRACE_FILE\n0 passed, 1 failed\n");
         fc_context_free(ctx);
         return 1;
     }

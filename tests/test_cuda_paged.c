@@ -416,8 +416,9 @@ int main(int argc, char **argv)
     runner r;
     memset(&r, 0, sizeof r);
     if (fc_context_create(&r.ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
-    /* gpu-check forces rows and hooks through the FLASHCORE_* variables */
-    if (kit_tuning_from_env(r.ctx) != FC_OK) return test_give_up("FAIL FLASHCORE_* tuning variables");
+    /* gpu-check forces rows and hooks through a FLASHCORE_TUNING_CACHE file */
+    if (kit_tuning_from_env(r.ctx) != FC_OK)
+        return test_give_up("FAIL FLASHCORE_TUNING_CACHE or FLASHCORE_SM90_TRACE_FILE");
     if (!tu_cuda_device(r.ctx)) {
         fc_context_free(r.ctx);
         return 77;

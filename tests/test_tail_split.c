@@ -110,7 +110,7 @@ done:
 int main(void)
 {
     int p0 = g_pass, f0 = g_fail;
-    /* Small grids (the tests' FLASHCORE_SM90_GRID), every rest and a range
+    /* Small grids (the tests' sm90_grid), every rest and a range
      * of block counts, including shares shorter than one block (q = 0). */
     for (int32_t grid = 2; grid <= 24; ++grid)
         for (int32_t rest = 1; rest < grid; ++rest)

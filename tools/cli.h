@@ -28,6 +28,7 @@ int cli_check(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_compare(int argc, char **argv);
 int cli_rows(int argc, char **argv);
+int cli_tune(int argc, char **argv);
 
 /* ---- profiler ranges ------------------------------------------------------------ */
 /* NVTX ranges (the toolkit's header-only nvtx3, FC_HAVE_NVTX from CMake);
@@ -105,7 +106,8 @@ extern const int cli_num_bench_shapes;
 const cli_named_shape *cli_find_bench_shape(const char *name);
 /* kit_shape of a named shape (random inputs, lse not requested, BSHD). */
 kit_shape cli_shape_from_named(const cli_named_shape *n);
-/* "B,Hq,Hkv,Sq,Sk,D[,causal][,dtype]" -> shape named "custom-..." into
+/* "B,Hq,Hkv,Sq,Sk,D[,causal][,wl=N][,wr=N][,softcap=X][,dtype]" (a window's
+ * left and right edges; unset: -1) -> shape named "custom-..." into
  * name_buf. -1 with a message on error. */
 int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name_buf, size_t n);
 
@@ -226,6 +228,9 @@ int cli_cuda_flush_l2(void *stream, char *err, size_t n);
 void cli_cuda_release_scratch(void);
 /* Device name, compute capability and driver/runtime versions. */
 int cli_cuda_describe(char *name, size_t name_len, char *driver, size_t driver_len);
+/* The current device's compute capability (major * 10 + minor) and SM
+ * count; -1 without a device. */
+int cli_cuda_props(int *cc, int *sms);
 
 /* ---- system description (cli_sysinfo.c) ------------------------------------------------- */
 void cli_cpu_model(char *buf, size_t n);

@@ -207,6 +207,19 @@ int cli_cuda_describe(char *name, size_t name_len, char *driver, size_t driver_l
     return 0;
 }
 
+int cli_cuda_props(int *cc, int *sms)
+{
+    int dev = 0;
+    struct cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    *cc = p.major * 10 + p.minor;
+    *sms = p.multiProcessorCount;
+    return 0;
+}
+
 #else /* !FC_HAVE_CUDA */
 
 static int no_cuda(char *err, size_t n)
@@ -253,6 +266,11 @@ int cli_cuda_describe(char *name, size_t name_len, char *driver, size_t driver_l
 {
     snprintf(name, name_len, "none");
     snprintf(driver, driver_len, "none");
+    return -1;
+}
+int cli_cuda_props(int *cc, int *sms)
+{
+    *cc = *sms = 0;
     return -1;
 }
 

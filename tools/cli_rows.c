@@ -14,10 +14,10 @@ static void help(void)
            "Print the rows of a CUDA tile table, one per line:\n"
            "  index head_dim block_m block_n threads stages ctas kvsplit tall arch_class variant kernel\n"
            "Without --path both tables, each after a \"# path N\" line.\n"
-           "index is what FLASHCORE_SM90_CONFIG / FLASHCORE_SM80_CONFIG take; kernel is the first\n"
+           "index is what a tuning cache's sm90_config / sm80_config take; kernel is the first\n"
            "row with the same kernel; kvsplit and tall are the Hopper table's, arch_class and\n"
            "variant the sm80 table's (0 where a path has no such column).\n"
-           "--bwd: the backward's table instead (path 80 only; FLASHCORE_SM80_BWD_CONFIG takes\n"
+           "--bwd: the backward's table instead (path 80 only; sm80_bwd_config takes\n"
            "its index; stages is 2, the Q and dO buffers).\n\n"
            "Exit status: 0 listed, 1 this build has no CUDA backend, 2 bad usage.\n");
 }

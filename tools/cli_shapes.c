@@ -57,6 +57,27 @@ kit_shape cli_shape_from_named(const cli_named_shape *n)
     return s;
 }
 
+/* "wl=N" / "wr=N" (a window edge, 0 to 2^30) or "softcap=X" (> 0): 0 when
+ * tok is one of them (stored), -1 otherwise. */
+static int option_field(const char *tok, long *wl, long *wr, double *softcap)
+{
+    char *end;
+    if (strncmp(tok, "wl=", 3) == 0 || strncmp(tok, "wr=", 3) == 0) {
+        errno = 0;
+        const long x = strtol(tok + 3, &end, 10);
+        if (errno || end == tok + 3 || *end || x < 0 || x > (1L << 30)) return -1;
+        *(tok[1] == 'l' ? wl : wr) = x;
+        return 0;
+    }
+    if (strncmp(tok, "softcap=", 8) == 0) {
+        const double x = strtod(tok + 8, &end);
+        if (end == tok + 8 || *end || !(x > 0) || x > 1e6) return -1;
+        *softcap = x;
+        return 0;
+    }
+    return -1;
+}
+
 int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name_buf, size_t n)
 {
     static const char *dims[] = {"B", "Hq", "Hkv", "Sq", "Sk", "D"};
@@ -82,8 +103,10 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
         p = *end ? end + 1 : end;
     }
     int causal = 0;
+    long wl = -1, wr = -1;
+    double softcap = 0;
     fc_dtype dt = FC_DTYPE_F16;
-    /* optional fields in any order: causal flag and dtype */
+    /* optional fields in any order: causal flag, window, softcap and dtype */
     while (*p) {
         char tok[32];
         size_t len = strcspn(p, ",");
@@ -103,9 +126,10 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
         }
         if (strcmp(tok, "causal") == 0 || strcmp(tok, "1") == 0) causal = 1;
         else if (strcmp(tok, "nocausal") == 0 || strcmp(tok, "0") == 0) causal = 0;
+        else if (option_field(tok, &wl, &wr, &softcap) == 0) continue;
         else if (kit_dtype_parse(tok, &dt) != 0) {
             fprintf(stderr,
-                    "flashcore %s: --custom '%s': '%s' is neither causal/0/1 nor a dtype "
+                    "flashcore %s: --custom '%s': '%s' is neither causal/0/1, wl=N, wr=N, softcap=X nor a dtype "
                     "(f32, f16, bf16)\n",
                     cmd, spec, tok);
             return -1;
@@ -124,8 +148,11 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
                 elems);
         return -1;
     }
-    snprintf(name_buf, n, "custom-%ldx%ldx%ld-q%ld-k%ld-d%ld%s-%s", v[0], v[1], v[2], v[3], v[4], v[5],
-             causal ? "-causal" : "", kit_dtype_name(dt));
+    char extra[64] = "";
+    if (wl >= 0 || wr >= 0) snprintf(extra, sizeof extra, "-w%ld:%ld", wl, wr);
+    if (softcap > 0) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "-cap%g", softcap);
+    snprintf(name_buf, n, "custom-%ldx%ldx%ld-q%ld-k%ld-d%ld%s%s-%s", v[0], v[1], v[2], v[3], v[4], v[5],
+             causal ? "-causal" : "", extra, kit_dtype_name(dt));
     s->name = name_buf;
     s->batch = (int)v[0];
     s->heads_q = (int)v[1];
@@ -135,8 +162,9 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
     s->head_dim = (int)v[5];
     s->dtype = dt;
     s->causal = causal;
-    s->window_left = -1;
-    s->window_right = -1;
+    s->window_left = (int)wl;
+    s->window_right = (int)wr;
+    s->softcap = (float)softcap;
     s->layout = KIT_LAYOUT_BSHD;
     return 0;
 }

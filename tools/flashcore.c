@@ -20,6 +20,7 @@ static const command k_commands[] = {
     {"bench", cli_bench, "timing runner: the benchmark shapes or custom ones, JSON output"},
     {"compare", cli_compare, "Markdown speedup table of two bench JSON files"},
     {"rows", cli_rows, "the CUDA tile-table rows, one per line (for scripts)"},
+    {"tune", cli_tune, "measure kernel choices for shapes, write a tuning cache file"},
 };
 #define NUM_COMMANDS ((int)(sizeof(k_commands) / sizeof(k_commands[0])))
 

@@ -670,37 +670,20 @@ double kit_percentile(const double *v, int n, double pct)
 
 /* ---- tuning hooks from the environment ------------------------------------------ */
 
-/* *out = the integer in variable name; 0 when it is unset or empty (out
- * untouched), 1 when set, -1 when it is not an integer. */
-static int env_int(const char *name, int32_t *out)
-{
-    const char *e = getenv(name);
-    if (!e || !*e) return 0;
-    char *end = NULL;
-    const long v = strtol(e, &end, 10);
-    if (*end != '\0' || v < INT32_MIN || v > INT32_MAX) {
-        fprintf(stderr, "%s=%s is not an integer\n", name, e);
-        return -1;
-    }
-    *out = (int32_t)v;
-    return 1;
-}
-
 fc_status kit_tuning_from_env(fc_context *ctx)
 {
+    char info[1024];
+    fc_status st = fc_context_tuning_info(ctx, info, sizeof info);
+    if (st != FC_OK) {
+        fprintf(stderr, "%s", info);
+        return st;
+    }
+    const char *trace = getenv("FLASHCORE_SM90_TRACE_FILE");
+    if (!trace || !*trace) return FC_OK;
     fc_tuning t;
-    fc_tuning_init(&t);
-    const struct { const char *name; int32_t *field; } vars[] = {
-        {"FLASHCORE_SM90_CONFIG", &t.sm90_config}, {"FLASHCORE_SM80_CONFIG", &t.sm80_config},
-        {"FLASHCORE_SM80_BWD_CONFIG", &t.sm80_bwd_config},
-        {"FLASHCORE_SM90_ROTATE", &t.sm90_rotate}, {"FLASHCORE_SM90_TAIL", &t.sm90_tail},
-        {"FLASHCORE_SM90_GRID", &t.sm90_grid},     {"FLASHCORE_SPLITS", &t.splits},
-        {"FLASHCORE_PDL", &t.pdl},
-    };
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (env_int(vars[i].name, vars[i].field) < 0) return FC_ERR_INVALID_ARGUMENT;
-    t.sm90_trace_file = getenv("FLASHCORE_SM90_TRACE_FILE");
-    const fc_status st = fc_context_set_tuning(ctx, &t);
-    if (st != FC_OK) fprintf(stderr, "FLASHCORE_* tuning variables: %s\n", fc_last_error(ctx));
+    fc_context_get_tuning(ctx, &t);
+    t.sm90_trace_file = trace;
+    st = fc_context_set_tuning(ctx, &t);
+    if (st != FC_OK) fprintf(stderr, "FLASHCORE_SM90_TRACE_FILE: %s\n", fc_last_error(ctx));
     return st;
 }

@@ -285,14 +285,34 @@ double kit_rand_normal(uint64_t *state);
 /* Percentile (0..100) of n doubles (sorts a copy). */
 double kit_percentile(const double *v, int n, double pct);
 
-/* The tuning hooks (fc_tuning) from the environment, so that scripts steer
- * the CLI and the tests as docs/API.md says: FLASHCORE_SM90_CONFIG,
- * FLASHCORE_SM80_CONFIG, FLASHCORE_SM90_ROTATE, FLASHCORE_SM90_TAIL,
- * FLASHCORE_SM90_GRID, FLASHCORE_SPLITS, FLASHCORE_PDL (integers; unset or
- * empty: the default) and FLASHCORE_SM90_TRACE_FILE. The library itself
- * reads no environment. FC_OK, or the status of a value that is not an
- * integer or that fc_context_set_tuning rejects, with a message on stderr. */
+/* What the environment says about a new context, for the CLI and the
+ * tests: a FLASHCORE_TUNING_CACHE file the library could not load is an
+ * error here (a script that names one means it: forcing rows for a test
+ * matrix, docs/TUNING.md), and FLASHCORE_SM90_TRACE_FILE sets the trace
+ * hook of trace builds. FC_OK, or the failing status with a message on
+ * stderr. */
 fc_status kit_tuning_from_env(fc_context *ctx);
+
+/* The tuner's verdict over candidates timed in interleaved rounds
+ * (kit_tune.c). Candidates 0 and 1 are both the planner's choice (two
+ * graphs of it: their difference is the noise of the measurement); the
+ * rest are alternatives. */
+typedef struct kit_tune_verdict {
+    int best;          /* the fastest alternative (>= 2), or 0 if none is
+                        * faster than the planner                              */
+    double best_gain;  /* planner_us / its median                              */
+    int winner;        /* best when recorded, else 0 (the planner)             */
+    double planner_us; /* mean of candidates 0 and 1's medians                */
+    double winner_us;
+    double gain;       /* planner_us / winner_us (1 when not recorded)         */
+    double noise;      /* |m0 - m1| / planner_us                               */
+    int recorded;      /* 1: the winner beats the planner by more than
+                        * max(min_gain, 2 * noise) (relative)                  */
+} kit_tune_verdict;
+/* medians[c]: candidate c's median time per call. Ties keep the lower
+ * index, so the planner wins every tie and equal alternatives resolve the
+ * same way in every process. */
+void kit_tune_decide(const double *medians, int n, double min_gain, kit_tune_verdict *v);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,8 @@ CUDA) go straight to the C API as pointers with strides; nothing is copied.
     ok, why = flashcore.supported(q, k, v, cuda_path=90)
     flashcore.kernel_info       # what the last call on this thread ran
     flashcore.last_host_profile()  # its host time in the library, per phase
+    flashcore.load_tuning("model.tune")  # measured kernel choices (docs/TUNING.md)
+    flashcore.save_tuning(path), flashcore.tuning_info()  # write it back, describe it
 
 The library is loaded on first use (see flashcore._lib for where it is
 looked for; FLASHCORE_LIBRARY overrides). __version__ is the loaded
@@ -56,7 +58,7 @@ __all__ = [
     "attention_with_kvcache",
     "build_info", "cuda_available", "device_info", "version_number",
     "library_path", "set_num_threads", "set_check_device_arrays", "set_tuning", "get_tuning", "last_kernel_info",
-    "last_host_profile", "KernelInfo",
+    "last_host_profile", "KernelInfo", "load_tuning", "save_tuning", "tuning_info",
     "FlashCoreError",
     "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "CudaError", "NoDeviceError",
     "InternalError", "LibraryNotFoundError",
@@ -112,13 +114,41 @@ def set_tuning(**fields):
     for calls made from this thread: the named fields (sm90_config,
     sm80_config, sm90_rotate, sm90_tail, sm90_grid, splits, pdl,
     sm80_bwd_config, sm90_trace_file), every other one at its default. A
-    new thread starts from the FLASHCORE_* variables of the environment."""
+    new thread starts with only FLASHCORE_SM90_TRACE_FILE from the
+    environment (trace builds). Fields set here win over a loaded tuning
+    cache's (load_tuning); fields left at their defaults let its entries
+    apply."""
     _context.context().set_tuning(**fields)
 
 
 def get_tuning():
     """Experimental: this thread's tuning hooks, as a dict of fields."""
     return _context.context().get_tuning()
+
+
+def load_tuning(path):
+    """Load the tuning cache file at path (docs/TUNING.md; `flashcore tune`
+    writes one) for calls made from this thread, replacing the one it had;
+    None drops it (the planners choose). A file that cannot be read or is
+    not a valid cache raises, naming the file and line, and keeps the
+    earlier cache. A new thread starts with FLASHCORE_TUNING_CACHE's file,
+    if the environment names one. kernel_info.tuned says whether a call's
+    kernel came from the cache."""
+    _context.context().load_tuning(path)
+
+
+def save_tuning(path):
+    """Write this thread's tuning cache (every section, in canonical order)
+    to path."""
+    _context.context().save_tuning(path)
+
+
+def tuning_info():
+    """A description of this thread's tuning cache: its file, sections and
+    entries, and which apply to this build and device ("no tuning cache"
+    when there is none). A FLASHCORE_TUNING_CACHE file that could not be
+    loaded is reported here, at the top, rather than raised."""
+    return _context.context().tuning_info()
 
 
 def library_path():

@@ -4,12 +4,14 @@ run() and ask() here, so both record kernel info and map errors one way."""
 
 import collections
 import ctypes
+import os
 import threading
 
 from . import _arrays, _lib, _limits
 from .errors import InvalidArgumentError, NoDeviceError, UnsupportedError, error_for_status
 
-KernelInfo = collections.namedtuple("KernelInfo", "backend name num_splits workspace_bytes")
+# tuned: the context's tuning cache chose the kernel (else the planner did)
+KernelInfo = collections.namedtuple("KernelInfo", "backend name num_splits workspace_bytes tuned")
 
 _CUDA_PATHS = (0, 80, 90)
 
@@ -72,9 +74,9 @@ class _Context:
         self._set_infos(_lib.fc_kernel_info(), _lib.fc_kernel_info())
         self.info_last = None  # that of the last successful call
         if shared is not None:
-            self.share(shared)  # the kernels made it with the environment's tuning
+            self.share(shared)  # the kernels made it with the environment's trace file
             return
-        env = _lib.tuning_from_env()
+        env = _lib.tuning_from_env()  # the library itself loads FLASHCORE_TUNING_CACHE
         if env:
             self.set_tuning(**env)
 
@@ -165,9 +167,9 @@ class _Context:
         t = _lib.fc_tuning()
         self._lib.fc_tuning_init(ctypes.byref(t))
         for name, value in fields.items():
-            if name not in _lib.TUNING_ENV:
+            if name not in _lib.TUNING_FIELDS:
                 raise InvalidArgumentError("tuning: no field %r (fields: %s)"
-                                           % (name, ", ".join(_lib.TUNING_ENV)))
+                                           % (name, ", ".join(_lib.TUNING_FIELDS)))
             if name == "sm90_trace_file":
                 value = value.encode() if isinstance(value, str) else value
             else:
@@ -182,6 +184,31 @@ class _Context:
         if out["sm90_trace_file"] is not None:
             out["sm90_trace_file"] = out["sm90_trace_file"].decode("utf-8", "replace")
         return out
+
+    def load_tuning(self, path):
+        """Load the tuning cache file at path into this context (None: drop
+        its cache). A failure leaves the cache it had."""
+        self.check(self._lib.fc_context_load_tuning(self.handle, _c_path(path, allow_none=True)))
+
+    def save_tuning(self, path):
+        """Write this context's tuning cache to path."""
+        self.check(self._lib.fc_context_save_tuning(self.handle, _c_path(path)))
+
+    def tuning_info(self):
+        """The library's description of this context's tuning cache. A
+        FLASHCORE_TUNING_CACHE file that failed to load is reported in the
+        text (the context runs without it), not raised."""
+        size = 4096
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            status = self._lib.fc_context_tuning_info(self.handle, buf, size)
+            # The library truncates silently: a full buffer may hold only a prefix.
+            if len(buf.value) < size - 1 or size >= 1 << 24:
+                break
+            size *= 4
+        if status != 0 and not buf.value:
+            self.check(status)
+        return buf.value.decode("utf-8", "replace")
 
     def __del__(self):
         if getattr(self, "_shared", None) is not None:
@@ -228,7 +255,21 @@ def last_host_profile():
 def _kernel_info(info):
     return KernelInfo(_lib.BACKEND_NAMES.get(info.backend, str(info.backend)),
                       info.name.decode("utf-8", "replace"), int(info.num_splits),
-                      int(info.workspace_bytes))
+                      int(info.workspace_bytes), bool(info.tuned))
+
+
+def _c_path(path, allow_none=False):
+    """path (str, bytes or os.PathLike) as the C API's char *, checked."""
+    if path is None and allow_none:
+        return None
+    try:
+        raw = os.fsencode(path)
+    except TypeError:
+        raw = None
+    if not raw or b"\0" in raw:  # C would see an empty or a cut-short name
+        raise InvalidArgumentError("tuning cache path: expected a non-empty str, bytes or os.PathLike "
+                                   "without NUL%s, got %r" % (" or None" if allow_none else "", path))
+    return raw
 
 
 def cuda_path_value(cuda_path):

@@ -100,6 +100,7 @@ class fc_kernel_info(ctypes.Structure):
         ("name", ctypes.c_char * 96),
         ("num_splits", ctypes.c_int32),
         ("workspace_bytes", ctypes.c_int64),
+        ("tuned", ctypes.c_int32),  # 1: the tuning cache chose the kernel; 0: the planner
     ]
 
 
@@ -127,25 +128,16 @@ class fc_tuning(ctypes.Structure):
     ]
 
 
-# The environment variables the tools read into fc_tuning (the library reads
-# none); a new thread's context starts from them, as the CLI does.
-TUNING_ENV = {
-    "sm90_config": "FLASHCORE_SM90_CONFIG", "sm80_config": "FLASHCORE_SM80_CONFIG",
-    "sm90_rotate": "FLASHCORE_SM90_ROTATE", "sm90_tail": "FLASHCORE_SM90_TAIL",
-    "sm90_grid": "FLASHCORE_SM90_GRID", "splits": "FLASHCORE_SPLITS", "pdl": "FLASHCORE_PDL",
-    "sm80_bwd_config": "FLASHCORE_SM80_BWD_CONFIG",
-    "sm90_trace_file": "FLASHCORE_SM90_TRACE_FILE",
-}
+# The one environment variable a new thread's context takes into fc_tuning
+# (as the CLI does). Forcing rows, splits and the like goes through a tuning
+# cache file now (FLASHCORE_TUNING_CACHE, read by the library; docs/TUNING.md).
+TUNING_ENV = {"sm90_trace_file": "FLASHCORE_SM90_TRACE_FILE"}
+TUNING_FIELDS = tuple(name for name, _ in fc_tuning._fields_)
 
 
 def tuning_from_env():
-    """The tuning fields the FLASHCORE_* variables set (unset or empty: absent)."""
-    out = {}
-    for field, var in TUNING_ENV.items():
-        val = os.environ.get(var)
-        if val:
-            out[field] = val if field == "sm90_trace_file" else int(val)
-    return out
+    """The tuning fields the environment sets: the trace file, if named."""
+    return {field: os.environ[var] for field, var in TUNING_ENV.items() if os.environ.get(var)}
 
 
 def _new(struct, init):
@@ -236,6 +228,12 @@ def _declare(lib):
         "fc_tuning_init": (None, [c.POINTER(fc_tuning)]),
         "fc_context_set_tuning": (c.c_int, [P, c.POINTER(fc_tuning)]),
         "fc_context_get_tuning": (c.c_int, [P, c.POINTER(fc_tuning)]),
+        "fc_context_load_tuning": (c.c_int, [P, c.c_char_p]),
+        "fc_context_save_tuning": (c.c_int, [P, c.c_char_p]),
+        "fc_context_record_tuning": (
+            c.c_int, [P, c.POINTER(fc_attention_args), c.POINTER(fc_attention_backward_args), c.c_int32,
+                      c.POINTER(fc_tuning), c.c_char_p]),
+        "fc_context_tuning_info": (c.c_int, [P, c.c_char_p, c.c_size_t]),
         "fc_attention_args_init": (None, [c.POINTER(fc_attention_args)]),
         "fc_attention_supported": (
             c.c_int, [P, c.POINTER(fc_attention_args), c.POINTER(fc_kernel_info)]),

@@ -188,9 +188,10 @@ def _layout():
 
 
 def _env_tuning(lib):
-    """The FLASHCORE_* tuning as an fc_tuning (None: none set), narrowed as
-    _Context.set_tuning narrows it. A value the library refuses fails each
-    new thread context in C++, and the Python kernel raises its error."""
+    """The environment's tuning (the trace file) as an fc_tuning (None: none
+    set), narrowed as _Context.set_tuning narrows it. A value the library
+    refuses fails each new thread context in C++, and the Python kernel
+    raises its error. The library loads FLASHCORE_TUNING_CACHE itself."""
     env = _lib.tuning_from_env()
     if not env:
         return None

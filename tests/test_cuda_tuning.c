@@ -1,0 +1,212 @@
+/*
+ * test_cuda_tuning.c -- the tuning cache on a GPU: for a few shapes (a
+ * prefill on each path's row table, a decode that splits, an odd head dim),
+ *  - an entry recorded for the shape, saved and loaded into a fresh context,
+ *    runs: fc_kernel_info says tuned and names the entry's kernel, and the
+ *    output matches the fp64 reference with every element written;
+ *  - an entry the call cannot take (a row of another head dim, more splits
+ *    than KV blocks) is ignored: the planner's kernel, tuned 0, correct;
+ *  - a hook set with fc_context_set_tuning wins over the cache.
+ * (Which shapes share a bucket is test_tuning_cache.c's.)
+ * 77 without a CUDA device.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#if !defined(FC_HAVE_CUDA)
+int main(void)
+{
+    printf("SKIP: no CUDA device (this build has no CUDA backend)\n");
+    return 77;
+}
+#else
+#include <cuda_runtime.h>
+
+#include "test_cuda_util.h"
+
+static char g_file[64];
+
+/* Run c on ctx and judge it against ref: every element written, within the
+ * dtype's gate. info gets the kernel. */
+static int run_checked(fc_context *ctx, const kit_case *c, dev_case *d, const void *ref, const float *ref_lse,
+                       fc_kernel_info *info, const char *what)
+{
+    void *out = malloc(c->out_bytes);
+    float *lse = c->lse ? malloc(c->lse_bytes) : NULL;
+    char err[600];
+    memset(info, 0, sizeof *info);
+    const fc_status st = out ? dev_run(ctx, c, d, NULL, out, lse, info, err, sizeof err) : FC_ERR_OUT_OF_MEMORY;
+    int ok = st == FC_OK;
+    CHECK(ok, "%s: %s", what, st == FC_OK ? "" : err);
+    if (ok) {
+        const kit_gate g = kit_gate_for(kit_out_dtype(&c->s));
+        kit_metrics m;
+        kit_compare(c, out, lse, ref, ref_lse, &g, &m);
+        ok = kit_gate_pass(&m, &g);
+        CHECK(ok, "%s (%s): max_abs %.3g rel_l2 %.3g, %lld unwritten", what, info->name, m.max_abs, m.rel_l2,
+              (long long)m.unwritten);
+    }
+    free(out);
+    free(lse);
+    return ok;
+}
+
+/* A row of path `path` for head dim d whose kernel differs from the
+ * planner's (name), or -1. */
+static int other_row(fc_context *probe, const fc_attention_args *a, int path, int d, const char *name)
+{
+    fc_tile_row r;
+    for (int i = 0; fc_tuning_row_info(path, i, &r) == FC_OK; i++) {
+        if (r.head_dim != d) continue;
+        fc_tuning t;
+        fc_tuning_init(&t);
+        *(path == 90 ? &t.sm90_config : &t.sm80_config) = i;
+        fc_kernel_info info;
+        if (fc_context_set_cuda_path(probe, path) || fc_context_set_tuning(probe, &t) ||
+            fc_attention_supported(probe, a, &info) != FC_OK)
+            continue;
+        if (strcmp(info.name, name) != 0 && !strstr(info.name, "+split")) return i;
+    }
+    return -1;
+}
+
+/* A row of path `path` whose head dim is not d, or -1. */
+static int foreign_row(int path, int d)
+{
+    fc_tile_row r;
+    for (int i = 0; fc_tuning_row_info(path, i, &r) == FC_OK; i++)
+        if (r.head_dim != d) return i;
+    return -1;
+}
+
+typedef struct tcase {
+    const char *name;
+    kit_shape s;
+    int splits; /* > 0: the entry chooses this split count, else another row */
+} tcase;
+
+static void one_shape(fc_context *planner, const tcase *tc, int path)
+{
+    int p0 = g_pass, f0 = g_fail;
+    kit_case c;
+    dev_case d;
+    char err[400];
+    if (kit_case_init(&c, &tc->s, 7)) {
+        CHECK(0, "%s: no memory for the case", tc->name);
+        return;
+    }
+    void *ref = malloc(c.out_bytes);
+    float *ref_lse = c.lse ? malloc(c.lse_bytes) : NULL;
+    if (!ref || test_reference(planner, &c, ref, ref_lse) != FC_OK || dev_upload(&c, &d, err, sizeof err)) {
+        CHECK(0, "%s: setup: %s", tc->name, fc_last_error(planner));
+        kit_case_free(&c);
+        free(ref);
+        free(ref_lse);
+        return;
+    }
+    fc_kernel_info pinfo, info;
+    run_checked(planner, &c, &d, ref, ref_lse, &pinfo, "the planner");
+    CHECK(pinfo.tuned == 0, "%s: no cache, not tuned", tc->name);
+
+    /* the entry: another row of the planner's path, or a split count */
+    fc_context *rec = NULL, *loaded = NULL, *probe = NULL;
+    fc_context_create(&rec);
+    fc_context_create(&loaded);
+    fc_context_create(&probe);
+    fc_context_load_tuning(rec, NULL);
+    fc_context_load_tuning(probe, NULL);
+    fc_tuning t;
+    fc_tuning_init(&t);
+    const int want_splits = pinfo.num_splits == tc->splits ? tc->splits + 2 : tc->splits;
+    if (tc->splits) t.splits = want_splits;
+    else {
+        const int row = other_row(probe, &d.args, path, tc->s.head_dim, pinfo.name);
+        if (row < 0) {
+            tu_note_skip("no second row for the head dim on this path");
+            goto out;
+        }
+        *(path == 90 ? &t.sm90_config : &t.sm80_config) = row;
+    }
+    CHECK(fc_context_record_tuning(rec, &d.args, NULL, path, &t, "test entry") == FC_OK, "%s: record: %s",
+          tc->name, fc_last_error(rec));
+    CHECK(fc_context_save_tuning(rec, g_file) == FC_OK, "save: %s", fc_last_error(rec));
+    CHECK(fc_context_load_tuning(loaded, g_file) == FC_OK, "load: %s", fc_last_error(loaded));
+    run_checked(loaded, &c, &d, ref, ref_lse, &info, "the entry");
+    CHECK(info.tuned == 1 && strcmp(info.name, pinfo.name) != 0, "%s: tuned %d, kernel %s (planner %s)", tc->name,
+          (int)info.tuned, info.name, pinfo.name);
+    if (tc->splits) {
+        char want[16];
+        snprintf(want, sizeof want, "+split%d", want_splits);
+        CHECK(strstr(info.name, want) != NULL, "%s: %s has %s", tc->name, info.name, want);
+    }
+
+    /* a hook set on the context wins over the entry */
+    fc_tuning hook;
+    fc_tuning_init(&hook);
+    hook.splits = 1;
+    fc_context_set_tuning(loaded, &hook);
+    run_checked(loaded, &c, &d, ref, ref_lse, &info, "a hook over the entry");
+    CHECK(!tc->splits || (info.tuned == 0 && !strstr(info.name, "+split")), "%s: the hook wins: %s tuned %d",
+          tc->name, info.name, (int)info.tuned);
+    fc_tuning_init(&hook);
+    fc_context_set_tuning(loaded, &hook);
+
+    /* entries the call cannot take whole are ignored */
+    fc_tuning bad;
+    fc_tuning_init(&bad);
+    const int fr = foreign_row(path, tc->s.head_dim);
+    if (fr >= 0) *(path == 90 ? &bad.sm90_config : &bad.sm80_config) = fr;
+    else bad.splits = 64;
+    CHECK(fc_context_record_tuning(rec, &d.args, NULL, path, &bad, NULL) == FC_OK, "record the illegal entry");
+    CHECK(fc_context_save_tuning(rec, g_file) == FC_OK && fc_context_load_tuning(loaded, g_file) == FC_OK, "reload");
+    run_checked(loaded, &c, &d, ref, ref_lse, &info, "an illegal entry");
+    CHECK(info.tuned == 0 && strcmp(info.name, pinfo.name) == 0, "%s: illegal entry ignored: %s tuned %d", tc->name,
+          info.name, (int)info.tuned);
+
+out:
+    fc_context_free(rec);
+    fc_context_free(loaded);
+    fc_context_free(probe);
+    dev_free(&d);
+    kit_case_free(&c);
+    free(ref);
+    free(ref_lse);
+    char name[96];
+    snprintf(name, sizeof name, "%s/path%d", tc->name, path);
+    group_done(name, p0, f0);
+}
+
+int main(void)
+{
+    fc_context *ctx = NULL;
+    if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
+    if (!tu_cuda_device(ctx)) {
+        fc_context_free(ctx);
+        return 77;
+    }
+    fc_context_load_tuning(ctx, NULL); /* the planner, whatever the environment says */
+    snprintf(g_file, sizeof g_file, "/tmp/fc_cuda_tuning_%d.tune", (int)getpid());
+    int cc = 0;
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) cc = prop.major * 10 + prop.minor;
+    tcase cases[3];
+    cases[0] = (tcase){"prefill-causal", test_shape(2, 8, 8, 1000, 1000, 128, FC_DTYPE_BF16), 0};
+    cases[0].s.window_right = 0;
+    cases[0].s.causal = 1;
+    cases[1] = (tcase){"decode", test_shape(2, 16, 4, 1, 3000, 128, FC_DTYPE_F16), 3};
+    cases[2] = (tcase){"odd-d96", test_shape(3, 6, 2, 777, 777, 96, FC_DTYPE_BF16), 0};
+    for (int i = 0; i < 3; i++) {
+        if (cc == 90) one_shape(ctx, &cases[i], 90);
+        one_shape(ctx, &cases[i], 80);
+    }
+    unlink(g_file);
+    fc_context_free(ctx);
+    tu_print_skips();
+    return test_summary();
+}
+#endif
