@@ -45,8 +45,8 @@ static void help(void)
            "                      [--json FILE]\n"
            "       flashcore tune --verify FILE [shapes as above] [--rounds N] [--json FILE]\n\n"
            "Times every kernel choice the planners could legally make for each shape on this\n"
-           "GPU (rows of the tile tables, split-KV counts, the rotated loop, tail balancing,\n"
-           "programmatic dependent launch), graph-timed in interleaved rounds after a clock\n"
+           "GPU (rows of the tile tables, split-KV counts, the rotated loop, tail balancing),\n"
+           "graph-timed in interleaved rounds after a clock\n"
            "warm-up; each candidate's output is checked against the planner's first. A\n"
            "choice that beats the planner by more than max(--min-gain, 2 x the measured\n"
            "noise) is written to the tuning cache FILE (docs/TUNING.md); ties keep the\n"
@@ -189,8 +189,7 @@ static void teardown(tune_state *ts, cli_exec *e, kit_case *c, void *ref)
 
 /* The winner against the planner once more, fresh graphs and twice the
  * rounds: the search picked the best of many noisy medians, which flatters
- * it (a PDL-only winner measured 1.017x there and 0.993x in the verify
- * pass). r->v becomes this verdict; not recorded unless it holds. */
+ * it. r->v becomes this verdict; not recorded unless it holds. */
 static int confirm(tune_state *ts, const void *ref, const tune_cand *w, const tune_opts *o, tune_result *r)
 {
     const tune_cand planner = ts->c[0];
