@@ -487,9 +487,12 @@ FC_API fc_status fc_context_record_tuning(fc_context *ctx, const fc_attention_ar
                                           const fc_attention_backward_args *bwd, int32_t cuda_path,
                                           const fc_tuning *choice, const char *comment);
 /* Describe ctx's cache in buf (sections, entries, which apply to this
- * build). Returns FC_OK, or the status of a FLASHCORE_TUNING_CACHE file that
- * could not be loaded (the context works without it; buf says why). */
-FC_API fc_status fc_context_tuning_info(const fc_context *ctx, char *buf, size_t len);
+ * build), cut to len - 1 bytes and NUL-terminated; buf may be NULL when len
+ * is 0. needed (if not NULL) gets the bytes the whole text takes, its NUL
+ * included. Returns FC_OK, or the status of a FLASHCORE_TUNING_CACHE file
+ * that could not be loaded (the context works without it; the text says
+ * why). */
+FC_API fc_status fc_context_tuning_info(const fc_context *ctx, char *buf, size_t len, size_t *needed);
 
 #ifdef __cplusplus
 }

@@ -103,47 +103,21 @@ void fc_tuning_init(fc_tuning *t)
 {
     if (!t) return;
     memset(t, 0, sizeof *t);
-    t->sm90_config = -1;
-    t->sm80_config = -1;
-    t->sm90_rotate = -1;
-    t->sm90_tail = -1;
-    t->pdl = -1;
-    t->sm80_bwd_config = -1;
-}
-
-/* Rows of a path's table, or (bwd) of its backward table; 0 in a build
- * without CUDA. */
-static int table_rows(int path, int bwd)
-{
-    fc_tile_row row;
-    int n = 0;
-    while (bwd ? fc_sm80_bwd_tile_row(n, &row) : path == 90 ? fc_sm90_tile_row(n, &row) : fc_sm80_tile_row(n, &row))
-        n++;
-    return n;
-}
-
-static fc_status check_range(fc_context *ctx, const char *field, int32_t v, int32_t lo, int32_t hi)
-{
-    if (v >= lo && v <= hi) return FC_OK;
-    if (hi < lo + 1) /* a row index where the build has no such table */
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning.%s is %d: this build has no such tile "
-                            "table, use -1", field, (int)v);
-    return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning.%s is %d: use %d to %d", field, (int)v,
-                        (int)lo, (int)hi);
+    for (int i = 0; i < FC_TUNE_NUM_FIELDS; i++) *fc_tune_at(t, &fc_tune_fields[i]) = fc_tune_fields[i].def;
 }
 
 fc_status fc_check_tuning(fc_context *ctx, const fc_tuning *t)
 {
-    fc_status st;
-    if ((st = check_range(ctx, "sm90_config", t->sm90_config, -1, table_rows(90, 0) - 1)) ||
-        (st = check_range(ctx, "sm80_config", t->sm80_config, -1, table_rows(80, 0) - 1)) ||
-        (st = check_range(ctx, "sm90_rotate", t->sm90_rotate, -1, 1)) ||
-        (st = check_range(ctx, "sm90_tail", t->sm90_tail, -1, 1)) ||
-        (st = check_range(ctx, "sm90_grid", t->sm90_grid, 0, INT32_MAX)) ||
-        (st = check_range(ctx, "splits", t->splits, 0, FC_MAX_SPLITS)) ||
-        (st = check_range(ctx, "pdl", t->pdl, -1, 1)) ||
-        (st = check_range(ctx, "sm80_bwd_config", t->sm80_bwd_config, -1, table_rows(80, 1) - 1)))
-        return st;
+    for (int i = 0; i < FC_TUNE_NUM_FIELDS; i++) {
+        const fc_tune_field *f = &fc_tune_fields[i];
+        const int32_t v = fc_tune_get(t, f), hi = fc_tune_field_max(f);
+        if (v >= f->lo && v <= hi) continue;
+        if (hi < f->lo + 1) /* a row index where the build has no such table */
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning.%s is %d: this build has no such tile "
+                                "table, use -1", f->name, (int)v);
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "tuning.%s is %d: use %d to %d", f->name, (int)v,
+                            (int)f->lo, (int)hi);
+    }
     return FC_OK;
 }
 

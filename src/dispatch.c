@@ -357,16 +357,11 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, const fc_t
  * cache entry c; and the path, the context's unless it leaves it open. */
 static void merge_choice(const fc_context *ctx, const fc_tune_choice *c, fc_tuning *t, int *path)
 {
-    const fc_tuning *h = &ctx->tuning;
-    *t = *h;
-    if (h->sm90_config < 0) t->sm90_config = c->t.sm90_config;
-    if (h->sm80_config < 0) t->sm80_config = c->t.sm80_config;
-    if (h->sm80_bwd_config < 0) t->sm80_bwd_config = c->t.sm80_bwd_config;
-    if (h->sm90_rotate < 0) t->sm90_rotate = c->t.sm90_rotate;
-    if (h->sm90_tail < 0) t->sm90_tail = c->t.sm90_tail;
-    if (h->sm90_grid == 0) t->sm90_grid = c->t.sm90_grid;
-    if (h->splits == 0) t->splits = c->t.splits;
-    if (h->pdl < 0) t->pdl = c->t.pdl;
+    *t = ctx->tuning;
+    for (int i = 0; i < FC_TUNE_NUM_FIELDS; i++) {
+        const fc_tune_field *f = &fc_tune_fields[i];
+        if (fc_tune_get(t, f) == f->def) *fc_tune_at(t, f) = fc_tune_get(&c->t, f);
+    }
     *path = ctx->cuda_path ? ctx->cuda_path : c->path;
 }
 

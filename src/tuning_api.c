@@ -58,8 +58,9 @@ fc_status fc_context_record_tuning(fc_context *ctx, const fc_attention_args *arg
     if (st) return st;
     fc_tune_choice c = {cuda_path, *choice};
     c.t.sm90_trace_file = NULL;
-    const char *why = fc_tune_choice_fits_pass(&c, bwd != NULL);
-    if (why) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "record_tuning: %s", why);
+    char why[96];
+    if (fc_tune_choice_misfit(&c, bwd != NULL, why, sizeof why))
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "record_tuning: %s", why);
     if (!fc_tune_choice_sets(&c))
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "record_tuning: the choice sets nothing");
     if (comment && (strchr(comment, '\n') || strlen(comment) > 200))
@@ -76,24 +77,22 @@ fc_status fc_context_record_tuning(fc_context *ctx, const fc_attention_args *arg
 
 static size_t put(char *buf, size_t len, size_t at, const char *fmt, const char *a, long long x, long long y)
 {
-    if (at >= len) return at;
-    const int n = snprintf(buf + at, len - at, fmt, a, x, y);
+    /* counts past the end too: the caller learns the size it needs */
+    const int n = snprintf(at < len ? buf + at : NULL, at < len ? len - at : 0, fmt, a, x, y);
     return n < 0 ? at : at + (size_t)n;
 }
 
-fc_status fc_context_tuning_info(const fc_context *ctx, char *buf, size_t len)
+/* The description's text into buf (as much as fits); its full length. */
+static size_t describe(const fc_context *ctx, char *buf, size_t len)
 {
-    if (!ctx || !buf || !len) return FC_ERR_INVALID_ARGUMENT;
-    buf[0] = 0;
     size_t at = 0;
     const fc_tune_cache *c = ctx->tune;
     if (ctx->tune_env_status) at = put(buf, len, at, "%s\n", ctx->tune_env_err, 0, 0);
-    if (!c) {
-        put(buf, len, at, "%sno tuning cache: the planners choose every kernel\n", "", 0, 0);
-        return ctx->tune_env_status;
-    }
+    if (!c) return put(buf, len, at, "%sno tuning cache: the planners choose every kernel\n", "", 0, 0);
     at = put(buf, len, at, "tuning cache %s: %lld sections", c->path ? c->path : "(recorded)", c->n_sec, 0);
-    at = put(buf, len, at, "%s, %lld for another build (ignored)\n", "", c->ignored_sections, 0);
+    int ignored = 0;
+    for (int i = 0; i < c->n_sec; i++) ignored += !c->sec[i].applies;
+    at = put(buf, len, at, "%s, %lld for another build (ignored)\n", "", ignored, 0);
     for (int i = 0; i < c->n_sec; i++) {
         const fc_tune_section *s = &c->sec[i];
         at = put(buf, len, at, "  gpu=%s: %lld entries, %lld with wildcards", s->gpu, s->n_exact, s->n_wild);
@@ -101,5 +100,15 @@ fc_status fc_context_tuning_info(const fc_context *ctx, char *buf, size_t len)
         at = put(buf, len, at, ", tables %s", s->tables, 0, 0);
         at = put(buf, len, at, "%s\n", s->applies ? "" : " (not this build's: ignored)", 0, 0);
     }
+    return at;
+}
+
+fc_status fc_context_tuning_info(const fc_context *ctx, char *buf, size_t len, size_t *needed)
+{
+    if (!ctx || (!buf && len)) return FC_ERR_INVALID_ARGUMENT;
+    if (len) buf[0] = 0;
+    const size_t at = describe(ctx, buf, len);
+    if (needed) *needed = at + 1;
     return ctx->tune_env_status;
 }
+

@@ -8,6 +8,7 @@
 #include "tuning_cache.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,27 +125,44 @@ const fc_tune_entry *fc_tune_find(const fc_tune_cache *c, const fc_cuda_device *
     return NULL;
 }
 
-int fc_tune_choice_sets(const fc_tune_choice *c)
+#define FIELD(name, def, lo, hi, rows, passes) {#name, offsetof(fc_tuning, name), def, lo, hi, rows, passes}
+const fc_tune_field fc_tune_fields[FC_TUNE_NUM_FIELDS] = {
+    FIELD(sm90_config, -1, -1, 0, fc_sm90_tile_row, FC_TUNE_FWD),
+    FIELD(sm80_config, -1, -1, 0, fc_sm80_tile_row, FC_TUNE_FWD),
+    FIELD(sm80_bwd_config, -1, -1, 0, fc_sm80_bwd_tile_row, FC_TUNE_BWD),
+    FIELD(sm90_rotate, -1, -1, 1, NULL, FC_TUNE_FWD),
+    FIELD(sm90_tail, -1, -1, 1, NULL, FC_TUNE_FWD),
+    FIELD(sm90_grid, 0, 0, INT32_MAX, NULL, FC_TUNE_FWD),
+    FIELD(splits, 0, 0, FC_MAX_SPLITS, NULL, FC_TUNE_FWD),
+    FIELD(pdl, -1, -1, 1, NULL, FC_TUNE_FWD | FC_TUNE_BWD),
+};
+#undef FIELD
+
+int32_t fc_tune_field_max(const fc_tune_field *f)
 {
-    fc_tuning d;
-    fc_tuning_init(&d);
-    const fc_tuning *t = &c->t;
-    return (c->path != 0) + (t->sm90_config != d.sm90_config) + (t->sm80_config != d.sm80_config) +
-           (t->sm90_rotate != d.sm90_rotate) + (t->sm90_tail != d.sm90_tail) + (t->sm90_grid != d.sm90_grid) +
-           (t->splits != d.splits) + (t->pdl != d.pdl) + (t->sm80_bwd_config != d.sm80_bwd_config);
+    if (!f->rows) return f->hi;
+    fc_tile_row r;
+    int32_t n = 0;
+    while (f->rows(n, &r)) n++;
+    return n - 1;
 }
 
-const char *fc_tune_choice_fits_pass(const fc_tune_choice *c, int bwd)
+int fc_tune_choice_sets(const fc_tune_choice *c)
 {
-    fc_tuning d;
-    fc_tuning_init(&d);
-    const fc_tuning *t = &c->t;
-    if (!bwd)
-        return t->sm80_bwd_config != d.sm80_bwd_config ? "sm80_bwd_config is a backward field (on a fwd entry)"
-                                                       : NULL;
-    if (t->sm90_config != d.sm90_config || t->sm80_config != d.sm80_config || t->sm90_rotate != d.sm90_rotate ||
-        t->sm90_tail != d.sm90_tail || t->sm90_grid != d.sm90_grid || t->splits != d.splits)
-        return "a backward entry sets only path, sm80_bwd_config and pdl";
+    int n = c->path != 0;
+    for (int i = 0; i < FC_TUNE_NUM_FIELDS; i++) n += fc_tune_get(&c->t, &fc_tune_fields[i]) != fc_tune_fields[i].def;
+    return n;
+}
+
+const char *fc_tune_choice_misfit(const fc_tune_choice *c, int bwd, char *buf, size_t n)
+{
+    for (int i = 0; i < FC_TUNE_NUM_FIELDS; i++) {
+        const fc_tune_field *f = &fc_tune_fields[i];
+        if (fc_tune_get(&c->t, f) == f->def || (f->passes & (bwd ? FC_TUNE_BWD : FC_TUNE_FWD))) continue;
+        if (bwd) snprintf(buf, n, "a backward entry sets only path, sm80_bwd_config and pdl");
+        else snprintf(buf, n, "%s is a backward field (on a fwd entry)", f->name);
+        return buf;
+    }
     return NULL;
 }
 
@@ -217,7 +235,6 @@ static fc_tune_cache *copy_cache(const fc_tune_cache *c)
     if (!n) return NULL;
     n->refs = 1;
     if (!c) return n;
-    n->ignored_sections = c->ignored_sections;
     if (c->path && !(n->path = strdup(c->path))) goto fail;
     if (grow((void **)&n->sec, &n->cap_sec, c->n_sec, sizeof *n->sec)) goto fail;
     for (int i = 0; i < c->n_sec; i++) {
@@ -407,7 +424,7 @@ fc_status fc_tune_record(fc_tune_cache **slot, const fc_cuda_device *dev, uint64
                          const char *comment, char *err, size_t err_len)
 {
     fc_tune_cache *c = *slot;
-    if (!c || c->shared || c->refs > 1) { /* copy on write */
+    if (!c || c->shared) { /* copy on write: a private cache has one owner */
         fc_tune_cache *n = copy_cache(c);
         if (!n) {
             snprintf(err, err_len, "out of memory copying the tuning cache");

@@ -57,6 +57,31 @@ typedef struct fc_tune_choice {
     fc_tuning t;
 } fc_tune_choice;
 
+/* The int32 fields of fc_tuning, in file order, with their defaults, ranges
+ * and the entries that may set them: the one table behind fc_tuning_init,
+ * fc_context_set_tuning's checks, the cache file's parser and writer and
+ * the merge of an entry under a context's hooks. */
+typedef struct fc_tune_field {
+    const char *name;
+    size_t off;                      /* in fc_tuning                              */
+    int32_t def, lo, hi;             /* hi unused when rows is set                */
+    int (*rows)(int, fc_tile_row *); /* the row table a *_config field indexes    */
+    int passes;                      /* FC_TUNE_FWD | FC_TUNE_BWD: entries setting it */
+} fc_tune_field;
+#define FC_TUNE_FWD 1
+#define FC_TUNE_BWD 2
+#define FC_TUNE_NUM_FIELDS 8
+extern const fc_tune_field fc_tune_fields[FC_TUNE_NUM_FIELDS];
+
+static inline int32_t *fc_tune_at(fc_tuning *t, const fc_tune_field *f) { return (int32_t *)((char *)t + f->off); }
+static inline int32_t fc_tune_get(const fc_tuning *t, const fc_tune_field *f)
+{
+    return *(const int32_t *)((const char *)t + f->off);
+}
+/* The largest value f takes in this build: hi, or the last index of its
+ * row table (-1 in a build without that table). */
+int32_t fc_tune_field_max(const fc_tune_field *f);
+
 typedef struct fc_tune_entry {
     uint64_t key;   /* the bucket, wildcard bits zero  */
     uint64_t wild;  /* FC_TK_MASK bits of wildcard fields */
@@ -83,7 +108,6 @@ typedef struct fc_tune_cache {
     int64_t dev, ino, size, mtime_ns; /* that file's identity (sharing)          */
     fc_tune_section *sec;
     int n_sec, cap_sec;
-    int ignored_sections;    /* sections for another build (not applied)         */
     int shared;              /* 1: loaded through the registry, never modified   */
 } fc_tune_cache;
 
@@ -117,10 +141,9 @@ fc_status fc_tune_write(const fc_tune_cache *c, const char *path, char *err, siz
  * replaced when replace, else FC_ERR_INVALID_ARGUMENT). Takes e->comment. */
 fc_status fc_tune_section_add(fc_tune_section *s, fc_tune_entry *e, int replace);
 void fc_tune_cache_free(fc_tune_cache *c);
-/* NULL, or why choice cannot be a forward (bwd 0) or backward entry: a
- * backward entry sets only path, sm80_bwd_config and pdl; a forward one
- * anything but sm80_bwd_config. */
-const char *fc_tune_choice_fits_pass(const fc_tune_choice *c, int bwd);
+/* NULL, or why choice cannot be a forward (bwd 0) or backward entry (a
+ * field that fc_tune_fields does not allow it), written into buf. */
+const char *fc_tune_choice_misfit(const fc_tune_choice *c, int bwd, char *buf, size_t n);
 /* Fields of a choice that set something (not at fc_tuning_init's value). */
 int fc_tune_choice_sets(const fc_tune_choice *c);
 

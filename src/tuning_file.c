@@ -34,23 +34,6 @@ static fc_status bad(parse_ctx *pc, const char *fmt, const char *a, const char *
     return FC_ERR_INVALID_ARGUMENT;
 }
 
-static int table_rows(int (*row)(int, fc_tile_row *))
-{
-    fc_tile_row r;
-    int n = 0;
-    while (row(n, &r)) n++;
-    return n;
-}
-
-/* The largest row index an entry may name: the table's last row when the
- * section is this build's; any index of 10 bits in a build without CUDA
- * (no tables, nothing runs them) or for another build (never applied). */
-static long row_limit(int applies, int (*row)(int, fc_tile_row *))
-{
-    const int n = table_rows(row);
-    return applies && n > 0 ? n - 1 : 1023;
-}
-
 /* A decimal integer in [lo, hi] (the whole token); 0 on success. */
 static int parse_int(const char *s, long lo, long hi, long *out)
 {
@@ -134,90 +117,102 @@ static fc_status parse_device(parse_ctx *pc, char *rest, fc_tune_section *s)
 
 /* ---- entries ------------------------------------------------------------------------- */
 
+/* The shape bucket's fields, in file order: where each sits in the key
+ * and how its value reads and writes. */
+typedef enum bucket_kind { BK_INT, BK_DTYPE, BK_MASK, BK_FLAGS, BK_LENGTH } bucket_kind;
+static const struct bucket_field {
+    const char *name;
+    int shift, bits;
+    bucket_kind kind;
+    long lo, hi; /* BK_INT's range */
+} k_bucket[] = {
+    {"det", FC_TK_DET_SHIFT, FC_TK_DET_BITS, BK_INT, 0, 1},
+    {"dtype", FC_TK_DTYPE_SHIFT, FC_TK_DTYPE_BITS, BK_DTYPE, 0, 0},
+    {"kv", FC_TK_KV_SHIFT, FC_TK_KV_BITS, BK_DTYPE, 0, 0},
+    {"d", FC_TK_D_SHIFT, FC_TK_D_BITS, BK_INT, 1, 1023},
+    {"gqa", FC_TK_GQA_SHIFT, FC_TK_GQA_BITS, BK_INT, 1, 1023},
+    {"mask", FC_TK_MASK_SHIFT, FC_TK_MASK_BITS, BK_MASK, 0, 0},
+    {"flags", FC_TK_FLAGS_SHIFT, FC_TK_FLAGS_BITS, BK_FLAGS, 0, 0},
+    {"sq", FC_TK_SQ_SHIFT, FC_TK_SQ_BITS, BK_LENGTH, 0, 0},
+    {"sk", FC_TK_SK_SHIFT, FC_TK_SK_BITS, BK_LENGTH, 0, 0},
+    {"bh", FC_TK_BH_SHIFT, FC_TK_BH_BITS, BK_LENGTH, 0, 0},
+};
+#define NUM_BUCKET ((int)(sizeof k_bucket / sizeof k_bucket[0]))
+
+static uint64_t bucket_mask(const struct bucket_field *b) { return (((uint64_t)1 << b->bits) - 1) << b->shift; }
+
+/* "-" or letters of k_flag_chars -> FC_TF_* bits, or -1. */
+static long parse_flags(const char *val)
+{
+    if (strcmp(val, "-") == 0) return 0;
+    long v = 0;
+    for (const char *c = val; *c; c++) {
+        const char *at = strchr(k_flag_chars, *c);
+        if (!at) return -1;
+        v |= 1L << (at - k_flag_chars);
+    }
+    return v;
+}
+
 /* One bucket field "name=value" into key (or wild for "*"). */
 static fc_status bucket_field(parse_ctx *pc, const char *name, const char *val, fc_tune_entry *e, int *seen)
 {
-    static const char *const names[] = {"det", "dtype", "kv", "d", "gqa", "mask", "flags", "sq", "sk", "bh"};
-    static const int shifts[] = {FC_TK_DET_SHIFT, FC_TK_DTYPE_SHIFT, FC_TK_KV_SHIFT, FC_TK_D_SHIFT,
-                                 FC_TK_GQA_SHIFT, FC_TK_MASK_SHIFT,  FC_TK_FLAGS_SHIFT, FC_TK_SQ_SHIFT,
-                                 FC_TK_SK_SHIFT,  FC_TK_BH_SHIFT};
-    static const int bits[] = {FC_TK_DET_BITS, FC_TK_DTYPE_BITS, FC_TK_KV_BITS, FC_TK_D_BITS, FC_TK_GQA_BITS,
-                               FC_TK_MASK_BITS, FC_TK_FLAGS_BITS, FC_TK_SQ_BITS, FC_TK_SK_BITS, FC_TK_BH_BITS};
-    const int f = name_index(name, names, 10);
-    if (f < 0) return bad(pc, "unknown shape field '%s'", name, "");
+    int f = 0;
+    while (f < NUM_BUCKET && strcmp(name, k_bucket[f].name) != 0) f++;
+    if (f == NUM_BUCKET) return bad(pc, "unknown shape field '%s'", name, "");
     if (*seen & (1 << f)) return bad(pc, "shape field '%s' given twice", name, "");
     *seen |= 1 << f;
-    const uint64_t fmask = (((uint64_t)1 << bits[f]) - 1) << shifts[f];
+    const struct bucket_field *b = &k_bucket[f];
     if (strcmp(val, "*") == 0) {
-        e->wild |= fmask;
+        e->wild |= bucket_mask(b);
         return FC_OK;
     }
-    long v = -1;
-    switch (f) {
-    case 0: parse_int(val, 0, 1, &v); break;
-    case 1:
-    case 2: v = name_index(val, k_dtypes, 6); break;
-    case 3:
-    case 4: parse_int(val, 1, 1023, &v); break;
-    case 5: v = name_index(val, k_masks, 3); break;
-    case 6:
-        v = 0;
-        if (strcmp(val, "-") != 0)
-            for (const char *c = val; *c && v >= 0; c++) {
-                const char *at = strchr(k_flag_chars, *c);
-                v = at && *c ? (v | (1L << (at - k_flag_chars))) : -1;
-            }
-        break;
-    default: {
-        long n;
-        if (parse_int(val, 0, 1L << 40, &n) == 0 && fc_tune_bound(fc_tune_bucket(n)) == n) v = fc_tune_bucket(n);
-        else if (parse_int(val, 0, 1L << 40, &n) == 0) {
+    long v = -1, n;
+    switch (b->kind) {
+    case BK_INT: parse_int(val, b->lo, b->hi, &v); break;
+    case BK_DTYPE: v = name_index(val, k_dtypes, 6); break;
+    case BK_MASK: v = name_index(val, k_masks, 3); break;
+    case BK_FLAGS: v = parse_flags(val); break;
+    case BK_LENGTH:
+        if (parse_int(val, 0, 1L << 40, &n) != 0) break;
+        if (fc_tune_bound(fc_tune_bucket(n)) != n) {
             char hint[48];
             snprintf(hint, sizeof hint, "%lld", (long long)fc_tune_bound(fc_tune_bucket(n)));
             return bad(pc, "'%s' is not a bucket bound (1, 2, 3, 4, 6, 8, 12, ...): the bucket of it ends at %s",
                        val, hint);
         }
-    }
+        v = fc_tune_bucket(n);
     }
     if (v < 0) return bad(pc, "shape field %s: bad value '%s'", name, val);
-    e->key |= (uint64_t)v << shifts[f];
+    e->key |= (uint64_t)v << b->shift;
     return FC_OK;
 }
 
-/* One choice field into e->choice; rows are checked against the tables
- * when the section applies to this build. */
+/* One choice field into e->choice, in fc_tune_fields' ranges; a row is
+ * checked against this build's table when the section applies to it (in a
+ * build without that table, or for another build, any 10-bit index: nothing
+ * here runs it). */
 static fc_status choice_field(parse_ctx *pc, const char *name, const char *val, fc_tune_entry *e, int applies,
                               int *seen)
 {
-    static const char *const names[] = {"path",      "sm90_config", "sm80_config", "sm80_bwd_config", "sm90_rotate",
-                                        "sm90_tail", "sm90_grid",   "splits",      "pdl"};
-    fc_tuning *t = &e->choice.t;
-    int32_t *const fields[] = {&e->choice.path, &t->sm90_config, &t->sm80_config, &t->sm80_bwd_config,
-                               &t->sm90_rotate, &t->sm90_tail,   &t->sm90_grid,   &t->splits,
-                               &t->pdl};
-    const int f = name_index(name, names, 9);
-    if (f < 0) return bad(pc, "unknown choice field '%s'", name, "");
+    int f = 0; /* 0: path, then fc_tune_fields[f - 1] */
+    while (f <= FC_TUNE_NUM_FIELDS && strcmp(name, f ? fc_tune_fields[f - 1].name : "path") != 0) f++;
+    if (f > FC_TUNE_NUM_FIELDS) return bad(pc, "unknown choice field '%s'", name, "");
     if (*seen & (1 << f)) return bad(pc, "choice field '%s' given twice", name, "");
     *seen |= 1 << f;
-    long lo = -1, hi = 1, v;
-    switch (f) {
-    case 0: lo = 0, hi = 90; break;
-    case 1: hi = row_limit(applies, fc_sm90_tile_row); break;
-    case 2: hi = row_limit(applies, fc_sm80_tile_row); break;
-    case 3: hi = row_limit(applies, fc_sm80_bwd_tile_row); break;
-    case 6: lo = 0, hi = INT32_MAX; break;
-    case 7: lo = 0, hi = FC_MAX_SPLITS; break;
-    default: break;
-    }
-    if (parse_int(val, lo, hi, &v) || (f == 0 && v != 0 && v != 80 && v != 90)) {
+    const fc_tune_field *tf = f ? &fc_tune_fields[f - 1] : NULL;
+    long lo = tf ? tf->lo : 0, hi = tf ? fc_tune_field_max(tf) : 90, v;
+    if (tf && tf->rows && (!applies || hi < 0)) hi = 1023;
+    if (parse_int(val, lo, hi, &v) || (!tf && v != 0 && v != 80 && v != 90)) {
         char range[64];
-        if (f == 0) snprintf(range, sizeof range, "0, 80 or 90");
+        if (!tf) snprintf(range, sizeof range, "0, 80 or 90");
         else snprintf(range, sizeof range, "%ld to %ld (this build)", lo, hi);
         snprintf(pc->err, pc->err_len, "tuning cache %s:%d: choice field %s: '%s' is out of range: use %s", pc->path,
                  pc->line, name, val, range);
         return FC_ERR_INVALID_ARGUMENT;
     }
-    *fields[f] = (int32_t)v;
+    if (tf) *fc_tune_at(&e->choice.t, tf) = (int32_t)v;
+    else e->choice.path = (int32_t)v;
     return FC_OK;
 }
 
@@ -248,15 +243,12 @@ static fc_status parse_entry(parse_ctx *pc, char *line, const char *comment, fc_
     if (!in_choice) return bad(pc, "no ':' between the shape and the choice", "", "");
     if (!fc_tune_choice_sets(&e.choice)) return bad(pc, "the entry chooses nothing", "", "");
     if (!bwd && FC_TK_GET(e.key, DET)) return bad(pc, "det=1 on a forward entry", "", "");
-    const char *why = fc_tune_choice_fits_pass(&e.choice, bwd);
-    if (why) return bad(pc, "%s", why, "");
+    char why[96];
+    if (fc_tune_choice_misfit(&e.choice, bwd, why, sizeof why)) return bad(pc, "%s", why, "");
     /* omitted shape fields are wildcards, as "*" (det only on backward
      * entries: a forward call has none) */
-    static const uint64_t all[] = {FC_TK_MASK(DET), FC_TK_MASK(DTYPE), FC_TK_MASK(KV), FC_TK_MASK(D),
-                                   FC_TK_MASK(GQA), FC_TK_MASK(MASK),  FC_TK_MASK(FLAGS), FC_TK_MASK(SQ),
-                                   FC_TK_MASK(SK),  FC_TK_MASK(BH)};
-    for (int f = bwd ? 0 : 1; f < 10; f++)
-        if (!(seen_b & (1 << f))) e.wild |= all[f];
+    for (int f = bwd ? 0 : 1; f < NUM_BUCKET; f++)
+        if (!(seen_b & (1 << f))) e.wild |= bucket_mask(&k_bucket[f]);
     e.key &= ~e.wild;
     if (comment && *comment && !(e.comment = strdup(comment))) return FC_ERR_OUT_OF_MEMORY;
     const fc_status st = fc_tune_section_add(s, &e, 0);
@@ -311,7 +303,6 @@ static fc_status parse_line(parse_ctx *pc, char *line, fc_tune_cache *c, int *ma
             c->cap_sec = n;
         }
         c->sec[c->n_sec++] = s;
-        c->ignored_sections += !s.applies;
         return FC_OK;
     }
     if ((strncmp(line, "fwd", 3) == 0 || strncmp(line, "bwd", 3) == 0) && (line[3] == ' ' || !line[3])) {
@@ -367,39 +358,31 @@ fc_status fc_tune_parse(const char *text, size_t len, const char *path, fc_tune_
 
 static void write_entry(FILE *f, const fc_tune_entry *e)
 {
-    const uint64_t k = e->key, w = e->wild;
-    const int bwd = FC_TK_GET(k, PASS);
+    const int bwd = FC_TK_GET(e->key, PASS);
     fprintf(f, "%s", bwd ? "bwd" : "fwd");
-    if (bwd && !(w & FC_TK_MASK(DET))) fprintf(f, " det=%d", FC_TK_GET(k, DET));
-    if (!(w & FC_TK_MASK(DTYPE))) fprintf(f, " dtype=%s", k_dtypes[FC_TK_GET(k, DTYPE) % 6]);
-    if (!(w & FC_TK_MASK(KV))) fprintf(f, " kv=%s", k_dtypes[FC_TK_GET(k, KV) % 6]);
-    if (!(w & FC_TK_MASK(D))) fprintf(f, " d=%d", FC_TK_GET(k, D));
-    if (!(w & FC_TK_MASK(GQA))) fprintf(f, " gqa=%d", FC_TK_GET(k, GQA));
-    if (!(w & FC_TK_MASK(MASK))) fprintf(f, " mask=%s", k_masks[FC_TK_GET(k, MASK) % 3]);
-    if (!(w & FC_TK_MASK(FLAGS))) {
-        char fl[8] = "-";
-        int n = 0;
-        for (int b = 0; b < 4; b++)
-            if (FC_TK_GET(k, FLAGS) & (1 << b)) fl[n++] = k_flag_chars[b];
-        if (n) fl[n] = 0;
-        fprintf(f, " flags=%s", fl);
+    for (int i = bwd ? 0 : 1; i < NUM_BUCKET; i++) {
+        const struct bucket_field *b = &k_bucket[i];
+        if (e->wild & bucket_mask(b)) continue;
+        const int v = (int)((e->key & bucket_mask(b)) >> b->shift);
+        fprintf(f, " %s=", b->name);
+        switch (b->kind) {
+        case BK_INT: fprintf(f, "%d", v); break;
+        case BK_DTYPE: fprintf(f, "%s", k_dtypes[v % 6]); break;
+        case BK_MASK: fprintf(f, "%s", k_masks[v % 3]); break;
+        case BK_FLAGS:
+            if (!v) fputc('-', f);
+            for (int c = 0; c < 4; c++)
+                if (v & (1 << c)) fputc(k_flag_chars[c], f);
+            break;
+        case BK_LENGTH: fprintf(f, "%lld", (long long)fc_tune_bound(v));
+        }
     }
-    if (!(w & FC_TK_MASK(SQ))) fprintf(f, " sq=%lld", (long long)fc_tune_bound(FC_TK_GET(k, SQ)));
-    if (!(w & FC_TK_MASK(SK))) fprintf(f, " sk=%lld", (long long)fc_tune_bound(FC_TK_GET(k, SK)));
-    if (!(w & FC_TK_MASK(BH))) fprintf(f, " bh=%lld", (long long)fc_tune_bound(FC_TK_GET(k, BH)));
     fprintf(f, " :");
-    fc_tuning d;
-    fc_tuning_init(&d);
-    const fc_tuning *t = &e->choice.t;
     if (e->choice.path) fprintf(f, " path=%d", e->choice.path);
-    const struct { const char *name; int32_t v, def; } fields[] = {
-        {"sm90_config", t->sm90_config, d.sm90_config}, {"sm80_config", t->sm80_config, d.sm80_config},
-        {"sm80_bwd_config", t->sm80_bwd_config, d.sm80_bwd_config}, {"sm90_rotate", t->sm90_rotate, d.sm90_rotate},
-        {"sm90_tail", t->sm90_tail, d.sm90_tail}, {"sm90_grid", t->sm90_grid, d.sm90_grid},
-        {"splits", t->splits, d.splits}, {"pdl", t->pdl, d.pdl},
-    };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (fields[i].v != fields[i].def) fprintf(f, " %s=%d", fields[i].name, (int)fields[i].v);
+    for (int i = 0; i < FC_TUNE_NUM_FIELDS; i++) {
+        const int32_t v = fc_tune_get(&e->choice.t, &fc_tune_fields[i]);
+        if (v != fc_tune_fields[i].def) fprintf(f, " %s=%d", fc_tune_fields[i].name, (int)v);
+    }
     if (e->comment) fprintf(f, "  # %s", e->comment);
     fprintf(f, "\n");
 }

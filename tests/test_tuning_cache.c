@@ -158,14 +158,20 @@ static void valid_text(char *buf, size_t n)
              FLASHCORE_VERSION_STRING, fc_tune_tables_id());
 }
 
+/* valid_text in g_dir/name; its path in path (text gets the text). */
+static void write_valid(const char *name, char *path, size_t n, char *text, size_t tn)
+{
+    valid_text(text, tn);
+    snprintf(path, n, "%s/%s", g_dir, name);
+    write_text(path, text, strlen(text));
+}
+
 static void test_round_trip(void)
 {
     int p0 = g_pass, f0 = g_fail;
     char text[4096], p1[256], p2[256];
-    valid_text(text, sizeof text);
-    snprintf(p1, sizeof p1, "%s/a.tune", g_dir);
+    write_valid("a.tune", p1, sizeof p1, text, sizeof text);
     snprintf(p2, sizeof p2, "%s/b.tune", g_dir);
-    write_text(p1, text, strlen(text));
     fc_context *ctx = NULL;
     fc_context_create(&ctx);
     fc_status st = fc_context_load_tuning(ctx, p1);
@@ -207,8 +213,14 @@ static void test_round_trip(void)
     CHECK(!fc_tune_find(c, &dev, fc_tune_key(&d96, NULL)), "no entry for d=96");
 
     char info[1024];
-    CHECK(fc_context_tuning_info(ctx2, info, sizeof info) == FC_OK && strstr(info, "1 for another build"),
+    size_t need = 0, need2 = 0;
+    CHECK(fc_context_tuning_info(ctx2, info, sizeof info, &need) == FC_OK && strstr(info, "1 for another build"),
           "info reports the ignored section: %s", info);
+    char small[8];
+    CHECK(fc_context_tuning_info(ctx2, small, sizeof small, &need2) == FC_OK && strlen(small) == 7 &&
+              need == strlen(info) + 1 && need2 == need && fc_context_tuning_info(ctx2, NULL, 0, &need2) == FC_OK &&
+              need2 == need,
+          "a short buffer gets a prefix and the size it needs: %zu %zu", need, need2);
     free(t1);
     free(t2);
     fc_context_free(ctx);
@@ -220,9 +232,7 @@ static void test_other_keys(void)
 {
     int p0 = g_pass, f0 = g_fail;
     char text[4096], path[256];
-    valid_text(text, sizeof text);
-    snprintf(path, sizeof path, "%s/keys.tune", g_dir);
-    write_text(path, text, strlen(text));
+    write_valid("keys.tune", path, sizeof path, text, sizeof text);
     fc_context *ctx = NULL;
     fc_context_create(&ctx);
     CHECK(fc_context_load_tuning(ctx, path) == FC_OK, "load: %s", fc_last_error(ctx));
@@ -254,9 +264,7 @@ static void test_corrupt(void)
 {
     int p0 = g_pass, f0 = g_fail;
     char good[4096], path[256], gpath[256];
-    valid_text(good, sizeof good);
-    snprintf(gpath, sizeof gpath, "%s/good.tune", g_dir);
-    write_text(gpath, good, strlen(good));
+    write_valid("good.tune", gpath, sizeof gpath, good, sizeof good);
     snprintf(path, sizeof path, "%s/bad.tune", g_dir);
     char dev_line[256];
     snprintf(dev_line, sizeof dev_line, "flashcore-tuning 1\ndevice library=* tables=* cc=* sms=* cudart=* gpu=*\n");
@@ -371,9 +379,7 @@ static void test_sharing(void)
 {
     int p0 = g_pass, f0 = g_fail;
     char text[4096], path[256];
-    valid_text(text, sizeof text);
-    snprintf(path, sizeof path, "%s/shared.tune", g_dir);
-    write_text(path, text, strlen(text));
+    write_valid("shared.tune", path, sizeof path, text, sizeof text);
     fc_context *a = NULL, *b = NULL;
     fc_context_create(&a);
     fc_context_create(&b);
@@ -422,7 +428,7 @@ static void test_record_no_device(void)
     CHECK(st != FC_OK && fc_last_error(ctx)[0], "an empty call: %d %s", (int)st, fc_last_error(ctx));
     CHECK(ctx->tune == NULL, "nothing recorded");
     char info[512];
-    fc_context_tuning_info(ctx, info, sizeof info);
+    fc_context_tuning_info(ctx, info, sizeof info, NULL);
     CHECK(strstr(info, "no tuning cache") != NULL, "info: %s", info);
     fc_context_free(ctx);
     group_done("record_no_device", p0, f0);

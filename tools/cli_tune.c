@@ -474,10 +474,6 @@ int cli_tune(int argc, char **argv)
     }
     const char *file = t.verify ? t.verify : t.output;
     if (!t.no_verify) {
-        fc_tuning none;
-        fc_tuning_init(&none);
-        fc_context_set_tuning(search, &none);
-        fc_context_set_cuda_path(search, 0);
         if (!(cached = context_with(file))) goto done;
         for (int i = 0; i < t.n; i++) {
             cli_progress(i + 1, t.n, t.items[i].name);

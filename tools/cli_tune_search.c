@@ -8,7 +8,6 @@
  * PDL-off winner measured 1.016x in the search's confirmation and 0.992x
  * in the verify pass of the same run (same shape), a sign no rule can use.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +23,8 @@ static void cand_init(tune_cand *c, int32_t path)
 }
 
 /* Put candidate c into the list unless the library refuses it or another
- * candidate already makes the same plan (same kernel name and launch). */
+ * candidate already makes the same plan (the kernel name says all a
+ * candidate can change: path, row, rotation, tail, splits). */
 static void cand_add(tune_state *ts, const tune_cand *c, int allow_dup)
 {
     if (ts->n >= TUNE_MAX_CANDS) return;
@@ -33,7 +33,7 @@ static void cand_add(tune_state *ts, const tune_cand *c, int allow_dup)
         cli_exec_supported(ts->ctx, ts->e, &info) != FC_OK)
         return;
     for (int i = 0; i < ts->n && !allow_dup; i++)
-        if (strcmp(ts->c[i].name, info.name) == 0 && ts->c[i].t.pdl == c->t.pdl) return;
+        if (strcmp(ts->c[i].name, info.name) == 0) return;
     ts->c[ts->n] = *c;
     ts->c[ts->n].graph = NULL; /* a copy's graph belongs to its original */
     memcpy(ts->c[ts->n].name, info.name, sizeof info.name);
@@ -104,33 +104,27 @@ void tune_stage2(tune_state *ts, const double *medians)
         if (best[0] < 0 || medians[i] < medians[best[0]]) best[1] = best[0], best[0] = i;
         else if (best[1] < 0 || medians[i] < medians[best[1]]) best[1] = i;
     }
-    tune_cand keep[2];
-    int nk = 0;
+    tune_cand base[3] = {ts->c[0]}; /* the planner, then the two best */
+    int nb = 1;
     for (int k = 0; k < 2; k++)
-        if (best[k] >= 0) keep[nk++] = ts->c[best[k]];
-    tune_cand planner = ts->c[0];
+        if (best[k] >= 0) base[nb++] = ts->c[best[k]];
     ts->n = 0;
-    cand_add(ts, &planner, 0);
-    cand_add(ts, &planner, 1);
-    for (int k = 0; k < nk; k++) cand_add(ts, &keep[k], 0);
-    tune_cand base[3] = {planner, keep[0], keep[1]};
-    for (int k = 0; k < 1 + nk; k++) {
-        tune_cand v = base[k];
+    cand_add(ts, &base[0], 0);
+    cand_add(ts, &base[0], 1);
+    for (int k = 1; k < nb; k++) cand_add(ts, &base[k], 0);
+    for (int k = 0; k < nb; k++)
         for (int flip = 0; flip < 2; flip++) {
-            v = base[k];
+            tune_cand v = base[k];
             int32_t *f = flip == 0 ? &v.t.sm90_rotate : &v.t.sm90_tail;
             for (int val = 0; val <= 1; val++) {
                 *f = val;
                 cand_add(ts, &v, 0);
             }
         }
-    }
 }
 
 /* ---- graphs and timing ------------------------------------------------------------ */
 
-/* The candidate's plan, run once: every output element written and within
- * a loose distance of the planner's output (ref, same dtype). */
 /* The context that runs c, steered to c's plan. */
 static fc_context *steer(tune_state *ts, const tune_cand *c, char *err, size_t n)
 {
@@ -142,6 +136,8 @@ static fc_context *steer(tune_state *ts, const tune_cand *c, char *err, size_t n
     return ts->ctx;
 }
 
+/* The candidate's plan, run once: every output element written and within
+ * a loose distance of the planner's output (ref, same dtype). */
 static int cand_check(tune_state *ts, tune_cand *c, const void *ref, char *err, size_t n)
 {
     cli_exec *e = ts->e;
@@ -150,20 +146,13 @@ static int cand_check(tune_state *ts, tune_cand *c, const void *ref, char *err, 
         cli_exec_fetch(e, err, n))
         return -1;
     if (!ref) return 0;
-    const kit_case *k = e->c;
-    const int64_t elems = (int64_t)(k->out_bytes / kit_dtype_size(kit_out_dtype(&k->s)));
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < elems; i++) {
-        const double a = kit_load(k->out, kit_out_dtype(&k->s), i), b = kit_load(ref, kit_out_dtype(&k->s), i);
-        if (!isfinite(a) && isfinite(b)) {
-            snprintf(err, n, "%s: element %lld is %g where the planner's kernel gives %g", c->name, (long long)i, a, b);
-            return -1;
-        }
-        num += (a - b) * (a - b);
-        den += b * b;
-    }
-    if (num > 1e-4 * den) { /* 1% relative L2: far above rounding, far below a wrong kernel */
-        snprintf(err, n, "%s: output differs from the planner's by %.3g relative L2", c->name, sqrt(num / den));
+    const kit_gate g = kit_gate_for(kit_out_dtype(&e->c->s));
+    kit_metrics m;
+    kit_compare(e->c, e->c->out, NULL, ref, NULL, &g, &m);
+    /* 1% relative L2: far above rounding, far below a wrong kernel */
+    if (m.unwritten || m.nonfinite || !(m.rel_l2 <= 0.01)) {
+        snprintf(err, n, "%s: against the planner's output %lld unwritten, %lld non-finite, relative L2 %.3g", c->name,
+                 (long long)m.unwritten, (long long)m.nonfinite, m.rel_l2);
         return -1;
     }
     return 0;

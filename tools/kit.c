@@ -673,7 +673,7 @@ double kit_percentile(const double *v, int n, double pct)
 fc_status kit_tuning_from_env(fc_context *ctx)
 {
     char info[1024];
-    fc_status st = fc_context_tuning_info(ctx, info, sizeof info);
+    fc_status st = fc_context_tuning_info(ctx, info, sizeof info, NULL);
     if (st != FC_OK) {
         fprintf(stderr, "%s", info);
         return st;

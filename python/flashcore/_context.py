@@ -198,16 +198,10 @@ class _Context:
         """The library's description of this context's tuning cache. A
         FLASHCORE_TUNING_CACHE file that failed to load is reported in the
         text (the context runs without it), not raised."""
-        size = 4096
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            status = self._lib.fc_context_tuning_info(self.handle, buf, size)
-            # The library truncates silently: a full buffer may hold only a prefix.
-            if len(buf.value) < size - 1 or size >= 1 << 24:
-                break
-            size *= 4
-        if status != 0 and not buf.value:
-            self.check(status)
+        need = ctypes.c_size_t(0)
+        self._lib.fc_context_tuning_info(self.handle, None, 0, ctypes.byref(need))
+        buf = ctypes.create_string_buffer(need.value)
+        self._lib.fc_context_tuning_info(self.handle, buf, need.value, None)
         return buf.value.decode("utf-8", "replace")
 
     def __del__(self):

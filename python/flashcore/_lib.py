@@ -233,7 +233,7 @@ def _declare(lib):
         "fc_context_record_tuning": (
             c.c_int, [P, c.POINTER(fc_attention_args), c.POINTER(fc_attention_backward_args), c.c_int32,
                       c.POINTER(fc_tuning), c.c_char_p]),
-        "fc_context_tuning_info": (c.c_int, [P, c.c_char_p, c.c_size_t]),
+        "fc_context_tuning_info": (c.c_int, [P, c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)]),
         "fc_attention_args_init": (None, [c.POINTER(fc_attention_args)]),
         "fc_attention_supported": (
             c.c_int, [P, c.POINTER(fc_attention_args), c.POINTER(fc_kernel_info)]),
