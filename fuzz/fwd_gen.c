@@ -53,8 +53,8 @@ static void gen_context(fz_in *in, fz_call *c)
     c->tuned = fz_chance(in, W->tuned_pct);
     if (!c->tuned) return;
     int32_t *f[] = {&c->tun.sm90_config, &c->tun.sm80_config, &c->tun.sm90_rotate, &c->tun.sm90_tail,
-                    &c->tun.sm90_grid, &c->tun.splits, &c->tun.pdl};
-    for (int i = 0; i < 7; i++)
+                    &c->tun.sm90_grid, &c->tun.splits, &c->tun.pdl, &c->tun.masks};
+    for (int i = 0; i < 8; i++)
         if (fz_chance(in, 30)) *f[i] = fz_chance(in, 10) ? (int32_t)fz_u32(in) : fz_range(in, -3, 70);
     if (fz_chance(in, 10)) c->tun.sm90_trace_file = "/dev/null";
 }

@@ -414,6 +414,11 @@ typedef struct fc_tuning {
     int32_t sm80_bwd_config; /* -1: the planner's row; else a row of the
                            * sm80-class backward table, taken when it runs
                            * the call (fc_tuning_bwd_row_info)               */
+    int32_t masks;        /* -1: the planner's forward kernel instance; else
+                           * one with at least this much mask code: 0 none,
+                           * 1 each tile's first KV block (sm90; the sm80
+                           * kernels take it as 2), 2 any block. Never less
+                           * than the call needs.                            */
     const char *sm90_trace_file; /* trace builds only: where each call's
                            * trace goes; NULL or "": nowhere. Copied.        */
 } fc_tuning;
@@ -482,7 +487,9 @@ FC_API fc_status fc_context_save_tuning(fc_context *ctx, const char *path);
  * call is. cuda_path 0, 80 or 90; choice's fields as fc_context_set_tuning
  * checks them (a backward entry sets only sm80_bwd_config and pdl; trace
  * file ignored); comment (one line, <= 200 bytes) or NULL goes into the
- * file. Replaces the bucket's entry; ctx's cache becomes its own copy. */
+ * file. Replaces the bucket's entry; ctx's cache becomes its own copy.
+ * choice NULL removes the bucket's entry for this device and build, if any
+ * (cuda_path and comment unused). */
 FC_API fc_status fc_context_record_tuning(fc_context *ctx, const fc_attention_args *args,
                                           const fc_attention_backward_args *bwd, int32_t cuda_path,
                                           const fc_tuning *choice, const char *comment);

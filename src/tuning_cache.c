@@ -135,6 +135,7 @@ const fc_tune_field fc_tune_fields[FC_TUNE_NUM_FIELDS] = {
     FIELD(sm90_grid, 0, 0, INT32_MAX, NULL, FC_TUNE_FWD),
     FIELD(splits, 0, 0, FC_MAX_SPLITS, NULL, FC_TUNE_FWD),
     FIELD(pdl, -1, -1, 1, NULL, FC_TUNE_FWD | FC_TUNE_BWD),
+    FIELD(masks, -1, -1, 2, NULL, FC_TUNE_FWD),
 };
 #undef FIELD
 
@@ -261,8 +262,9 @@ fail:
     return NULL;
 }
 
-/* The section of c for exactly dev on this build, made if missing. */
-static fc_tune_section *device_section(fc_tune_cache *c, const fc_cuda_device *dev)
+/* The section of c for exactly dev on this build, made if missing and make
+ * is set (else NULL). */
+static fc_tune_section *device_section(fc_tune_cache *c, const fc_cuda_device *dev, int make)
 {
     const int cc = dev->cc_major * 10 + dev->cc_minor;
     for (int i = 0; i < c->n_sec; i++) {
@@ -272,7 +274,7 @@ static fc_tune_section *device_section(fc_tune_cache *c, const fc_cuda_device *d
             s->cudart == dev->runtime_version && strcmp(s->gpu, dev->name) == 0)
             return s;
     }
-    if (grow((void **)&c->sec, &c->cap_sec, c->n_sec + 1, sizeof *c->sec)) return NULL;
+    if (!make || grow((void **)&c->sec, &c->cap_sec, c->n_sec + 1, sizeof *c->sec)) return NULL;
     fc_tune_section *s = &c->sec[c->n_sec++];
     memset(s, 0, sizeof *s);
     snprintf(s->library, sizeof s->library, "%s", FLASHCORE_VERSION_STRING);
@@ -420,6 +422,16 @@ fc_tune_cache *fc_tune_cache_from_env(fc_status *st, char *err, size_t err_len)
 
 /* ---- recording ------------------------------------------------------------------ */
 
+/* Remove key's exact entry from s (NULL: none), if there is one. */
+static void forget(fc_tune_section *s, uint64_t key)
+{
+    fc_tune_entry *e = s ? (fc_tune_entry *)find_exact(s, key) : NULL;
+    if (!e) return;
+    free(e->comment);
+    memmove(e, e + 1, (size_t)(s->n_exact - (int)(e - s->exact) - 1) * sizeof *e);
+    s->n_exact--;
+}
+
 fc_status fc_tune_record(fc_tune_cache **slot, const fc_cuda_device *dev, uint64_t key, const fc_tune_choice *choice,
                          const char *comment, char *err, size_t err_len)
 {
@@ -433,7 +445,11 @@ fc_status fc_tune_record(fc_tune_cache **slot, const fc_cuda_device *dev, uint64
         fc_tune_cache_release(c);
         *slot = c = n;
     }
-    fc_tune_section *s = device_section(c, dev);
+    fc_tune_section *s = device_section(c, dev, choice != NULL);
+    if (!choice) {
+        forget(s, key);
+        return FC_OK;
+    }
     fc_tune_entry e = {key, 0, *choice, NULL};
     e.choice.t.sm90_trace_file = NULL;
     if (!s || (comment && *comment && !(e.comment = strdup(comment))) || fc_tune_section_add(s, &e, 1)) {

@@ -70,7 +70,7 @@ typedef struct fc_tune_field {
 } fc_tune_field;
 #define FC_TUNE_FWD 1
 #define FC_TUNE_BWD 2
-#define FC_TUNE_NUM_FIELDS 8
+#define FC_TUNE_NUM_FIELDS 9
 extern const fc_tune_field fc_tune_fields[FC_TUNE_NUM_FIELDS];
 
 static inline int32_t *fc_tune_at(fc_tuning *t, const fc_tune_field *f) { return (int32_t *)((char *)t + f->off); }
@@ -130,7 +130,8 @@ void fc_tune_cache_release(fc_tune_cache *c);
 fc_tune_cache *fc_tune_cache_from_env(fc_status *st, char *err, size_t err_len);
 
 /* Record choice for key on dev in *slot (a private copy is made first if
- * the cache is shared; a new section for dev if none matches it exactly). */
+ * the cache is shared; a new section for dev if none matches it exactly);
+ * choice NULL: remove key's exact entry on dev, if there is one. */
 fc_status fc_tune_record(fc_tune_cache **slot, const fc_cuda_device *dev, uint64_t key, const fc_tune_choice *choice,
                          const char *comment, char *err, size_t err_len);
 

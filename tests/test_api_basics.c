@@ -126,7 +126,7 @@ static void test_tuning(void)
     fc_tuning t, got;
     fc_tuning_init(&t);
     CHECK(t.sm90_config == -1 && t.sm80_config == -1 && t.sm90_rotate == -1 && t.sm90_tail == -1 &&
-              t.sm90_grid == 0 && t.splits == 0 && t.pdl == -1 && t.sm80_bwd_config == -1 &&
+              t.sm90_grid == 0 && t.splits == 0 && t.pdl == -1 && t.sm80_bwd_config == -1 && t.masks == -1 &&
               t.sm90_trace_file == NULL,
           "fc_tuning_init defaults");
     CHECK(fc_context_get_tuning(ctx, &got) == FC_OK && !memcmp(&got, &t, sizeof t), "new context: defaults");
@@ -146,6 +146,7 @@ static void test_tuning(void)
         {"splits", &t.splits, 65}, {"pdl", &t.pdl, 2}, {"sm90_rotate", &t.sm90_rotate, -2},
         {"sm90_tail", &t.sm90_tail, 2}, {"sm90_grid", &t.sm90_grid, -1}, {"sm80_config", &t.sm80_config, 10000},
         {"sm90_config", &t.sm90_config, -2}, {"sm80_bwd_config", &t.sm80_bwd_config, 10000},
+        {"masks", &t.masks, 3}, {"masks", &t.masks, -2},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fc_tuning_init(&t);

@@ -6,7 +6,9 @@
  *    output matches the fp64 reference with every element written;
  *  - an entry the call cannot take (a row of another head dim, more splits
  *    than KV blocks) is ignored: the planner's kernel, tuned 0, correct;
- *  - a hook set with fc_context_set_tuning wins over the cache.
+ *  - an entry asking for more mask code runs that kernel instance;
+ *  - a hook set with fc_context_set_tuning wins over the cache;
+ *  - recording no choice removes the entry.
  * (Which shapes share a bucket is test_tuning_cache.c's.)
  * 77 without a CUDA device.
  */
@@ -87,8 +89,17 @@ static int foreign_row(int path, int d)
 typedef struct tcase {
     const char *name;
     kit_shape s;
-    int splits; /* > 0: the entry chooses this split count, else another row */
+    int splits; /* > 0: the entry chooses this split count               */
+    int masks;  /* > 0: the entry asks for this much mask code; else (with
+                 * splits 0) another row                                 */
 } tcase;
+
+/* Does a kernel name carry the mask code that tuning.masks m asks for? */
+static int has_masks(const char *name, int m, int path)
+{
+    if (m == 1 && path == 90) return strstr(name, "_plainloop") != NULL;
+    return strstr(name, "_plain") == NULL; /* sm80 takes 1 as 2 */
+}
 
 static void one_shape(fc_context *planner, const tcase *tc, int path)
 {
@@ -123,7 +134,8 @@ static void one_shape(fc_context *planner, const tcase *tc, int path)
     fc_tuning t;
     fc_tuning_init(&t);
     const int want_splits = pinfo.num_splits == tc->splits ? tc->splits + 2 : tc->splits;
-    if (tc->splits) t.splits = want_splits;
+    if (tc->masks) t.masks = tc->masks;
+    else if (tc->splits) t.splits = want_splits;
     else {
         const int row = other_row(probe, &d.args, path, tc->s.head_dim, pinfo.name);
         if (row < 0) {
@@ -144,6 +156,8 @@ static void one_shape(fc_context *planner, const tcase *tc, int path)
         snprintf(want, sizeof want, "+split%d", want_splits);
         CHECK(strstr(info.name, want) != NULL, "%s: %s has %s", tc->name, info.name, want);
     }
+    if (tc->masks)
+        CHECK(has_masks(info.name, tc->masks, path), "%s: %s has mask code %d", tc->name, info.name, tc->masks);
 
     /* a hook set on the context wins over the entry */
     fc_tuning hook;
@@ -166,6 +180,15 @@ static void one_shape(fc_context *planner, const tcase *tc, int path)
     CHECK(fc_context_save_tuning(rec, g_file) == FC_OK && fc_context_load_tuning(loaded, g_file) == FC_OK, "reload");
     run_checked(loaded, &c, &d, ref, ref_lse, &info, "an illegal entry");
     CHECK(info.tuned == 0 && strcmp(info.name, pinfo.name) == 0, "%s: illegal entry ignored: %s tuned %d", tc->name,
+          info.name, (int)info.tuned);
+
+    /* recording no choice removes the bucket's entry */
+    CHECK(fc_context_record_tuning(rec, &d.args, NULL, path, &t, NULL) == FC_OK &&
+              fc_context_record_tuning(rec, &d.args, NULL, 0, NULL, NULL) == FC_OK,
+          "record, then remove: %s", fc_last_error(rec));
+    CHECK(fc_context_save_tuning(rec, g_file) == FC_OK && fc_context_load_tuning(loaded, g_file) == FC_OK, "reload");
+    run_checked(loaded, &c, &d, ref, ref_lse, &info, "a removed entry");
+    CHECK(info.tuned == 0 && strcmp(info.name, pinfo.name) == 0, "%s: removed entry: %s tuned %d", tc->name,
           info.name, (int)info.tuned);
 
 out:
@@ -194,13 +217,16 @@ int main(void)
     int cc = 0;
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) cc = prop.major * 10 + prop.minor;
-    tcase cases[3];
-    cases[0] = (tcase){"prefill-causal", test_shape(2, 8, 8, 1000, 1000, 128, FC_DTYPE_BF16), 0};
+    tcase cases[5];
+    cases[0] = (tcase){"prefill-causal", test_shape(2, 8, 8, 1000, 1000, 128, FC_DTYPE_BF16), 0, 0};
     cases[0].s.window_right = 0;
     cases[0].s.causal = 1;
-    cases[1] = (tcase){"decode", test_shape(2, 16, 4, 1, 3000, 128, FC_DTYPE_F16), 3};
-    cases[2] = (tcase){"odd-d96", test_shape(3, 6, 2, 777, 777, 96, FC_DTYPE_BF16), 0};
-    for (int i = 0; i < 3; i++) {
+    cases[1] = (tcase){"decode", test_shape(2, 16, 4, 1, 3000, 128, FC_DTYPE_F16), 3, 0};
+    cases[2] = (tcase){"odd-d96", test_shape(3, 6, 2, 777, 777, 96, FC_DTYPE_BF16), 0, 0};
+    /* whole KV blocks, no mask: the planner's instance has no mask code */
+    cases[3] = (tcase){"masks-any", test_shape(2, 8, 8, 1024, 1024, 128, FC_DTYPE_BF16), 0, 2};
+    cases[4] = (tcase){"masks-first", test_shape(1, 8, 8, 2048, 2048, 64, FC_DTYPE_F16), 0, 1};
+    for (int i = 0; i < 5; i++) {
         if (cc == 90) one_shape(ctx, &cases[i], 90);
         one_shape(ctx, &cases[i], 80);
     }

@@ -35,6 +35,7 @@ typedef struct tune_result {
     double seconds;    /* wall time of the shape's search                */
     char tuned[96];    /* verify: the kernel the cache gives             */
     int entry;         /* verify: fc_kernel_info.tuned                   */
+    int dropped;       /* verify: this run's entry lost, and was removed */
     double speedup, noise; /* verify: planner / cache, and the planner's own spread */
 } tune_result;
 
@@ -45,13 +46,14 @@ static void help(void)
            "                      [--json FILE]\n"
            "       flashcore tune --verify FILE [shapes as above] [--rounds N] [--json FILE]\n\n"
            "Times every kernel choice the planners could legally make for each shape on this\n"
-           "GPU (rows of the tile tables, split-KV counts, the rotated loop, tail balancing),\n"
-           "graph-timed in interleaved rounds after a clock\n"
+           "GPU (rows of the tile tables, split-KV counts, the rotated loop, tail balancing,\n"
+           "mask code, PDL), graph-timed in interleaved rounds after a clock\n"
            "warm-up; each candidate's output is checked against the planner's first. A\n"
            "choice that beats the planner by more than max(--min-gain, 2 x the measured\n"
            "noise) is written to the tuning cache FILE (docs/TUNING.md); ties keep the\n"
            "planner. Then the planner and the cache are timed against each other in fresh\n"
-           "rounds (the verify pass). Load the file with FLASHCORE_TUNING_CACHE=FILE,\n"
+           "rounds (the verify pass), which drops this run's entries that lose there.\n"
+           "Load the file with FLASHCORE_TUNING_CACHE=FILE,\n"
            "fc_context_load_tuning or flashcore.load_tuning.\n\n"
            "  --shape NAMES      benchmark shapes (flashcore bench --list)\n"
            "  --custom SPEC      B,Hq,Hkv,Sq,Sk,D[,causal][,wl=N][,wr=N][,softcap=X][,dtype]\n"
@@ -219,7 +221,7 @@ static void describe(const tune_cand *c, char *buf, size_t n)
         {"path", c->path, 0},
         {"sm90_config", c->t.sm90_config, d.sm90_config}, {"sm80_config", c->t.sm80_config, d.sm80_config},
         {"sm90_rotate", c->t.sm90_rotate, d.sm90_rotate}, {"sm90_tail", c->t.sm90_tail, d.sm90_tail},
-        {"splits", c->t.splits, d.splits}, {"pdl", c->t.pdl, d.pdl},
+        {"splits", c->t.splits, d.splits}, {"pdl", c->t.pdl, d.pdl}, {"masks", c->t.masks, d.masks},
     };
     size_t at = 0;
     buf[0] = 0;
@@ -270,9 +272,11 @@ done:
 }
 
 /* The verify pass of one shape: the planner (twice: its spread is the
- * noise) against the cache, fresh graphs, interleaved rounds. */
-static void verify_one(tune_state *ts, fc_context *planner, fc_context *cached, const tune_item *it,
-                       const tune_opts *o, tune_result *r)
+ * noise) against the cache, fresh graphs, interleaved rounds. An entry
+ * this run recorded into out (NULL: none) that runs slower than the
+ * planner here is removed from out again. */
+static void verify_one(tune_state *ts, fc_context *planner, fc_context *cached, fc_context *out,
+                       const tune_item *it, const tune_opts *o, tune_result *r)
 {
     kit_case c;
     cli_exec e;
@@ -299,6 +303,13 @@ static void verify_one(tune_state *ts, fc_context *planner, fc_context *cached, 
     const double p = 0.5 * (med[0] + med[1]);
     r->speedup = p / med[2];
     r->noise = fabs(med[0] - med[1]) / p;
+    if (out && r->v.recorded && r->entry && r->speedup < 1.0) {
+        if (fc_context_record_tuning(out, &e.args, NULL, 0, NULL, NULL) != FC_OK) {
+            snprintf(r->note, sizeof r->note, "removing the entry: %s", fc_last_error(out));
+            goto fail;
+        }
+        r->dropped = 1;
+    }
     goto done;
 fail:
     r->status = 2;
@@ -329,15 +340,16 @@ static void print_table(const tune_item *items, const tune_result *res, int n, i
         else
             printf(" | | | | |");
         if (verified) {
-            printf(" %s%s | %.3fx (noise %.1f%%) |\n", r->tuned, r->entry ? "" : " (planner)", r->speedup,
-                   100 * r->noise);
-            logsum += log(r->speedup);
+            printf(" %s%s | %.3fx (noise %.1f%%)%s |\n", r->tuned, r->dropped ? " (dropped)" : r->entry ? "" : " (planner)",
+                   r->speedup, 100 * r->noise, r->dropped ? ", the planner's from now on" : "");
+            logsum += r->dropped ? 0.0 : log(r->speedup); /* the file no longer has it */
             nv++;
         } else {
             printf(" | |\n");
         }
     }
-    if (nv) printf("\nverify: geometric mean speedup %.3fx over %d shapes\n", exp(logsum / nv), nv);
+    if (nv) printf("\nverify: geometric mean speedup %.3fx over %d shapes (a dropped entry counts 1.0x)\n",
+                   exp(logsum / nv), nv);
 }
 
 static int write_json(const char *path, const tune_item *items, const tune_result *res, int n, double tune_s)
@@ -358,11 +370,11 @@ static int write_json(const char *path, const tune_item *items, const tune_resul
                 "\"search_gain\": %.4f, \"confirmed_gain\": %.4f, \"noise\": %.4f, \"recorded\": %d, "
                 "\"entry\": \"%s\", \"winner\": \"%s\", \"planner_us\": %.3f, \"winner_us\": %.3f, "
                 "\"seconds\": %.2f, \"cache_kernel\": \"%s\", \"cache_entry\": %d, \"verify_speedup\": %.4f, "
-                "\"verify_noise\": %.4f}%s\n",
+                "\"verify_noise\": %.4f, \"dropped\": %d}%s\n",
                 items[i].name, r->status, r->planner, r->candidates,
                 r->search_gain > 0 ? r->search_gain : r->v.best_gain, r->v.gain, r->v.noise, r->v.recorded,
                 r->choice, r->winner, r->v.planner_us, r->v.winner_us, r->seconds, r->tuned, r->entry, r->speedup,
-                r->noise, i + 1 < n ? "," : "");
+                r->noise, r->dropped, i + 1 < n ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     return fclose(f) ? -1 : 0;
@@ -425,6 +437,20 @@ static int parse(int argc, char **argv, tune_args *t)
     return 0;
 }
 
+/* Save out to path again if the verify pass dropped entries; 0 or -1. */
+static int save_dropped(fc_context *out, const tune_result *res, int n, const char *path)
+{
+    int dropped = 0;
+    for (int i = 0; i < n; i++) dropped += res[i].dropped;
+    if (!dropped) return 0;
+    if (fc_context_save_tuning(out, path) != FC_OK) {
+        cli_report("tune", "--output", out, FC_ERR_INVALID_ARGUMENT);
+        return -1;
+    }
+    printf("verify: %d entries lost to the planner and were dropped; wrote %s again\n", dropped, path);
+    return 0;
+}
+
 /* A context with no tuning cache (the planner's choices), or with path's. */
 static fc_context *context_with(const char *path)
 {
@@ -477,9 +503,10 @@ int cli_tune(int argc, char **argv)
         if (!(cached = context_with(file))) goto done;
         for (int i = 0; i < t.n; i++) {
             cli_progress(i + 1, t.n, t.items[i].name);
-            if (!res[i].status) verify_one(ts, search, cached, &t.items[i], &t.o, &res[i]);
+            if (!res[i].status) verify_one(ts, search, cached, t.output ? out : NULL, &t.items[i], &t.o, &res[i]);
         }
         cli_progress_done();
+        if (t.output && save_dropped(out, res, t.n, t.output)) goto done;
     }
     print_table(t.items, res, t.n, t.output != NULL, !t.no_verify);
     if (t.json && write_json(t.json, t.items, res, t.n, tune_s)) goto done;

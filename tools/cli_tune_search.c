@@ -3,10 +3,10 @@
  * it over a list): the candidates the planners could legally run, pruned
  * by the split chooser's wave model; each captured as a CUDA graph, its
  * output checked against the planner's; all timed in interleaved rounds;
- * then a second round of the two best with rotation and tail balancing
- * flipped. kit_tune_decide gives the verdict. PDL is not a candidate: a
- * PDL-off winner measured 1.016x in the search's confirmation and 0.992x
- * in the verify pass of the same run (same shape), a sign no rule can use.
+ * then a second round of the two best with rotation, tail balancing, more
+ * mask code and PDL off tried on each. kit_tune_decide gives the verdict;
+ * an entry that loses the verify pass is dropped again (cli_tune.c): PDL
+ * flips have won a search by 1-2% and lost its verify pass.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +23,8 @@ static void cand_init(tune_cand *c, int32_t path)
 }
 
 /* Put candidate c into the list unless the library refuses it or another
- * candidate already makes the same plan (the kernel name says all a
- * candidate can change: path, row, rotation, tail, splits). */
+ * candidate already makes the same plan (the kernel name says all but PDL:
+ * path, row, rotation, tail, splits, mask code). */
 static void cand_add(tune_state *ts, const tune_cand *c, int allow_dup)
 {
     if (ts->n >= TUNE_MAX_CANDS) return;
@@ -33,7 +33,7 @@ static void cand_add(tune_state *ts, const tune_cand *c, int allow_dup)
         cli_exec_supported(ts->ctx, ts->e, &info) != FC_OK)
         return;
     for (int i = 0; i < ts->n && !allow_dup; i++)
-        if (strcmp(ts->c[i].name, info.name) == 0) return;
+        if (strcmp(ts->c[i].name, info.name) == 0 && (ts->c[i].t.pdl == 0) == (c->t.pdl == 0)) return;
     ts->c[ts->n] = *c;
     ts->c[ts->n].graph = NULL; /* a copy's graph belongs to its original */
     memcpy(ts->c[ts->n].name, info.name, sizeof info.name);
@@ -96,7 +96,8 @@ void tune_stage1(tune_state *ts)
 }
 
 /* Stage 2: the planner twice, the two best alternatives of stage 1, and
- * each of them with the rotated loop and tail balancing flipped. */
+ * each of them with the rotated loop and tail balancing flipped, with more
+ * mask code (the instances differ in code layout only) and PDL off. */
 void tune_stage2(tune_state *ts, const double *medians)
 {
     int best[2] = {-1, -1};
@@ -112,7 +113,7 @@ void tune_stage2(tune_state *ts, const double *medians)
     cand_add(ts, &base[0], 0);
     cand_add(ts, &base[0], 1);
     for (int k = 1; k < nb; k++) cand_add(ts, &base[k], 0);
-    for (int k = 0; k < nb; k++)
+    for (int k = 0; k < nb; k++) {
         for (int flip = 0; flip < 2; flip++) {
             tune_cand v = base[k];
             int32_t *f = flip == 0 ? &v.t.sm90_rotate : &v.t.sm90_tail;
@@ -121,6 +122,15 @@ void tune_stage2(tune_state *ts, const double *medians)
                 cand_add(ts, &v, 0);
             }
         }
+        for (int m = 1; m <= 2; m++) {
+            tune_cand v = base[k];
+            v.t.masks = m;
+            cand_add(ts, &v, 0);
+        }
+        tune_cand v = base[k];
+        v.t.pdl = 0;
+        cand_add(ts, &v, 0);
+    }
 }
 
 /* ---- graphs and timing ------------------------------------------------------------ */

@@ -353,9 +353,9 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
     /* No block of any CTA masked: the kernel instance without the softcap and
      * mask code runs (common/mask_mode.h; this kernel has no first-block-only
      * instance, and the pack shift only matters for that one), unless the
-     * row opts out (kVarNoPlain). */
+     * row opts out (kVarNoPlain) or tuning.masks asks for more mask code. */
     choice->masks = fc_cuda_mask_mode(p, t.block_m, t.block_n, 0) == FC_MASKS_NONE &&
-                            (t.variant & fc::sm80::kVarNoPlain) == 0
+                            (t.variant & fc::sm80::kVarNoPlain) == 0 && tune->masks <= FC_MASKS_NONE
                         ? FC_MASKS_NONE
                         : FC_MASKS_ANY;
     /* formatted once per thread and key (common/plan_names.cuh) */

@@ -436,6 +436,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
      * the other instances stay free of the table code. */
     const bool paged = p->block_table != NULL;
     choice->masks = paged ? FC_MASKS_ANY : fc_cuda_mask_mode(p, t.block_m, t.block_n, shift); /* mask_mode.h */
+    if (tune->masks > choice->masks) choice->masks = tune->masks; /* more mask code: a tuning candidate */
     const int64_t rot_max_blocks = banded(p) ? 8 : 16;
     choice->rotate = !paged && fc90::can_rotate(t) && !FC_SM90_SIMPLE &&
                      (forced_rot >= 0 ? forced_rot == 1
