@@ -14,30 +14,36 @@
 #include "tuning_cache.h"
 #include "validate.h"
 
-static int choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits);
+static int choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits, int streaming);
 
-int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits)
+int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits, int streaming)
 {
     /* The search below costs ~0.3 us for a decode call; a loop of eager
      * calls asks the same question each time, so each thread keeps its
      * last answer. */
-    static _Thread_local struct { int64_t tiles; int n_blocks, sm_count, max_splits, splits; } last = {-1, 0, 0, 0, 1};
+    static _Thread_local struct { int64_t tiles; int n_blocks, sm_count, max_splits, streaming, splits; } last = {
+        -1, 0, 0, 0, 0, 1};
     if (tiles != last.tiles || n_blocks != last.n_blocks || sm_count != last.sm_count ||
-        max_splits != last.max_splits) {
-        last.splits = choose_num_splits(tiles, n_blocks, sm_count, max_splits);
+        max_splits != last.max_splits || streaming != last.streaming) {
+        last.splits = choose_num_splits(tiles, n_blocks, sm_count, max_splits, streaming);
         last.tiles = tiles;
         last.n_blocks = n_blocks;
         last.sm_count = sm_count;
         last.max_splits = max_splits;
+        last.streaming = streaming;
     }
     return last.splits;
 }
 
-static int choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits)
+static int choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits, int streaming)
 {
     /* A grid that already fills most of the SMs gains nothing from splitting;
-     * nor does a KV range of a few blocks (the combine pass would cost more). */
-    if (tiles <= 0 || sm_count <= 0 || tiles >= (int64_t)sm_count * 8 / 10 || n_blocks <= 4) return 1;
+     * nor does a KV range of a few blocks (the combine pass would cost more).
+     * Tiles of a few query rows stream K/V (memory-bound): half the SMs come
+     * near the copy rate, and 64 tiles on 132 SMs ran 1.05-1.20x faster
+     * unsplit than in 2 splits (4 shapes, H100 and H200). */
+    const int full_pct = streaming ? 45 : 80;
+    if (tiles <= 0 || sm_count <= 0 || tiles >= (int64_t)sm_count * full_pct / 100 || n_blocks <= 4) return 1;
     if (max_splits > n_blocks) max_splits = n_blocks;
     if (max_splits > FC_MAX_SPLITS) max_splits = FC_MAX_SPLITS;
     /* Wave efficiency of s splits: the fraction of SM slots busy over the
@@ -249,6 +255,22 @@ static void name_cuda_plan(char name[96], const char *kernel, int splits, int ta
     memcpy(name + nk, suffix, ns + 1);
 }
 
+/* A decode-like forward whose GQA ratio the Hopper kernels cannot pack
+ * (not a power of two) reads each KV block once per query head there; the
+ * sm80-class kernel packs any ratio and reads it once per KV head: 1.5-3.0x
+ * on 5:1 and 7:1 decode (H200, bench/decode-sweep.txt). Replaces *ch with
+ * that plan when it packs, else leaves *ch. */
+static void packed_on_sm80(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                          fc_cuda_choice *ch)
+{
+    fc_cuda_choice alt;
+    char why[FC_ERRMSG_LEN];
+    memset(&alt, 0, sizeof alt);
+    if (fc_sm80_plan(p, dev, tune, &alt, why, sizeof why) != FC_OK || !alt.pack_gqa) return;
+    *ch = alt;
+    ch->path = FC_CUDA_PATH_SM80;
+}
+
 /* The CUDA kernel family of a call, forward (b NULL) or backward (b, p =
  * &b->f): the Hopper planner on an sm_90 device (cuda path 0 or 90), else
  * the sm80-class one (path 0 or 80); the reasons of both when neither takes
@@ -275,6 +297,7 @@ static fc_status choose_cuda_path(fc_context *ctx, const fc_fwd_params *p, const
             if (st == FC_OK) ch->path = FC_CUDA_PATH_SM90;
         }
     }
+    if (st == FC_OK && path == 0 && ch->pack_refused) packed_on_sm80(p, dev, tune, ch);
     if (st != FC_OK && try80) {
         memset(ch, 0, sizeof *ch);
         st = b ? fc_sm80_bwd_plan(b, dev, tune, ch, why80, sizeof why80)
@@ -333,7 +356,8 @@ static fc_status select_cuda(fc_context *ctx, const fc_fwd_params *p, const fc_t
     int64_t heads = ch->pack_gqa ? p->heads_kv : p->heads_q;
     int64_t tiles = (int64_t)p->batch * heads * ((rows + bm - 1) / bm);
     int n_blocks = (int)((p->seqlen_k + bn - 1) / bn);
-    int splits = p->cu_seqlens_q ? 1 : fc_choose_num_splits(tiles, n_blocks, dev->sm_count, FC_MAX_SPLITS);
+    const int streaming = (rows < bm ? rows : bm) <= 16; /* query rows per tile */
+    int splits = p->cu_seqlens_q ? 1 : fc_choose_num_splits(tiles, n_blocks, dev->sm_count, FC_MAX_SPLITS, streaming);
     /* tuning.splits (an A/B hook): that many splits instead, at most one per
      * KV block; the plan name shows it. */
     const int forced_splits = tune->splits;

@@ -255,6 +255,9 @@ typedef struct fc_cuda_choice {
     int32_t config;         /* index into that path's tile table              */
     int32_t num_splits;     /* 1 = no split-KV                                */
     int32_t pack_gqa;       /* 1 = query heads sharing a KV head in one tile  */
+    int32_t pack_refused;   /* sm90: pack-GQA would pay, but these kernels
+                             * cannot pack the ratio (dispatch.c then tries
+                             * the sm80-class kernel, which can)            */
     int32_t rotate;         /* sm90: the rotated tile loop (plan.cu)          */
     int32_t tail;           /* sm90: the last tiles' KV blocks dealt out evenly
                              * over the CTAs (tail balancing, plan.cu); its
@@ -365,8 +368,9 @@ int64_t fc_cuda_split_workspace_bytes(const fc_fwd_params *p, int splits);
 
 /* ---- selection (src/dispatch.c) -------------------------------------------- */
 /* Split-KV count for a grid of `tiles` CTAs over `n_blocks` KV blocks on a
- * device with sm_count SMs (1 = no split). */
-int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits);
+ * device with sm_count SMs (1 = no split); streaming: tiles of at most 16
+ * query rows, bound by reading K/V. */
+int fc_choose_num_splits(int64_t tiles, int n_blocks, int sm_count, int max_splits, int streaming);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,8 @@
  *    than KV blocks) is ignored: the planner's kernel, tuned 0, correct;
  *  - an entry asking for more mask code runs that kernel instance;
  *  - a hook set with fc_context_set_tuning wins over the cache;
- *  - recording no choice removes the entry.
+ *  - recording no choice removes the entry;
+ * and one planner rule the tuner found (planner_packs_any_ratio).
  * (Which shapes share a bucket is test_tuning_cache.c's.)
  * 77 without a CUDA device.
  */
@@ -204,6 +205,40 @@ out:
     group_done(name, p0, f0);
 }
 
+/* Not the cache but what it taught the planner: on an sm_90 device a
+ * decode whose GQA ratio the Hopper kernels cannot pack (5:1) runs the
+ * sm80-class packed kernel, correct; forcing path 90 keeps the Hopper one. */
+static void planner_packs_any_ratio(fc_context *ctx)
+{
+    int p0 = g_pass, f0 = g_fail;
+    kit_case c;
+    dev_case d;
+    char err[400];
+    const kit_shape s = test_shape(2, 40, 8, 1, 4096, 128, FC_DTYPE_BF16);
+    if (kit_case_init(&c, &s, 11)) {
+        CHECK(0, "no memory for the case");
+        return;
+    }
+    void *ref = malloc(c.out_bytes);
+    float *ref_lse = c.lse ? malloc(c.lse_bytes) : NULL;
+    if (ref && test_reference(ctx, &c, ref, ref_lse) == FC_OK && !dev_upload(&c, &d, err, sizeof err)) {
+        fc_kernel_info info;
+        run_checked(ctx, &c, &d, ref, ref_lse, &info, "5:1 decode");
+        CHECK(strstr(info.name, "sm80_") && strstr(info.name, "_gqapack"), "5:1 decode runs %s", info.name);
+        fc_context_set_cuda_path(ctx, 90);
+        run_checked(ctx, &c, &d, ref, ref_lse, &info, "5:1 decode on path 90");
+        CHECK(strstr(info.name, "sm90_") != NULL, "path 90 forced: %s", info.name);
+        fc_context_set_cuda_path(ctx, 0);
+        dev_free(&d);
+    } else {
+        CHECK(0, "setup: %s", fc_last_error(ctx));
+    }
+    kit_case_free(&c);
+    free(ref);
+    free(ref_lse);
+    group_done("planner/gqa5-decode", p0, f0);
+}
+
 int main(void)
 {
     fc_context *ctx = NULL;
@@ -230,6 +265,7 @@ int main(void)
         if (cc == 90) one_shape(ctx, &cases[i], 90);
         one_shape(ctx, &cases[i], 80);
     }
+    if (cc == 90) planner_packs_any_ratio(ctx);
     unlink(g_file);
     fc_context_free(ctx);
     tu_print_skips();

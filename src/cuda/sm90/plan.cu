@@ -111,16 +111,24 @@ void head_dim_list(char *buf, size_t len)
 }
 
 /* Pack-GQA (the ratio query heads that share a KV head as rows of one
- * tile): when it cuts the row tiles by >= 10% (decode-like shapes, where a
- * tile of 128 positions would hold 1 real row). ratio must divide block_m so
- * that a tile covers whole position groups. Returns log2(ratio), or 0. */
+ * tile) pays when it cuts the row tiles by >= 10% (decode-like shapes,
+ * where a tile of 128 positions would hold 1 real row). */
+bool pack_pays(const fc_fwd_params *p, int block_m)
+{
+    const int ratio = p->heads_q / p->heads_kv;
+    if (ratio <= 1) return false;
+    const int64_t plain = (int64_t)ratio * ((p->seqlen_q + block_m - 1) / block_m);
+    const int64_t packed = ((int64_t)p->seqlen_q * ratio + block_m - 1) / block_m;
+    return 10 * plain >= 11 * packed;
+}
+
+/* These kernels pack a ratio that is a power of two dividing block_m (a
+ * tile covers whole position groups). Returns log2(ratio) where packing
+ * pays and they can, else 0. */
 int pack_shift_for(const fc_fwd_params *p, int block_m)
 {
     const int ratio = p->heads_q / p->heads_kv;
-    if (ratio <= 1 || (ratio & (ratio - 1)) != 0 || block_m % ratio != 0) return 0;
-    const int64_t plain = (int64_t)ratio * ((p->seqlen_q + block_m - 1) / block_m);
-    const int64_t packed = ((int64_t)p->seqlen_q * ratio + block_m - 1) / block_m;
-    if (10 * plain < 11 * packed) return 0;
+    if ((ratio & (ratio - 1)) != 0 || block_m % ratio != 0 || !pack_pays(p, block_m)) return 0;
     int shift = 0;
     while ((1 << shift) < ratio) ++shift;
     return shift;
@@ -415,6 +423,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
 
     choice->config = cfg;
     choice->pack_gqa = shift > 0;
+    choice->pack_refused = shift == 0 && pack_pays(p, t.block_m);
     /* The rotated tile loop issues a tile's first S GEMM during the previous
      * tile's epilogue, so it pays only where CTAs run several tiles, and
      * where the tile edges are a large share of a tile: short KV. Same-run
