@@ -124,13 +124,21 @@ fc_status run_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, con
     return ws_free(own, stream, st, err, err_len);
 }
 
-/* Run fn on the planned device; restore the caller's current device. */
+/* Run fn on the planned device; restore the caller's current device. A
+ * thread's first call sets the device even where it is already the
+ * current one: cudaGetDevice answers 0 on a new thread without making that
+ * device's context current, and the TMA maps are encoded through the
+ * driver API, which needs it (CUresult 201 from a fresh thread). */
 template <class Fn>
 fc_status on_device(const fc_cuda_device *dev, char *err, size_t err_len, Fn fn)
 {
+    static thread_local int made_current = -1;
     int cur = -1;
     FC_CUDA_TRY("cudaGetDevice", cudaGetDevice(&cur));
-    if (cur != dev->id) FC_CUDA_TRY("cudaSetDevice", cudaSetDevice(dev->id));
+    if (cur != dev->id || made_current != dev->id) {
+        FC_CUDA_TRY("cudaSetDevice", cudaSetDevice(dev->id));
+        made_current = dev->id;
+    }
     fc_status st = fn();
     if (cur != dev->id) {
         const cudaError_t e = cudaSetDevice(cur);
