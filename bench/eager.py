@@ -2,7 +2,9 @@
 """Eager calls as PyTorch users make them: per-call time of
 flashcore.attention, flashcore.flash_attn_func, and torch's SDPA with the
 cuDNN and the flash backends, on the mission, decode and prefill shapes, in
-one run on the GPU machine.
+one run on the GPU machine. flashcore.attention-py is flashcore.attention
+on the binding's Python path (its C++ eager call, flashcore._torch_ext,
+switched off); the JSON's meta.torch_ext says which path the plain row took.
 
 No CUDA graphs: each system runs --calls back-to-back eager calls from
 Python, --rounds times (systems interleaved, the order turned each round).
@@ -35,6 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import flashcore  # noqa: E402
+from flashcore import _attention, _torch_ext  # noqa: E402
 from peers import DRY_SHAPE, GATES, SHAPES as PEER_SHAPES, Shape  # noqa: E402  (bench/)
 
 
@@ -80,11 +83,23 @@ def sdpa_system(backend, s, q, k, v):
                   lambda o: o.transpose(1, 2), lambda: sdpa_kernel(getattr(SDPBackend, backend)))
 
 
+@contextlib.contextmanager
+def python_path():
+    """flashcore.attention's Python path while entered (the C++ eager call off)."""
+    eager, _attention._eager = _attention._eager, None
+    try:
+        yield
+    finally:
+        _attention._eager = eager
+
+
 def systems(s, q, k, v, dry):
     same = lambda o: o  # noqa: E731
     out = [
         System("flashcore.attention", lambda: flashcore.attention(q, k, v, causal=s.causal), same,
                contextlib.nullcontext),
+        System("flashcore.attention-py", lambda: flashcore.attention(q, k, v, causal=s.causal), same,
+               python_path),
         System("flashcore.flash_attn_func", lambda: flashcore.flash_attn_func(q, k, v, causal=s.causal),
                same, contextlib.nullcontext),
     ]
@@ -183,7 +198,9 @@ def main():
                 torch=torch.__version__, flashcore=flashcore.__version__, calls=a.calls,
                 rounds=a.rounds, dry_run=a.dry_run)
     rows = [r for s in shapes for r in run_shape(s, a, device)]
+    meta["torch_ext"] = _torch_ext.describe()  # loaded by the first eager call
     print(table(rows, meta))
+    print("\ntorch ops' C++ kernels: %s" % meta["torch_ext"])
     if a.json:
         Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     return 1 if any(r.get("check") == "FAIL" for r in rows) else 0

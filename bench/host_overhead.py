@@ -5,10 +5,14 @@ the library's entry point replaced by a stub that returns FC_OK at once, so
 what is timed is the binding's own work (checks, views, ctypes structs,
 output allocation, kernel info) and not the kernel or the library's checks.
 
-The stub is a Python function: the foreign call itself (ctypes converting
-four pointer arguments, ~0.3-0.5 us) is not included. --device cuda times
-the same on CUDA tensors (the stream lookup added; a GPU machine, any build
-of the library: the stub replaces its entry point).
+Each call is timed on both paths where the torch ops' C++ kernels load
+(flashcore._torch_ext): "c++", their eager call, and "python", the
+binding's Python path (the eager call switched off). The stub is then their
+C function fc_ext_stub_entry for both (the Python path's row includes the
+ctypes call, ~0.3 us); where they do not load, only the Python path is
+timed, with a Python function as the stub (no foreign call). --device cuda
+times the same on CUDA tensors (the stream lookup added; a GPU machine, any
+build of the library: the stub replaces its entry point).
 
 Each row: --repeats runs of --calls back-to-back calls, as wall time
 (perf_counter, the median run) and as this thread's CPU time (thread_time,
@@ -26,14 +30,17 @@ import time
 import torch
 
 import flashcore
-from flashcore import _lib
+from flashcore import _attention, _lib
 
 
 class _StubLaunch:
-    """The loaded library with fc_attention_forward answering FC_OK at once."""
+    """The loaded library with fc_attention_forward answering FC_OK at once:
+    stub (a C function), or a Python function."""
 
-    def __init__(self, lib):
+    def __init__(self, lib, stub=None):
         self._lib = lib
+        if stub is not None:
+            self.fc_attention_forward = stub
 
     def __getattr__(self, name):
         return getattr(self._lib, name)
@@ -41,6 +48,23 @@ class _StubLaunch:
     @staticmethod
     def fc_attention_forward(ctx, args, stream, info):
         return 0
+
+
+def stub_launch():
+    """Load the C++ kernels (a real call on CPU tensors: any build of the
+    library runs it) and put the stub in. Returns the paths to time:
+    [(name, eager call or None)]."""
+    q = torch.zeros(1, 4, 2, 16)
+    flashcore.attention(q, q, q)  # loads the kernels, binds this thread's context
+    try:
+        from flashcore import _torch_ext
+    except ImportError:
+        _torch_ext = None
+    stub_forward = getattr(_torch_ext, "stub_forward", None)  # an older binding (a "before" run) has none
+    stub = stub_forward(True) if stub_forward is not None else None
+    _lib._lib = _StubLaunch(_lib.load(), stub)  # every later _lib.load() returns the stub
+    eager = getattr(_attention, "_eager", None)
+    return ([("c++", eager)] if eager is not None else []) + [("python", None)]
 
 
 def calls(device):
@@ -87,12 +111,15 @@ def main():
     ap.add_argument("--repeats", type=int, default=30, help="runs per row")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda: adds the stream lookup (GPU machine)")
     a = ap.parse_args()
-    _lib._lib = _StubLaunch(_lib.load())  # every later _lib.load() returns the stub
-    print("| call (%s tensors, stub launch) | wall us/call (median) | CPU us/call (best) |" % a.device)
-    print("|---|---|---|")
+    paths = stub_launch()
+    print("| call (%s tensors, stub launch) | path | wall us/call (median) | CPU us/call (best) |" % a.device)
+    print("|---|---|---|---|")
     for name, fn in calls(a.device):
-        wall, cpu = time_call(fn, a.calls, a.repeats)
-        print("| %s | %.2f | %.2f |" % (name, wall, cpu))
+        for path, eager in paths:
+            if hasattr(_attention, "_eager"):
+                _attention._eager = eager
+            wall, cpu = time_call(fn, a.calls, a.repeats)
+            print("| %s | %s | %.2f | %.2f |" % (name, path, wall, cpu))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """FlashCore: fused exact attention (forward and backward), Python binding.
 
-A thin ctypes layer over the shared library libflashcore (no compiled
-extension, no build against torch). numpy arrays and torch tensors (CPU or
-CUDA) go straight to the C API as pointers with strides; nothing is copied.
+A ctypes layer over the shared library libflashcore. numpy arrays and
+torch tensors (CPU or CUDA) go straight to the C API as pointers with
+strides; nothing is copied. With torch, C++ kernels built once against the
+installed torch (flashcore._torch_ext, at the first call on torch tensors;
+the Python path where they cannot be built) run the torch ops and the plain
+eager calls without Python.
 
     import flashcore
     out = flashcore.attention(q, k, v, causal=True)              # [B,S,H,D]

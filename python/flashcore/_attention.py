@@ -3,7 +3,13 @@ fc_attention_supported). Its arguments are checked in _request, the call
 runs through _context; torch tensors that autograd records, and calls that
 torch.compile traces, go through the flashcore::attention_fwd op
 (_torch_ops), whose backward is _backward. FP8 calls (_fp8: descales,
-out_dtype, the amax outputs) always run directly."""
+out_dtype, the amax outputs) always run directly.
+
+While the torch ops' C++ kernels are in (_torch_ext, loaded by the first
+eager call on torch tensors), an eager call is handed to their C++ eager
+call (_eager) first: it runs the plain calls on torch tensors without this
+module's Python, with the same checks, args and outputs, and answers None
+for every other call (and every error), which runs here."""
 
 from . import _arrays, _call_cache, _context, _fp8, _lib, _request
 
@@ -22,18 +28,26 @@ def _prepare(q, k, v, return_lse, out, common, fp8=None):
     return call
 
 
+def _not_compiling():
+    return False
+
+
 _ops = None  # flashcore._torch_ops, once _torch_ops() has run
+_compiling = _not_compiling  # torch.compiler.is_compiling, once _torch_ops() has run
+_eager = None  # the C++ eager call, while _torch_ext's kernels are in (it sets this)
 
 
 def _torch_ops():
     """flashcore._torch_ops, imported on first use (only a caller holding
-    torch tensors gets here). torch.compile guards on _ops: flashcore/__init__
-    calls this when torch was imported first, so no compiled call sees _ops
-    change (else the first compiled call is compiled once more)."""
-    global _ops
+    torch tensors gets here). torch.compile guards on _ops and _compiling:
+    flashcore/__init__ calls this when torch was imported first, so no
+    compiled call sees them change (else the first compiled call is
+    compiled once more)."""
+    global _ops, _compiling
     if _ops is None:
         from . import _torch_ops
         _ops = _torch_ops
+        _compiling = _torch_ops.torch.compiler.is_compiling
     return _ops
 
 
@@ -123,9 +137,24 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     Returns out; (out, lse) with return_lse; (out, amax) with
     return_amax; (out, lse, amax) with both.
 
+    The first eager call on torch tensors loads the torch ops' C++ kernels
+    (built once per torch and Python build with the system C++ compiler,
+    ~20 s; FLASHCORE_TORCH_EXT=0 keeps the Python path): from then on the
+    plain eager calls run without the binding's Python, with the same
+    results and errors.
+
     Raises a FlashCoreError subclass with the library's message on failure;
     a failed call has not written out.
     """
+    # _compiling() first: torch.compile reads no _eager (it traces the op
+    # below); the eager call answers None for a call it does not take
+    if not _compiling() and _eager is not None:
+        res = _eager(q, k, v, causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                     max_seqlen_k, return_lse, backend, out, layout, cuda_path, deterministic, block_table,
+                     seqused_k, k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved, q_descale, k_descale,
+                     v_descale, out_dtype, return_amax)
+        if res is not None:
+            return res
     torch_q = _arrays.is_torch(q)
     fp8 = None  # the plain call without a function call: this runs on every call
     if q_descale is not None or k_descale is not None or v_descale is not None or out_dtype is not None \
@@ -150,6 +179,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
                                      block_table=block_table, seqused_k=seqused_k, k_new=k_new,
                                      v_new=v_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                      rotary_interleaved=rotary_interleaved)
+        else:
+            ops.load_kernels()  # the C++ eager call, for the calls after this one
     common = _request.common(causal, window, softcap, scale, cu_seqlens_q, cu_seqlens_k,
                              max_seqlen_q, max_seqlen_k, backend, layout, block_table, seqused_k,
                              k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved)

@@ -197,6 +197,13 @@ _py.define("_attention_bwd_py" + _BWD_SCHEMA)
 _py.impl("_attention_bwd_py", _backward_op, "CompositeExplicitAutograd")
 
 
+def load_kernels():
+    """Load the C++ kernels (_torch_ext; once a process): the ops' and
+    flashcore.attention's eager call, for the calls after this one."""
+    if not _torch_ext.tried:
+        _torch_ext.load()
+
+
 def routes(q, k, v, appended=()):
     """Does a call on q, k, v (and the append step's tensors, appended:
     k_new, v_new, rotary_cos, rotary_sin) go through an op: torch tensors

@@ -2,7 +2,9 @@
 call served from the cache gives the answer of a full call on new data
 (out= included), a signature differs with every shape, stride, dtype and
 option, and what is never kept (varlen, empty tensors, unhashable options)
-still works. Skipped without torch."""
+still works. The binding's Python path throughout (the C++ eager call, which
+keeps nothing, is switched off: test_eager_call.py tests it). Skipped
+without torch."""
 
 import pytest
 
@@ -13,6 +15,7 @@ import fc_reference as ref
 
 torch = pytest.importorskip("torch")
 lib_np = ref.torch_to_lib
+pytestmark = pytest.mark.usefixtures("python_eager_path")
 
 
 def rand(shape, seed, dtype=torch.float32):

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 def test_dry_run_rows(tmp_path):
     data, stdout = dry_run("eager.py", tmp_path, timeout=300)
     systems = {r["system"] for r in data["rows"]}
-    assert systems == {"flashcore.attention", "flashcore.flash_attn_func", "sdpa-math"}
+    assert systems == {"flashcore.attention", "flashcore.attention-py", "flashcore.flash_attn_func", "sdpa-math"}
     for r in data["rows"]:
         assert r["check"] == "ok" and r["event_us"] > 0 and r["host_us"] > 0
     assert "| shape | system | event us/call |" in stdout

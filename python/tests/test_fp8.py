@@ -401,6 +401,7 @@ def test_torch_fp8_calls_are_never_kept():
 
 
 @needs_torch
+@pytest.mark.usefixtures("python_eager_path")  # the Python path's kept calls
 def test_kept_plain_call_does_not_swallow_a_descale():
     q, k, v = (torch.randn(1, 8, 2, 32, dtype=torch.float16) for _ in range(3))
     flashcore.attention(q, k, v)

@@ -230,6 +230,7 @@ def test_row_strided_block_table(kind):
 
 
 @needs_torch
+@pytest.mark.usefixtures("python_eager_path")  # the Python path's kept calls
 def test_kept_calls_follow_new_lengths_and_tables():
     # The same signature is served from the kept call with the pointers of
     # this call's tensors; int64 tables are converted, so never kept.

@@ -406,6 +406,7 @@ def torch_case(seed="torch", lens=(3, 0, 8, 20)):
 
 
 @needs_torch
+@pytest.mark.usefixtures("python_eager_path")  # the Python path's kept calls
 def test_kept_calls_append_and_a_later_read_does_not():
     # Decode steps on torch tensors are served from the kept call (one
     # signature), each appending where the in-place advanced lengths say; a
@@ -439,6 +440,7 @@ def test_kept_calls_append_and_a_later_read_does_not():
 
 
 @needs_torch
+@pytest.mark.usefixtures("python_eager_path")  # the Python path's kept calls
 def test_kept_read_then_append_with_the_same_tensors():
     # A kept plain call on (q, k, v) first, then appending calls of the same
     # q, k, v signature: the append fields are never taken from the plain

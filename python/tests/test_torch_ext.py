@@ -10,9 +10,6 @@ but the kernels do not build."""
 
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 import threading
 
 import pytest
@@ -22,6 +19,7 @@ import flashcore
 torch = pytest.importorskip("torch")
 _torch_ops = flashcore._attention._torch_ops()
 from flashcore import _attention, _backward, _context, _torch_ext  # noqa: E402
+from snippet import run_snippet  # noqa: E402
 
 OPS = torch.ops.flashcore
 if os.environ.get("FLASHCORE_TORCH_EXT") == "0":
@@ -291,14 +289,6 @@ def test_threads_at_once():
         same_bits(got[i], want[i])
 
 
-def _run(code, **env):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **env)
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res.stdout.strip().splitlines()[-1]
-
-
 FALLBACK = """
     import torch, flashcore
     from flashcore import _torch_ext
@@ -317,9 +307,9 @@ FALLBACK = """
 
 
 def test_switched_off_by_the_environment():
-    assert _run(FALLBACK, FLASHCORE_TORCH_EXT="0") == "python (FLASHCORE_TORCH_EXT=0)"
+    assert run_snippet(FALLBACK, FLASHCORE_TORCH_EXT="0") == "python (FLASHCORE_TORCH_EXT=0)"
 
 
 def test_a_failed_build_leaves_the_python_kernels(tmp_path):
-    got = _run(FALLBACK, CXX=str(tmp_path / "no-such-compiler"), FLASHCORE_CACHE_DIR=str(tmp_path))
+    got = run_snippet(FALLBACK, CXX=str(tmp_path / "no-such-compiler"), FLASHCORE_CACHE_DIR=str(tmp_path))
     assert got.startswith("python (") and "no-such-compiler" in got

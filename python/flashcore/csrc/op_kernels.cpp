@@ -14,7 +14,19 @@
 // (flashcore::_attention_fwd_py / _attention_bwd_py: the same schema), so
 // every result and every error (class and message) is the Python path's.
 //
+// Built with FLASHCORE_EAGER (where Python's headers are there), the file
+// also holds flashcore.attention's eager call (the section at its end): a
+// Python function that runs a plain call on torch tensors without the
+// binding's Python, and answers None for every call it does not take.
+//
 // No CUDA header: the stream comes from c10's device-generic interface.
+
+#ifdef FLASHCORE_EAGER
+#include <torch/csrc/autograd/python_variable.h>  // Python.h first, as Python wants it
+
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#endif
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -31,6 +43,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "flashcore.h"
 
@@ -79,6 +92,8 @@ constexpr size_t kBwdArgs = 19;  // dout, q, k, v, out, lse, the options
 
 struct Owner {
     fc_ext_thread s{};
+    bool bound = false;  // the binding's _Context of this thread uses s.ctx
+    int64_t eager_calls = 0;  // calls the eager call ran on this thread
     ~Owner() {
         if (s.ctx) api.context_free(s.ctx);
     }
@@ -165,16 +180,19 @@ bool float32_ok(double x, float &f) {
 
 bool int32_ok(int64_t x) { return x >= INT32_MIN && x <= INT32_MAX; }
 
+// s lower-cased (ASCII) is name.
+bool same_lower(std::string_view s, const char *name) {
+    if (s.size() != std::strlen(name)) return false;
+    for (size_t j = 0; j < s.size(); j++)
+        if ((s[j] >= 'A' && s[j] <= 'Z' ? s[j] + 32 : s[j]) != name[j]) return false;
+    return true;
+}
+
 // _lib.BACKENDS, as _request.check_names reads them (any case).
-int backend_code(const std::string &s) {
+int backend_code(std::string_view s) {
     static const char *names[] = {"auto", "cpu", "cuda", "cpu_reference"};
-    for (int i = 0; i < 4; i++) {
-        if (s.size() != std::strlen(names[i])) continue;
-        bool same = true;
-        for (size_t j = 0; j < s.size() && same; j++)
-            same = (s[j] >= 'A' && s[j] <= 'Z' ? s[j] + 32 : s[j]) == names[i][j];
-        if (same) return i;
-    }
+    for (int i = 0; i < 4; i++)
+        if (same_lower(s, names[i])) return i;
     return -1;
 }
 
@@ -228,29 +246,33 @@ bool operands(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, con
 
 // An int32 array the library reads in place (_arrays.int32_in_place): rows
 // with a contiguous last dimension that do not overlap.
-bool int32_rows(const c10::IValue &x, const at::Device &dev, int64_t dim, int64_t batch, at::Tensor &t) {
-    t = x.toTensor();
+bool int32_rows(const at::Tensor &t, const at::Device &dev, int64_t dim, int64_t batch) {
     if (!plain(t, dev) || t.scalar_type() != at::kInt || t.dim() != dim || t.size(0) != batch) return false;
     if (t.size(-1) > 1 && t.stride(-1) != 1) return false;
     return dim < 2 || batch <= 1 || t.stride(0) >= t.size(1);
 }
 
-// The paged cache and the key counts (_request._fill_paged), a: block_table,
-// seqused_k (None: not given).
-bool paged(Args a, const at::Device &dev, fc_attention_args &args) {
+// The paged cache and the key counts (_request._fill_paged): block_table,
+// seqused_k (nullptr: not given).
+bool paged(const at::Tensor *table, const at::Tensor *used, const at::Device &dev, fc_attention_args &args) {
     const int64_t batch = args.q.shape[0];
-    at::Tensor t;
-    if (!a[0].isNone()) {
-        if (!int32_rows(a[0], dev, 2, batch, t) || !int32_ok(t.size(1))) return false;
-        args.block_table = t.data_ptr<int32_t>();
-        args.max_pages_per_seq = static_cast<int32_t>(t.size(1));
-        args.block_table_stride = batch > 1 ? t.stride(0) : 0;
+    if (table) {
+        if (!int32_rows(*table, dev, 2, batch) || !int32_ok(table->size(1))) return false;
+        args.block_table = table->data_ptr<int32_t>();
+        args.max_pages_per_seq = static_cast<int32_t>(table->size(1));
+        args.block_table_stride = batch > 1 ? table->stride(0) : 0;
     }
-    if (!a[1].isNone()) {
-        if (!int32_rows(a[1], dev, 1, batch, t)) return false;
-        args.seqused_k = t.data_ptr<int32_t>();
+    if (used) {
+        if (!int32_rows(*used, dev, 1, batch)) return false;
+        args.seqused_k = used->data_ptr<int32_t>();
     }
     return true;
+}
+
+// The ops' block_table and seqused_k arguments (None: not given).
+bool paged(Args a, const at::Device &dev, fc_attention_args &args) {
+    return paged(a[0].isNone() ? nullptr : &a[0].toTensor(), a[1].isNone() ? nullptr : &a[1].toTensor(), dev,
+                 args);
 }
 
 // ---- running a call
@@ -261,23 +283,29 @@ void *stream_of(const at::Device &dev) {
     return impl.getStream(dev).native_handle();  // torch's current stream, as the binding's
 }
 
-// entry on this thread's context with the call's device and CUDA path, then
-// the context's own back; on success its kernel is the binding's last one.
+// entry on t's context with the call's device and CUDA path, on stream,
+// then the context's own back; on success its kernel is the binding's last
+// one. Throws nothing (the eager call runs it without the GIL).
 template <class A, class Entry>
-bool run(Entry entry, const A &args, const at::Device &dev, int cuda_path) {
-    fc_ext_thread *t = thread_state();
-    if (!t) return false;
+bool run_on(fc_ext_thread *t, Entry entry, const A &args, const at::Device &dev, int cuda_path, void *stream) {
     int device = dev.is_cuda() ? dev.index() : -1;
     if (device != t->device) api.set_device(t->ctx, device);
     if (cuda_path != t->cuda_path) api.set_cuda_path(t->ctx, cuda_path);
     fc_kernel_info info;
-    fc_status st = entry(t->ctx, &args, stream_of(dev), &info);
+    fc_status st = entry(t->ctx, &args, stream, &info);
     if (device != t->device) api.set_device(t->ctx, t->device);
     if (cuda_path != t->cuda_path) api.set_cuda_path(t->ctx, t->cuda_path);
     if (st != FC_OK) return false;  // the Python kernel runs it again and raises
     t->info[0] = t->info[1] = info;
     t->ran = 1;
     return true;
+}
+
+// run_on this thread's context (made if need be).
+template <class A, class Entry>
+bool run(Entry entry, const A &args, const at::Device &dev, int cuda_path) {
+    fc_ext_thread *t = thread_state();
+    return t && run_on(t, entry, args, dev, cuda_path, stream_of(dev));
 }
 
 // The Python kernel (an op of the same schema) on the arguments still on
@@ -436,7 +464,11 @@ void fc_ext_enable(int on) {
 }
 
 // This thread's state (its context made if need be), or NULL.
-fc_ext_thread *fc_ext_thread_state(void) { return thread_state(); }
+fc_ext_thread *fc_ext_thread_state(void) {
+    fc_ext_thread *t = thread_state();
+    if (t) owner().bound = true;  // only the binding asks: its _Context takes it
+    return t;
+}
 
 // The binding's context of this thread, made before the kernels were
 // loaded, becomes this thread's (freed at thread exit here).
@@ -446,7 +478,240 @@ fc_ext_thread *fc_ext_adopt(fc_context *ctx, int32_t device, int32_t cuda_path) 
     s.ctx = ctx;
     s.device = device;
     s.cuda_path = cuda_path;
+    owner().bound = true;
     return &s;
 }
 
+// A stand-in for fc_attention_forward that answers FC_OK at once (zeroed
+// kernel info): benchmarks of the host time around the library hand it to
+// the binding's Python path and to fc_ext_stub_forward.
+fc_status fc_ext_stub_entry(fc_context *, const fc_attention_args *, void *, fc_kernel_info *info) {
+    std::memset(info, 0, sizeof *info);
+    return FC_OK;
+}
+
+// Benchmarks: the kernels here (the op's and the eager call) run
+// fc_ext_stub_entry in place of the library's forward (on), or the
+// library's again (off).
+void fc_ext_stub_forward(int on) {
+    static decltype(api.forward) library = nullptr;
+    if (!library) library = api.forward;
+    api.forward = on ? &fc_ext_stub_entry : library;
+}
+
 }  // extern "C"
+
+#ifdef FLASHCORE_EAGER
+// ---- flashcore.attention's eager call
+//
+// _attention.attention hands it every argument, in its signature's order
+// (EagerArg), before anything else (outside torch.compile). The call it
+// takes is run here as the binding's Python would run it: the same checks
+// (those above), the same args, out and lse made as there (new, contiguous
+// in q's layout; lse only when asked) or the caller's out, the library's
+// forward on torch's current stream with the GIL released. It takes a call
+// on torch tensors (not a subclass; a dense CPU or CUDA tensor's keys
+// only) that autograd does not record, under no torch function or dispatch
+// mode, without varlen offsets, appended keys or FP8 options, whose options
+// have the types of the defaults (bool, a tuple of two ints or None, float
+// or int, str, int or None), on a thread whose binding context is the one
+// here (bound). Every other call, and one the library refuses, answers
+// None: the Python path runs it, and raises its errors.
+
+namespace {
+
+enum EagerArg {
+    kQ, kK, kV, kCausal, kWindow, kSoftcap, kScale, kCuSeqlensQ, kCuSeqlensK, kMaxSeqlenQ, kMaxSeqlenK,
+    kReturnLse, kBackend, kOut, kLayout, kCudaPath, kDeterministic, kBlockTable, kSequsedK, kKNew, kVNew,
+    kRotaryCos, kRotarySin, kRotaryInterleaved, kQDescale, kKDescale, kVDescale, kOutDtype, kReturnAmax,
+    kEagerArgs
+};
+
+// What a dense CPU or CUDA tensor's dispatch keys may hold (an inference
+// tensor holds fewer): the backend bits, Dense, autograd, ADInplaceOrView
+// and autocast. A Python subclass, a functorch wrapper, a functional or a
+// negative view hold more.
+const uint64_t kDenseKeys =
+    (c10::DispatchKeySet({c10::DispatchKey::Dense, c10::DispatchKey::AutogradFunctionality,
+                          c10::DispatchKey::ADInplaceOrView}) |
+     c10::autocast_dispatch_keyset | c10::DispatchKeySet(c10::DispatchKeySet::RAW, c10::full_backend_mask))
+        .raw_repr();
+
+// o's tensor where o is a torch.Tensor (or Parameter) with dense keys only.
+const at::Tensor *tensor_arg(PyObject *o) {
+    if (!THPVariable_CheckExact(o)) return nullptr;
+    const at::Tensor &t = THPVariable_Unpack(o);
+    if (!t.defined() || (t.key_set().raw_repr() & ~kDenseKeys) != 0) return nullptr;
+    return &t;
+}
+
+// An optional tensor argument: true with nullptr for None.
+bool optional_tensor(PyObject *o, const at::Tensor *&t) {
+    t = o == Py_None ? nullptr : tensor_arg(o);
+    return o == Py_None || t;
+}
+
+bool int32_arg(PyObject *o, int32_t &v) {
+    if (!PyLong_CheckExact(o)) return false;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || !int32_ok(x)) return false;
+    v = static_cast<int32_t>(x);
+    return true;
+}
+
+// A float or an int as the double float() makes of it.
+bool number_arg(PyObject *o, double &x) {
+    if (PyFloat_CheckExact(o)) {
+        x = PyFloat_AS_DOUBLE(o);
+        return true;
+    }
+    if (!PyLong_CheckExact(o)) return false;
+    x = PyLong_AsDouble(o);
+    if (x == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+    }
+    return true;
+}
+
+bool str_arg(PyObject *o, std::string_view &s) {
+    if (!PyUnicode_CheckExact(o)) return false;
+    Py_ssize_t n = 0;
+    const char *p = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!p) {
+        PyErr_Clear();
+        return false;
+    }
+    s = std::string_view(p, static_cast<size_t>(n));
+    return true;
+}
+
+// The options (_request.common, _fill_options, check_names,
+// _context.cuda_path_value), where the Python path would take them as
+// they are; false for a call the Python path runs.
+bool eager_options(PyObject *const *a, Options &o) {
+    for (int i : {kCuSeqlensQ, kCuSeqlensK, kMaxSeqlenQ, kMaxSeqlenK, kKNew, kVNew, kRotaryCos, kRotarySin,
+                  kQDescale, kKDescale, kVDescale, kOutDtype})
+        if (a[i] != Py_None) return false;
+    if (a[kReturnAmax] != Py_False || (a[kCausal] != Py_True && a[kCausal] != Py_False) ||
+        (a[kReturnLse] != Py_True && a[kReturnLse] != Py_False))
+        return false;
+    o.causal = a[kCausal] == Py_True;
+    o.window_left = o.window_right = -1;
+    PyObject *w = a[kWindow];
+    if (w != Py_None && !(PyTuple_CheckExact(w) && PyTuple_GET_SIZE(w) == 2 &&
+                          int32_arg(PyTuple_GET_ITEM(w, 0), o.window_left) &&
+                          int32_arg(PyTuple_GET_ITEM(w, 1), o.window_right)))
+        return false;
+    double softcap = 0.0, scale = 0.0;
+    if ((a[kSoftcap] != Py_None && !number_arg(a[kSoftcap], softcap)) ||
+        (a[kScale] != Py_None && !number_arg(a[kScale], scale)))
+        return false;
+    if (!float32_ok(scale, o.scale) || !float32_ok(softcap, o.softcap)) return false;
+    std::string_view backend, layout;
+    if (!str_arg(a[kBackend], backend) || !str_arg(a[kLayout], layout)) return false;
+    o.backend = backend_code(backend);
+    o.bhsd = same_lower(layout, "bhsd");
+    if (o.backend < 0 || !(o.bhsd || same_lower(layout, "bshd"))) return false;
+    int32_t path = 0;
+    if (a[kCudaPath] != Py_None && !int32_arg(a[kCudaPath], path)) return false;
+    o.cuda_path = path;
+    o.deterministic = false;  // the backward's: an eager forward has none
+    return path == 0 || path == 80 || path == 90;
+}
+
+// The caller's out (_request.output): q's device, dtype and shape, not
+// tracked by autograd (the Python path refuses a leaf that requires grad).
+bool given_out(const at::Tensor &out, const at::Tensor &q) {
+    return !out.requires_grad() && plain(out, q.device()) && out.scalar_type() == q.scalar_type() &&
+           out.sizes() == q.sizes();
+}
+
+// The tensor as the Python object to return (a new reference), or nullptr.
+PyObject *wrap(at::Tensor &&t) { return THPVariable_Wrap(std::move(t)); }
+
+// The call's result (a new reference: out, or (out, lse) with return_lse),
+// or nullptr where the Python path runs it.
+PyObject *eager_call(PyObject *const *a) {
+    Options o;
+    if (!eager_options(a, o)) return nullptr;
+    const at::Tensor *q = tensor_arg(a[kQ]), *k = tensor_arg(a[kK]), *v = tensor_arg(a[kV]);
+    const at::Tensor *table, *used, *given;
+    if (!q || !k || !v || !optional_tensor(a[kBlockTable], table) || !optional_tensor(a[kSequsedK], used) ||
+        !optional_tensor(a[kOut], given))
+        return nullptr;
+    // _torch_ops.routes: autograd records the call (the op's path)
+    if (c10::GradMode::is_enabled() && (q->requires_grad() || k->requires_grad() || v->requires_grad()))
+        return nullptr;
+    // a mode sees the Python path's tensor calls: it keeps them
+    if (at::impl::torch_function_mode_enabled() || c10::impl::dispatch_mode_enabled()) return nullptr;
+    Owner &own = owner();
+    if (!own.bound || !own.s.ctx) return nullptr;  // the binding's context() binds it first
+    fc_attention_args args = fwd_init;
+    const at::Device dev = q->device();
+    if (!operands(*q, *k, *v, o, args) || !paged(table, used, dev, args) || (given && !given_out(*given, *q)))
+        return nullptr;
+    at::Tensor out = given ? *given : at::empty(q->sizes(), q->options());
+    if (!view(out, o.bhsd, args.q.dtype, args.out)) return nullptr;
+    const bool want_lse = a[kReturnLse] == Py_True;
+    at::Tensor lse;
+    if (want_lse) {
+        lse = at::empty({args.q.shape[0], args.q.shape[2], args.q.shape[1]}, q->options().dtype(at::kFloat));
+        view(lse, false, FC_DTYPE_F32, args.lse);
+    }
+    void *stream = stream_of(dev);
+    // the Python objects first: once the library has run, nothing fails
+    if (given) Py_INCREF(a[kOut]);
+    PyObject *res = given ? a[kOut] : wrap(std::move(out));
+    PyObject *res_lse = res && want_lse ? wrap(std::move(lse)) : nullptr;
+    PyObject *pair = res_lse ? PyTuple_New(2) : nullptr;
+    bool ok = res && (!want_lse || pair);
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        ok = run_on(&own.s, api.forward, args, dev, o.cuda_path, stream);
+        Py_END_ALLOW_THREADS
+    }
+    if (!ok) {  // refused (or no memory for the objects): the Python path runs it
+        PyErr_Clear();
+        Py_XDECREF(pair);
+        Py_XDECREF(res_lse);
+        Py_XDECREF(res);
+        return nullptr;
+    }
+    own.eager_calls++;
+    if (!pair) return res;
+    PyTuple_SET_ITEM(pair, 0, res);
+    PyTuple_SET_ITEM(pair, 1, res_lse);
+    return pair;
+}
+
+// The Python function: eager_call's result, or None.
+PyObject *eager_attention(PyObject *, PyObject *const *a, Py_ssize_t n) {
+    if (n != kEagerArgs) {
+        PyErr_Format(PyExc_TypeError, "flashcore's eager call takes %d arguments, got %zd", int(kEagerArgs), n);
+        return nullptr;
+    }
+    PyObject *res = nullptr;
+    try {
+        res = eager_call(a);
+    } catch (...) {  // torch refused something (an allocation): the Python path says what
+        res = nullptr;
+    }
+    if (res) return res;
+    Py_RETURN_NONE;
+}
+
+PyMethodDef eager_def = {"attention_eager",
+                         reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&eager_attention)), METH_FASTCALL,
+                         "flashcore.attention's arguments in order: its result, or None (not taken)."};
+
+}  // namespace
+
+// The eager call as a Python function (a new reference); _torch_ext calls
+// it through ctypes.PyDLL (the GIL held).
+extern "C" PyObject *fc_ext_eager(void) { return PyCFunction_New(&eager_def, nullptr); }
+
+// How many calls the eager call ran on this thread (tests).
+extern "C" int64_t fc_ext_eager_calls(void) { return owner().eager_calls; }
+#endif  // FLASHCORE_EAGER
