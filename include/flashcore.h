@@ -365,6 +365,47 @@ FC_API fc_status fc_attention_backward_supported(fc_context *ctx,
 FC_API fc_status fc_attention_backward(fc_context *ctx, const fc_attention_backward_args *args,
                                        void *stream, fc_kernel_info *info);
 
+/* ---- merging partial results --------------------------------------------- */
+/* Attention over the union of disjoint key sets, from the attention over
+ * each set (a part): with lse_i the log-sum-exp of a row's scores over part
+ * i's keys (natural log, as fc_attention_forward writes it) and out_i its
+ * output, the merged row is
+ *     lse = log sum_i exp(lse_i),  out = sum_i exp(lse_i - lse) * out_i,
+ * the terms added in fp32 in part order, so the result is bitwise the same
+ * for the same inputs on any thread count. What split-KV over several
+ * calls, a shared-prefix (cascade) decode and context parallelism build on:
+ * each part is an fc_attention_forward with lse over one block of keys.
+ *
+ *   parts_out[i]  like the forward's out: [batch, seqlen_q, heads, head_dim]
+ *                 (variable length: [total_q, heads, head_dim]); f32, f16 or
+ *                 bf16, each part its own dtype; any strides with a
+ *                 contiguous last dimension
+ *   parts_lse[i]  f32 [batch, heads, seqlen_q] (variable length: [heads,
+ *                 total_q]); -inf: the part saw no key of that row (its out
+ *                 row is then not read)
+ *   out           the merged output, the parts' shape; f32, f16 or bf16
+ *   lse           optional (lse.data == NULL: not written), f32, the parts'
+ *                 lse shape
+ * A row whose every part is -inf gets out = 0 and lse = -inf; a +inf or NaN
+ * lse gives a NaN row. out and lse overlap no part nor each other. The CPU
+ * backend runs it (threads as the context's); the CUDA backend does not
+ * have it yet (FC_ERR_UNSUPPORTED). */
+#define FC_MAX_MERGE_PARTS 1024
+typedef struct fc_attention_merge_args {
+    int32_t num_parts;          /* 1 to FC_MAX_MERGE_PARTS                 */
+    const fc_tensor *parts_out; /* num_parts tensors                        */
+    const fc_tensor *parts_lse; /* num_parts tensors                        */
+    fc_tensor out, lse;
+    fc_backend backend;         /* AUTO: where out lives                    */
+} fc_attention_merge_args;
+
+/* Every field to its default: no parts, no tensors, FC_BACKEND_AUTO. */
+FC_API void fc_attention_merge_args_init(fc_attention_merge_args *args);
+
+/* Merge the parts into out (and lse). stream as fc_attention_forward's. A
+ * refused call (a clear status and message) writes nothing. */
+FC_API fc_status fc_attention_merge(fc_context *ctx, const fc_attention_merge_args *args, void *stream);
+
 /* ---- profiling ---------------------------------------------------------- */
 /* Where the host time of a call goes (CLOCK_MONOTONIC, microseconds), for
  * the context's last fc_attention_forward or fc_attention_backward that

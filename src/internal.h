@@ -237,6 +237,27 @@ fc_status fc_cpu_append(const fc_fwd_params *p, fc_fwd_params *lp, void **scratc
 fc_status fc_cpu_reference_backward(const fc_bwd_params *p, char *err, size_t err_len);
 fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *err, size_t err_len);
 
+/* Merging partial results (fc_attention_merge, src/merge.c): checked
+ * parts, rows addressed as [batch][seq][head] (variable length: batch 1,
+ * seq = the token count, batch strides 0). Strides in elements. */
+typedef struct fc_merge_tensor {
+    const void *data;
+    int32_t dtype;                /* the output dtype (lse: f32)            */
+    int64_t batch_stride, row_stride, head_stride;
+} fc_merge_tensor;
+
+typedef struct fc_merge_params {
+    int32_t num_parts;
+    const fc_merge_tensor *parts_out, *parts_lse; /* num_parts each          */
+    fc_merge_tensor out, lse;     /* lse.data NULL: not written             */
+    int64_t batch, seqlen, heads, head_dim;
+} fc_merge_params;
+
+/* The merge on host memory (src/cpu/merge.c), multithreaded over rows; the
+ * sum of each element in part order (the result is independent of the
+ * thread count). */
+fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, char *err, size_t err_len);
+
 /* ---- CUDA layer (src/cuda/, or src/cuda_stub.c without CUDA) -------------- */
 typedef struct fc_cuda_device {
     int id;

@@ -8,52 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tensor_check.h"
 #include "validate.h"
 
 static int dtype_known(int dt) { return dt >= FC_DTYPE_F32 && dt <= FC_DTYPE_F64; }
-
-/* Largest element offset of t (sum of (shape-1)*stride), or -1 when that
- * offset, or the same offset in bytes, overflows int64 (kernels form byte
- * addresses from it). Shapes are checked > 0 before this is called. */
-static int64_t max_offset(const fc_tensor *t)
-{
-    int64_t off = 0;
-    for (int i = 0; i < t->ndim; i++) {
-        int64_t term;
-        if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &term)) return -1;
-        if (__builtin_add_overflow(off, term, &off)) return -1;
-    }
-    if (off > (INT64_MAX - 1) / fc_dtype_bytes(t->dtype)) return -1;
-    return off;
-}
-
-static int is_empty(const fc_tensor *t)
-{
-    for (int i = 0; i < t->ndim; i++)
-        if (t->shape[i] == 0) return 1;
-    return 0;
-}
-
-/* Elements of a tensor written by the library must not alias each other:
- * sorted by stride, each stride must cover the extent of the faster dims. */
-static int dims_non_overlapping(int n, const int64_t *shape, const int64_t *stride)
-{
-    int idx[5] = {0, 1, 2, 3, 4};
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && stride[idx[j]] < stride[idx[j - 1]]; j--) {
-            int tmp = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = tmp;
-        }
-    int64_t extent = 1; /* elements spanned by the dims already placed */
-    for (int i = 0; i < n; i++) {
-        const int d = idx[i];
-        if (shape[d] == 1) continue;
-        if (stride[d] < extent) return 0;
-        extent = stride[d] * (shape[d] - 1) + extent;
-    }
-    return 1;
-}
-
-static int non_overlapping(const fc_tensor *t) { return dims_non_overlapping(t->ndim, t->shape, t->stride); }
 
 /* k and v in one allocation (an interleaved K/V cache) with no element in
  * common: the same strides, a whole number of elements apart, and the pair
@@ -72,7 +30,7 @@ static int kv_elements_disjoint(const fc_tensor *k, const fc_tensor *v)
     }
     shape[k->ndim] = 2;
     stride[k->ndim] = gap < 0 ? -gap : gap;
-    return dims_non_overlapping(k->ndim + 1, shape, stride);
+    return fc_dims_non_overlapping(k->ndim + 1, shape, stride);
 }
 
 /* Names of the dimensions, for messages ("q.shape[2] (heads_q) is 0"). */
@@ -85,57 +43,6 @@ static const char *const dims_lse[] = {"batch", "heads_q", "seqlen_q"};
 static const char *const dims_lse_var[] = {"heads_q", "total_q"};
 static const char *const dims_new[] = {"batch", "seqlen_new", "heads_kv", "head_dim"};
 static const char *const dims_rotary[] = {"seqlen_ro", "rotary_dim / 2"};
-
-/* Shape, stride and pointer checks common to every tensor. empty_dim is the
- * one dimension that may be 0 (the token count of a varlen tensor), or -1. */
-static fc_status check_tensor(fc_context *ctx, const char *name, const fc_tensor *t, int ndim,
-                              const char *const *dim_names, int empty_dim, int written)
-{
-    if (!t->data)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.data is NULL", name);
-    /* Every backend loads and stores whole elements (misaligned ones are
-     * undefined behaviour in C); the dtype is known here. */
-    if ((uintptr_t)t->data % (uintptr_t)fc_dtype_bytes(t->dtype) != 0)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.data (%p) is not aligned to its %d-byte elements",
-                            name, t->data, (int)fc_dtype_bytes(t->dtype));
-    if (t->ndim != ndim)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.ndim is %d: expected %d", name,
-                            (int)t->ndim, ndim);
-    for (int i = 0; i < ndim; i++) {
-        int64_t lo = i == empty_dim ? 0 : 1;
-        if (t->shape[i] < lo)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                "%s.shape[%d] (%s) is %lld: must be >= %lld", name, i, dim_names[i],
-                                (long long)t->shape[i], (long long)lo);
-        if (t->shape[i] > INT32_MAX)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                "%s.shape[%d] (%s) is %lld: sizes are limited to %d", name, i,
-                                dim_names[i], (long long)t->shape[i], INT32_MAX);
-        if (t->stride[i] < 0)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                "%s.stride[%d] is %lld: negative strides are not supported", name, i,
-                                (long long)t->stride[i]);
-    }
-    if (t->stride[ndim - 1] != 1)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "%s.stride[%d] is %lld: the last dimension must be contiguous (stride 1)",
-                            name, ndim - 1, (long long)t->stride[ndim - 1]);
-    if (is_empty(t)) return FC_OK; /* empty varlen tensor: nothing is addressed */
-    if (max_offset(t) < 0)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "%s: shape and strides give element offsets that overflow 64 bits", name);
-    if (written && !non_overlapping(t))
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "%s: strides make elements overlap (an output must not alias itself)", name);
-    return FC_OK;
-}
-
-static int same_shape(const fc_tensor *a, const fc_tensor *b)
-{
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i]) return 0;
-    return 1;
-}
 
 static fc_status check_cu_seqlens(fc_context *ctx, const char *name, const int32_t *cu, int n,
                                   int64_t total, int32_t max_len)
@@ -218,17 +125,17 @@ static fc_status check_tensors(fc_context *ctx, const fc_attention_args *a, int 
     const int e0 = varlen ? 0 : -1; /* varlen token counts may be 0 */
     const char *const *dq = varlen ? dims_q_var : dims_q;
     const char *const *dkv = varlen ? dims_kv_var : a->block_table ? dims_pages : dims_kv;
-    if ((st = check_tensor(ctx, "q", &a->q, nd, dq, e0, 0))) return st;
+    if ((st = fc_check_tensor(ctx, "q", &a->q, nd, dq, e0, 0))) return st;
     const int append = a->k_new.data != NULL; /* the cache is written */
-    if ((st = check_tensor(ctx, "k", &a->k, nd, dkv, e0, append))) return st;
-    if ((st = check_tensor(ctx, "v", &a->v, nd, dkv, e0, append))) return st;
-    if ((st = check_tensor(ctx, "out", &a->out, nd, dq, e0, !bwd))) return st;
+    if ((st = fc_check_tensor(ctx, "k", &a->k, nd, dkv, e0, append))) return st;
+    if ((st = fc_check_tensor(ctx, "v", &a->v, nd, dkv, e0, append))) return st;
+    if ((st = fc_check_tensor(ctx, "out", &a->out, nd, dq, e0, !bwd))) return st;
 
     const int o = varlen ? 1 : 0; /* index shift: varlen tensors have no batch dim */
     const int64_t hq = a->q.shape[2 - o], hkv = a->k.shape[2 - o], d = a->q.shape[3 - o];
-    if (!same_shape(&a->q, &a->out))
+    if (!fc_same_shape(&a->q, &a->out))
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "out.shape must equal q.shape");
-    if (!same_shape(&a->k, &a->v))
+    if (!fc_same_shape(&a->k, &a->v))
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "v.shape must equal k.shape (a different value head dim is not supported)");
     if (a->k.shape[3 - o] != d)
@@ -283,7 +190,7 @@ static fc_status check_lse(fc_context *ctx, const fc_attention_args *a, int varl
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "lse.dtype is %s: must be f32",
                             fc_dtype_name(a->lse.dtype));
     /* varlen lse is [heads_q, total_q]: its dim 1 may be 0 */
-    fc_status st = check_tensor(ctx, "lse", &a->lse, varlen ? 2 : 3, varlen ? dims_lse_var : dims_lse,
+    fc_status st = fc_check_tensor(ctx, "lse", &a->lse, varlen ? 2 : 3, varlen ? dims_lse_var : dims_lse,
                                 varlen ? 1 : -1, !bwd);
     if (st) return st;
     const int64_t hq = a->q.shape[varlen ? 1 : 2];
@@ -363,8 +270,8 @@ static fc_status check_pair(fc_context *ctx, const fc_attention_args *a, const c
                             fc_dtype_name(a->q.dtype));
     fc_status st;
     for (int i = 0; i < 2; i++)
-        if ((st = check_tensor(ctx, names[i], t[i], ndim, dims, empty_dim, 0))) return st;
-    if (!same_shape(t[0], t[1]))
+        if ((st = fc_check_tensor(ctx, names[i], t[i], ndim, dims, empty_dim, 0))) return st;
+    if (!fc_same_shape(t[0], t[1]))
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.shape must equal %s.shape", names[1], names[0]);
     return FC_OK;
 }
@@ -458,9 +365,9 @@ static fc_status check_grads(fc_context *ctx, const fc_attention_backward_args *
                                 fc_dtype_name(g[i]->dtype), fc_dtype_name(a->q.dtype));
         const char *const *dims = i == 2 || i == 3 ? (varlen ? dims_kv_var : dims_kv)
                                                    : (varlen ? dims_q_var : dims_q);
-        fc_status st = check_tensor(ctx, gn[i], g[i], nd, dims, e0, i > 0);
+        fc_status st = fc_check_tensor(ctx, gn[i], g[i], nd, dims, e0, i > 0);
         if (st) return st;
-        if (!same_shape(g[i], like[i]))
+        if (!fc_same_shape(g[i], like[i]))
             return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.shape must equal %s.shape", gn[i], ln[i]);
     }
     if (b->deterministic != 0 && b->deterministic != 1)
@@ -543,95 +450,66 @@ static fc_status check_fp8_args(fc_context *ctx, const fc_attention_args *a, int
 /* Write spans at most: out, lse, out_amax, p_amax, an appended-to k and v. */
 #define FC_MAX_OUT_SPANS 6
 
-/* The bytes [lo, hi) a call reads or writes through one argument. */
-typedef struct span {
-    const char *name;
-    uint64_t lo, hi;
-} span;
-
-static span span_of_bytes(const char *name, const void *ptr, uint64_t bytes)
-{
-    span s = {name, (uint64_t)(uintptr_t)ptr, (uint64_t)(uintptr_t)ptr + bytes};
-    if (s.hi < s.lo) s.hi = UINT64_MAX; /* runs to the top of the address space */
-    return s;
-}
-
-/* From the first element to the end of the last (check_tensor passed, so
- * the extent fits int64). An empty tensor addresses nothing. */
-static span span_of_tensor(const char *name, const fc_tensor *t)
-{
-    if (is_empty(t)) return span_of_bytes(name, t->data, 0);
-    return span_of_bytes(name, t->data, (uint64_t)(max_offset(t) + 1) * (uint64_t)fc_dtype_bytes(t->dtype));
-}
-
-/* A range test is conservative for interleaved views, but an output that
- * shares memory with anything the call reads would be read after other
- * threads/CTAs wrote it (cu_seqlens inside out crashed the CPU backends). */
-static int spans_overlap(const span *a, const span *b)
-{
-    return a->lo < a->hi && b->lo < b->hi && a->lo < b->hi && b->lo < a->hi;
-}
-
 /* Everything the call reads: the tensors (q, k and v unless appended to,
  * the appended keys and rotary tables), then from index *arrays the
  * int32/float arrays (varlen cu_seqlens of num_seqs + 1 entries, the block
  * table, seqused_k, the per-tensor descales where set). */
-static int read_spans(const fc_attention_args *a, int varlen, span in[FC_MAX_SPANS], int *arrays)
+static int read_spans(const fc_attention_args *a, int varlen, fc_span in[FC_MAX_SPANS], int *arrays)
 {
     int n = 0;
-    in[n++] = span_of_tensor("q", &a->q);
+    in[n++] = fc_span_of_tensor("q", &a->q);
     if (!a->k_new.data) { /* else the cache is written: an output */
-        in[n++] = span_of_tensor("k", &a->k);
-        in[n++] = span_of_tensor("v", &a->v);
+        in[n++] = fc_span_of_tensor("k", &a->k);
+        in[n++] = fc_span_of_tensor("v", &a->v);
     }
     const fc_tensor *app[4] = {&a->k_new, &a->v_new, &a->rotary_cos, &a->rotary_sin};
     static const char *const an[4] = {"k_new", "v_new", "rotary_cos", "rotary_sin"};
     for (int i = 0; i < 4; i++)
-        if (app[i]->data) in[n++] = span_of_tensor(an[i], app[i]);
+        if (app[i]->data) in[n++] = fc_span_of_tensor(an[i], app[i]);
     *arrays = n;
     if (varlen) {
         const uint64_t bytes = ((uint64_t)a->num_seqs + 1) * sizeof(int32_t);
-        in[n++] = span_of_bytes("cu_seqlens_q", a->cu_seqlens_q, bytes);
-        in[n++] = span_of_bytes("cu_seqlens_k", a->cu_seqlens_k, bytes);
+        in[n++] = fc_span_of_bytes("cu_seqlens_q", a->cu_seqlens_q, bytes);
+        in[n++] = fc_span_of_bytes("cu_seqlens_k", a->cu_seqlens_k, bytes);
     }
     if (a->block_table)
-        in[n++] = span_of_bytes("block_table", a->block_table, block_table_entries(a) * sizeof(int32_t));
-    if (a->seqused_k) in[n++] = span_of_bytes("seqused_k", a->seqused_k, (uint64_t)a->q.shape[0] * sizeof(int32_t));
+        in[n++] = fc_span_of_bytes("block_table", a->block_table, block_table_entries(a) * sizeof(int32_t));
+    if (a->seqused_k) in[n++] = fc_span_of_bytes("seqused_k", a->seqused_k, (uint64_t)a->q.shape[0] * sizeof(int32_t));
     const fc_descale *ds[3] = {&a->q_descale, &a->k_descale, &a->v_descale};
     static const char *const dn[3] = {"q_descale", "k_descale", "v_descale"};
     int64_t batch, hkv;
     descale_dims(a, varlen, &batch, &hkv);
     for (int i = 0; i < 3; i++)
         if (ds[i]->data && batch > 0) /* check_fp8_args: the extent fits */
-            in[n++] = span_of_bytes(dn[i], ds[i]->data, (uint64_t)(descale_last(ds[i], batch, hkv) + 1) * 4);
+            in[n++] = fc_span_of_bytes(dn[i], ds[i]->data, (uint64_t)(descale_last(ds[i], batch, hkv) + 1) * 4);
     return n;
 }
 
 /* What the call writes: the forward's out, lse and amax (when requested);
  * the backward's dq, dk, dv and the caller's workspace. The backward reads
  * out, lse and dout: they join the inputs. */
-static int write_spans(const fc_attention_args *a, const fc_attention_backward_args *b, span in[FC_MAX_SPANS],
-                       int *ni, span out[FC_MAX_OUT_SPANS])
+static int write_spans(const fc_attention_args *a, const fc_attention_backward_args *b, fc_span in[FC_MAX_SPANS],
+                       int *ni, fc_span out[FC_MAX_OUT_SPANS])
 {
     int no = 0;
     if (!b) {
-        out[no++] = span_of_tensor("out", &a->out);
-        if (a->lse.data) out[no++] = span_of_tensor("lse", &a->lse);
-        if (a->out_amax) out[no++] = span_of_bytes("out_amax", a->out_amax, sizeof(float));
-        if (a->p_amax) out[no++] = span_of_bytes("p_amax", a->p_amax, sizeof(float));
+        out[no++] = fc_span_of_tensor("out", &a->out);
+        if (a->lse.data) out[no++] = fc_span_of_tensor("lse", &a->lse);
+        if (a->out_amax) out[no++] = fc_span_of_bytes("out_amax", a->out_amax, sizeof(float));
+        if (a->p_amax) out[no++] = fc_span_of_bytes("p_amax", a->p_amax, sizeof(float));
         if (a->k_new.data) { /* last: they may share an allocation (check_pointers) */
-            out[no++] = span_of_tensor("k", &a->k);
-            out[no++] = span_of_tensor("v", &a->v);
+            out[no++] = fc_span_of_tensor("k", &a->k);
+            out[no++] = fc_span_of_tensor("v", &a->v);
         }
         return no;
     }
-    in[(*ni)++] = span_of_tensor("out", &a->out);
-    in[(*ni)++] = span_of_tensor("lse", &a->lse);
-    in[(*ni)++] = span_of_tensor("dout", &b->dout);
-    out[no++] = span_of_tensor("dq", &b->dq);
-    out[no++] = span_of_tensor("dk", &b->dk);
-    out[no++] = span_of_tensor("dv", &b->dv);
-    if (b->workspace) out[no++] = span_of_bytes("workspace", b->workspace, (uint64_t)b->workspace_bytes);
+    in[(*ni)++] = fc_span_of_tensor("out", &a->out);
+    in[(*ni)++] = fc_span_of_tensor("lse", &a->lse);
+    in[(*ni)++] = fc_span_of_tensor("dout", &b->dout);
+    out[no++] = fc_span_of_tensor("dq", &b->dq);
+    out[no++] = fc_span_of_tensor("dk", &b->dk);
+    out[no++] = fc_span_of_tensor("dv", &b->dv);
+    if (b->workspace) out[no++] = fc_span_of_bytes("workspace", b->workspace, (uint64_t)b->workspace_bytes);
     return no;
 }
 
@@ -640,7 +518,7 @@ static int write_spans(const fc_attention_args *a, const fc_attention_backward_a
 static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
                                 const fc_attention_backward_args *b, int varlen)
 {
-    span in[FC_MAX_SPANS], out[FC_MAX_OUT_SPANS];
+    fc_span in[FC_MAX_SPANS], out[FC_MAX_OUT_SPANS];
     int arrays;
     int ni = read_spans(a, varlen, in, &arrays);
     for (int i = arrays; i < ni; i++) /* int32 and float arrays */
@@ -650,7 +528,7 @@ static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
     const int no = write_spans(a, b, in, &ni, out);
     for (int o = 0; o < no; o++)
         for (int i = 0; i < ni; i++)
-            if (spans_overlap(&out[o], &in[i]))
+            if (fc_spans_overlap(&out[o], &in[i]))
                 return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                                     "%s overlaps %s in memory: outputs must not alias inputs", out[o].name,
                                     in[i].name);
@@ -658,7 +536,7 @@ static fc_status check_pointers(fc_context *ctx, const fc_attention_args *a,
     const int kv_shared = a->k_new.data && !b;
     for (int o = 1; o < no; o++)
         for (int e = 0; e < o; e++) {
-            if (!spans_overlap(&out[o], &out[e])) continue;
+            if (!fc_spans_overlap(&out[o], &out[e])) continue;
             if (kv_shared && o == no - 1 && e == no - 2) {
                 if (kv_elements_disjoint(&a->k, &a->v)) continue;
                 return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,

@@ -1,0 +1,112 @@
+/*
+ * merge.c -- fc_attention_merge on host memory: each (batch, position,
+ * head) row of the merged output from the parts' rows, weighted by
+ * exp(lse_i - max) and summed in fp32 in part order (so the thread count
+ * never changes a bit), then divided once by the weights' sum.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu_dtype.h"
+#include "internal.h"
+#include "pool.h"
+
+#define MAX_THREADS 256
+
+typedef struct merge_job {
+    const fc_merge_params *m;
+    float **acc; /* per worker: head_dim floats, then num_parts weights */
+} merge_job;
+
+static const void *at(const fc_merge_tensor *t, int64_t b, int64_t s, int64_t h)
+{
+    const int64_t off = b * t->batch_stride + s * t->row_stride + h * t->head_stride;
+    return (const char *)t->data + off * (int64_t)fc_dtype_bytes((fc_dtype)t->dtype);
+}
+
+/* acc[x] += w * row[x] over the row's head_dim elements. */
+static void add_row(float *acc, const void *row, int32_t dtype, int64_t n, float w)
+{
+    if (dtype == FC_DTYPE_F16) {
+        const uint16_t *r = row;
+        for (int64_t x = 0; x < n; x++) acc[x] += w * fc_f16_to_f32(r[x]);
+    } else if (dtype == FC_DTYPE_BF16) {
+        const uint16_t *r = row;
+        for (int64_t x = 0; x < n; x++) acc[x] += w * fc_bf16_to_f32(r[x]);
+    } else {
+        const float *r = row;
+        for (int64_t x = 0; x < n; x++) acc[x] += w * r[x];
+    }
+}
+
+/* row[x] = acc[x] / l (acc NULL: 0), rounded once to the dtype. */
+static void store_row(void *row, int32_t dtype, int64_t n, const float *acc, float l)
+{
+    if (dtype == FC_DTYPE_F16) {
+        uint16_t *r = row;
+        for (int64_t x = 0; x < n; x++) r[x] = fc_f32_to_f16(acc ? acc[x] / l : 0.0f);
+    } else if (dtype == FC_DTYPE_BF16) {
+        uint16_t *r = row;
+        for (int64_t x = 0; x < n; x++) r[x] = fc_f32_to_bf16(acc ? acc[x] / l : 0.0f);
+    } else {
+        float *r = row;
+        for (int64_t x = 0; x < n; x++) r[x] = acc ? acc[x] / l : 0.0f;
+    }
+}
+
+/* One merged row: the largest lse, the weights, the weighted sum. */
+static void merge_row(const fc_merge_params *m, float *acc, float *w, int64_t b, int64_t s, int64_t h)
+{
+    float mx = -INFINITY;
+    int nan = 0; /* a NaN lse makes the row NaN (its weight below is NaN) */
+    for (int i = 0; i < m->num_parts; i++) {
+        w[i] = *(const float *)at(&m->parts_lse[i], b, s, h);
+        nan |= isnan(w[i]);
+        if (w[i] > mx) mx = w[i];
+    }
+    void *dst = (void *)at(&m->out, b, s, h);
+    float *lse = m->lse.data ? (float *)at(&m->lse, b, s, h) : NULL;
+    if (mx == -INFINITY && !nan) { /* no part saw a key */
+        store_row(dst, m->out.dtype, m->head_dim, NULL, 1.0f);
+        if (lse) *lse = -INFINITY;
+        return;
+    }
+    float sum = 0.0f;
+    for (int64_t x = 0; x < m->head_dim; x++) acc[x] = 0.0f;
+    for (int i = 0; i < m->num_parts; i++) {
+        if (w[i] == -INFINITY) continue; /* its row is not read */
+        w[i] = expf(w[i] - mx);
+        sum += w[i];
+        add_row(acc, at(&m->parts_out[i], b, s, h), m->parts_out[i].dtype, m->head_dim, w[i]);
+    }
+    store_row(dst, m->out.dtype, m->head_dim, acc, sum);
+    if (lse) *lse = mx + logf(sum);
+}
+
+/* Item = one (batch, position): its heads. */
+static void run_item(void *arg, int worker, int64_t item)
+{
+    const merge_job *job = arg;
+    const fc_merge_params *m = job->m;
+    float *acc = job->acc[worker], *w = acc + m->head_dim;
+    const int64_t b = item / m->seqlen, s = item % m->seqlen;
+    for (int64_t h = 0; h < m->heads; h++) merge_row(m, acc, w, b, s, h);
+}
+
+fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, char *err, size_t err_len)
+{
+    const int64_t items = m->batch * m->seqlen;
+    if (items == 0) return FC_OK;
+    const int64_t work = items * m->heads * m->head_dim * m->num_parts;
+    const int nt = fc_pool_threads(num_threads, MAX_THREADS, items, work, FC_POOL_MIN_MACS);
+    const size_t bytes = ((size_t)(m->head_dim + m->num_parts) * sizeof(float) + 63) / 64 * 64;
+    merge_job job = {m, (float **)fc_pool_blocks(nt, bytes)};
+    if (!job.acc) {
+        snprintf(err, err_len, "merge: out of memory for %d x %zu bytes of scratch", nt, bytes);
+        return FC_ERR_OUT_OF_MEMORY;
+    }
+    fc_pool_run(nt, items, run_item, &job);
+    fc_pool_blocks_free((void **)job.acc, nt);
+    return FC_OK;
+}
