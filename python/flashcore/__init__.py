@@ -11,6 +11,7 @@ eager calls without Python.
     out = flashcore.attention(q, k, v, causal=True)              # [B,S,H,D]
     out, lse = flashcore.attention(q, k, v, layout="bhsd", return_lse=True)
     dq, dk, dv = flashcore.attention_backward(dout, q, k, v, out, lse, layout="bhsd")
+    out = flashcore.merge_attention([out1, out2], [lse1, lse2])  # keys split in two blocks (CPU)
     out = flashcore.attention(q, k, v)   # torch tensors that require grad:
     out.sum().backward()                 # autograd runs the library's backward
     out = flashcore.flash_attn_func(q, k, v, causal=True)            # flash-attn's signature
@@ -52,13 +53,14 @@ from ._backward import attention_backward, attention_backward_supported
 from ._context import KernelInfo, last_host_profile, last_kernel_info
 from ._dropin import (attention_with_kvcache, flash_attn_func, flash_attn_varlen_func,
                       scaled_dot_product_attention)
+from ._merge import merge_attention
 from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentError,
                      LibraryNotFoundError, NoDeviceError, OutOfMemoryError, UnsupportedError)
 
 __all__ = [
     "attention", "supported", "attention_backward", "attention_backward_supported",
     "flash_attn_func", "flash_attn_varlen_func", "scaled_dot_product_attention",
-    "attention_with_kvcache",
+    "attention_with_kvcache", "merge_attention",
     "build_info", "cuda_available", "device_info", "version_number",
     "library_path", "set_num_threads", "set_check_device_arrays", "set_tuning", "get_tuning", "last_kernel_info",
     "last_host_profile", "KernelInfo", "load_tuning", "save_tuning", "tuning_info",

@@ -4,8 +4,9 @@ The structs below mirror include/flashcore.h field for field (ctypes applies
 the same natural alignment as the C compiler, so offsets match on every
 platform the library builds for). Keep them in step with the header: the
 binding's tests compare the field names, in order, with the header's; and
-new_args() and new_bwd_args() leave slack after the struct so that a library
-whose struct grew cannot write past the buffer in its *_init function.
+new_args(), new_bwd_args() and new_merge_args() leave slack after the struct
+so that a library whose struct grew cannot write past the buffer in its
+*_init function.
 
 Where the library is looked for, in order:
   1. the path in the environment variable FLASHCORE_LIBRARY (no fallback if set),
@@ -91,6 +92,20 @@ class fc_attention_backward_args(ctypes.Structure):
         ("deterministic", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),  # NULL: the library allocates its scratch
         ("workspace_bytes", ctypes.c_int64),
+    ]
+
+
+MAX_MERGE_PARTS = 1024  # FC_MAX_MERGE_PARTS
+
+
+class fc_attention_merge_args(ctypes.Structure):
+    _fields_ = [
+        ("num_parts", ctypes.c_int32),  # 1 to MAX_MERGE_PARTS
+        ("parts_out", ctypes.POINTER(fc_tensor)),  # num_parts tensors
+        ("parts_lse", ctypes.POINTER(fc_tensor)),
+        ("out", fc_tensor),
+        ("lse", fc_tensor),  # data NULL: not written
+        ("backend", ctypes.c_int),  # enum fc_backend; AUTO: where out lives
     ]
 
 
@@ -192,6 +207,11 @@ def new_bwd_args(lib):
     return _new(fc_attention_backward_args, lib.fc_attention_backward_args_init)
 
 
+def new_merge_args(lib):
+    """An fc_attention_merge_args filled by fc_attention_merge_args_init."""
+    return _new(fc_attention_merge_args, lib.fc_attention_merge_args_init)
+
+
 def _library_filename():
     if sys.platform == "win32":
         return "flashcore.dll"
@@ -245,6 +265,8 @@ def _declare(lib):
             c.c_int, [P, c.POINTER(fc_attention_backward_args), c.POINTER(fc_kernel_info)]),
         "fc_attention_backward": (
             c.c_int, [P, c.POINTER(fc_attention_backward_args), P, c.POINTER(fc_kernel_info)]),
+        "fc_attention_merge_args_init": (None, [c.POINTER(fc_attention_merge_args)]),
+        "fc_attention_merge": (c.c_int, [P, c.POINTER(fc_attention_merge_args), P]),
         "fc_last_host_profile": (c.c_int, [P, c.POINTER(fc_host_profile)]),
         "fc_cuda_available": (c.c_int, []),
         "fc_cuda_device_info": (c.c_int, [P, c.c_char_p, c.c_size_t]),
