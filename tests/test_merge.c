@@ -9,6 +9,10 @@
  *    give 0 and -inf, a NaN lse a NaN row; 1 and 3 threads give the same
  *    bits; the variable-length layout and transposed strides give the same
  *    bits as the dense one;
+ *  - the backward of each key block, given the whole call's out and lse,
+ *    gives the whole call's gradients: dq summed over the blocks, dk and dv
+ *    block by block (context parallelism's backward step), unmasked and
+ *    causal;
  *  - every refused argument names itself and writes nothing.
  */
 #include <math.h>
@@ -261,6 +265,73 @@ static void layouts(fc_context *ctx)
     group_done("layouts", p0, f0);
 }
 
+/* The backward of one key block [k0, k1) given the whole call's out and lse
+ * (context parallelism's backward step): dq of the block's keys, and dk, dv
+ * of its keys into the slices of dk_all, dv_all. */
+static fc_status block_backward(fc_context *ctx, int k0, int k1, int causal, const float *dout, float *dq,
+                                float *dk_all, float *dv_all)
+{
+    fc_attention_backward_args b;
+    fc_attention_backward_args_init(&b);
+    fc_attention_args *a = &b.fwd;
+    a->q = t4(g_q, FC_DTYPE_F32, B, SQ, HQ, D);
+    a->k = t4(g_k + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
+    a->v = t4(g_v + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
+    a->k.stride[0] = a->v.stride[0] = (int64_t)SK * HKV * D;
+    a->out = t4(g_ref, FC_DTYPE_F32, B, SQ, HQ, D);
+    a->lse = t3(g_ref_lse, FC_DTYPE_F32, B, HQ, SQ);
+    if (causal) a->window_right = SK - k1;
+    a->backend = FC_BACKEND_CPU;
+    b.dout = t4((void *)dout, FC_DTYPE_F32, B, SQ, HQ, D);
+    b.dq = t4(dq, FC_DTYPE_F32, B, SQ, HQ, D);
+    b.dk = a->k;
+    b.dk.data = dk_all + (size_t)k0 * HKV * D;
+    b.dv = a->v;
+    b.dv.data = dv_all + (size_t)k0 * HKV * D;
+    return fc_attention_backward(ctx, &b, NULL, NULL);
+}
+
+/* The whole call's backward against the blocks' backwards given the whole
+ * out and lse: dq the sum over blocks, dk and dv block by block. */
+static void blockwise_backward(fc_context *ctx, const int *cuts, int n, int causal, const char *name)
+{
+    int p0 = g_pass, f0 = g_fail;
+    const size_t nkv = (size_t)B * SK * HKV * D;
+    float *dout = malloc(NQ * sizeof(float)), *dq = malloc(NQ * sizeof(float)), *dq_sum = calloc(NQ, sizeof(float));
+    float *bufs = malloc(4 * nkv * sizeof(float)); /* dk, dv of the whole call, then of the blocks */
+    static float full_dq[NQ];
+    if (!dout || !dq || !dq_sum || !bufs) {
+        CHECK(0, "no memory");
+        goto out;
+    }
+    for (size_t x = 0; x < NQ; x++) dout[x] = g_q[(x * 7919) % NQ] * 0.5f;
+    CHECK(forward(ctx, FC_BACKEND_CPU, 0, SK, causal, g_ref, g_ref_lse) == FC_OK, "forward: %s", fc_last_error(ctx));
+    CHECK(block_backward(ctx, 0, SK, causal, dout, full_dq, bufs, bufs + nkv) == FC_OK, "whole: %s",
+          fc_last_error(ctx));
+    for (int i = 0; i < n; i++) {
+        CHECK(block_backward(ctx, cuts[i], cuts[i + 1], causal, dout, dq, bufs + 2 * nkv, bufs + 3 * nkv) == FC_OK,
+              "block %d: %s", i, fc_last_error(ctx));
+        for (size_t x = 0; x < NQ; x++) dq_sum[x] += dq[x];
+    }
+    double worst = 0, scale = 0;
+    for (size_t x = 0; x < NQ; x++) {
+        worst = fmax(worst, fabs((double)dq_sum[x] - full_dq[x]));
+        scale = fmax(scale, fabs(full_dq[x]));
+    }
+    for (size_t x = 0; x < 2 * nkv; x++) {
+        worst = fmax(worst, fabs((double)bufs[2 * nkv + x] - bufs[x]));
+        scale = fmax(scale, fabs(bufs[x]));
+    }
+    CHECK(worst <= 1e-5 * scale, "%s: the blocks' gradients %.3g off the whole call's (largest %.3g)", name, worst,
+          scale);
+out:
+    free(dout);
+    free(dq);
+    free(dq_sum);
+    free(bufs);
+    group_done(name, p0, f0);
+}
+
 /* A refused call: the status, the argument named, out untouched. */
 static void refused(fc_context *ctx, fc_attention_merge_args m, fc_status want, const char *word, const char *what)
 {
@@ -343,6 +414,8 @@ int main(void)
     merged_equals_whole(ctx, "causal, 4 parts", four, 4, 1, 0, FC_DTYPE_F32);
     merged_equals_whole(ctx, "bf16 parts, bf16 out", two, 2, 1, 3u, FC_DTYPE_BF16);
     merged_equals_whole(ctx, "mixed parts, f32 out", three, 3, 0, 2u, FC_DTYPE_F32);
+    blockwise_backward(ctx, three, 3, 0, "blockwise backward");
+    blockwise_backward(ctx, four, 4, 1, "blockwise backward, causal");
     properties(ctx);
     threads(ctx);
     layouts(ctx);
