@@ -1,10 +1,12 @@
-"""Run a Python snippet in a fresh interpreter (the tests of what happens
-at load time: environment switches, a missing compiler)."""
+"""What several tests share: a Python snippet run in a fresh interpreter
+(what happens at load time: environment switches, a missing compiler), and
+work run in several threads at once."""
 
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 
 def run_snippet(code, timeout=900, **env):
@@ -15,3 +17,22 @@ def run_snippet(code, timeout=900, **env):
                          text=True, timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout.strip().splitlines()[-1]
+
+
+def run_in_threads(n, work):
+    """work(i) for i in range(n), each in its own thread, all at once; fails
+    with the exceptions any of them raised."""
+    errors = []
+
+    def worker(i):
+        try:
+            work(i)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

@@ -19,7 +19,7 @@ import flashcore
 
 torch = pytest.importorskip("torch")
 from flashcore import _attention, _context, _torch_ext  # noqa: E402
-from snippet import run_snippet  # noqa: E402
+from snippet import run_in_threads, run_snippet  # noqa: E402
 
 if os.environ.get("FLASHCORE_TORCH_EXT") == "0":
     pytest.skip("FLASHCORE_TORCH_EXT=0: the C++ kernels are off", allow_module_level=True)
@@ -337,26 +337,20 @@ def test_threads_at_once():
     opts = [dict(causal=True), dict(window=(3, 0), return_lse=True), dict(softcap=2.0, layout="bshd"),
             dict(scale=0.5, backend="cpu")]
     want = [flashcore.attention(*c, **o) for c, o in zip(cases, opts)]
-    got, ran, handles, errors = {}, {}, {}, []
+    got, ran, handles = {}, {}, {}
     alive = threading.Barrier(4, timeout=300)  # no context freed (its address reused) before all are seen
 
-    def worker(i):
+    def work(i):
         try:
             n = _torch_ext.eager_calls()
             for _ in range(20):
                 got[i] = flashcore.attention(*cases[i], **opts[i])
             ran[i] = _torch_ext.eager_calls() - n
             handles[i] = _context.context().handle.value
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
-        alive.wait()
+        finally:
+            alive.wait()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_in_threads(4, work)
     for i in range(4):
         same_bits(got[i], want[i])
         assert ran[i] == 19  # all but the first, which made the thread's context

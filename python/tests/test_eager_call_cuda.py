@@ -5,8 +5,6 @@ cache), torch's current stream (a side stream), CUDA graph capture,
 another device than the current one, threads at once. Skipped cleanly
 without torch, a GPU or a CUDA build."""
 
-import threading
-
 import pytest
 
 import flashcore
@@ -15,6 +13,7 @@ import cuda_only
 
 torch = cuda_only.torch_with_cuda()
 from flashcore import _attention, _torch_ext  # noqa: E402  (need torch)
+from snippet import run_in_threads  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -143,24 +142,16 @@ def test_threads_at_once():
     cases = [rand((2, 128, 8, 64), (2, 160, 2, 64), (2, 160, 2, 64), seed=20 + i) for i in range(4)]
     want = [flashcore.attention(*c, causal=True) for c in cases]
     torch.cuda.synchronize()
-    got, ran, errors = {}, {}, []
+    got, ran = {}, {}
 
-    def worker(i):
-        try:
-            n = _torch_ext.eager_calls()
-            for _ in range(20):
-                got[i] = flashcore.attention(*cases[i], causal=True)
-            torch.cuda.current_stream().synchronize()
-            ran[i] = _torch_ext.eager_calls() - n
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+    def work(i):
+        n = _torch_ext.eager_calls()
+        for _ in range(20):
+            got[i] = flashcore.attention(*cases[i], causal=True)
+        torch.cuda.current_stream().synchronize()
+        ran[i] = _torch_ext.eager_calls() - n
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_in_threads(4, work)
     for i in range(4):
         same(got[i], want[i])
         assert ran[i] == 19  # all but the first, which made the thread's context

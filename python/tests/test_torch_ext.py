@@ -19,7 +19,7 @@ import flashcore
 torch = pytest.importorskip("torch")
 _torch_ops = flashcore._attention._torch_ops()
 from flashcore import _attention, _backward, _context, _torch_ext  # noqa: E402
-from snippet import run_snippet  # noqa: E402
+from snippet import run_in_threads, run_snippet  # noqa: E402
 
 OPS = torch.ops.flashcore
 if os.environ.get("FLASHCORE_TORCH_EXT") == "0":
@@ -270,21 +270,13 @@ def test_threads_at_once():
     # each thread its own context; the results are a single thread's
     cases = [rand((2, 9, 4, 16), (2, 12, 2, 16), (2, 12, 2, 16), seed=20 + i) for i in range(4)]
     want = [OPS.attention_fwd(*c, *options(causal=True)) for c in cases]
-    got, errors = {}, []
+    got = {}
 
-    def worker(i):
-        try:
-            for _ in range(20):
-                got[i] = OPS.attention_fwd(*cases[i], *options(causal=True))
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+    def work(i):
+        for _ in range(20):
+            got[i] = OPS.attention_fwd(*cases[i], *options(causal=True))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_in_threads(4, work)
     for i in range(4):
         same_bits(got[i], want[i])
 
