@@ -37,7 +37,8 @@ static void describe(void)
     for (int i = 0; i < NT; i++) {
         const fc_tensor *t = &m->t[i];
         if (!t->ndim) continue;
-        fprintf(stderr, "  t%d data=%s+%lld dtype=%d ndim=%d shape=[%lld,%lld,%lld,%lld] stride=[%lld,%lld,%lld,%lld]\n",
+        fprintf(stderr,
+                "  t%d data=%s+%lld dtype=%d ndim=%d shape=[%lld,%lld,%lld,%lld] stride=[%lld,%lld,%lld,%lld]\n",
                 i, t->data ? "arena" : "NULL", t->data ? (long long)((uint8_t *)t->data - m->ar.base) : 0LL,
                 (int)t->dtype, (int)t->ndim, (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
                 (long long)t->shape[3], (long long)t->stride[0], (long long)t->stride[1], (long long)t->stride[2],
@@ -158,6 +159,14 @@ static void fill(fz_in *in, merge_call *m)
     }
 }
 
+/* Element offset of row (b, s, h) in an out-like tensor (lse 0; its head
+ * dim's first element) or an lse tensor, dense or variable-length. */
+static int64_t elem(const merge_call *m, const fc_tensor *t, int lse, int64_t b, int64_t s, int64_t h)
+{
+    if (m->varlen) return lse ? h * t->stride[0] + s * t->stride[1] : s * t->stride[0] + h * t->stride[1];
+    return b * t->stride[0] + (lse ? h * t->stride[1] + s * t->stride[2] : s * t->stride[1] + h * t->stride[2]);
+}
+
 /* The double merge of one row; its out elements and lse against it. */
 static void check_row(const merge_call *m, int64_t b, int64_t s, int64_t h)
 {
@@ -166,9 +175,7 @@ static void check_row(const merge_call *m, int64_t b, int64_t s, int64_t h)
     int nan = 0;
     for (int i = 0; i < m->n; i++) {
         const fc_tensor *t = &m->t[MAXP + i];
-        const int64_t idx = m->varlen ? h * t->stride[0] + s * t->stride[1]
-                                      : b * t->stride[0] + h * t->stride[1] + s * t->stride[2];
-        w[i] = fz_load(t->data, FC_DTYPE_F32, idx);
+        w[i] = fz_load(t->data, FC_DTYPE_F32, elem(m, t, 1, b, s, h));
         nan |= isnan(w[i]) || w[i] == INFINITY;
         if (w[i] > mx) mx = w[i];
     }
@@ -180,20 +187,16 @@ static void check_row(const merge_call *m, int64_t b, int64_t s, int64_t h)
         for (int i = 0; i < m->n; i++) {
             if (w[i] == -INFINITY || nan) continue;
             const fc_tensor *t = &m->t[i];
-            const int64_t idx = m->varlen ? s * t->stride[0] + h * t->stride[1] + d
-                                          : b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + d;
-            want += exp(w[i] - mx) / sum * fz_load(t->data, t->dtype, idx);
+            want += exp(w[i] - mx) / sum * fz_load(t->data, t->dtype, elem(m, t, 0, b, s, h) + d);
         }
-        const int64_t oi = m->varlen ? s * o->stride[0] + h * o->stride[1] + d
-                                     : b * o->stride[0] + s * o->stride[1] + h * o->stride[2] + d;
+        const int64_t oi = elem(m, o, 0, b, s, h) + d;
         const double got = fz_load(o->data, o->dtype, oi);
         if (nan ? !isnan(got) : !(fabs(got - want) <= tol * (1.0 + fabs(want)) + 1e-6))
             fz_fail("merge", "out at row (%lld,%lld,%lld) element %lld: %.9g, want %.9g", (long long)b, (long long)s,
                     (long long)h, (long long)d, got, want);
     }
     if (!m->lse_on) return;
-    const int64_t li = m->varlen ? h * l->stride[0] + s * l->stride[1]
-                                 : b * l->stride[0] + h * l->stride[1] + s * l->stride[2];
+    const int64_t li = elem(m, l, 1, b, s, h);
     const double got = fz_load(l->data, FC_DTYPE_F32, li), want = mx == -INFINITY && !nan ? -INFINITY : mx + log(sum);
     if (nan ? !isnan(got) : !(got == want || fabs(got - want) <= 1e-5 * (1.0 + fabs(want))))
         fz_fail("merge", "lse at row (%lld,%lld,%lld): %.9g, want %.9g", (long long)b, (long long)s, (long long)h, got,

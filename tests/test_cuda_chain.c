@@ -21,11 +21,7 @@
 #include "test_util.h"
 
 #if !defined(FC_HAVE_CUDA)
-int main(void)
-{
-    printf("SKIP: no CUDA device (this build has no CUDA backend)\n");
-    return 77;
-}
+TU_MAIN_WITHOUT_CUDA
 #else
 #include <cuda_runtime_api.h>
 

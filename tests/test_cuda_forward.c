@@ -43,11 +43,7 @@
 #endif
 
 #if !defined(FC_HAVE_CUDA)
-int main(void)
-{
-    printf("SKIP: no CUDA device (this build has no CUDA backend)\n");
-    return 77;
-}
+TU_MAIN_WITHOUT_CUDA
 #else
 
 static int g_verbose;

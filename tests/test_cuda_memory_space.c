@@ -25,11 +25,7 @@
 #include "test_util.h"
 
 #if !defined(FC_HAVE_CUDA)
-int main(void)
-{
-    printf("SKIP: no CUDA device (this build has no CUDA backend)\n");
-    return 77;
-}
+TU_MAIN_WITHOUT_CUDA
 #else
 #include <sys/mman.h>
 
@@ -232,12 +228,9 @@ static void backward_operands(fc_context *ctx, const kit_case *c, const fc_atten
 
 int main(void)
 {
-    fc_context *ctx = NULL;
-    if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
-    if (!tu_cuda_device(ctx)) {
-        fc_context_free(ctx);
-        return 77;
-    }
+    fc_context *ctx;
+    const int rc = tu_cuda_start(&ctx);
+    if (rc >= 0) return rc;
     kit_shape sh = test_shape(1, 4, 2, 128, 192, 64, FC_DTYPE_F16);
     kit_case c;
     if (kit_case_init(&c, &sh, 7) != 0) return test_give_up("FAIL kit_case_init");

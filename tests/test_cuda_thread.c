@@ -16,11 +16,7 @@
 #include "test_util.h"
 
 #if !defined(FC_HAVE_CUDA)
-int main(void)
-{
-    printf("SKIP: no CUDA device (this build has no CUDA backend)\n");
-    return 77;
-}
+TU_MAIN_WITHOUT_CUDA
 #else
 #include <cuda_runtime.h>
 
@@ -55,38 +51,30 @@ static void *worker(void *arg)
 static void one_path(fc_context *ctx, int path)
 {
     int p0 = g_pass, f0 = g_fail;
-    kit_case c;
-    dev_case d;
+    tcu_ref_case r;
     char err[400];
     const kit_shape s = test_shape(2, 8, 2, 300, 300, 128, FC_DTYPE_BF16);
-    if (kit_case_init(&c, &s, 5)) {
-        CHECK(0, "no memory for the case");
+    if (tcu_ref_case_init(ctx, &s, 5, &r, err, sizeof err)) {
+        CHECK(0, "setup: %s", err);
         return;
     }
-    void *ref = malloc(c.out_bytes), *out = malloc(c.out_bytes);
-    float *ref_lse = c.lse ? malloc(c.lse_bytes) : NULL, *lse = c.lse ? malloc(c.lse_bytes) : NULL;
-    if (!ref || !out || test_reference(ctx, &c, ref, ref_lse) != FC_OK || dev_upload(&c, &d, err, sizeof err)) {
-        CHECK(0, "setup: %s", fc_last_error(ctx));
-    } else {
-        job j = {&d.args, path, FC_OK, "", {0}};
-        pthread_t t;
-        CHECK(pthread_create(&t, NULL, worker, &j) == 0, "pthread_create");
-        pthread_join(t, NULL);
-        CHECK(j.st == FC_OK, "path %d in a new thread: %s", path, j.err);
-        if (j.st == FC_OK && cudaMemcpy(out, d.out, c.out_bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
-            (!lse || cudaMemcpy(lse, d.lse, c.lse_bytes, cudaMemcpyDeviceToHost) == cudaSuccess)) {
-            const kit_gate g = kit_gate_for(kit_out_dtype(&c.s));
-            kit_metrics m;
-            kit_compare(&c, out, lse, ref, ref_lse, &g, &m);
-            CHECK(kit_gate_pass(&m, &g), "path %d (%s): max_abs %.3g rel_l2 %.3g, %lld unwritten", path,
-                  j.info.name, m.max_abs, m.rel_l2, (long long)m.unwritten);
-        }
-        dev_free(&d);
+    void *out = malloc(r.c.out_bytes);
+    float *lse = r.c.lse ? malloc(r.c.lse_bytes) : NULL;
+    job j = {&r.d.args, path, FC_OK, "", {0}};
+    pthread_t t;
+    CHECK(out && pthread_create(&t, NULL, worker, &j) == 0, "pthread_create");
+    if (out) pthread_join(t, NULL);
+    CHECK(j.st == FC_OK, "path %d in a new thread: %s", path, j.err);
+    if (out && j.st == FC_OK && cudaMemcpy(out, r.d.out, r.c.out_bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
+        (!lse || cudaMemcpy(lse, r.d.lse, r.c.lse_bytes, cudaMemcpyDeviceToHost) == cudaSuccess)) {
+        const kit_gate g = kit_gate_for(kit_out_dtype(&r.c.s));
+        kit_metrics m;
+        kit_compare(&r.c, out, lse, r.ref, r.ref_lse, &g, &m);
+        CHECK(kit_gate_pass(&m, &g), "path %d (%s): max_abs %.3g rel_l2 %.3g, %lld unwritten", path, j.info.name,
+              m.max_abs, m.rel_l2, (long long)m.unwritten);
     }
-    kit_case_free(&c);
-    free(ref);
+    tcu_ref_case_free(&r);
     free(out);
-    free(ref_lse);
     free(lse);
     char name[32];
     snprintf(name, sizeof name, "new-thread/path%d", path);
@@ -95,14 +83,10 @@ static void one_path(fc_context *ctx, int path)
 
 int main(void)
 {
-    fc_context *ctx = NULL;
-    if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
-    if (!tu_cuda_device(ctx)) {
-        fc_context_free(ctx);
-        return 77;
-    }
-    struct cudaDeviceProp prop;
-    const int cc = cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.major * 10 + prop.minor : 0;
+    fc_context *ctx;
+    const int rc = tu_cuda_start(&ctx);
+    if (rc >= 0) return rc;
+    const int cc = tcu_device_cc();
     if (cc == 90) one_path(ctx, 90);
     one_path(ctx, 80);
     fc_context_free(ctx);

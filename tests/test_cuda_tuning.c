@@ -22,11 +22,7 @@
 #include "test_util.h"
 
 #if !defined(FC_HAVE_CUDA)
-int main(void)
-{
-    printf("SKIP: no CUDA device (this build has no CUDA backend)\n");
-    return 77;
-}
+TU_MAIN_WITHOUT_CUDA
 #else
 #include <cuda_runtime.h>
 
@@ -34,22 +30,22 @@ int main(void)
 
 static char g_file[64];
 
-/* Run c on ctx and judge it against ref: every element written, within the
- * dtype's gate. info gets the kernel. */
-static int run_checked(fc_context *ctx, const kit_case *c, dev_case *d, const void *ref, const float *ref_lse,
-                       fc_kernel_info *info, const char *what)
+/* Run r's case on ctx and judge it against its reference: every element
+ * written, within the dtype's gate. info gets the kernel. */
+static int run_checked(fc_context *ctx, tcu_ref_case *r, fc_kernel_info *info, const char *what)
 {
+    const kit_case *c = &r->c;
     void *out = malloc(c->out_bytes);
     float *lse = c->lse ? malloc(c->lse_bytes) : NULL;
     char err[600];
     memset(info, 0, sizeof *info);
-    const fc_status st = out ? dev_run(ctx, c, d, NULL, out, lse, info, err, sizeof err) : FC_ERR_OUT_OF_MEMORY;
+    const fc_status st = out ? dev_run(ctx, c, &r->d, NULL, out, lse, info, err, sizeof err) : FC_ERR_OUT_OF_MEMORY;
     int ok = st == FC_OK;
     CHECK(ok, "%s: %s", what, st == FC_OK ? "" : err);
     if (ok) {
         const kit_gate g = kit_gate_for(kit_out_dtype(&c->s));
         kit_metrics m;
-        kit_compare(c, out, lse, ref, ref_lse, &g, &m);
+        kit_compare(c, out, lse, r->ref, r->ref_lse, &g, &m);
         ok = kit_gate_pass(&m, &g);
         CHECK(ok, "%s (%s): max_abs %.3g rel_l2 %.3g, %lld unwritten", what, info->name, m.max_abs, m.rel_l2,
               (long long)m.unwritten);
@@ -105,24 +101,14 @@ static int has_masks(const char *name, int m, int path)
 static void one_shape(fc_context *planner, const tcase *tc, int path)
 {
     int p0 = g_pass, f0 = g_fail;
-    kit_case c;
-    dev_case d;
+    tcu_ref_case r;
     char err[400];
-    if (kit_case_init(&c, &tc->s, 7)) {
-        CHECK(0, "%s: no memory for the case", tc->name);
-        return;
-    }
-    void *ref = malloc(c.out_bytes);
-    float *ref_lse = c.lse ? malloc(c.lse_bytes) : NULL;
-    if (!ref || test_reference(planner, &c, ref, ref_lse) != FC_OK || dev_upload(&c, &d, err, sizeof err)) {
-        CHECK(0, "%s: setup: %s", tc->name, fc_last_error(planner));
-        kit_case_free(&c);
-        free(ref);
-        free(ref_lse);
+    if (tcu_ref_case_init(planner, &tc->s, 7, &r, err, sizeof err)) {
+        CHECK(0, "%s: setup: %s", tc->name, err);
         return;
     }
     fc_kernel_info pinfo, info;
-    run_checked(planner, &c, &d, ref, ref_lse, &pinfo, "the planner");
+    run_checked(planner, &r, &pinfo, "the planner");
     CHECK(pinfo.tuned == 0, "%s: no cache, not tuned", tc->name);
 
     /* the entry: another row of the planner's path, or a split count */
@@ -138,18 +124,18 @@ static void one_shape(fc_context *planner, const tcase *tc, int path)
     if (tc->masks) t.masks = tc->masks;
     else if (tc->splits) t.splits = want_splits;
     else {
-        const int row = other_row(probe, &d.args, path, tc->s.head_dim, pinfo.name);
+        const int row = other_row(probe, &r.d.args, path, tc->s.head_dim, pinfo.name);
         if (row < 0) {
             tu_note_skip("no second row for the head dim on this path");
             goto out;
         }
         *(path == 90 ? &t.sm90_config : &t.sm80_config) = row;
     }
-    CHECK(fc_context_record_tuning(rec, &d.args, NULL, path, &t, "test entry") == FC_OK, "%s: record: %s",
+    CHECK(fc_context_record_tuning(rec, &r.d.args, NULL, path, &t, "test entry") == FC_OK, "%s: record: %s",
           tc->name, fc_last_error(rec));
     CHECK(fc_context_save_tuning(rec, g_file) == FC_OK, "save: %s", fc_last_error(rec));
     CHECK(fc_context_load_tuning(loaded, g_file) == FC_OK, "load: %s", fc_last_error(loaded));
-    run_checked(loaded, &c, &d, ref, ref_lse, &info, "the entry");
+    run_checked(loaded, &r, &info, "the entry");
     CHECK(info.tuned == 1 && strcmp(info.name, pinfo.name) != 0, "%s: tuned %d, kernel %s (planner %s)", tc->name,
           (int)info.tuned, info.name, pinfo.name);
     if (tc->splits) {
@@ -165,7 +151,7 @@ static void one_shape(fc_context *planner, const tcase *tc, int path)
     fc_tuning_init(&hook);
     hook.splits = 1;
     fc_context_set_tuning(loaded, &hook);
-    run_checked(loaded, &c, &d, ref, ref_lse, &info, "a hook over the entry");
+    run_checked(loaded, &r, &info, "a hook over the entry");
     CHECK(!tc->splits || (info.tuned == 0 && !strstr(info.name, "+split")), "%s: the hook wins: %s tuned %d",
           tc->name, info.name, (int)info.tuned);
     fc_tuning_init(&hook);
@@ -177,18 +163,18 @@ static void one_shape(fc_context *planner, const tcase *tc, int path)
     const int fr = foreign_row(path, tc->s.head_dim);
     if (fr >= 0) *(path == 90 ? &bad.sm90_config : &bad.sm80_config) = fr;
     else bad.splits = 64;
-    CHECK(fc_context_record_tuning(rec, &d.args, NULL, path, &bad, NULL) == FC_OK, "record the illegal entry");
+    CHECK(fc_context_record_tuning(rec, &r.d.args, NULL, path, &bad, NULL) == FC_OK, "record the illegal entry");
     CHECK(fc_context_save_tuning(rec, g_file) == FC_OK && fc_context_load_tuning(loaded, g_file) == FC_OK, "reload");
-    run_checked(loaded, &c, &d, ref, ref_lse, &info, "an illegal entry");
+    run_checked(loaded, &r, &info, "an illegal entry");
     CHECK(info.tuned == 0 && strcmp(info.name, pinfo.name) == 0, "%s: illegal entry ignored: %s tuned %d", tc->name,
           info.name, (int)info.tuned);
 
     /* recording no choice removes the bucket's entry */
-    CHECK(fc_context_record_tuning(rec, &d.args, NULL, path, &t, NULL) == FC_OK &&
-              fc_context_record_tuning(rec, &d.args, NULL, 0, NULL, NULL) == FC_OK,
+    CHECK(fc_context_record_tuning(rec, &r.d.args, NULL, path, &t, NULL) == FC_OK &&
+              fc_context_record_tuning(rec, &r.d.args, NULL, 0, NULL, NULL) == FC_OK,
           "record, then remove: %s", fc_last_error(rec));
     CHECK(fc_context_save_tuning(rec, g_file) == FC_OK && fc_context_load_tuning(loaded, g_file) == FC_OK, "reload");
-    run_checked(loaded, &c, &d, ref, ref_lse, &info, "a removed entry");
+    run_checked(loaded, &r, &info, "a removed entry");
     CHECK(info.tuned == 0 && strcmp(info.name, pinfo.name) == 0, "%s: removed entry: %s tuned %d", tc->name,
           info.name, (int)info.tuned);
 
@@ -196,10 +182,7 @@ out:
     fc_context_free(rec);
     fc_context_free(loaded);
     fc_context_free(probe);
-    dev_free(&d);
-    kit_case_free(&c);
-    free(ref);
-    free(ref_lse);
+    tcu_ref_case_free(&r);
     char name[96];
     snprintf(name, sizeof name, "%s/path%d", tc->name, path);
     group_done(name, p0, f0);
@@ -211,47 +194,32 @@ out:
 static void planner_packs_any_ratio(fc_context *ctx)
 {
     int p0 = g_pass, f0 = g_fail;
-    kit_case c;
-    dev_case d;
+    tcu_ref_case r;
     char err[400];
     const kit_shape s = test_shape(2, 40, 8, 1, 4096, 128, FC_DTYPE_BF16);
-    if (kit_case_init(&c, &s, 11)) {
-        CHECK(0, "no memory for the case");
+    if (tcu_ref_case_init(ctx, &s, 11, &r, err, sizeof err)) {
+        CHECK(0, "setup: %s", err);
         return;
     }
-    void *ref = malloc(c.out_bytes);
-    float *ref_lse = c.lse ? malloc(c.lse_bytes) : NULL;
-    if (ref && test_reference(ctx, &c, ref, ref_lse) == FC_OK && !dev_upload(&c, &d, err, sizeof err)) {
-        fc_kernel_info info;
-        run_checked(ctx, &c, &d, ref, ref_lse, &info, "5:1 decode");
-        CHECK(strstr(info.name, "sm80_") && strstr(info.name, "_gqapack"), "5:1 decode runs %s", info.name);
-        fc_context_set_cuda_path(ctx, 90);
-        run_checked(ctx, &c, &d, ref, ref_lse, &info, "5:1 decode on path 90");
-        CHECK(strstr(info.name, "sm90_") != NULL, "path 90 forced: %s", info.name);
-        fc_context_set_cuda_path(ctx, 0);
-        dev_free(&d);
-    } else {
-        CHECK(0, "setup: %s", fc_last_error(ctx));
-    }
-    kit_case_free(&c);
-    free(ref);
-    free(ref_lse);
+    fc_kernel_info info;
+    run_checked(ctx, &r, &info, "5:1 decode");
+    CHECK(strstr(info.name, "sm80_") && strstr(info.name, "_gqapack"), "5:1 decode runs %s", info.name);
+    fc_context_set_cuda_path(ctx, 90);
+    run_checked(ctx, &r, &info, "5:1 decode on path 90");
+    CHECK(strstr(info.name, "sm90_") != NULL, "path 90 forced: %s", info.name);
+    fc_context_set_cuda_path(ctx, 0);
+    tcu_ref_case_free(&r);
     group_done("planner/gqa5-decode", p0, f0);
 }
 
 int main(void)
 {
-    fc_context *ctx = NULL;
-    if (fc_context_create(&ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
-    if (!tu_cuda_device(ctx)) {
-        fc_context_free(ctx);
-        return 77;
-    }
+    fc_context *ctx;
+    const int rc = tu_cuda_start(&ctx);
+    if (rc >= 0) return rc;
     fc_context_load_tuning(ctx, NULL); /* the planner, whatever the environment says */
     snprintf(g_file, sizeof g_file, "/tmp/fc_cuda_tuning_%d.tune", (int)getpid());
-    int cc = 0;
-    struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) cc = prop.major * 10 + prop.minor;
+    const int cc = tcu_device_cc();
     tcase cases[5];
     cases[0] = (tcase){"prefill-causal", test_shape(2, 8, 8, 1000, 1000, 128, FC_DTYPE_BF16), 0, 0};
     cases[0].s.window_right = 0;

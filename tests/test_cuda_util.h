@@ -141,6 +141,53 @@ static inline fc_status dev_run(fc_context *ctx, const kit_case *c, dev_case *d,
     return FC_OK;
 }
 
+/* A case with its fp64 reference (out, lse) on the host and its copy on
+ * the device. */
+typedef struct tcu_ref_case {
+    kit_case c;
+    dev_case d;
+    void *ref;
+    float *ref_lse;
+} tcu_ref_case;
+
+/* r for shape s: 0, or -1 with err (nothing left to free). */
+static inline int tcu_ref_case_init(fc_context *ctx, const kit_shape *s, uint64_t seed, tcu_ref_case *r, char *err,
+                                    size_t n)
+{
+    memset(r, 0, sizeof *r);
+    if (kit_case_init(&r->c, s, seed)) {
+        snprintf(err, n, "no memory for the case");
+        return -1;
+    }
+    r->ref = malloc(r->c.out_bytes);
+    r->ref_lse = r->c.lse ? malloc(r->c.lse_bytes) : NULL;
+    if (!r->ref || (r->c.lse && !r->ref_lse)) snprintf(err, n, "no memory for the reference");
+    else if (test_reference(ctx, &r->c, r->ref, r->ref_lse) != FC_OK) snprintf(err, n, "reference: %s", fc_last_error(ctx));
+    else if (dev_upload(&r->c, &r->d, err, n) == 0) return 0;
+    kit_case_free(&r->c);
+    free(r->ref);
+    free(r->ref_lse);
+    return -1;
+}
+
+static inline void tcu_ref_case_free(tcu_ref_case *r)
+{
+    dev_free(&r->d);
+    kit_case_free(&r->c);
+    free(r->ref);
+    free(r->ref_lse);
+}
+
+/* The current device's compute capability as major * 10 + minor (0 if
+ * the runtime cannot say). */
+static inline int tcu_device_cc(void)
+{
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return 0;
+    return prop.major * 10 + prop.minor;
+}
+
 /* ---- the CUDA paths ----------------------------------------------------------------- */
 
 /* The kernel families (fc_context_set_cuda_path 80 and 90) a test asks for,

@@ -40,49 +40,21 @@ static void fill_inputs(void)
         }
 }
 
-static fc_tensor t4(void *data, fc_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    fc_tensor t = {data, dt, 4, {a, b, c, d}, {b * c * d, c * d, d, 1}};
-    return t;
-}
-
-static fc_tensor t3(void *data, fc_dtype dt, int64_t a, int64_t b, int64_t c)
-{
-    fc_tensor t = {data, dt, 3, {a, b, c, 0}, {b * c, c, 1, 0}};
-    return t;
-}
-
 /* q against keys [k0, k1) (f32), out and lse; causal: at the global
  * bottom-right diagonal. */
 static fc_status forward(fc_context *ctx, fc_backend be, int k0, int k1, int causal, float *out, float *lse)
 {
     fc_attention_args a;
     fc_attention_args_init(&a);
-    a.q = t4(g_q, FC_DTYPE_F32, B, SQ, HQ, D);
-    a.k = t4(g_k + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
-    a.v = t4(g_v + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
+    a.q = kit_contiguous(g_q, FC_DTYPE_F32, B, SQ, HQ, D);
+    a.k = kit_contiguous(g_k + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
+    a.v = kit_contiguous(g_v + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
     a.k.stride[0] = a.v.stride[0] = (int64_t)SK * HKV * D;
-    a.out = t4(out, FC_DTYPE_F32, B, SQ, HQ, D);
-    a.lse = t3(lse, FC_DTYPE_F32, B, HQ, SQ);
+    a.out = kit_contiguous(out, FC_DTYPE_F32, B, SQ, HQ, D);
+    a.lse = kit_contiguous(lse, FC_DTYPE_F32, B, HQ, SQ, 0);
     if (causal) a.window_right = SK - k1; /* key k0 + j sees query i iff k0 + j <= i + SK - SQ */
     a.backend = be;
     return fc_attention_forward(ctx, &a, NULL, NULL);
-}
-
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float from_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 typedef struct parts {
@@ -100,12 +72,12 @@ static int make_parts(fc_context *ctx, parts *p, const int *cuts, int n, int cau
     for (int i = 0; i < n; i++) {
         if (forward(ctx, FC_BACKEND_CPU, cuts[i], cuts[i + 1], causal, p->out[i], p->lse[i]) != FC_OK)
             return -1;
-        p->to[i] = t4(p->out[i], FC_DTYPE_F32, B, SQ, HQ, D);
+        p->to[i] = kit_contiguous(p->out[i], FC_DTYPE_F32, B, SQ, HQ, D);
         if (bf16_mask >> i & 1) {
-            for (size_t x = 0; x < NQ; x++) p->out16[i][x] = to_bf16(p->out[i][x]);
-            p->to[i] = t4(p->out16[i], FC_DTYPE_BF16, B, SQ, HQ, D);
+            for (size_t x = 0; x < NQ; x++) p->out16[i][x] = kit_f32_to_bf16(p->out[i][x]);
+            p->to[i] = kit_contiguous(p->out16[i], FC_DTYPE_BF16, B, SQ, HQ, D);
         }
-        p->tl[i] = t3(p->lse[i], FC_DTYPE_F32, B, HQ, SQ);
+        p->tl[i] = kit_contiguous(p->lse[i], FC_DTYPE_F32, B, HQ, SQ, 0);
     }
     return 0;
 }
@@ -117,8 +89,8 @@ static fc_attention_merge_args merge_args(parts *p, void *out, fc_dtype dt, floa
     m.num_parts = p->n;
     m.parts_out = p->to;
     m.parts_lse = p->tl;
-    m.out = t4(out, dt, B, SQ, HQ, D);
-    if (lse) m.lse = t3(lse, FC_DTYPE_F32, B, HQ, SQ);
+    m.out = kit_contiguous(out, dt, B, SQ, HQ, D);
+    if (lse) m.lse = kit_contiguous(lse, FC_DTYPE_F32, B, HQ, SQ, 0);
     return m;
 }
 
@@ -144,7 +116,7 @@ static void merged_equals_whole(fc_context *ctx, const char *name, const int *cu
     const kit_gate g = kit_gate_for(bf16_mask || out_dt != FC_DTYPE_F32 ? FC_DTYPE_BF16 : FC_DTYPE_F32);
     double worst = 0, worst_lse = 0;
     for (size_t x = 0; x < NQ; x++) {
-        const float o = out_dt == FC_DTYPE_F32 ? g_out[x] : from_bf16(g_out16[x]);
+        const float o = out_dt == FC_DTYPE_F32 ? g_out[x] : kit_bf16_to_f32(g_out16[x]);
         worst = fmax(worst, fabs((double)o - g_ref[x]));
     }
     for (size_t x = 0; x < NL; x++) worst_lse = fmax(worst_lse, fabs((double)g_lse[x] - g_ref_lse[x]));
@@ -204,8 +176,8 @@ static void threads(fc_context *ctx)
     }
     fc_tensor to[TP], tl[TP];
     for (int i = 0; i < TP; i++) {
-        to[i] = t4(buf + i * no, FC_DTYPE_F32, TB, TS, TH, D);
-        tl[i] = t3(buf + (TP + 2) * no + i * nl, FC_DTYPE_F32, TB, TH, TS);
+        to[i] = kit_contiguous(buf + i * no, FC_DTYPE_F32, TB, TS, TH, D);
+        tl[i] = kit_contiguous(buf + (TP + 2) * no + i * nl, FC_DTYPE_F32, TB, TH, TS, 0);
     }
     fc_attention_merge_args m;
     fc_attention_merge_args_init(&m);
@@ -215,8 +187,8 @@ static void threads(fc_context *ctx)
     float *outs[2] = {buf + TP * no, buf + (TP + 1) * no};
     float *lses[2] = {buf + (TP + 2) * no + TP * nl, buf + (TP + 2) * no + (TP + 1) * nl};
     for (int k = 0; k < 2; k++) {
-        m.out = t4(outs[k], FC_DTYPE_F32, TB, TS, TH, D);
-        m.lse = t3(lses[k], FC_DTYPE_F32, TB, TH, TS);
+        m.out = kit_contiguous(outs[k], FC_DTYPE_F32, TB, TS, TH, D);
+        m.lse = kit_contiguous(lses[k], FC_DTYPE_F32, TB, TH, TS, 0);
         fc_context_set_num_threads(ctx, k ? 3 : 1);
         CHECK(fc_attention_merge(ctx, &m, NULL) == FC_OK, "%d threads: %s", k ? 3 : 1, fc_last_error(ctx));
     }
@@ -239,13 +211,13 @@ static void layouts(fc_context *ctx)
     static float vout[(size_t)SQ * HQ * D], vlse[(size_t)HQ * SQ];
     fc_tensor to[2], tl[2];
     for (int i = 0; i < 2; i++) {
-        to[i] = t3(g_p.out[i], FC_DTYPE_F32, SQ, HQ, D);
+        to[i] = kit_contiguous(g_p.out[i], FC_DTYPE_F32, SQ, HQ, D, 0);
         tl[i] = (fc_tensor){g_p.lse[i], FC_DTYPE_F32, 2, {HQ, SQ}, {SQ, 1}};
     }
     fc_attention_merge_args v = m;
     v.parts_out = to;
     v.parts_lse = tl;
-    v.out = t3(vout, FC_DTYPE_F32, SQ, HQ, D);
+    v.out = kit_contiguous(vout, FC_DTYPE_F32, SQ, HQ, D, 0);
     v.lse = (fc_tensor){vlse, FC_DTYPE_F32, 2, {HQ, SQ}, {SQ, 1}};
     CHECK(fc_attention_merge(ctx, &v, NULL) == FC_OK && !memcmp(vout, g_out, sizeof vout) &&
               !memcmp(vlse, g_lse, sizeof vlse),
@@ -274,16 +246,16 @@ static fc_status block_backward(fc_context *ctx, int k0, int k1, int causal, con
     fc_attention_backward_args b;
     fc_attention_backward_args_init(&b);
     fc_attention_args *a = &b.fwd;
-    a->q = t4(g_q, FC_DTYPE_F32, B, SQ, HQ, D);
-    a->k = t4(g_k + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
-    a->v = t4(g_v + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
+    a->q = kit_contiguous(g_q, FC_DTYPE_F32, B, SQ, HQ, D);
+    a->k = kit_contiguous(g_k + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
+    a->v = kit_contiguous(g_v + (size_t)k0 * HKV * D, FC_DTYPE_F32, B, k1 - k0, HKV, D);
     a->k.stride[0] = a->v.stride[0] = (int64_t)SK * HKV * D;
-    a->out = t4(g_ref, FC_DTYPE_F32, B, SQ, HQ, D);
-    a->lse = t3(g_ref_lse, FC_DTYPE_F32, B, HQ, SQ);
+    a->out = kit_contiguous(g_ref, FC_DTYPE_F32, B, SQ, HQ, D);
+    a->lse = kit_contiguous(g_ref_lse, FC_DTYPE_F32, B, HQ, SQ, 0);
     if (causal) a->window_right = SK - k1;
     a->backend = FC_BACKEND_CPU;
-    b.dout = t4((void *)dout, FC_DTYPE_F32, B, SQ, HQ, D);
-    b.dq = t4(dq, FC_DTYPE_F32, B, SQ, HQ, D);
+    b.dout = kit_contiguous((void *)dout, FC_DTYPE_F32, B, SQ, HQ, D);
+    b.dq = kit_contiguous(dq, FC_DTYPE_F32, B, SQ, HQ, D);
     b.dk = a->k;
     b.dk.data = dk_all + (size_t)k0 * HKV * D;
     b.dv = a->v;

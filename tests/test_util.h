@@ -183,6 +183,28 @@ static inline int tu_cuda_device(fc_context *ctx)
     return 1;
 }
 
+/* The whole main of a GPU test in a build without CUDA (write
+ * `#if !defined(FC_HAVE_CUDA)` TU_MAIN_WITHOUT_CUDA `#else` ... `#endif`). */
+#define TU_MAIN_WITHOUT_CUDA                                                 \
+    int main(void)                                                           \
+    {                                                                        \
+        printf("SKIP: no CUDA device (this build has no CUDA backend)\n"); \
+        return 77;                                                           \
+    }
+
+/* A GPU test's start: its context in *ctx and -1; or, with the line
+ * printed, the exit code: 77 without a CUDA device, a failure without a
+ * context. */
+static inline int tu_cuda_start(fc_context **ctx)
+{
+    *ctx = NULL;
+    if (fc_context_create(ctx) != FC_OK) return test_give_up("FAIL fc_context_create");
+    if (tu_cuda_device(*ctx)) return -1;
+    fc_context_free(*ctx);
+    *ctx = NULL;
+    return 77;
+}
+
 /* Copies of the buffers a call may touch, to prove that a failing call
  * wrote nothing: take them before, compare after. */
 #define TU_SNAP_MAX 12

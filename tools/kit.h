@@ -107,7 +107,8 @@ typedef struct kit_case {
     float *descale[3], *amax;
 } kit_case;
 
-/* A contiguous [n0, n1, n2, n3] tensor at data (n2 = 0: 2-D [n0, n1]). */
+/* A contiguous [n0, n1, n2, n3] tensor at data; trailing sizes of 0 drop
+ * their dimensions (n3 = 0: 3-D [n0, n1, n2]; n2 = n3 = 0: 2-D). */
 fc_tensor kit_contiguous(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
 /* s with the append step: n new keys per sequence, rotary over the head
  * dim (its even part), seqused_k = the cache's length less n unless s has

@@ -18,7 +18,7 @@ fc_tensor kit_contiguous(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_
     memset(&t, 0, sizeof t);
     t.data = data;
     t.dtype = dt;
-    t.ndim = n2 ? 4 : 2;
+    t.ndim = n3 ? 4 : n2 ? 3 : 2;
     const int64_t sh[4] = {n0, n1, n2, n3};
     int64_t st = 1;
     for (int i = t.ndim - 1; i >= 0; i--) {

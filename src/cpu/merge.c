@@ -12,11 +12,18 @@
 #include "internal.h"
 #include "pool.h"
 
+/* The tiled paths' row conversions (load_f32_merge, store_row_merge), in
+ * plain C: the merge is bound by its loads. */
+#define FC_ISA(name) name##_merge
+#include "tiled_convert.h"
+#undef FC_ISA
+
 #define MAX_THREADS 256
 
 typedef struct merge_job {
     const fc_merge_params *m;
-    float **acc; /* per worker: head_dim floats, then num_parts weights */
+    float **acc; /* per worker: head_dim floats twice (the sum, a part's
+                  * row), then num_parts weights */
 } merge_job;
 
 static const void *at(const fc_merge_tensor *t, int64_t b, int64_t s, int64_t h)
@@ -25,38 +32,9 @@ static const void *at(const fc_merge_tensor *t, int64_t b, int64_t s, int64_t h)
     return (const char *)t->data + off * (int64_t)fc_dtype_bytes((fc_dtype)t->dtype);
 }
 
-/* acc[x] += w * row[x] over the row's head_dim elements. */
-static void add_row(float *acc, const void *row, int32_t dtype, int64_t n, float w)
-{
-    if (dtype == FC_DTYPE_F16) {
-        const uint16_t *r = row;
-        for (int64_t x = 0; x < n; x++) acc[x] += w * fc_f16_to_f32(r[x]);
-    } else if (dtype == FC_DTYPE_BF16) {
-        const uint16_t *r = row;
-        for (int64_t x = 0; x < n; x++) acc[x] += w * fc_bf16_to_f32(r[x]);
-    } else {
-        const float *r = row;
-        for (int64_t x = 0; x < n; x++) acc[x] += w * r[x];
-    }
-}
-
-/* row[x] = acc[x] / l (acc NULL: 0), rounded once to the dtype. */
-static void store_row(void *row, int32_t dtype, int64_t n, const float *acc, float l)
-{
-    if (dtype == FC_DTYPE_F16) {
-        uint16_t *r = row;
-        for (int64_t x = 0; x < n; x++) r[x] = fc_f32_to_f16(acc ? acc[x] / l : 0.0f);
-    } else if (dtype == FC_DTYPE_BF16) {
-        uint16_t *r = row;
-        for (int64_t x = 0; x < n; x++) r[x] = fc_f32_to_bf16(acc ? acc[x] / l : 0.0f);
-    } else {
-        float *r = row;
-        for (int64_t x = 0; x < n; x++) r[x] = acc ? acc[x] / l : 0.0f;
-    }
-}
-
-/* One merged row: the largest lse, the weights, the weighted sum. */
-static void merge_row(const fc_merge_params *m, float *acc, float *w, int64_t b, int64_t s, int64_t h)
+/* One merged row: the largest lse, the weights, the weighted sum (row:
+ * head_dim floats of scratch for a part's row). */
+static void merge_row(const fc_merge_params *m, float *acc, float *row, float *w, int64_t b, int64_t s, int64_t h)
 {
     float mx = -INFINITY;
     int nan = 0; /* a NaN lse makes the row NaN (its weight below is NaN) */
@@ -68,7 +46,7 @@ static void merge_row(const fc_merge_params *m, float *acc, float *w, int64_t b,
     void *dst = (void *)at(&m->out, b, s, h);
     float *lse = m->lse.data ? (float *)at(&m->lse, b, s, h) : NULL;
     if (mx == -INFINITY && !nan) { /* no part saw a key */
-        store_row(dst, m->out.dtype, m->head_dim, NULL, 1.0f);
+        store_row_merge(dst, m->out.dtype, 0, m->head_dim, NULL, 1.0f);
         if (lse) *lse = -INFINITY;
         return;
     }
@@ -78,9 +56,10 @@ static void merge_row(const fc_merge_params *m, float *acc, float *w, int64_t b,
         if (w[i] == -INFINITY) continue; /* its row is not read */
         w[i] = expf(w[i] - mx);
         sum += w[i];
-        add_row(acc, at(&m->parts_out[i], b, s, h), m->parts_out[i].dtype, m->head_dim, w[i]);
+        load_f32_merge(at(&m->parts_out[i], b, s, h), m->parts_out[i].dtype, 0, m->head_dim, row);
+        for (int64_t x = 0; x < m->head_dim; x++) acc[x] += w[i] * row[x];
     }
-    store_row(dst, m->out.dtype, m->head_dim, acc, sum);
+    store_row_merge(dst, m->out.dtype, 0, m->head_dim, acc, sum);
     if (lse) *lse = mx + logf(sum);
 }
 
@@ -89,9 +68,9 @@ static void run_item(void *arg, int worker, int64_t item)
 {
     const merge_job *job = arg;
     const fc_merge_params *m = job->m;
-    float *acc = job->acc[worker], *w = acc + m->head_dim;
+    float *acc = job->acc[worker], *row = acc + m->head_dim, *w = row + m->head_dim;
     const int64_t b = item / m->seqlen, s = item % m->seqlen;
-    for (int64_t h = 0; h < m->heads; h++) merge_row(m, acc, w, b, s, h);
+    for (int64_t h = 0; h < m->heads; h++) merge_row(m, acc, row, w, b, s, h);
 }
 
 fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, char *err, size_t err_len)
@@ -100,7 +79,7 @@ fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, char *err, siz
     if (items == 0) return FC_OK;
     const int64_t work = items * m->heads * m->head_dim * m->num_parts;
     const int nt = fc_pool_threads(num_threads, MAX_THREADS, items, work, FC_POOL_MIN_MACS);
-    const size_t bytes = ((size_t)(m->head_dim + m->num_parts) * sizeof(float) + 63) / 64 * 64;
+    const size_t bytes = ((size_t)(2 * m->head_dim + m->num_parts) * sizeof(float) + 63) / 64 * 64;
     merge_job job = {m, (float **)fc_pool_blocks(nt, bytes)};
     if (!job.acc) {
         snprintf(err, err_len, "merge: out of memory for %d x %zu bytes of scratch", nt, bytes);
