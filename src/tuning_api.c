@@ -44,16 +44,14 @@ static fc_status call_key(fc_context *ctx, const fc_attention_args *args, const 
 
 /* A choice record_tuning can keep: fields in range, of the entry's pass,
  * setting something; a one-line comment. */
-static fc_status check_choice(fc_context *ctx, int32_t cuda_path, const fc_tuning *choice, int bwd,
-                              const char *comment)
+static fc_status check_choice(fc_context *ctx, const fc_tune_choice *c, int bwd, const char *comment)
 {
-    const fc_status st = fc_check_tuning(ctx, choice);
+    const fc_status st = fc_check_tuning(ctx, &c->t);
     if (st) return st;
-    const fc_tune_choice c = {cuda_path, *choice};
     char why[96];
-    if (fc_tune_choice_misfit(&c, bwd, why, sizeof why))
+    if (fc_tune_choice_misfit(c, bwd, why, sizeof why))
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "record_tuning: %s", why);
-    if (!fc_tune_choice_sets(&c))
+    if (!fc_tune_choice_sets(c))
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "record_tuning: the choice sets nothing");
     if (comment && (strchr(comment, '\n') || strlen(comment) > 200))
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "record_tuning: the comment has a newline or is over "
@@ -72,14 +70,14 @@ fc_status fc_context_record_tuning(fc_context *ctx, const fc_attention_args *arg
     if (cuda_path != 0 && cuda_path != 80 && cuda_path != 90)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "record_tuning: cuda_path %d: use 0, 80 or 90",
                             (int)cuda_path);
-    fc_status st = choice ? check_choice(ctx, cuda_path, choice, bwd != NULL, comment) : FC_OK;
+    fc_tune_choice c = {cuda_path, {0}};
+    if (choice) c.t = *choice; /* fc_tune_record drops its trace file */
+    fc_status st = choice ? check_choice(ctx, &c, bwd != NULL, comment) : FC_OK;
     if (st) return st;
     uint64_t key;
     fc_cuda_device dev;
     st = call_key(ctx, args, bwd, &key, &dev);
     if (st) return st;
-    fc_tune_choice c = {cuda_path, choice ? *choice : ctx->tuning};
-    c.t.sm90_trace_file = NULL;
     st = fc_tune_record(&ctx->tune, &dev, key, choice ? &c : NULL, comment, ctx->err, sizeof ctx->err);
     if (st == FC_OK) ctx->err[0] = 0;
     return st;

@@ -278,6 +278,7 @@ def _start(path, eager_why):
         make = ctypes.PyDLL(str(path)).fc_ext_eager  # called with the GIL held
         make.restype = ctypes.py_object
         _eager = make()
+        ext.fc_ext_eager_calls.restype = ctypes.c_int64
     set_enabled(True)
     _context.context()  # this thread's context, shared from now on (another thread's: at its next call)
     return None
@@ -299,7 +300,6 @@ def eager_calls():
     """How many calls the C++ eager call ran on this thread (0 without it)."""
     if _eager is None:
         return 0
-    _loaded.fc_ext_eager_calls.restype = ctypes.c_int64
     return _loaded.fc_ext_eager_calls()
 
 
