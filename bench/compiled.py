@@ -135,9 +135,27 @@ def measure(task, mode, mods, ids, targets, a, cuda):
             samples[name].append(time_steps(runs[name], a.steps, cuda))
     for name in IMPLS:
         row["ms_" + name] = statistics.median(samples[name])
+        if a.profile:
+            row["profile_" + name] = profile(runs[name], cuda)
     row["ratio"] = row["ms_flashcore"] / row["ms_sdpa"]
     row["max_diff"] = (outs["flashcore"] - outs["sdpa"]).abs().max().item()
     return row
+
+
+def profile(run, cuda, steps=10):
+    """torch.profiler's table of steps back-to-back steps: host time per op,
+    then device time (what a step's difference between the two is made of)."""
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(steps):
+            run()
+        if cuda:
+            torch.cuda.synchronize()
+    ka = prof.key_averages()
+    tables = [ka.table(sort_by="self_cpu_time_total", row_limit=14)]
+    if cuda:
+        tables.append(ka.table(sort_by="self_device_time_total", row_limit=14))
+    return "\n".join(tables)
 
 
 def ops_path():
@@ -181,6 +199,8 @@ def main():
     ap.add_argument("--backend", default="inductor", help="torch.compile backend")
     ap.add_argument("--json", default=None, help="write meta and rows here")
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny model, aot_eager: plumbing only")
+    ap.add_argument("--profile", action="store_true",
+                    help="after each row's timing, torch.profiler over 10 steps of each (printed, not in the JSON)")
     a = ap.parse_args()
     if a.dry_run:
         a.batch, a.seq, a.dim, a.heads, a.kv_heads, a.layers = 2, 16, 32, 4, 2, 1
@@ -201,6 +221,10 @@ def main():
             for t in a.tasks.split(",") for m in a.modes.split(",")]
     meta["flashcore_ops"] = ops_path()  # after the runs: the first op call loads the C++ kernels
     print(table(rows, meta))
+    for r in rows:
+        for name in IMPLS:
+            if "profile_" + name in r:
+                print("\n== profile: %s %s, %s\n%s" % (r["task"], r["mode"], name, r.pop("profile_" + name)))
     if a.json:
         Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     return 1 if any("error" in r for r in rows) else 0

@@ -15,9 +15,14 @@ of the libflashcore this binding loaded and registers its kernels. From
 then on they run the ops on CPU and CUDA tensors; a call they do not take,
 and every error, goes to the Python kernel (through the private ops
 flashcore::_attention_fwd_py / _attention_bwd_py), so results and errors
-are the same; a call autograd records goes to register_autograd's formula
-as before. Where anything fails (no compiler, no torch headers, another
-platform) the Python kernels stay, with the reason in describe().
+are the same. A dense attention_fwd call autograd records on plain tensors
+(no paged cache, no tracer, fake tensor or dispatch mode) records the same
+formula in C++ (flashcore::AttentionBackward: saves q, k, v, out, lse and
+the options, calls attention_bwd), without the ~100 us of host time of
+torch.library's Python autograd kernel; every other recorded call goes to
+register_autograd's formula. Where anything fails (no compiler, no torch
+headers, another platform) the Python kernels stay, with the reason in
+describe().
 
 The eager call (_attention._eager while the kernels are in) is built with
 Python's headers (Python.h, torch's python_variable.h) and linked to

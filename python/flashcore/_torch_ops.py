@@ -31,9 +31,11 @@ copy) and run on torch's current CUDA stream, like flashcore.attention.
 
 The kernels here (_forward_op, _backward_op) are the Python path. The
 first call of one loads C++ kernels for attention_fwd and attention_bwd
-(_torch_ext: CPU, CUDA, and the autograd step of calls autograd does not
-record), which hand what they do not take, and every error, back to these
-functions through the private ops _attention_fwd_py and _attention_bwd_py.
+(_torch_ext: CPU, CUDA, and the autograd step), which hand what they do
+not take, and every error, back to these functions through the private
+ops _attention_fwd_py and _attention_bwd_py. _setup_context and
+_backward_rule are the autograd formula of the calls the C++ kernels leave
+to it (eager training on plain tensors records its C++ copy instead).
 """
 
 import collections

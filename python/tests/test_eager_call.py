@@ -250,7 +250,7 @@ def test_autograd_and_compile_take_the_ops():
     q, k, v = (x.requires_grad_() for x in rand((1, 6, 4, 16), (1, 6, 2, 16), (1, 6, 2, 16), seed=10))
     n = _torch_ext.eager_calls()
     out = flashcore.attention(q, k, v, causal=True)
-    assert "flashcore_attention_fwd" in out.grad_fn.name()  # register_autograd's formula
+    assert "flashcore::AttentionBackward" in out.grad_fn.name()  # the op's C++ formula
     out.sum().backward()
     assert q.grad is not None and _torch_ext.eager_calls() == n
     f = torch.compile(lambda q, k, v: flashcore.attention(q, k, v, causal=True), fullgraph=True,

@@ -123,8 +123,85 @@ def test_autograd_gradients_bits_equal(python_calls):
 
     cpp, py = both(step)
     same_bits(cpp, py)
-    assert "flashcore_attention_fwd" in cpp[0].grad_fn.name()  # register_autograd's formula
+    assert "flashcore::AttentionBackward" in cpp[0].grad_fn.name()  # the C++ formula
+    assert "flashcore_attention_fwd" in py[0].grad_fn.name()  # register_autograd's
     assert python_calls.n == 2
+
+
+def _formula(t):
+    """Which autograd formula recorded t: 'c++' or 'python' (register_autograd's)."""
+    name = t.grad_fn.name()
+    return "c++" if "flashcore::AttentionBackward" in name else "python" if "flashcore_attention_fwd" in name else name
+
+
+def test_cpp_formula_takes_what_the_python_one_did():
+    def step(grads, **kw):
+        q, k, v = rand((2, 7, 4, 16), (2, 9, 2, 16), (2, 9, 2, 16), seed=11)
+        for x, g in zip((q, k, v), grads):
+            x.requires_grad_(g)
+        out = flashcore.attention(q, k, v, **kw)
+        out.sum().backward()  # a broadcast dout: stride 0 everywhere
+        return [out] + [x.grad for x, g in zip((q, k, v), grads) if g], _formula(out)
+
+    for grads in ((True, True, True), (False, False, True), (True, False, False)):
+        (cpp, fc), (py, fp) = both(lambda: step(grads, window=(3, 0), scale=0.3))
+        assert (fc, fp) == ("c++", "python")
+        same_bits(cpp, py)
+    # varlen offsets ride along to the backward (whose kernel hands them to Python)
+    qv, kv, vv = (x.requires_grad_() for x in rand((10, 4, 16), (8, 2, 16), (8, 2, 16), seed=12))
+    cu_q, cu_k = torch.tensor([0, 3, 3, 10], dtype=torch.int32), torch.tensor([0, 5, 8, 8], dtype=torch.int32)
+
+    def varlen():
+        for x in (qv, kv, vv):
+            x.grad = None
+        out = flashcore.attention(qv, kv, vv, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True)
+        (out * out).sum().backward()
+        return [out, qv.grad, kv.grad, vv.grad], _formula(out)
+
+    (cpp, fc), (py, fp) = both(varlen)
+    assert (fc, fp) == ("c++", "python")
+    same_bits(cpp, py)
+
+
+def test_cpp_formula_autograd_rules():
+    q, k, v = (x.requires_grad_() for x in rand((1, 5, 2, 16), (1, 5, 2, 16), (1, 5, 2, 16), seed=13))
+    out, lse = flashcore.attention(q, k, v, return_lse=True)
+    assert _formula(out) == "c++" and not lse.requires_grad
+    dq, = torch.autograd.grad(out.sum(), q, retain_graph=True)
+    dq2, = torch.autograd.grad(out.sum(), q)  # the graph kept, run twice: the same gradient
+    assert torch.equal(dq, dq2)
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        out.sum().backward()
+    out = flashcore.attention(q, k, v)
+    with torch.no_grad():
+        k.mul_(2)  # a saved input changed in place
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    out = flashcore.attention(q, k, v)
+    g, = torch.autograd.grad(out.sum(), q, create_graph=True)
+    with pytest.raises(flashcore.UnsupportedError, match="double backward"):
+        g.sum().backward()
+
+
+def test_python_formula_where_the_cpp_one_does_not_go():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = (x.requires_grad_() for x in rand((1, 5, 2, 16), (1, 5, 2, 16), (1, 5, 2, 16), seed=14))
+    with Watch():
+        out = flashcore.attention(q, k, v)
+    assert _formula(out) == "python"
+    B, Hkv, D, ps, pages = 2, 2, 16, 4, 4
+    kc, vc = (x.requires_grad_() for x in rand((pages, ps, Hkv, D), (pages, ps, Hkv, D), seed=15))
+    table = torch.arange(pages, dtype=torch.int32).reshape(B, 2)
+    out = flashcore.attention_with_kvcache(q[:, :1].detach().expand(B, 1, 2, D).contiguous(), kc, vc,
+                                           block_table=table, cache_seqlens=torch.tensor([3, 8], dtype=torch.int32))
+    assert _formula(out) == "python"
+    with pytest.raises(flashcore.UnsupportedError, match="paged KV cache"):
+        out.sum().backward()
 
 
 def test_paged_cache_bits_equal(python_calls):

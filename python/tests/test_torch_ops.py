@@ -183,7 +183,8 @@ def test_meta_tensors_give_shapes():
 def test_routing():
     q, k, v = rand((1, 6, 2, 16), (1, 6, 2, 16), (1, 6, 2, 16), seed=5)
     out = flashcore.attention(q, k, v)
-    assert "flashcore_attention_fwd" in out.grad_fn.name()  # recorded through the op
+    name = out.grad_fn.name()  # recorded through the op: its C++ formula or register_autograd's
+    assert "flashcore::AttentionBackward" in name or "flashcore_attention_fwd" in name
     with torch.no_grad():
         direct = flashcore.attention(q, k, v)
     assert direct.grad_fn is None and torch.equal(direct, out.detach())

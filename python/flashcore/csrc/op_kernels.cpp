@@ -23,10 +23,11 @@
 
 #ifdef FLASHCORE_EAGER
 #include <torch/csrc/autograd/python_variable.h>  // Python.h first, as Python wants it
+#endif
 
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
-#endif
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -400,15 +401,100 @@ bool records(Args a) {
     return false;
 }
 
+// What a dense CPU or CUDA tensor's dispatch keys may hold (an inference
+// tensor holds fewer): the backend bits, Dense, autograd, ADInplaceOrView
+// and autocast. A Python subclass (a fake tensor), a functorch wrapper, a
+// functional or a negative view hold more.
+const uint64_t kDenseKeys =
+    (c10::DispatchKeySet({c10::DispatchKey::Dense, c10::DispatchKey::AutogradFunctionality,
+                          c10::DispatchKey::ADInplaceOrView}) |
+     c10::autocast_dispatch_keyset | c10::DispatchKeySet(c10::DispatchKeySet::RAW, c10::full_backend_mask))
+        .raw_repr();
+
+bool dense(const at::Tensor &t) { return t.defined() && (t.key_set().raw_repr() & ~kDenseKeys) == 0; }
+
+// An attention_fwd call autograd records that the formula below takes: a
+// dense call (no paged cache: its backward raises in the Python formula) on
+// plain tensors, under no torch function or dispatch mode (a tracer, fake
+// tensors, a mode that watches the ops: they keep the Python formula).
+bool cpp_formula(Args a) {
+    if (!a[16].isNone() || !a[17].isNone()) return false;
+    if (at::impl::torch_function_mode_enabled() || c10::impl::dispatch_mode_enabled()) return false;
+    for (const c10::IValue &x : a)
+        if (x.isTensor() && !dense(x.toTensor())) return false;
+    return true;
+}
+
+const c10::OperatorHandle &bwd_op() {
+    static const c10::OperatorHandle op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("flashcore::attention_bwd", "");
+    return op;
+}
+
+}  // namespace
+
+namespace flashcore {
+
+// register_autograd's formula (_torch_ops._setup_context, _backward_rule)
+// in C++: eager training pays the Python autograd kernel's ~100 us per
+// call otherwise. The options after q, k, v ride along as one non-tensor
+// argument; the backward is the op attention_bwd, as there. Named
+// outside the anonymous namespace: grad_fn.name() says
+// "CppNode<flashcore::AttentionBackward>".
+struct AttentionBackward : torch::autograd::Function<AttentionBackward> {
+    static torch::autograd::variable_list forward(torch::autograd::AutogradContext *ctx,
+                                                  const c10::OperatorHandle &op, const at::Tensor &q,
+                                                  const at::Tensor &k, const at::Tensor &v, const Stack &rest) {
+        Stack s{q, k, v};
+        s.insert(s.end(), rest.begin(), rest.end());
+        op.callBoxed(&s);  // grad mode is off here: the autograd kernel redispatches below itself
+        at::Tensor out = s[0].toTensor(), lse = s[1].toTensor();
+        ctx->save_for_backward({q, k, v, out, lse});
+        c10::impl::GenericList opts(c10::AnyType::get());
+        for (size_t i = 0; i < 13; i++) opts.push_back(rest[i]);  // _torch_ops._OPTIONS
+        ctx->saved_data["opts"] = std::move(opts);
+        ctx->mark_non_differentiable({lse});
+        return {out, lse};
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        torch::autograd::variable_list saved = ctx->get_saved_variables();
+        at::Tensor dout = grads[0];
+        if (dout.stride(-1) != 1) dout = dout.contiguous();  // a broadcast dout: stride 0 everywhere
+        Stack s{dout};
+        s.insert(s.end(), saved.begin(), saved.end());
+        for (const c10::IValue &x : ctx->saved_data["opts"].toListRef()) s.push_back(x);
+        bwd_op().callBoxed(&s);
+        return {at::Tensor(), s[0].toTensor(), s[1].toTensor(), s[2].toTensor(), at::Tensor()};
+    }
+};
+
+}  // namespace flashcore
+
+namespace {
+
 // Both ops' AutogradCPU and AutogradCUDA kernel. A compiled graph's calls
 // (grad off, or nothing requiring grad) take the redispatch below autograd
-// that the Python autograd kernel would make, without its Python.
-// A call autograd records goes to that kernel (register_autograd's formula):
-// registered for the alias key Autograd, it still serves AutogradOther.
+// that the Python autograd kernel would make, without its Python. A
+// recorded attention_fwd call cpp_formula takes runs flashcore::AttentionBackward;
+// every other recorded call goes to the Python autograd kernel
+// (register_autograd's formula): registered for the alias key Autograd, it
+// still serves AutogradOther.
 void autograd(const c10::OperatorHandle &op, c10::DispatchKeySet ks, Stack *stack) {
     const c10::DispatchKeySet below = ks & c10::after_autograd_keyset;
-    if (records(torch::jit::last(stack, op.schema().arguments().size())))
-        return op.redispatchBoxed(below | c10::DispatchKeySet(c10::DispatchKey::AutogradOther), stack);
+    const size_t n = op.schema().arguments().size();
+    Args a = torch::jit::last(stack, n);
+    if (records(a)) {
+        if (n != kFwdArgs || !cpp_formula(a))  // kFwdArgs: attention_fwd (attention_bwd has kBwdArgs)
+            return op.redispatchBoxed(below | c10::DispatchKeySet(c10::DispatchKey::AutogradOther), stack);
+        Stack rest(a.begin() + 3, a.end());
+        auto res = flashcore::AttentionBackward::apply(op, a[0].toTensor(), a[1].toTensor(), a[2].toTensor(),
+                                                       rest);
+        torch::jit::drop(stack, n);
+        torch::jit::push(stack, std::move(res[0]), std::move(res[1]));
+        return;
+    }
     at::AutoDispatchBelowADInplaceOrView guard;
     op.redispatchBoxed(below, stack);
 }
@@ -527,22 +613,11 @@ enum EagerArg {
     kEagerArgs
 };
 
-// What a dense CPU or CUDA tensor's dispatch keys may hold (an inference
-// tensor holds fewer): the backend bits, Dense, autograd, ADInplaceOrView
-// and autocast. A Python subclass, a functorch wrapper, a functional or a
-// negative view hold more.
-const uint64_t kDenseKeys =
-    (c10::DispatchKeySet({c10::DispatchKey::Dense, c10::DispatchKey::AutogradFunctionality,
-                          c10::DispatchKey::ADInplaceOrView}) |
-     c10::autocast_dispatch_keyset | c10::DispatchKeySet(c10::DispatchKeySet::RAW, c10::full_backend_mask))
-        .raw_repr();
-
 // o's tensor where o is a torch.Tensor (or Parameter) with dense keys only.
 const at::Tensor *tensor_arg(PyObject *o) {
     if (!THPVariable_CheckExact(o)) return nullptr;
     const at::Tensor &t = THPVariable_Unpack(o);
-    if (!t.defined() || (t.key_set().raw_repr() & ~kDenseKeys) != 0) return nullptr;
-    return &t;
+    return dense(t) ? &t : nullptr;
 }
 
 // An optional tensor argument: true with nullptr for None.
