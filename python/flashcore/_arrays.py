@@ -253,9 +253,20 @@ def empty(like, user_shape, float32=False, layout="bshd", dtype=None):
         dtype = None if float32 else like.elem_dtype
     if like.kind == "numpy":
         obj = np.empty(user_shape, dtype=np.float32 if dtype is None else dtype)
-    else:  # new_empty: like's device without building a torch.device (half the cost)
-        obj = like.obj.new_empty(user_shape, dtype=_torch().float32 if dtype is None else dtype)
+    else:
+        obj = new_output(like.obj, user_shape, layout == "bhsd", _torch().float32 if dtype is None else dtype)
     return view(obj, "out", layout)
+
+
+def new_output(like, shape, bhsd, dtype=None):
+    """A new torch tensor of shape on like's device (like's dtype, or
+    dtype): a 4-D bhsd one is a [B,H,S,D] view of [B,S,H,D] memory, as
+    torch's SDPA makes its out, so that the usual transpose(1, 2).reshape
+    after attention copies nothing. (new_empty: like's device without
+    building a torch.device, half the cost.)"""
+    if bhsd and len(shape) == 4:
+        return like.new_empty((shape[0], shape[2], shape[1], shape[3]), dtype=dtype).transpose(1, 2)
+    return like.new_empty(shape, dtype=dtype)
 
 
 def full_int32(like, n, value):

@@ -80,7 +80,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     variable length: [total, H, D] with int32 cu_seqlens_q/k (batch+1 offsets).
     numpy arrays (host) or torch tensors (CPU or CUDA; CUDA work is queued on
     torch's current stream of q's device). Returns out (same kind, shape and
-    layout as q), and lse ([B,Hq,Sq] float32; varlen [Hq,total_q]) when
+    layout as q; a new torch out in 'bhsd' is a view of [B,S,H,D] memory, as
+    SDPA's), and lse ([B,Hq,Sq] float32; varlen [Hq,total_q]) when
     return_lse. cuda_path=80/90 forces one CUDA kernel family (tests, peers).
 
     Paged KV cache (dense q; forward only): block_table int32 [B, max_pages]

@@ -39,7 +39,8 @@ _kept = {}
 class _Entry:
     """A kept call: its args bytes (init), where it runs, and how to make
     its outputs: (shape, the input whose empty_like has the same strides,
-    or None: new_empty) each; the forward's lse shape."""
+    or None: _arrays.new_output, bhsd or not) each; the forward's lse
+    shape."""
     __slots__ = ("init", "backward", "device", "device_index", "cuda_path", "outs", "lse_shape",
                  "torch_device")
 
@@ -122,8 +123,8 @@ def bwd_key(tensors, grads, deterministic, cuda_path, common):
 def _new_outputs(e, inputs):
     torch = _arrays._torch()
     # empty_like costs half of new_empty; taken where it gives the same strides
-    return [torch.empty_like(inputs[like]) if like is not None else inputs[0].new_empty(shape)
-            for shape, like in e.outs]
+    return [torch.empty_like(inputs[like]) if like is not None else _arrays.new_output(inputs[0], shape, bhsd)
+            for shape, like, bhsd in e.outs]
 
 
 def _get(sig):
@@ -190,7 +191,7 @@ def keep(sig, call, inputs, cuda_path):
     e.device_index = _context.device_index(call.device)
     e.cuda_path = _context.cuda_path_value(cuda_path)
     made = call.results if e.backward else call.results[:1]
-    e.outs = [(x.shape, i if _like(x, inputs[i]) else None) for i, x in enumerate(made)]
+    e.outs = [(x.shape, i if _like(x, inputs[i]) else None, not x.is_contiguous()) for i, x in enumerate(made)]
     lse = None if e.backward else call.results[1]
     e.lse_shape = None if lse is None else lse.shape
     e.torch_device = inputs[0].device

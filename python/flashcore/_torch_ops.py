@@ -42,7 +42,7 @@ import collections
 
 import torch
 
-from . import _attention, _backward, _request, _torch_ext
+from . import _arrays, _attention, _backward, _request, _torch_ext
 from .errors import InvalidArgumentError, UnsupportedError
 
 # The options both ops take, after their tensors. scale 0 = 1/sqrt(head_dim);
@@ -110,7 +110,7 @@ def _fwd_fake(q, k, v, *opts):
     # out and lse follow q alone: paged k/v hold pages, not sequences
     o = Options(*opts[:_N])
     lse = q.new_empty(_lse_shape(q, o.cu_seqlens_q is not None, o.bhsd), dtype=torch.float32)
-    return q.new_empty(q.shape), lse
+    return _arrays.new_output(q, q.shape, o.bhsd), lse
 
 
 _fwd_append = torch.library.custom_op("flashcore::attention_fwd_append", _forward_op, mutates_args=("k", "v"),
@@ -152,7 +152,8 @@ _bwd = torch.library.custom_op("flashcore::attention_bwd", _backward_op, mutates
 
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, *opts):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    bhsd = Options(*opts).bhsd
+    return tuple(_arrays.new_output(x, x.shape, bhsd) for x in (q, k, v))
 
 
 def _setup_context(ctx, inputs, output):

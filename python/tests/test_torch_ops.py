@@ -180,6 +180,35 @@ def test_meta_tensors_give_shapes():
     assert flashcore.scaled_dot_product_attention(qb, kb, kb, is_causal=True, enable_gqa=True).shape == qb.shape
 
 
+def test_bhsd_outputs_are_bshd_memory():
+    """New bhsd outputs (out, dq, dk, dv) are [B,H,S,D] views of [B,S,H,D]
+    memory, as SDPA's out, on every path: the direct call (full and kept),
+    the op, its fake; bshd ones are contiguous."""
+    q, k, v = rand((2, 4, 7, 16), (2, 2, 9, 16), (2, 2, 9, 16), seed=20)  # [B,H,S,D], contiguous
+
+    def bshd_memory(x):
+        return x.transpose(1, 2).is_contiguous()
+
+    with torch.no_grad():
+        for _ in range(2):  # the second call is the kept one
+            assert bshd_memory(flashcore.attention(q, k, v, layout="bhsd"))
+            qb, kb, vb = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+            assert flashcore.attention(qb, kb, vb, layout="bshd").is_contiguous()
+            assert all(bshd_memory(g) for g in flashcore.attention_backward(
+                torch.randn(q.shape), q, k, v, *flashcore.attention(q, k, v, layout="bhsd", return_lse=True),
+                layout="bhsd"))
+    out = flashcore.attention(q, k, v, layout="bhsd")  # recorded: the op
+    grads = torch.autograd.grad(out.sum(), (q, k, v))  # (x.grad would take x's strides)
+    assert bshd_memory(out) and all(bshd_memory(g) for g in grads)
+    plain = [x.detach() for x in (q, k, v)]
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fq, fk, fv = (mode.from_tensor(x) for x in plain)
+        fo, flse = torch.ops.flashcore.attention_fwd(fq, fk, fv, *options(bhsd=True))
+        assert bshd_memory(fo) and flse.is_contiguous()
+        assert all(bshd_memory(g) for g in torch.ops.flashcore.attention_bwd(fo, fq, fk, fv, fo, flse,
+                                                                             *options(bhsd=True)))
+
+
 def test_routing():
     q, k, v = rand((1, 6, 2, 16), (1, 6, 2, 16), (1, 6, 2, 16), seed=5)
     out = flashcore.attention(q, k, v)

@@ -276,6 +276,14 @@ bool paged(Args a, const at::Device &dev, fc_attention_args &args) {
                  args);
 }
 
+// A new output of t's shape, dtype and device: a 4-D bhsd one is a
+// [B,H,S,D] view of [B,S,H,D] memory (_arrays.new_output: torch's SDPA
+// makes its out so, and the usual transpose(1, 2).reshape then copies nothing).
+at::Tensor new_output(const at::Tensor &t, bool bhsd) {
+    if (!bhsd || t.dim() != 4) return at::empty(t.sizes(), t.options());
+    return at::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options()).transpose(1, 2);
+}
+
 // ---- running a call
 
 void *stream_of(const at::Device &dev) {
@@ -330,7 +338,7 @@ Pair forward(Args a) {
     if (!options(a.slice(3, 13), o) || !operands(q, a[1].toTensor(), a[2].toTensor(), o, args) ||
         !paged(a.slice(16, 2), q.device(), args))
         return std::nullopt;
-    at::Tensor out = at::empty(q.sizes(), q.options());
+    at::Tensor out = new_output(q, o.bhsd);
     at::Tensor lse = at::empty({args.q.shape[0], args.q.shape[2], args.q.shape[1]}, q.options().dtype(at::kFloat));
     view(out, o.bhsd, args.q.dtype, args.out);
     view(lse, false, FC_DTYPE_F32, args.lse);
@@ -360,8 +368,7 @@ Triple backward(Args a) {
     if (!options(a.slice(6, 13), o) || !operands(q, k, v, o, f) || !like_q(a[4].toTensor(), q, f, o.bhsd, f.out) ||
         !like_q(a[0].toTensor(), q, f, o.bhsd, args.dout) || !lse_in(a[5].toTensor(), q, f))
         return std::nullopt;
-    at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
-               dv = at::empty(v.sizes(), v.options());
+    at::Tensor dq = new_output(q, o.bhsd), dk = new_output(k, o.bhsd), dv = new_output(v, o.bhsd);
     view(dq, o.bhsd, f.q.dtype, args.dq);
     view(dk, o.bhsd, f.q.dtype, args.dk);
     view(dv, o.bhsd, f.q.dtype, args.dv);
@@ -593,9 +600,9 @@ void fc_ext_stub_forward(int on) {
 // _attention.attention hands it every argument, in its signature's order
 // (EagerArg), before anything else (outside torch.compile). The call it
 // takes is run here as the binding's Python would run it: the same checks
-// (those above), the same args, out and lse made as there (new, contiguous
-// in q's layout; lse only when asked) or the caller's out, the library's
-// forward on torch's current stream with the GIL released. It takes a call
+// (those above), the same args, out and lse made as there (new_output; lse
+// only when asked) or the caller's out, the library's forward on torch's
+// current stream with the GIL released. It takes a call
 // on torch tensors (not a subclass; a dense CPU or CUDA tensor's keys
 // only) that autograd does not record, under no torch function or dispatch
 // mode, without varlen offsets, appended keys or FP8 options, whose options
@@ -727,7 +734,7 @@ PyObject *eager_call(PyObject *const *a) {
     const at::Device dev = q->device();
     if (!operands(*q, *k, *v, o, args) || !paged(table, used, dev, args) || (given && !given_out(*given, *q)))
         return nullptr;
-    at::Tensor out = given ? *given : at::empty(q->sizes(), q->options());
+    at::Tensor out = given ? *given : new_output(*q, o.bhsd);
     if (!view(out, o.bhsd, args.q.dtype, args.out)) return nullptr;
     const bool want_lse = a[kReturnLse] == Py_True;
     at::Tensor lse;
