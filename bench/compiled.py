@@ -9,8 +9,9 @@ an inference forward (no_grad, a causal prefill). Modes: `eager` (no
 compilation, for reference), `default` (torch.compile(fullgraph=True)) and
 `reduce-overhead` (the same with CUDA graphs). Step time: CUDA events around
 --steps back-to-back steps after warm-up (compilation, graph recording),
-median over --rounds rounds, the two attention implementations interleaved.
-Each row also has the difference of the outputs (loss, or the largest
+median over --rounds rounds, the two attention implementations interleaved;
+the ratio is the median of the rounds' ratios (with their range). Each
+row also has the difference of the outputs (loss, or the largest
 logit difference) between the two. The header (and the JSON's meta,
 flashcore_ops) says which kernels ran flashcore's ops: their C++ kernels
 (python/flashcore/csrc, built at the first op call) or the Python ones.
@@ -137,7 +138,12 @@ def measure(task, mode, mods, ids, targets, a, cuda):
         row["ms_" + name] = statistics.median(samples[name])
         if a.profile:
             row["profile_" + name] = profile(runs[name], cuda)
-    row["ratio"] = row["ms_flashcore"] / row["ms_sdpa"]
+    # per-round ratios of neighbouring timings: the host's speed drifts
+    # by 10-100% between runs and more slowly within one, so a round's pair
+    # shares its drift; the row's ratio is their median, with the range
+    ratios = [f / s for f, s in zip(samples["flashcore"], samples["sdpa"])]
+    row["ratio"] = statistics.median(ratios)
+    row["ratio_range"] = [min(ratios), max(ratios)]
     row["max_diff"] = (outs["flashcore"] - outs["sdpa"]).abs().max().item()
     return row
 
@@ -172,14 +178,15 @@ def table(rows, meta):
     lines = ["compiled decoder step time, %s, torch %s, %s, %d steps x %d rounds (medians)"
              % (meta["device"], meta["torch"], meta["model"], meta["steps"], meta["rounds"]),
              "flashcore's op kernels: %s" % meta["flashcore_ops"], "",
-             "| task | mode | flashcore ms/step | SDPA ms/step | flashcore / SDPA | max diff |",
+             "| task | mode | flashcore ms/step | SDPA ms/step | flashcore / SDPA (rounds' range) | max diff |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append("| %s | %s | - | - | - | %s |" % (r["task"], r["mode"], r["error"]))
         else:
-            lines.append("| %s | %s | %.3f | %.3f | %.3fx | %.2g |" % (
-                r["task"], r["mode"], r["ms_flashcore"], r["ms_sdpa"], r["ratio"], r["max_diff"]))
+            lines.append("| %s | %s | %.3f | %.3f | %.3fx (%.3f-%.3f) | %.2g |" % (
+                r["task"], r["mode"], r["ms_flashcore"], r["ms_sdpa"], r["ratio"], *r["ratio_range"],
+                r["max_diff"]))
     return "\n".join(lines)
 
 
