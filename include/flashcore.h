@@ -387,9 +387,13 @@ FC_API fc_status fc_attention_backward(fc_context *ctx, const fc_attention_backw
  *   lse           optional (lse.data == NULL: not written), f32, the parts'
  *                 lse shape
  * A row whose every part is -inf gets out = 0 and lse = -inf; a +inf or NaN
- * lse gives a NaN row. out and lse overlap no part nor each other. The CPU
- * backend runs it (threads as the context's); the CUDA backend does not
- * have it yet (FC_ERR_UNSUPPORTED). */
+ * lse gives a NaN row. out and lse overlap no part nor each other. Every
+ * pointer of a call is on one side: host memory runs on the CPU backend
+ * (threads as the context's), device or managed memory on the CUDA backend
+ * (the context's device; queued on stream with no host synchronization, so
+ * a CUDA graph can capture it). FC_BACKEND_CUDA with a host out, or in a
+ * build without CUDA, is FC_ERR_UNSUPPORTED; any other pointer on the
+ * wrong side is FC_ERR_INVALID_ARGUMENT naming it. */
 #define FC_MAX_MERGE_PARTS 1024
 typedef struct fc_attention_merge_args {
     int32_t num_parts;          /* 1 to FC_MAX_MERGE_PARTS                 */

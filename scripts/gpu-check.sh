@@ -134,8 +134,8 @@ fi
 
 if want test; then
   log "ctest"
-  # test_cuda_forward, test_cuda_backward and test_cuda_paged run below, with their own logs
-  if ctest --test-dir "$BUILD" --output-on-failure -E "test_cuda_forward|test_cuda_backward|test_cuda_paged|python_binding" >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
+  # test_cuda_forward, test_cuda_backward, test_cuda_paged and test_cuda_merge run below, with their own logs
+  if ctest --test-dir "$BUILD" --output-on-failure -E "test_cuda_forward|test_cuda_backward|test_cuda_paged|test_cuda_merge|python_binding" >"$OUT/ctest.log" 2>&1; then result[ctest]=ok; else result[ctest]=FAIL; fi
   tail -15 "$OUT/ctest.log"
   n=$([ $quick = 1 ] && echo 60 || echo 300)
   nr=$([ $quick = 1 ] && echo 12 || echo 40)
@@ -153,6 +153,9 @@ if want test; then
   # forced, against the reference (each case's reference checked against a
   # dense twin on the host: half the cases for about the same time)
   gpu_prog paged test_cuda_paged --cases $((n / 2)) >"$OUT/t-paged.res" &
+  # fc_attention_merge on the device against the CPU backend and a double
+  # merge (parts in the kernel's parameters and in a device table)
+  gpu_prog merge test_cuda_merge >"$OUT/t-merge.res" &
   # Every row of the Hopper tile table (sm90_config) and every sm90-class
   # row of the sm80 table (sm80_config), forced by a tuning cache file, on
   # random cases of its head_dim: rows the planner picks only for some shapes
@@ -174,7 +177,7 @@ if want test; then
     else echo "pytest FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log" >&2; fi
   ) >"$OUT/t-pytest.res" &
   collect_results t-
-  for k in gpu80 gpu90 gpubwd gpupaged gpu90-rows gpu80-rows gpu90-rot gpu90-tail pytest; do
+  for k in gpu80 gpu90 gpubwd gpupaged gpumerge gpu90-rows gpu80-rows gpu90-rot gpu90-tail pytest; do
     [ -n "${result[$k]:-}" ] || result[$k]="FAIL: its job printed no result"
   done
   log "GPU matrices done"
@@ -207,6 +210,8 @@ if want sanitize || want_explicit sanitize-bwd; then
     # run only paged calls, so the forced-row runs below never reach them
     # (racecheck and synccheck of its quick cases: ~5 s each, H200)
     SAN_TEST=test_cuda_paged san_run "$tool" "san-$tool-paged"
+    # the merge kernel and its part table (shuffles within groups of lanes)
+    SAN_TEST=test_cuda_merge san_run "$tool" "san-$tool-merge"
     # the rotated tile loop (the planner takes it only for several tiles per CTA)
     FLASHCORE_TUNING_CACHE="$(force sm90_rotate=1)" san_run "$tool" "san-$tool-90rot" --path 90
     # tail balancing on a 5-CTA grid: split tiles, partials, the arrival

@@ -239,7 +239,9 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
 
 /* Merging partial results (fc_attention_merge, src/merge.c): checked
  * parts, rows addressed as [batch][seq][head] (variable length: batch 1,
- * seq = the token count, batch strides 0). Strides in elements. */
+ * seq = the token count, batch strides 0). Strides in elements. The CUDA
+ * launcher (cuda/merge.h) takes the same struct: its arrays in host
+ * memory, the tensors' data on the device. */
 typedef struct fc_merge_tensor {
     const void *data;
     int32_t dtype;                /* the output dtype (lse: f32)            */

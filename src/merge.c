@@ -2,7 +2,8 @@
  * merge.c -- fc_attention_merge: its checks (each tensor through
  * tensor_check.c, as the forward's; shapes agreeing; outputs aliasing no
  * input; every pointer where the backend runs), then the backend's merge
- * (src/cpu/merge.c). Nothing is written before every check has passed.
+ * (src/cpu/merge.c, or src/cuda/merge.cu for device memory). Nothing is
+ * written before every check has passed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 
 #include "memory_space.h"
 #include "tensor_check.h"
+#if defined(FC_HAVE_CUDA)
+#include "cuda/merge.h"
+#endif
 
 static const char *const dims_out[] = {"batch", "seqlen_q", "heads", "head_dim"};
 static const char *const dims_out_var[] = {"total_q", "heads", "head_dim"};
@@ -115,37 +119,56 @@ static const void *pointer(const fc_attention_merge_args *a, int k)
     return (k % 2 ? a->parts_lse : a->parts_out)[k / 2 - 1].data;
 }
 
-/* The first pointer of the call in device memory (its index k), or -1. */
-static int first_device_pointer(const fc_attention_merge_args *a)
+/* is_device[k] for each pointer k of the call (pointer()): device or
+ * managed memory (all 0 without CUDA: cuda_stub.c). */
+static void locate_pointers(const fc_attention_merge_args *a, unsigned char *is_device)
 {
     const int n = 2 + 2 * a->num_parts;
     for (int at = 0; at < n; at += FC_MAX_CALL_POINTERS) {
         const void *ptr[FC_MAX_CALL_POINTERS];
-        unsigned char dev[FC_MAX_CALL_POINTERS];
         const int m = n - at < FC_MAX_CALL_POINTERS ? n - at : FC_MAX_CALL_POINTERS;
         for (int j = 0; j < m; j++) ptr[j] = pointer(a, at + j);
-        fc_cuda_device_pointers(ptr, m, dev); /* all 0 without CUDA (cuda_stub.c) */
-        for (int j = 0; j < m; j++)
-            if (ptr[j] && dev[j]) return at + j;
+        fc_cuda_device_pointers(ptr, m, is_device + at);
+    }
+}
+
+/* The pointer of the call that is not where the backend needs it (device
+ * memory for cuda, host memory for the others), with its name; -1 if none. */
+static int misplaced(const fc_attention_merge_args *a, const unsigned char *is_device, int want_device, char *name,
+                     size_t len)
+{
+    for (int k = 0; k < 2 + 2 * a->num_parts; k++) {
+        if (!pointer(a, k) || is_device[k] == want_device) continue;
+        if (k < 2) snprintf(name, len, "%s", k ? "lse" : "out");
+        else snprintf(name, len, "%s[%d]", k % 2 ? "parts_lse" : "parts_out", k / 2 - 1);
+        return k;
     }
     return -1;
 }
 
-/* AUTO runs where out lives; the CPU backend needs every pointer on the
- * host; the CUDA backend has no merge yet. */
+/* AUTO runs where out lives; the CPU backends need every pointer on the
+ * host, the CUDA backend every one on the device. A cuda request whose out
+ * is on the host is one that backend cannot run (FC_ERR_UNSUPPORTED); out
+ * on the device with another pointer on the host is a mixed call, an
+ * invalid argument (as the forward's). */
 static fc_status pick_backend(fc_context *ctx, const fc_attention_merge_args *a, fc_backend *b)
 {
-    const int k = first_device_pointer(a);
-    if (*b == FC_BACKEND_AUTO) *b = k == 0 ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
+#if !defined(FC_HAVE_CUDA)
     if (*b == FC_BACKEND_CUDA)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "fc_attention_merge: the cuda backend has no merge yet; "
-                                                     "merge host copies on the cpu backend");
-    if (k < 0) return FC_OK;
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "fc_attention_merge: the cuda backend has no merge in this "
+                                                     "build (configured without CUDA); merge host copies on the "
+                                                     "cpu backend");
+#endif
+    unsigned char is_device[2 + 2 * FC_MAX_MERGE_PARTS];
+    locate_pointers(a, is_device);
+    if (*b == FC_BACKEND_AUTO) *b = is_device[0] ? FC_BACKEND_CUDA : FC_BACKEND_CPU;
+    const int cuda = *b == FC_BACKEND_CUDA;
     char name[32];
-    if (k < 2) snprintf(name, sizeof name, "%s", k ? "lse" : "out");
-    else snprintf(name, sizeof name, "%s[%d]", k % 2 ? "parts_lse" : "parts_out", k / 2 - 1);
-    return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s is device memory but the cpu backend needs host pointers",
-                        name);
+    const int k = misplaced(a, is_device, cuda, name, sizeof name);
+    if (k < 0) return FC_OK;
+    return fc_set_error(ctx, cuda && k == 0 ? FC_ERR_UNSUPPORTED : FC_ERR_INVALID_ARGUMENT,
+                        "%s is %s memory but the %s backend needs %s pointers", name, cuda ? "host" : "device",
+                        cuda ? "cuda" : "cpu", cuda ? "device" : "host");
 }
 
 /* A checked tensor as rows [batch][seq][head] (variable length: no batch
@@ -162,9 +185,25 @@ static fc_merge_tensor rows_of(const fc_tensor *t, int lse)
     return r;
 }
 
+/* The checked call on the CUDA backend: the context's device, queued on
+ * stream. A build without CUDA never gets here (pick_backend refuses). */
+static fc_status run_cuda(fc_context *ctx, const fc_merge_params *m, void *stream)
+{
+#if defined(FC_HAVE_CUDA)
+    fc_cuda_device dev;
+    fc_status st = fc_cuda_get_device(ctx->device, &dev, ctx->err, sizeof ctx->err);
+    if (st) return st;
+    /* programmatic dependent launch as the forward's (dispatch.c) */
+    const int pdl = dev.cc_major >= 9 && ctx->tuning.pdl != 0;
+    return fc_cuda_merge(m, &dev, pdl, stream, ctx->err, sizeof ctx->err);
+#else
+    (void)m, (void)stream;
+    return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "fc_attention_merge: this build has no CUDA backend");
+#endif
+}
+
 fc_status fc_attention_merge(fc_context *ctx, const fc_attention_merge_args *args, void *stream)
 {
-    (void)stream; /* the CPU backend runs in the call */
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
     ctx->err[0] = 0;
     fc_status st = check_args(ctx, args);
@@ -184,7 +223,8 @@ fc_status fc_attention_merge(fc_context *ctx, const fc_attention_merge_args *arg
     const int varlen = o->ndim == 3;
     fc_merge_params m = {n, parts, parts + n, rows_of(o, 0), rows_of(&args->lse, 1), varlen ? 1 : o->shape[0],
                          o->shape[varlen ? 0 : 1], o->shape[varlen ? 1 : 2], o->shape[varlen ? 2 : 3]};
-    st = fc_cpu_merge(&m, ctx->num_threads, ctx->err, sizeof ctx->err);
+    if (b == FC_BACKEND_CUDA) st = run_cuda(ctx, &m, stream);
+    else st = fc_cpu_merge(&m, ctx->num_threads, ctx->err, sizeof ctx->err);
     free(parts);
     if (st == FC_OK) ctx->err[0] = 0;
     return st;

@@ -6,9 +6,10 @@ The binding checks what the C struct cannot say: the sequences of parts,
 their kind and device, the layout, and out= against outs[0]. The library
 checks the rest (dtypes, shapes, strides, aliasing), naming the parts
 parts_out[i] and parts_lse[i]. A dense merge without query rows goes in as
-the empty varlen merge, as the forward's call does. The library merges on
-the CPU backends only: CUDA tensors raise its UnsupportedError. The merge
-has no backward (autograd does not record it)."""
+the empty varlen merge, as the forward's call does. CUDA tensors merge on
+the library's CUDA backend: the context's device set to theirs, torch's
+current stream of it, as _context.run does for the forward. The merge has
+no backward (autograd does not record it)."""
 
 import ctypes
 
@@ -156,17 +157,20 @@ def merge_attention(outs, lses, *, out=None, out_dtype=None, return_lse=False, l
     outs: in the caller's layout, 'bshd' [B,S,H,D] or 'bhsd' [B,H,S,D]
     (strides permuted as attention() does), or 3-D varlen [total_q, H, D];
     float32, float16 or bfloat16, each part its own. lses: float32
-    [B,H,S] (varlen [H,total_q]). 1 to 1024 parts, numpy arrays or CPU
-    torch tensors, all of one kind and device.
+    [B,H,S] (varlen [H,total_q]). 1 to 1024 parts, numpy arrays or torch
+    tensors (CPU or CUDA), all of one kind and device (out= too).
 
     out=None: a new output like outs[0] (kind, device, layout) in out_dtype
     (default: outs[0]'s dtype); a given out (writable, outs[0]'s shape,
     float32, float16 or bfloat16; out_dtype's if both are given) is written
     and returned. Returns out, or (out, lse) with return_lse (lse new,
     float32, the parts' lse shape). backend: 'auto' (where the tensors
-    are), 'cpu' or 'cpu_reference' (the same code); CUDA tensors raise
-    UnsupportedError (the library has no CUDA merge). No backward: torch
-    parts that require grad are refused while grad mode is on.
+    are), 'cpu' or 'cpu_reference' (the same code; host memory) or 'cuda'.
+    CUDA tensors merge on their device, queued on torch's current stream of
+    it (asynchronous, as attention(); a CUDA graph can capture the call); a
+    library built without CUDA raises UnsupportedError for them. No
+    backward: torch parts that require grad are refused while grad mode is
+    on.
 
     Raises a FlashCoreError subclass with the library's message on
     failure; a failed call has not written out.
@@ -187,5 +191,6 @@ def merge_attention(outs, lses, *, out=None, out_dtype=None, return_lse=False, l
     args.backend = code
     keep = _fill(args, vouts, vlses, vo, vl)  # noqa: F841 (args points into these)
     ctx = _context.context()
+    ctx.set_device(_context.device_index(first.device))  # as the forward's _context.run: the tensors' device
     ctx.check(lib.fc_attention_merge(ctx.handle, ctypes.byref(args), _context.stream(first.device)))
     return results if return_lse else results[0]
