@@ -1,0 +1,245 @@
+"""Context parallelism over torch.distributed: ring_attention(), one
+attention call over a sequence split across the ranks of a process group.
+
+Each rank holds its slice of the sequence (q, k and v for the same tokens).
+K/V slices travel around the ring (rank r sends to r + 1 and receives from
+r - 1, the transfer of the next slice posted before the current one's
+attention runs); each rank computes flashcore.attention of its queries on
+every slice it is handed, with return_lse, and folds the partial results
+in by merge_attention into a float32 accumulator in ring order. The
+backward sends the K/V slices round again with float32 dK/dV accumulators
+travelling beside them, each rank adding attention_backward's block
+gradients (taken against the final out and lse, which makes the blocks
+exact parts of the whole) until every accumulator is back at its owner;
+an accumulator's transfer is waited for at the end of its step (not yet
+overlapped with the next step's work).
+
+Sequence split (`split`): 'contiguous', rank r holds tokens [r S, (r + 1)
+S) for a local length S; 'zigzag' (causal load balance: every rank the
+same work), the sequence in 2P chunks and rank r holds chunks r and
+2P - 1 - r, in that order (S even). A pair of chunks (query chunk a, key
+chunk b) is skipped when causal and b > a, causal when b == a (equal
+lengths: the usual alignment), unmasked when b < a.
+
+Every rank passes tensors of one shape, layout and dtype (checked once
+per call by an all_gather of the shapes). Not taken (UnsupportedError):
+windows, variable-length batches, paged caches, FP8. Deterministic: the
+sums run in a fixed order, so with deterministic=True (the block
+backward's) the results repeat bitwise.
+
+The partial outputs and block gradients are rounded to the inputs' dtype
+before they are summed in float32 (the library's forward and backward
+write their dtype); against one call over the whole sequence that adds a
+rounding per part.
+"""
+
+import collections
+
+from . import _attention, _backward, _merge
+from .errors import InvalidArgumentError, UnsupportedError
+
+_Plan = collections.namedtuple("_Plan", "group rank size split causal scale softcap layout deterministic backend")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _dist():
+    import torch.distributed as dist
+    return dist
+
+
+def _chunks(plan, rank):
+    """The sequence chunks rank holds, in its local order."""
+    if plan.split == "contiguous":
+        return (rank,)
+    return (rank, 2 * plan.size - 1 - rank)
+
+
+def _seq_dim(plan):
+    return 2 if plan.layout == "bhsd" else 1
+
+
+def _pieces(x, plan):
+    """x's local chunks (views along the sequence), as _chunks orders them."""
+    n = len(_chunks(plan, 0))
+    return x.chunk(n, dim=_seq_dim(plan)) if n > 1 else (x,)
+
+
+def _peer(plan, step):
+    """The global rank of the group rank `step` places after this one."""
+    return _dist().get_global_rank(plan.group, (plan.rank + step) % plan.size) if plan.group is not None \
+        else (plan.rank + step) % plan.size
+
+
+def _exchange(tensors, plan):
+    """Post the ring's transfer of tensors (to rank + 1, from rank - 1):
+    (the received buffers, the requests to wait on)."""
+    dist = _dist()
+    recv = [_torch().empty_like(x) for x in tensors]
+    ops = [dist.P2POp(dist.isend, x, _peer(plan, 1), plan.group) for x in tensors]
+    ops += [dist.P2POp(dist.irecv, x, _peer(plan, -1), plan.group) for x in recv]
+    return recv, dist.batch_isend_irecv(ops)
+
+
+def _wait(reqs):
+    for r in reqs:
+        r.wait()
+
+
+def _pairs(plan, src):
+    """(local query chunk, key chunk of rank src, its mask) for every pair
+    of the step that holds src's K/V: mask None = skipped."""
+    for i, a in enumerate(_chunks(plan, plan.rank)):
+        for j, b in enumerate(_chunks(plan, src)):
+            if plan.causal and b > a:
+                continue
+            yield i, j, plan.causal and b == a
+
+
+def _options(plan, causal):
+    return dict(causal=causal, softcap=plan.softcap, scale=plan.scale, layout=plan.layout, backend=plan.backend)
+
+
+def _fold(acc, part, plan):
+    """Merge one more (out, lse) into the float32 accumulator (None at first)."""
+    if acc is None:
+        return part[0].float(), part[1]
+    return _merge.merge_attention([acc[0], part[0]], [acc[1], part[1]], out_dtype=_torch().float32,
+                                  return_lse=True, layout=plan.layout, backend=plan.backend)
+
+
+def _forward(q, k, v, plan):
+    qs = _pieces(q, plan)
+    accs = [None] * len(qs)
+    kv = (k.contiguous(), v.contiguous())
+    for step in range(plan.size):
+        nxt, reqs = _exchange(kv, plan) if step < plan.size - 1 else (None, [])
+        src = (plan.rank - step) % plan.size
+        ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
+        for i, j, causal in _pairs(plan, src):
+            part = _attention.attention(qs[i], ks[j], vs[j], return_lse=True, **_options(plan, causal))
+            accs[i] = _fold(accs[i], part, plan)
+        _wait(reqs)
+        kv = nxt
+    torch = _torch()
+    out = torch.cat([a[0] for a in accs], dim=_seq_dim(plan)).to(q.dtype)
+    lse = torch.cat([a[1] for a in accs], dim=-1)
+    return out, lse
+
+
+def _backward_ring(dout, q, k, v, out, lse, plan):
+    torch = _torch()
+    qs, dos, outs = _pieces(q, plan), _pieces(dout, plan), _pieces(out, plan)
+    lses = [x.contiguous() for x in lse.chunk(len(qs), dim=-1)] if len(qs) > 1 else (lse,)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dqs = _pieces(dq, plan)
+    kv = (k.contiguous(), v.contiguous())
+    # the float32 dK, dV of the slice this rank holds: its own at first
+    acc = (torch.zeros(k.shape, dtype=torch.float32, device=k.device),
+           torch.zeros(v.shape, dtype=torch.float32, device=v.device))
+    for step in range(plan.size):
+        nxt, reqs = _exchange(kv, plan) if step < plan.size - 1 else (None, [])
+        src = (plan.rank - step) % plan.size
+        ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
+        dks, dvs = _pieces(acc[0], plan), _pieces(acc[1], plan)
+        for i, j, causal in _pairs(plan, src):
+            g = _backward.attention_backward(dos[i], qs[i], ks[j], vs[j], outs[i], lses[i],
+                                             deterministic=plan.deterministic, **_options(plan, causal))
+            dqs[i].add_(g[0])
+            dks[j].add_(g[1])
+            dvs[j].add_(g[2])
+        if plan.size > 1:
+            # on to rank + 1, which holds this slice next (after the last
+            # step: its owner); from rank - 1, the next slice's
+            acc, acc_reqs = _exchange(acc, plan)
+            _wait(acc_reqs)
+        _wait(reqs)
+        kv = nxt
+    return dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype)
+
+
+def _check_shapes(q, k, v, plan):
+    """Every rank's q, k, v have one shape (else the ring's buffers would
+    not match): one all_gather of the shapes."""
+    torch = _torch()
+    dist = _dist()
+    mine = torch.tensor([*q.shape, *k.shape, *v.shape], dtype=torch.int64, device=q.device)
+    every = [torch.empty_like(mine) for _ in range(plan.size)]
+    dist.all_gather(every, mine, group=plan.group)
+    for r, x in enumerate(every):
+        if not torch.equal(x, mine):
+            raise InvalidArgumentError("ring_attention: rank %d holds q, k, v of shapes %s, rank %d of %s: every "
+                                       "rank must hold the same shapes (pad the sequence)"
+                                       % (plan.rank, tuple(mine.tolist()), r, tuple(x.tolist())))
+
+
+class _Ring:
+    """The torch.autograd.Function (made at first use: torch is imported late)."""
+    fn = None
+
+    @classmethod
+    def get(cls):
+        if cls.fn is None:
+            torch = _torch()
+
+            class RingAttention(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, q, k, v, plan):
+                    out, lse = _forward(q, k, v, plan)
+                    ctx.save_for_backward(q, k, v, out, lse)
+                    ctx.plan = plan
+                    ctx.mark_non_differentiable(lse)
+                    return out, lse
+
+                @staticmethod
+                def backward(ctx, dout, _dlse):
+                    q, k, v, out, lse = ctx.saved_tensors
+                    dq, dk, dv = _backward_ring(dout.contiguous(), q, k, v, out, lse, ctx.plan)
+                    return dq, dk, dv, None
+
+            cls.fn = RingAttention
+        return cls.fn
+
+
+def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0, split="contiguous",
+                   layout="bshd", deterministic=False, return_lse=False, backend="auto"):
+    """Attention over a sequence split across the ranks of `group` (a
+    torch.distributed process group, default the world; NCCL for CUDA
+    tensors, gloo for CPU ones), called by every rank with its slice.
+
+    q [B, S, Hq, D], k/v [B, S, Hkv, D] ('bshd'; 'bhsd': [B, H, S, D]):
+    this rank's tokens, as `split` assigns them ('contiguous' or 'zigzag':
+    module docstring). Returns this rank's out (q's shape and dtype), and
+    its lse ([B, Hq, S] float32) with return_lse. Differentiable: with
+    tensors that require grad, loss.backward() runs the backward ring (every
+    rank must run it). causal: over the whole sequence. deterministic: the
+    block backward's (results repeat bitwise).
+    """
+    dist = _dist()
+    if not dist.is_available() or not dist.is_initialized():
+        raise InvalidArgumentError("ring_attention: torch.distributed is not initialised "
+                                   "(torch.distributed.init_process_group first)")
+    if split not in ("contiguous", "zigzag"):
+        raise InvalidArgumentError("split: expected 'contiguous' or 'zigzag', got %r" % (split,))
+    if layout not in ("bshd", "bhsd"):
+        raise InvalidArgumentError("layout: expected 'bshd' or 'bhsd', got %r" % (layout,))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, _torch().Tensor) or x.dim() != 4:
+            raise UnsupportedError("ring_attention: %s must be a 4-D torch tensor (no variable-length or paged "
+                                   "calls across ranks)" % name)
+    plan = _Plan(group, dist.get_rank(group), dist.get_world_size(group), split, bool(causal), scale,
+                 float(softcap or 0.0), layout, bool(deterministic), backend)
+    if split == "zigzag" and q.shape[_seq_dim(plan)] % 2:
+        raise InvalidArgumentError("split='zigzag': the local sequence length %d must be even (two chunks)"
+                                   % q.shape[_seq_dim(plan)])
+    _check_shapes(q, k, v, plan)
+    torch = _torch()
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+        out, lse = _Ring.get().apply(q, k, v, plan)
+    else:
+        with torch.no_grad():
+            out, lse = _forward(q, k, v, plan)
+    return (out, lse) if return_lse else out

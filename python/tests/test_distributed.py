@@ -1,0 +1,142 @@
+"""flashcore.distributed.ring_attention on CPU processes over gloo: each
+rank's out, lse and gradients equal the slice of one flashcore.attention
+call over the whole sequence (and its autograd gradients), for both
+splits, causal or not, GQA, bshd and bhsd, f32 and bf16; deterministic
+reruns repeat bitwise; bad calls raise on every rank. Skipped without
+torch or torch.distributed's gloo backend."""
+
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed without gloo", allow_module_level=True)
+mp = pytest.importorskip("torch.multiprocessing")
+
+# name, B, Hq, Hkv, S per rank, D, dtype, causal, split, layout, softcap
+CASES = [
+    ("f32-causal-gqa-contiguous", 2, 4, 2, 6, 16, "float32", True, "contiguous", "bshd", 0.0),
+    ("f32-causal-zigzag-bhsd", 1, 2, 2, 8, 32, "float32", True, "zigzag", "bhsd", 0.0),
+    ("f32-full-softcap", 1, 3, 1, 5, 8, "float32", False, "contiguous", "bshd", 4.0),
+    ("bf16-causal-zigzag-gqa", 2, 4, 1, 10, 64, "bfloat16", True, "zigzag", "bshd", 0.0),
+]
+# |got - want| <= atol + rtol |want| against one call over the whole
+# sequence: f32 differs by the summation order; bf16 partial outputs and
+# block gradients are each rounded to bf16 once before their float32 sum
+# (module docstring), so two bf16 roundings of the magnitude
+TOL = {"float32": (2e-5, 2e-5), "bfloat16": (3e-2, 2e-2)}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _global(case, size):
+    """The whole sequence's q, k, v, dout (float32, [B, S_total, H, D]),
+    the same on every rank."""
+    _, B, Hq, Hkv, S, D, *_ = case
+    g = torch.Generator().manual_seed(7)
+    total = S * size
+    return [torch.randn(B, total, h, D, generator=g) for h in (Hq, Hkv, Hkv, Hq)]
+
+
+def _index(case, size, rank):
+    """The global token indices rank holds, in its local order."""
+    S, split = case[4], case[8]
+    if split == "contiguous":
+        return list(range(rank * S, (rank + 1) * S))
+    c = S // 2
+    return list(range(rank * c, (rank + 1) * c)) + list(range((2 * size - 1 - rank) * c, (2 * size - rank) * c))
+
+
+def _check_case(case, size, rank):
+    import flashcore
+    from flashcore import distributed as fd
+    name, *_, dtype, causal, split, layout, softcap = case
+    dt = getattr(torch, dtype)
+    q, k, v, dout = _global(case, size)
+    # the reference: one call over the whole sequence, in float32 from the same (rounded) inputs
+    qr, kr, vr = (x.to(dt).float().clone().requires_grad_() for x in (q, k, v))
+    want, want_lse = flashcore.attention(qr, kr, vr, causal=causal, softcap=softcap, return_lse=True)
+    want.backward(dout)
+    idx = _index(case, size, rank)
+    mine = [x[:, idx].to(dt) for x in (q, k, v, dout)]
+    if layout == "bhsd":
+        mine = [x.transpose(1, 2) for x in mine]
+    ql, kl, vl = (x.clone().requires_grad_() for x in mine[:3])
+    out, lse = fd.ring_attention(ql, kl, vl, causal=causal, softcap=softcap, split=split, layout=layout,
+                                 return_lse=True)
+    out.backward(mine[3])
+    atol, rtol = TOL[dtype]
+
+    def same(got, ref, what):
+        if layout == "bhsd" and got.dim() == 4:
+            got = got.transpose(1, 2)
+        got = got.float()
+        err = (got - ref).abs() - rtol * ref.abs()
+        assert err.max().item() <= atol, "%s rank %d: %s off by %.3g" % (name, rank, what, err.max().item())
+
+    same(out, want.detach()[:, idx], "out")
+    torch.testing.assert_close(lse, want_lse[:, :, idx], atol=atol, rtol=rtol)
+    for x, ref, what in ((ql, qr, "dq"), (kl, kr, "dk"), (vl, vr, "dv")):
+        assert x.grad.dtype == dt and x.grad.shape == x.shape
+        same(x.grad, ref.grad[:, idx], what)
+    # deterministic reruns: the same bits
+    runs = []
+    for _ in range(2):
+        a, b, c = (x.clone().requires_grad_() for x in mine[:3])
+        o = fd.ring_attention(a, b, c, causal=causal, softcap=softcap, split=split, layout=layout,
+                              deterministic=True)
+        o.backward(mine[3])
+        runs.append([o.detach(), a.grad, b.grad, c.grad])
+    for x, y in zip(*runs):
+        assert torch.equal(x, y), "%s rank %d: deterministic reruns differ" % (name, rank)
+
+
+def _worker(rank, size, port, cases, errors):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=size)
+    try:
+        import flashcore
+        from flashcore import distributed as fd
+        for case in cases:
+            _check_case(case, size, rank)
+        q = torch.randn(1, 4 + rank, 2, 8)  # ranks disagree on the shape: every rank raises
+        with pytest.raises(flashcore.InvalidArgumentError, match="same shapes"):
+            fd.ring_attention(q, q, q)
+        with pytest.raises(flashcore.InvalidArgumentError, match="must be even"):
+            fd.ring_attention(*(torch.randn(1, 3, 2, 8) for _ in range(3)), split="zigzag")
+    except BaseException as e:  # noqa: B902 (reported to the parent, which fails the test)
+        errors.put("rank %d: %s: %s" % (rank, type(e).__name__, e))
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ring_attention_equals_one_call(size):
+    ctx = mp.get_context("spawn")
+    errors = ctx.SimpleQueue()
+    cases = CASES if size == 2 else [c for c in CASES if c[8] == "contiguous"]
+    try:
+        mp.start_processes(_worker, args=(size, _free_port(), cases, errors), nprocs=size, start_method="spawn")
+    except Exception as e:  # a rank raised: its message
+        msgs = []
+        while not errors.empty():
+            msgs.append(errors.get())
+        pytest.fail("; ".join(msgs) or str(e))
+
+
+def test_not_initialised():
+    import flashcore
+    from flashcore import distributed as fd
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised")
+    q = torch.randn(1, 4, 2, 8)
+    with pytest.raises(flashcore.InvalidArgumentError, match="not initialised"):
+        fd.ring_attention(q, q, q)
