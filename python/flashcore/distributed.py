@@ -10,19 +10,22 @@ in by merge_attention into a float32 accumulator in ring order. The
 backward sends the K/V slices round again with float32 dK/dV accumulators
 travelling beside them, each rank adding attention_backward's block
 gradients (taken against the final out and lse, which makes the blocks
-exact parts of the whole) until every accumulator is back at its owner;
-an accumulator's transfer is waited for at the end of its step (not yet
-overlapped with the next step's work).
+exact parts of the whole) until every accumulator is back at its owner.
+A step's gradients go to a fresh buffer that is added to the arriving
+accumulator only after the step's work, so both transfers run behind
+compute (the accumulators' last hop, home, excepted).
 
-Sequence split (`split`): 'contiguous', rank r holds tokens [r S, (r + 1)
-S) for a local length S; 'zigzag' (causal load balance: every rank the
-same work), the sequence in 2P chunks and rank r holds chunks r and
-2P - 1 - r, in that order (S even). A pair of chunks (query chunk a, key
-chunk b) is skipped when causal and b > a, causal when b == a (equal
-lengths: the usual alignment), unmasked when b < a.
+Sequence split (`split`): 'contiguous', rank r holds the r-th run of
+tokens, of any length (ranks may differ); 'zigzag' (causal load balance:
+every rank the same work), the sequence in 2P chunks and rank r holds
+chunks r and 2P - 1 - r, in that order (the same even length on every
+rank). A pair of chunks (query chunk a, key chunk b) is skipped when
+causal and b > a, causal when b == a (a rank's own tokens: the usual
+alignment), unmasked when b < a.
 
-Every rank passes tensors of one shape, layout and dtype (checked once
-per call by an all_gather of the shapes). Not taken (UnsupportedError):
+Every rank passes tensors of one layout and dtype, and shapes that differ
+at most in the token count, with the contiguous split (checked once per
+call by an all_gather of the shapes). Not taken (UnsupportedError):
 windows, variable-length batches, paged caches, FP8. Deterministic: the
 sums run in a fixed order, so with deterministic=True (the block
 backward's) the results repeat bitwise.
@@ -38,7 +41,9 @@ import collections
 from . import _attention, _backward, _merge
 from .errors import InvalidArgumentError, UnsupportedError
 
-_Plan = collections.namedtuple("_Plan", "group rank size split causal scale softcap layout deterministic backend")
+# shapes: per rank of the group, the (k shape, v shape) of its slice
+_Plan = collections.namedtuple("_Plan", "group rank size split causal scale softcap layout deterministic backend "
+                                        "shapes")
 
 
 def _torch():
@@ -74,11 +79,13 @@ def _peer(plan, step):
         else (plan.rank + step) % plan.size
 
 
-def _exchange(tensors, plan):
-    """Post the ring's transfer of tensors (to rank + 1, from rank - 1):
-    (the received buffers, the requests to wait on)."""
+def _exchange(tensors, plan, src, dtype=None):
+    """Post the ring's transfer of tensors (to rank + 1, from rank - 1),
+    receiving the slice of group rank src (its shapes; dtype: the
+    tensors'): (the received buffers, the requests to wait on)."""
     dist = _dist()
-    recv = [_torch().empty_like(x) for x in tensors]
+    recv = [_torch().empty(shape, dtype=dtype or x.dtype, device=x.device)
+            for x, shape in zip(tensors, plan.shapes[src])]
     ops = [dist.P2POp(dist.isend, x, _peer(plan, 1), plan.group) for x in tensors]
     ops += [dist.P2POp(dist.irecv, x, _peer(plan, -1), plan.group) for x in recv]
     return recv, dist.batch_isend_irecv(ops)
@@ -116,8 +123,8 @@ def _forward(q, k, v, plan):
     accs = [None] * len(qs)
     kv = (k.contiguous(), v.contiguous())
     for step in range(plan.size):
-        nxt, reqs = _exchange(kv, plan) if step < plan.size - 1 else (None, [])
         src = (plan.rank - step) % plan.size
+        nxt, reqs = _exchange(kv, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
         ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
         for i, j, causal in _pairs(plan, src):
             part = _attention.attention(qs[i], ks[j], vs[j], return_lse=True, **_options(plan, causal))
@@ -137,43 +144,69 @@ def _backward_ring(dout, q, k, v, out, lse, plan):
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dqs = _pieces(dq, plan)
     kv = (k.contiguous(), v.contiguous())
-    # the float32 dK, dV of the slice this rank holds: its own at first
-    acc = (torch.zeros(k.shape, dtype=torch.float32, device=k.device),
-           torch.zeros(v.shape, dtype=torch.float32, device=v.device))
+    acc = acc_reqs = None  # the float32 dK, dV of the slice held, arriving from rank - 1
     for step in range(plan.size):
-        nxt, reqs = _exchange(kv, plan) if step < plan.size - 1 else (None, [])
         src = (plan.rank - step) % plan.size
+        nxt, reqs = _exchange(kv, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
         ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
-        dks, dvs = _pieces(acc[0], plan), _pieces(acc[1], plan)
+        part = tuple(torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in kv)
+        dks, dvs = _pieces(part[0], plan), _pieces(part[1], plan)
         for i, j, causal in _pairs(plan, src):
             g = _backward.attention_backward(dos[i], qs[i], ks[j], vs[j], outs[i], lses[i],
                                              deterministic=plan.deterministic, **_options(plan, causal))
             dqs[i].add_(g[0])
             dks[j].add_(g[1])
             dvs[j].add_(g[2])
+        if step:  # the earlier ranks' sums, sent while this step ran; then this rank's
+            _wait(acc_reqs)
+            for x, y in zip(acc_in, part):
+                x.add_(y)
+            part = acc_in
         if plan.size > 1:
             # on to rank + 1, which holds this slice next (after the last
-            # step: its owner); from rank - 1, the next slice's
-            acc, acc_reqs = _exchange(acc, plan)
-            _wait(acc_reqs)
+            # step: its owner); from rank - 1, the next slice's (after the
+            # last step: this rank's own, back from its tour)
+            acc = part  # kept alive until the transfer is waited on
+            acc_in, acc_reqs = _exchange(acc, plan, (src - 1) % plan.size)
+        else:
+            acc_in = part
         _wait(reqs)
         kv = nxt
-    return dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype)
+    if plan.size > 1:
+        _wait(acc_reqs)
+    return dq.to(q.dtype), acc_in[0].to(k.dtype), acc_in[1].to(v.dtype)
 
 
-def _check_shapes(q, k, v, plan):
-    """Every rank's q, k, v have one shape (else the ring's buffers would
-    not match): one all_gather of the shapes."""
+def _gather_shapes(q, k, v, plan):
+    """Every rank's (q, k, v) shapes (one all_gather), checked: the ring's
+    buffers take them. A rank's q, k and v hold the same tokens; ranks
+    differ at most in their token count, and only with the contiguous
+    split. The raise is the same on every rank."""
     torch = _torch()
     dist = _dist()
     mine = torch.tensor([*q.shape, *k.shape, *v.shape], dtype=torch.int64, device=q.device)
     every = [torch.empty_like(mine) for _ in range(plan.size)]
     dist.all_gather(every, mine, group=plan.group)
-    for r, x in enumerate(every):
-        if not torch.equal(x, mine):
-            raise InvalidArgumentError("ring_attention: rank %d holds q, k, v of shapes %s, rank %d of %s: every "
-                                       "rank must hold the same shapes (pad the sequence)"
-                                       % (plan.rank, tuple(mine.tolist()), r, tuple(x.tolist())))
+    shapes = [tuple(tuple(x.tolist()[i:i + 4]) for i in (0, 4, 8)) for x in every]
+    sd = _seq_dim(plan)
+
+    def other(sh):
+        return tuple(tuple(d for i, d in enumerate(t) if i != sd) for t in sh)
+
+    for r, sh in enumerate(shapes):
+        lengths = {t[sd] for t in sh}
+        if len(lengths) != 1 or 0 in lengths:
+            raise InvalidArgumentError("ring_attention: rank %d holds q, k, v of shapes %s: each rank's q, k and "
+                                       "v must hold the same tokens, at least one" % (r, sh))
+        if other(sh) != other(shapes[0]) or (plan.split == "zigzag" and sh != shapes[0]):
+            raise InvalidArgumentError(
+                "ring_attention: rank %d holds q, k, v of shapes %s, rank 0 of %s: every rank must hold the same "
+                "batch, heads and head_dim%s" % (r, sh, shapes[0], " and, with split='zigzag', the same length"
+                                                 if plan.split == "zigzag" else ""))
+    if plan.split == "zigzag" and shapes[0][0][sd] % 2:
+        raise InvalidArgumentError("split='zigzag': the local sequence length %d must be even (two chunks)"
+                                   % shapes[0][0][sd])
+    return tuple(sh[1:] for sh in shapes)
 
 
 class _Ring:
@@ -231,11 +264,8 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0
             raise UnsupportedError("ring_attention: %s must be a 4-D torch tensor (no variable-length or paged "
                                    "calls across ranks)" % name)
     plan = _Plan(group, dist.get_rank(group), dist.get_world_size(group), split, bool(causal), scale,
-                 float(softcap or 0.0), layout, bool(deterministic), backend)
-    if split == "zigzag" and q.shape[_seq_dim(plan)] % 2:
-        raise InvalidArgumentError("split='zigzag': the local sequence length %d must be even (two chunks)"
-                                   % q.shape[_seq_dim(plan)])
-    _check_shapes(q, k, v, plan)
+                 float(softcap or 0.0), layout, bool(deterministic), backend, None)
+    plan = plan._replace(shapes=_gather_shapes(q, k, v, plan))
     torch = _torch()
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
         out, lse = _Ring.get().apply(q, k, v, plan)

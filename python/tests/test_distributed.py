@@ -1,8 +1,9 @@
 """flashcore.distributed.ring_attention on CPU processes over gloo: each
 rank's out, lse and gradients equal the slice of one flashcore.attention
 call over the whole sequence (and its autograd gradients), for both
-splits, causal or not, GQA, bshd and bhsd, f32 and bf16; deterministic
-reruns repeat bitwise; bad calls raise on every rank. Skipped without
+splits, causal or not, GQA, bshd and bhsd, f32 and bf16, ranks of unequal
+lengths; deterministic reruns repeat bitwise; bad calls raise on every
+rank. Skipped without
 torch or torch.distributed's gloo backend."""
 
 import os
@@ -16,8 +17,10 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed without gloo", allow_module_level=True)
 mp = pytest.importorskip("torch.multiprocessing")
 
-# name, B, Hq, Hkv, S per rank, D, dtype, causal, split, layout, softcap
+# name, B, Hq, Hkv, S per rank (rank r: S + r when the name says uneven),
+# D, dtype, causal, split, layout, softcap
 CASES = [
+    ("f32-causal-uneven", 1, 2, 1, 3, 16, "float32", True, "contiguous", "bshd", 0.0),
     ("f32-causal-gqa-contiguous", 2, 4, 2, 6, 16, "float32", True, "contiguous", "bshd", 0.0),
     ("f32-causal-zigzag-bhsd", 1, 2, 2, 8, 32, "float32", True, "zigzag", "bhsd", 0.0),
     ("f32-full-softcap", 1, 3, 1, 5, 8, "float32", False, "contiguous", "bshd", 4.0),
@@ -36,12 +39,17 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _lengths(case, size):
+    """Every rank's token count."""
+    return [case[4] + (r if "uneven" in case[0] else 0) for r in range(size)]
+
+
 def _global(case, size):
     """The whole sequence's q, k, v, dout (float32, [B, S_total, H, D]),
     the same on every rank."""
     _, B, Hq, Hkv, S, D, *_ = case
     g = torch.Generator().manual_seed(7)
-    total = S * size
+    total = sum(_lengths(case, size))
     return [torch.randn(B, total, h, D, generator=g) for h in (Hq, Hkv, Hkv, Hq)]
 
 
@@ -49,7 +57,8 @@ def _index(case, size, rank):
     """The global token indices rank holds, in its local order."""
     S, split = case[4], case[8]
     if split == "contiguous":
-        return list(range(rank * S, (rank + 1) * S))
+        start = sum(_lengths(case, size)[:rank])
+        return list(range(start, start + _lengths(case, size)[rank]))
     c = S // 2
     return list(range(rank * c, (rank + 1) * c)) + list(range((2 * size - 1 - rank) * c, (2 * size - rank) * c))
 
@@ -106,9 +115,17 @@ def _worker(rank, size, port, cases, errors):
         from flashcore import distributed as fd
         for case in cases:
             _check_case(case, size, rank)
-        q = torch.randn(1, 4 + rank, 2, 8)  # ranks disagree on the shape: every rank raises
-        with pytest.raises(flashcore.InvalidArgumentError, match="same shapes"):
+        # ranks disagree on the heads, on a zigzag length, or one rank's
+        # k holds other tokens than its q: every rank raises (none hangs)
+        q = torch.randn(1, 4, 2 + rank, 8)
+        with pytest.raises(flashcore.InvalidArgumentError, match="same batch, heads and head_dim"):
             fd.ring_attention(q, q, q)
+        q = torch.randn(1, 4 + 2 * rank, 2, 8)
+        with pytest.raises(flashcore.InvalidArgumentError, match="the same length"):
+            fd.ring_attention(q, q, q, split="zigzag")
+        q, k = torch.randn(1, 4, 2, 8), torch.randn(1, 5 if rank == 1 else 4, 2, 8)
+        with pytest.raises(flashcore.InvalidArgumentError, match="the same tokens"):
+            fd.ring_attention(q, k, k)
         with pytest.raises(flashcore.InvalidArgumentError, match="must be even"):
             fd.ring_attention(*(torch.randn(1, 3, 2, 8) for _ in range(3)), split="zigzag")
     except BaseException as e:  # noqa: B902 (reported to the parent, which fails the test)
