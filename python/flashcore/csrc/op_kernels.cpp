@@ -88,8 +88,9 @@ const c10::DispatchKey kKeys[4] = {c10::DispatchKey::CPU, c10::DispatchKey::CUDA
                                    c10::DispatchKey::AutogradCUDA};
 std::unique_ptr<torch::Library> registered[4];
 
-constexpr size_t kFwdArgs = 18;  // _torch_ops: q, k, v, the options, block_table, seqused_k
-constexpr size_t kBwdArgs = 19;  // dout, q, k, v, out, lse, the options
+constexpr size_t kOptions = 13;  // _torch_ops._OPTIONS
+constexpr size_t kFwdArgs = 3 + kOptions + 2;  // _torch_ops: q, k, v, the options, block_table, seqused_k
+constexpr size_t kBwdArgs = 6 + kOptions;      // dout, q, k, v, out, lse, the options
 
 struct Owner {
     fc_ext_thread s{};
@@ -335,8 +336,8 @@ Pair forward(Args a) {
     Options o;
     fc_attention_args args = fwd_init;
     const at::Tensor &q = a[0].toTensor();
-    if (!options(a.slice(3, 13), o) || !operands(q, a[1].toTensor(), a[2].toTensor(), o, args) ||
-        !paged(a.slice(16, 2), q.device(), args))
+    if (!options(a.slice(3, kOptions), o) || !operands(q, a[1].toTensor(), a[2].toTensor(), o, args) ||
+        !paged(a.slice(3 + kOptions, 2), q.device(), args))
         return std::nullopt;
     at::Tensor out = new_output(q, o.bhsd);
     at::Tensor lse = at::empty({args.q.shape[0], args.q.shape[2], args.q.shape[1]}, q.options().dtype(at::kFloat));
@@ -365,8 +366,9 @@ Triple backward(Args a) {
     fc_attention_backward_args args = bwd_init;
     fc_attention_args &f = args.fwd;
     const at::Tensor &q = a[1].toTensor(), &k = a[2].toTensor(), &v = a[3].toTensor();
-    if (!options(a.slice(6, 13), o) || !operands(q, k, v, o, f) || !like_q(a[4].toTensor(), q, f, o.bhsd, f.out) ||
-        !like_q(a[0].toTensor(), q, f, o.bhsd, args.dout) || !lse_in(a[5].toTensor(), q, f))
+    if (!options(a.slice(6, kOptions), o) || !operands(q, k, v, o, f) ||
+        !like_q(a[4].toTensor(), q, f, o.bhsd, f.out) || !like_q(a[0].toTensor(), q, f, o.bhsd, args.dout) ||
+        !lse_in(a[5].toTensor(), q, f))
         return std::nullopt;
     at::Tensor dq = new_output(q, o.bhsd), dk = new_output(k, o.bhsd), dv = new_output(v, o.bhsd);
     view(dq, o.bhsd, f.q.dtype, args.dq);
@@ -425,7 +427,7 @@ bool dense(const at::Tensor &t) { return t.defined() && (t.key_set().raw_repr() 
 // plain tensors, under no torch function or dispatch mode (a tracer, fake
 // tensors, a mode that watches the ops: they keep the Python formula).
 bool cpp_formula(Args a) {
-    if (!a[16].isNone() || !a[17].isNone()) return false;
+    if (!a[3 + kOptions].isNone() || !a[4 + kOptions].isNone()) return false;  // block_table, seqused_k
     if (at::impl::torch_function_mode_enabled() || c10::impl::dispatch_mode_enabled()) return false;
     for (const c10::IValue &x : a)
         if (x.isTensor() && !dense(x.toTensor())) return false;
@@ -458,7 +460,7 @@ struct AttentionBackward : torch::autograd::Function<AttentionBackward> {
         at::Tensor out = s[0].toTensor(), lse = s[1].toTensor();
         ctx->save_for_backward({q, k, v, out, lse});
         c10::impl::GenericList opts(c10::AnyType::get());
-        for (size_t i = 0; i < 13; i++) opts.push_back(rest[i]);  // _torch_ops._OPTIONS
+        for (size_t i = 0; i < kOptions; i++) opts.push_back(rest[i]);
         ctx->saved_data["opts"] = std::move(opts);
         ctx->mark_non_differentiable({lse});
         return {out, lse};
