@@ -79,12 +79,12 @@ def _peer(plan, step):
         else (plan.rank + step) % plan.size
 
 
-def _exchange(tensors, plan, src, dtype=None):
+def _exchange(tensors, plan, src):
     """Post the ring's transfer of tensors (to rank + 1, from rank - 1),
-    receiving the slice of group rank src (its shapes; dtype: the
-    tensors'): (the received buffers, the requests to wait on)."""
+    receiving the slice of group rank src in buffers of its shapes:
+    (the received buffers, the requests to wait on)."""
     dist = _dist()
-    recv = [_torch().empty(shape, dtype=dtype or x.dtype, device=x.device)
+    recv = [_torch().empty(shape, dtype=x.dtype, device=x.device)
             for x, shape in zip(tensors, plan.shapes[src])]
     ops = [dist.P2POp(dist.isend, x, _peer(plan, 1), plan.group) for x in tensors]
     ops += [dist.P2POp(dist.irecv, x, _peer(plan, -1), plan.group) for x in recv]
@@ -97,8 +97,8 @@ def _wait(reqs):
 
 
 def _pairs(plan, src):
-    """(local query chunk, key chunk of rank src, its mask) for every pair
-    of the step that holds src's K/V: mask None = skipped."""
+    """(local query chunk, key chunk of rank src, causal) for every pair of
+    the step that holds src's K/V that is not skipped."""
     for i, a in enumerate(_chunks(plan, plan.rank)):
         for j, b in enumerate(_chunks(plan, src)):
             if plan.causal and b > a:
