@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Context-parallel scaling of flashcore.distributed.ring_attention: the
+whole sequence on one device against P ranks holding a slice each, same
+run, forward and forward + backward.
+
+    torchrun --nproc-per-node 2 bench/ring.py --causal            # GPUs, NCCL
+    python3 bench/ring.py --dry-run                                # CPU, gloo, 2 spawned ranks, tiny
+
+Per pass, rank 0 prints: the single-device time of the whole sequence
+(one flashcore.attention call, and its backward, on rank 0's device while
+the others wait at a barrier), the ring's time (the slowest rank's, CUDA
+events or wall clock, median over --iters), the same ring with its
+transfers stubbed out (each rank reuses its own K/V: the compute alone),
+scaling efficiency = single / (P x ring), and exposed communication =
+ring - compute alone. JSON with --json.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import flashcore
+from flashcore import distributed as fd
+
+
+def timer(cuda):
+    """A function that times fn() once (ms), the device drained around it."""
+    def run(fn):
+        if cuda:
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            return a.elapsed_time(b)
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    return run
+
+
+def slowest(ms, device):
+    """The largest of every rank's ms (the ring ends when its last rank does)."""
+    t = torch.tensor([ms], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def tensors(a, total, device, dtype, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    shapes = [(a.batch, total, h, a.dim) for h in (a.heads, a.kv_heads, a.kv_heads, a.heads)]
+    return [torch.randn(s, generator=g).to(device=device, dtype=dtype) for s in shapes]
+
+
+def local_slice(x, a, rank, size):
+    """Rank's tokens of the whole-sequence tensor x, as the split assigns them."""
+    s = a.seq_per_rank
+    if a.split == "contiguous":
+        return x[:, rank * s:(rank + 1) * s]
+    c = s // 2
+    return torch.cat([x[:, rank * c:(rank + 1) * c], x[:, (2 * size - 1 - rank) * c:(2 * size - rank) * c]], 1)
+
+
+def step(q, k, v, dout, a, bwd, ring):
+    """One call (ring or whole sequence), with its backward when bwd."""
+    q, k, v = (x.detach().requires_grad_(bwd) for x in (q, k, v))
+    if ring:
+        out = fd.ring_attention(q, k, v, causal=a.causal, split=a.split)
+    else:
+        out = flashcore.attention(q, k, v, causal=a.causal)
+    if bwd:
+        out.backward(dout)
+
+
+def measure(a, rank, size, device, bwd):
+    dtype = getattr(torch, a.dtype)
+    q, k, v, dout = tensors(a, a.seq_per_rank * size, device, dtype, seed=1)
+    mine = [local_slice(x, a, rank, size).contiguous() for x in (q, k, v, dout)]
+    run = timer(device.type == "cuda")
+    row = dict(pass_="fwd+bwd" if bwd else "fwd")
+    single = []
+    for i in range(a.warmup + a.iters):  # the whole sequence on rank 0's device
+        dist.barrier()
+        if rank == 0:
+            ms = run(lambda: step(q, k, v, dout, a, bwd, ring=False))
+            if i >= a.warmup:
+                single.append(ms)
+    dist.barrier()
+    for name, stub in (("ring", False), ("compute", True)):
+        real = fd._exchange
+        if stub:  # each rank keeps its own K/V (and accumulators): the transfers' time taken out
+            fd._exchange = lambda xs, plan, src: (list(xs), [])
+        try:
+            times = []
+            for i in range(a.warmup + a.iters):
+                dist.barrier()
+                ms = slowest(run(lambda: step(*mine, a, bwd, ring=True)), device)
+                if i >= a.warmup:
+                    times.append(ms)
+        finally:
+            fd._exchange = real
+        row[name + "_ms"] = statistics.median(times)
+    if rank == 0:
+        row["single_ms"] = statistics.median(single)
+        row["efficiency"] = row["single_ms"] / (size * row["ring_ms"])
+        row["exposed_comm_ms"] = row["ring_ms"] - row["compute_ms"]
+    return row
+
+
+def main_rank(rank, size, a):
+    cuda = not a.dry_run and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size)
+    rows = [measure(a, rank, size, device, bwd) for bwd in ([False, True] if a.bwd else [False])]
+    if rank == 0:
+        meta = dict(device=torch.cuda.get_device_name() if cuda else "cpu", ranks=size, dry_run=a.dry_run,
+                    torch=torch.__version__,
+                    flashcore=flashcore.__version__, shape="B%d Hq%d Hkv%d D%d, %d tokens a rank (%d in all), %s%s"
+                    % (a.batch, a.heads, a.kv_heads, a.dim, a.seq_per_rank, a.seq_per_rank * size, a.dtype,
+                       ", causal, " + a.split + " split" if a.causal else ", " + a.split + " split"))
+        print("ring attention, %s, %d ranks, %s; medians of %d" % (meta["device"], size, meta["shape"], a.iters))
+        print("| pass | single device ms | ring ms | compute alone ms | efficiency | exposed comm ms |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            print("| %s | %.3f | %.3f | %.3f | %.3f | %.3f |" % (r["pass_"], r["single_ms"], r["ring_ms"],
+                                                               r["compute_ms"], r["efficiency"],
+                                                               r["exposed_comm_ms"]))
+        if a.json:
+            Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    dist.destroy_process_group()
+
+
+def spawned(rank, size, port, a):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    main_rank(rank, size, a)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seq-per-rank", type=int, default=16384)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--split", default=None, choices=["contiguous", "zigzag"],
+                    help="default: zigzag when causal, else contiguous")
+    ap.add_argument("--bwd", action=argparse.BooleanOptionalAction, default=True, help="also forward + backward")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--dry-run", action="store_true", help="CPU, gloo, 2 spawned ranks, tiny shapes")
+    a = ap.parse_args()
+    a.split = a.split or ("zigzag" if a.causal else "contiguous")
+    if a.dry_run:
+        a.seq_per_rank, a.heads, a.kv_heads, a.dim, a.dtype, a.iters, a.warmup = 16, 4, 2, 16, "float32", 2, 1
+        import socket
+        import torch.multiprocessing as mp
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.start_processes(spawned, args=(2, port, a), nprocs=2, start_method="spawn")
+        return 0
+    if "RANK" not in os.environ:
+        print("launch with torchrun (e.g. torchrun --nproc-per-node 2 bench/ring.py), or --dry-run",
+              file=sys.stderr)
+        return 2
+    main_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""bench/ring.py --dry-run: ring_attention's scaling benchmark on 2 CPU
+ranks over gloo (the whole sequence on one rank, the ring, the ring with
+its transfers stubbed out), forward and forward + backward. Skipped
+without torch or gloo."""
+
+import pytest
+
+from bench_dry import dry_run, in_checkout
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed without gloo", allow_module_level=True)
+
+
+@in_checkout
+def test_dry_run_rows(tmp_path):
+    data, stdout = dry_run("ring.py", tmp_path, timeout=600)
+    assert data["meta"]["ranks"] == 2
+    assert [r["pass_"] for r in data["rows"]] == ["fwd", "fwd+bwd"]
+    for r in data["rows"]:
+        assert r["single_ms"] > 0 and r["ring_ms"] > 0 and r["compute_ms"] > 0
+        assert r["efficiency"] == pytest.approx(r["single_ms"] / (2 * r["ring_ms"]))
+    assert "| pass | single device ms | ring ms |" in stdout
