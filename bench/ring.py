@@ -6,7 +6,9 @@ run, forward and forward + backward.
     torchrun --nproc-per-node 2 bench/ring.py --causal            # GPUs, NCCL
     python3 bench/ring.py --dry-run                                # CPU, gloo, 2 spawned ranks, tiny
 
-Per pass, rank 0 prints: the single-device time of the whole sequence
+First every rank checks its slice of out, dq, dk and dv against one call
+over the whole sequence (exit status 1 past the dtype's gate). Per pass,
+rank 0 prints: the single-device time of the whole sequence
 (one flashcore.attention call, and its backward, on rank 0's device while
 the others wait at a barrier), the ring's time (the slowest rank's, CUDA
 events or wall clock, median over --iters), the same ring with its
@@ -115,6 +117,32 @@ def measure(a, rank, size, device, bwd):
     return row
 
 
+# The largest error of out, dq, dk, dv against one call over the whole
+# sequence, relative to each tensor's largest element: float32 differs by
+# summation order, f16/bf16 by a rounding of each block's out and
+# gradients (flashcore/distributed.py)
+GATES = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
+
+
+def check(a, rank, size, device):
+    """ring_attention's out and gradients on this rank's slice against the
+    whole-sequence call: the largest relative error over every rank."""
+    dtype = getattr(torch, a.dtype)
+    whole = tensors(a, a.seq_per_rank * size, device, dtype, seed=2)
+    ref = [x.detach().requires_grad_() for x in whole[:3]]
+    out = flashcore.attention(*ref, causal=a.causal)
+    out.backward(whole[3])
+    mine = [local_slice(x, a, rank, size).contiguous() for x in whole]
+    got = [x.detach().requires_grad_() for x in mine[:3]]
+    ring = fd.ring_attention(*got, causal=a.causal, split=a.split)
+    ring.backward(mine[3])
+    worst = 0.0
+    for g, r in ((ring, out), (got[0].grad, ref[0].grad), (got[1].grad, ref[1].grad), (got[2].grad, ref[2].grad)):
+        r = local_slice(r.detach(), a, rank, size).float()
+        worst = max(worst, ((g.detach().float() - r).abs().max() / r.abs().max().clamp_min(1e-30)).item())
+    return slowest(worst, device)
+
+
 def main_rank(rank, size, a):
     cuda = not a.dry_run and torch.cuda.is_available()
     if cuda:
@@ -122,14 +150,19 @@ def main_rank(rank, size, a):
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size)
+    err = check(a, rank, size, device)
     rows = [measure(a, rank, size, device, bwd) for bwd in ([False, True] if a.bwd else [False])]
+    ok = err <= GATES[a.dtype]
     if rank == 0:
         meta = dict(device=torch.cuda.get_device_name() if cuda else "cpu", ranks=size, dry_run=a.dry_run,
                     torch=torch.__version__,
                     flashcore=flashcore.__version__, shape="B%d Hq%d Hkv%d D%d, %d tokens a rank (%d in all), %s%s"
                     % (a.batch, a.heads, a.kv_heads, a.dim, a.seq_per_rank, a.seq_per_rank * size, a.dtype,
                        ", causal, " + a.split + " split" if a.causal else ", " + a.split + " split"))
+        meta["check"] = dict(max_rel_err=err, gate=GATES[a.dtype], ok=ok)
         print("ring attention, %s, %d ranks, %s; medians of %d" % (meta["device"], size, meta["shape"], a.iters))
+        print("check against one call over the whole sequence (out, dq, dk, dv): largest relative error %.3g "
+              "(gate %.0e) %s" % (err, GATES[a.dtype], "ok" if ok else "FAIL"))
         print("| pass | single device ms | ring ms | compute alone ms | efficiency | exposed comm ms |")
         print("|---|---|---|---|---|---|")
         for r in rows:
@@ -139,11 +172,13 @@ def main_rank(rank, size, a):
         if a.json:
             Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     dist.destroy_process_group()
+    return 0 if ok else 1
 
 
 def spawned(rank, size, port, a):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    main_rank(rank, size, a)
+    if main_rank(rank, size, a):
+        raise SystemExit("ring_attention's check failed")
 
 
 def main():
@@ -177,8 +212,7 @@ def main():
         print("launch with torchrun (e.g. torchrun --nproc-per-node 2 bench/ring.py), or --dry-run",
               file=sys.stderr)
         return 2
-    main_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), a)
-    return 0
+    return main_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), a)
 
 
 if __name__ == "__main__":

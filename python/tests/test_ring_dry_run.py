@@ -16,7 +16,8 @@ if not dist.is_available() or not dist.is_gloo_available():
 @in_checkout
 def test_dry_run_rows(tmp_path):
     data, stdout = dry_run("ring.py", tmp_path, timeout=600)
-    assert data["meta"]["ranks"] == 2
+    assert data["meta"]["ranks"] == 2 and data["meta"]["check"]["ok"]
+    assert data["meta"]["check"]["max_rel_err"] < 1e-4
     assert [r["pass_"] for r in data["rows"]] == ["fwd", "fwd+bwd"]
     for r in data["rows"]:
         assert r["single_ms"] > 0 and r["ring_ms"] > 0 and r["compute_ms"] > 0
