@@ -313,11 +313,16 @@ static fc_status choose_cuda_path(fc_context *ctx, const fc_fwd_params *p, const
             return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s; %s", why90, why80);
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", try90 ? why90 : why80);
     }
-    /* Programmatic dependent launch (common/pdl.cuh): sm_90 or newer (a 9.x
-     * device runs only this library's sm_90/90a images, each compiled with
-     * the kernel-side wait), unless tuning.pdl is 0. */
-    ch->pdl = dev->cc_major >= 9 && tune->pdl != 0;
+    ch->pdl = fc_cuda_pdl_on(dev, tune);
     return FC_OK;
+}
+
+/* Programmatic dependent launch (common/pdl.cuh): sm_90 or newer (a 9.x
+ * device runs only this library's sm_90/90a images, each compiled with the
+ * kernel-side wait), unless tuning.pdl is 0. */
+int fc_cuda_pdl_on(const fc_cuda_device *dev, const fc_tuning *tune)
+{
+    return dev->cc_major >= 9 && tune->pdl != 0;
 }
 
 /* The backward on CUDA: one kernel family's plan, no split. */

@@ -310,6 +310,9 @@ const char *fc_cuda_compiled_archs(void);
 int fc_cuda_compiled_from(int major, int minor, int floor);
 /* Describe device (device < 0: current device). FC_ERR_NO_DEVICE if none. */
 fc_status fc_cuda_get_device(int device, fc_cuda_device *dev, char *err, size_t err_len);
+/* Whether launches on dev take programmatic dependent launch (dispatch.c:
+ * the forward's, the backward's and the merge's one rule). */
+int fc_cuda_pdl_on(const fc_cuda_device *dev, const fc_tuning *tune);
 /* Stream-ordered scratch of `bytes` on stream (runtime.c), so it works inside
  * graph capture and is reused without a device-wide sync: for a forward
  * call on device, from a per-device pool that keeps up to 64 MiB across

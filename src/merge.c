@@ -193,9 +193,7 @@ static fc_status run_cuda(fc_context *ctx, const fc_merge_params *m, void *strea
     fc_cuda_device dev;
     fc_status st = fc_cuda_get_device(ctx->device, &dev, ctx->err, sizeof ctx->err);
     if (st) return st;
-    /* programmatic dependent launch as the forward's (dispatch.c) */
-    const int pdl = dev.cc_major >= 9 && ctx->tuning.pdl != 0;
-    return fc_cuda_merge(m, &dev, pdl, stream, ctx->err, sizeof ctx->err);
+    return fc_cuda_merge(m, &dev, fc_cuda_pdl_on(&dev, &ctx->tuning), stream, ctx->err, sizeof ctx->err);
 #else
     (void)m, (void)stream;
     return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "fc_attention_merge: this build has no CUDA backend");

@@ -235,6 +235,15 @@ static int arena_make(arena *A, const mcase *c, uint64_t seed, char *err, size_t
     return 0;
 }
 
+/* arena_make, its failure counted as one under `what`: 1 when A is ready. */
+static int arena_ready(arena *A, const mcase *c, uint64_t seed, const char *what)
+{
+    char err[600];
+    if (!arena_make(A, c, seed, err, sizeof err)) return 1;
+    CHECK(0, "%s: %s", what, err);
+    return 0;
+}
+
 /* The call's args on one copy of the arena (po, pl: room for n tensors). */
 static fc_attention_merge_args args_on(const arena *A, void *base, fc_tensor *po, fc_tensor *pl)
 {
@@ -502,10 +511,7 @@ static void one_case(fc_context *ctx, const mcase *c, uint64_t seed, cudaStream_
     const int p0 = g_pass, f0 = g_fail;
     arena A;
     char err[600];
-    if (arena_make(&A, c, seed, err, sizeof err)) {
-        CHECK(0, "%s: %s", c->name, err);
-        return;
-    }
+    if (!arena_ready(&A, c, seed, c->name)) return;
     const fc_status sg = run_gpu(ctx, &A, stream, err, sizeof err);
     CHECK(sg == FC_OK, "%s: cuda: %s", c->name, err);
     const fc_status sc = run_cpu(ctx, &A, err, sizeof err);
@@ -538,10 +544,7 @@ static void captured(fc_context *ctx, const mcase *c, cudaStream_t s)
     const int p0 = g_pass, f0 = g_fail;
     arena A;
     char err[600];
-    if (arena_make(&A, c, 77, err, sizeof err)) {
-        CHECK(0, "capture: %s", err);
-        return;
-    }
+    if (!arena_ready(&A, c, 77, "capture")) return;
     fc_status st = run_gpu(ctx, &A, s, err, sizeof err);
     CHECK(st == FC_OK, "capture: the eager call: %s", err);
     memcpy(A.cpu, A.gpu, A.bytes); /* the eager bits */
@@ -574,10 +577,7 @@ static void no_token(fc_context *ctx, cudaStream_t s)
     static const mcase c = {"no token", 2, 1, 1, 0, 2, 64, FC_DTYPE_F16, FC_DTYPE_F16, 0, 0, 0, 1, 1};
     arena A;
     char err[600];
-    if (arena_make(&A, &c, 5, err, sizeof err)) {
-        CHECK(0, "no token: %s", err);
-        return;
-    }
+    if (!arena_ready(&A, &c, 5, "no token")) return;
     const fc_status st = run_gpu(ctx, &A, s, err, sizeof err);
     CHECK(st == FC_OK && !memcmp(A.gpu, A.init, A.bytes), "no token: %s, %s", fc_status_string(st),
           st == FC_OK ? "the arena changed" : err);
@@ -607,11 +607,7 @@ static void errors(fc_context *ctx)
     const int p0 = g_pass, f0 = g_fail;
     static const mcase c = {"errors", 2, 0, 2, 3, 2, 64, FC_DTYPE_F32, FC_DTYPE_F32, 0, 0, 0, 1, 1};
     arena A;
-    char err[600];
-    if (arena_make(&A, &c, 9, err, sizeof err)) {
-        CHECK(0, "errors: %s", err);
-        return;
-    }
+    if (!arena_ready(&A, &c, 9, "errors")) return;
     fc_tensor po[2], pl[2], hpo[2], hpl[2];
     const fc_attention_merge_args ok = args_on(&A, A.dev, po, pl), host = args_on(&A, A.cpu, hpo, hpl);
     fc_attention_merge_args m = ok;

@@ -144,7 +144,9 @@ def _backward_ring(dout, q, k, v, out, lse, plan):
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dqs = _pieces(dq, plan)
     kv = (k.contiguous(), v.contiguous())
-    acc = acc_reqs = None  # the float32 dK, dV of the slice held, arriving from rank - 1
+    # acc: the float32 dK, dV of the slice held, arriving from rank - 1 (in
+    # flight until acc_reqs are waited on); sent: the sums this rank passed on
+    acc, acc_reqs, sent = None, [], None
     for step in range(plan.size):
         src = (plan.rank - step) % plan.size
         nxt, reqs = _exchange(kv, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
@@ -157,24 +159,24 @@ def _backward_ring(dout, q, k, v, out, lse, plan):
             dqs[i].add_(g[0])
             dks[j].add_(g[1])
             dvs[j].add_(g[2])
-        if step:  # the earlier ranks' sums, sent while this step ran; then this rank's
-            _wait(acc_reqs)
-            for x, y in zip(acc_in, part):
+        _wait(acc_reqs)  # the earlier ranks' sums, sent while this step ran; then this rank's
+        if acc is not None:
+            for x, y in zip(acc, part):
                 x.add_(y)
-            part = acc_in
+            part = acc
         if plan.size > 1:
             # on to rank + 1, which holds this slice next (after the last
             # step: its owner); from rank - 1, the next slice's (after the
-            # last step: this rank's own, back from its tour)
-            acc = part  # kept alive until the transfer is waited on
-            acc_in, acc_reqs = _exchange(acc, plan, (src - 1) % plan.size)
+            # last step: this rank's own, back from its tour). sent stays
+            # referenced until that transfer is waited on.
+            sent = part
+            acc, acc_reqs = _exchange(sent, plan, (src - 1) % plan.size)
         else:
-            acc_in = part
+            acc = part
         _wait(reqs)
         kv = nxt
-    if plan.size > 1:
-        _wait(acc_reqs)
-    return dq.to(q.dtype), acc_in[0].to(k.dtype), acc_in[1].to(v.dtype)
+    _wait(acc_reqs)
+    return dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype)
 
 
 def _gather_shapes(q, k, v, plan):

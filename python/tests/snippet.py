@@ -1,6 +1,6 @@
 """What several tests share: a Python snippet run in a fresh interpreter
-(what happens at load time: environment switches, a missing compiler), and
-work run in several threads at once."""
+(what happens at load time: environment switches, a missing compiler),
+work run in several threads at once, and seeded random torch inputs."""
 
 import os
 import subprocess
@@ -36,3 +36,15 @@ def run_in_threads(n, work):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def torch_rand(*shapes, seed, dtype=None, device=None):
+    """N(0,1) torch tensors of these shapes (never zeros) from one seeded
+    generator: on the CPU (device None) drawn in float32 and rounded to
+    dtype (default float32); on a device drawn there in dtype."""
+    import torch
+    if device is None:
+        g = torch.Generator().manual_seed(seed)
+        return [torch.randn(s, generator=g).to(dtype or torch.float32) for s in shapes]
+    g = torch.Generator(device=device).manual_seed(seed)
+    return [torch.randn(s, generator=g, device=device, dtype=dtype) for s in shapes]

@@ -20,6 +20,7 @@ import flashcore
 torch = pytest.importorskip("torch")
 from flashcore import _attention, _context, _torch_ext  # noqa: E402
 from snippet import run_in_threads, run_snippet  # noqa: E402
+from snippet import torch_rand as rand  # noqa: E402
 
 if os.environ.get("FLASHCORE_TORCH_EXT") == "0":
     pytest.skip("FLASHCORE_TORCH_EXT=0: the C++ kernels are off", allow_module_level=True)
@@ -36,11 +37,6 @@ def loaded():
         pytest.skip(_torch_ext.describe())
     assert _attention._eager is not None, _torch_ext.describe()
     assert _torch_ext.describe().endswith("eager calls c++")
-
-
-def rand(*shapes, seed, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=g).to(dtype) for s in shapes]
 
 
 def bits(x):

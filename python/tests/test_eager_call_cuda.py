@@ -13,14 +13,13 @@ import cuda_only
 
 torch = cuda_only.torch_with_cuda()
 from flashcore import _attention, _torch_ext  # noqa: E402  (need torch)
-from snippet import run_in_threads  # noqa: E402
+from snippet import run_in_threads, torch_rand  # noqa: E402
 
 DEV = torch.device("cuda")
 
 
 def rand(*shapes, seed, device=DEV, dtype=torch.float16):
-    g = torch.Generator(device=device).manual_seed(seed)
-    return [torch.randn(s, generator=g, device=device, dtype=dtype) for s in shapes]
+    return torch_rand(*shapes, seed=seed, device=device, dtype=dtype)
 
 
 @pytest.fixture(scope="module", autouse=True)

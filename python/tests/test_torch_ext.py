@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 _torch_ops = flashcore._attention._torch_ops()
 from flashcore import _attention, _backward, _context, _torch_ext  # noqa: E402
 from snippet import run_in_threads, run_snippet  # noqa: E402
+from snippet import torch_rand as rand  # noqa: E402
 
 OPS = torch.ops.flashcore
 if os.environ.get("FLASHCORE_TORCH_EXT") == "0":
@@ -27,11 +28,6 @@ if os.environ.get("FLASHCORE_TORCH_EXT") == "0":
 
 
 from op_options import options  # noqa: E402  (needs torch)
-
-
-def rand(*shapes, seed, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=g).to(dtype) for s in shapes]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -13,6 +13,7 @@ import cuda_only
 torch = cuda_only.torch_with_cuda()
 from flashcore import _attention, _backward, _torch_ext, _torch_ops  # noqa: E402  (need torch)
 import op_options  # noqa: E402
+from snippet import torch_rand  # noqa: E402
 
 OPS = torch.ops.flashcore
 DEV = torch.device("cuda")
@@ -24,8 +25,7 @@ def options(**kw):
 
 
 def rand(*shapes, seed, device=DEV, dtype=torch.bfloat16):
-    g = torch.Generator(device=device).manual_seed(seed)
-    return [torch.randn(s, generator=g, device=device, dtype=dtype) for s in shapes]
+    return torch_rand(*shapes, seed=seed, device=device, dtype=dtype)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -4,6 +4,8 @@
  *                                   workspace + path launcher + combine
  *   fc_cuda_backward                workspace (the caller's or stream-ordered) + the
  *                                   planned path's backward
+ *   fc_cuda_merge                   fc_attention_merge's part table (stream-ordered) +
+ *                                   merge.cu's launches
  *   fc_cuda_tile_shape              block_m/block_n of a choice, either path
  *   fc_cuda_split_workspace_bytes   the one place the workspace size is computed
  * and, when the Hopper path is not compiled in (FC_HAVE_SM90 == 0), its stubs.
@@ -15,6 +17,7 @@
 #include "cuda/append.h"
 #include "cuda/combine.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/merge.h"
 #include "cuda/sm80/fwd_args.h"
 #include "internal.h"
 
@@ -124,6 +127,20 @@ fc_status run_backward(const fc_bwd_params *p, const fc_cuda_choice *choice, con
     return ws_free(own, stream, st, err, err_len);
 }
 
+/* fc_attention_merge: merge.cu's launches with their part table, when the
+ * parts do not fit the kernel's parameters. */
+fc_status run_merge(const fc_merge_params *m, const fc_cuda_device *dev, int pdl, void *stream, char *err,
+                    size_t err_len)
+{
+    void *table = nullptr;
+    const int64_t bytes = fc_cuda_merge_table_bytes(m);
+    if (bytes > 0) {
+        const fc_status st = fc_cuda_ws_alloc(&table, bytes, dev->id, stream, "merge part table", err, err_len);
+        if (st != FC_OK) return st;
+    }
+    return ws_free(table, stream, fc_cuda_merge_launch(m, table, dev, pdl, stream, err, err_len), err, err_len);
+}
+
 /* Run fn on the planned device; restore the caller's current device. A
  * thread's first call sets the device even where it is already the
  * current one: cudaGetDevice answers 0 on a new thread without making that
@@ -159,6 +176,12 @@ extern "C" fc_status fc_cuda_backward(const fc_bwd_params *p, const fc_cuda_choi
                                       const fc_cuda_device *dev, void *stream, char *err, size_t err_len)
 {
     return on_device(dev, err, err_len, [&] { return run_backward(p, choice, dev, stream, err, err_len); });
+}
+
+extern "C" fc_status fc_cuda_merge(const fc_merge_params *m, const fc_cuda_device *dev, int pdl, void *stream,
+                                   char *err, size_t err_len)
+{
+    return on_device(dev, err, err_len, [&] { return run_merge(m, dev, pdl, stream, err, err_len); });
 }
 
 #if !FC_HAVE_SM90

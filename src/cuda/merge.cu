@@ -253,36 +253,45 @@ rows_desc desc_of(const fc_merge_tensor &t) { return {t.data, t.batch_stride, t.
 
 part_desc part_of(const fc_merge_params *m, int i) { return {desc_of(m->parts_out[i]), desc_of(m->parts_lse[i])}; }
 
-fc_status launched(cudaError_t e, const char *what, char *err, size_t err_len)
-{
-    if (e == cudaSuccess) e = cudaGetLastError();
-    return fc_cuda_check(e, what, err, err_len);
-}
-
-/* The part table in device memory (*table), written by staging launches. */
-fc_status stage_parts(const fc_merge_params *m, const fc_cuda_device *dev, bool pdl, cudaStream_t stream,
-                      part_desc **table, char *err, size_t err_len)
+/* The part table in device memory (table: merge_table_bytes of the
+ * pool), written by staging launches. */
+fc_status stage_parts(const fc_merge_params *m, part_desc *table, bool pdl, cudaStream_t stream, char *err,
+                      size_t err_len)
 {
     const int n = m->num_parts;
-    void *ws = nullptr;
-    fc_status st = fc_cuda_ws_alloc(&ws, (int64_t)n * (int64_t)sizeof(part_desc), dev->id, stream,
-                                    "merge part table", err, err_len);
-    if (st != FC_OK) return st;
-    *table = static_cast<part_desc *>(ws);
     stage_args s = {};
-    for (int i0 = 0; i0 < n && st == FC_OK; i0 += kStageParts) {
-        s.dst = *table + i0;
+    for (int i0 = 0; i0 < n; i0 += kStageParts) {
+        s.dst = table + i0;
         s.count = n - i0 < kStageParts ? n - i0 : kStageParts;
         for (int j = 0; j < s.count; j++) s.src[j] = part_of(m, i0 + j);
-        st = launched(fc_launch(stage_kernel, 1, 64, 0, stream, pdl, s), "merge part table kernel launch", err,
-                      err_len);
+        FC_CUDA_TRY("merge part table kernel launch", fc_launch(stage_kernel, 1, 64, 0, stream, pdl, s));
     }
-    return st;
+    return FC_OK;
 }
 
-fc_status run(const fc_merge_params *m, const fc_cuda_device *dev, bool pdl, cudaStream_t stream, char *err,
-              size_t err_len)
+/* Rows (b, s, h) of the call (0: nothing to write). */
+int64_t merge_rows(const fc_merge_params *m) { return m->batch * m->seqlen * m->heads; }
+
+} /* namespace */
+
+extern "C" int64_t fc_cuda_merge_table_bytes(const fc_merge_params *m)
 {
+    return m->num_parts > kInline && merge_rows(m) > 0 ? (int64_t)m->num_parts * (int64_t)sizeof(part_desc) : 0;
+}
+
+extern "C" fc_status fc_cuda_merge_launch(const fc_merge_params *m, void *table, const fc_cuda_device *dev, int pdl,
+                                          void *stream, char *err, size_t err_len)
+{
+    if (m->num_parts < 1 || m->num_parts > FC_MAX_MERGE_PARTS || m->head_dim < 1 ||
+        (m->out.dtype != FC_DTYPE_F32 && m->out.dtype != FC_DTYPE_F16 && m->out.dtype != FC_DTYPE_BF16) ||
+        (!table) != (fc_cuda_merge_table_bytes(m) == 0)) {
+        snprintf(err, err_len, "internal: merge called with %d parts, head_dim %lld, out dtype %d, table %p",
+                 (int)m->num_parts, (long long)m->head_dim, (int)m->out.dtype, table);
+        return FC_ERR_INTERNAL;
+    }
+    const int64_t rows = merge_rows(m);
+    if (rows == 0) return FC_OK; /* no token: nothing to write */
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
     merge_args a = {};
     a.out = desc_of(m->out);
     a.lse = desc_of(m->lse);
@@ -293,52 +302,21 @@ fc_status run(const fc_merge_params *m, const fc_cuda_device *dev, bool pdl, cud
     a.num_parts = m->num_parts;
     a.group = 1;
     while (a.group < 32 && (int64_t)a.group * kCols < m->head_dim) a.group *= 2;
-    part_desc *table = nullptr;
-    fc_status st = FC_OK;
-    if (m->num_parts > kInline) {
-        st = stage_parts(m, dev, pdl, stream, &table, err, err_len);
-        a.table = table;
+    if (table) {
+        a.table = static_cast<part_desc *>(table);
+        const fc_status s = stage_parts(m, static_cast<part_desc *>(table), pdl != 0, st, err, err_len);
+        if (s != FC_OK) return s;
     } else {
         for (int i = 0; i < m->num_parts; i++) a.inl[i] = part_of(m, i);
     }
-    if (st == FC_OK) {
-        const int64_t rows = m->batch * m->seqlen * m->heads, per_block = kThreads / a.group;
-        const int64_t wave = (int64_t)(dev->sm_count > 0 ? dev->sm_count : 1) * kMinBlocks;
-        int64_t blocks = (rows + per_block - 1) / per_block;
-        if (blocks > wave) blocks = wave; /* the groups stride over the rest */
-        const int64_t groups = blocks * per_block;
-        a.step_h = groups % m->heads;
-        a.step_s = groups / m->heads % m->seqlen;
-        a.step_b = groups / m->heads / m->seqlen;
-        st = launched(fc_launch(merge_kernel, dim3((unsigned)blocks), kThreads, 0, stream, pdl, a),
-                      "merge kernel launch", err, err_len);
-    }
-    if (!table) return st;
-    const cudaError_t e = cudaFreeAsync(table, stream); /* after the kernels, also after a failed launch */
-    if (st == FC_OK) return fc_cuda_check(e, "cudaFreeAsync (merge part table)", err, err_len);
-    if (e != cudaSuccess) cudaGetLastError();
-    return st;
-}
-
-} /* namespace */
-
-extern "C" fc_status fc_cuda_merge(const fc_merge_params *m, const fc_cuda_device *dev, int pdl, void *stream,
-                                   char *err, size_t err_len)
-{
-    if (m->num_parts < 1 || m->num_parts > FC_MAX_MERGE_PARTS || m->head_dim < 1 ||
-        (m->out.dtype != FC_DTYPE_F32 && m->out.dtype != FC_DTYPE_F16 && m->out.dtype != FC_DTYPE_BF16)) {
-        snprintf(err, err_len, "internal: merge called with %d parts, head_dim %lld, out dtype %d",
-                 (int)m->num_parts, (long long)m->head_dim, (int)m->out.dtype);
-        return FC_ERR_INTERNAL;
-    }
-    if (m->batch * m->seqlen * m->heads == 0) return FC_OK; /* no token: nothing to write */
-    int cur = -1;
-    FC_CUDA_TRY("cudaGetDevice", cudaGetDevice(&cur));
-    if (cur != dev->id) FC_CUDA_TRY("cudaSetDevice", cudaSetDevice(dev->id));
-    fc_status st = run(m, dev, pdl != 0, static_cast<cudaStream_t>(stream), err, err_len);
-    if (cur != dev->id) {
-        const cudaError_t e = cudaSetDevice(cur);
-        if (st == FC_OK) st = fc_cuda_check(e, "cudaSetDevice", err, err_len);
-    }
-    return st;
+    const int64_t per_block = kThreads / a.group;
+    const int64_t wave = (int64_t)(dev->sm_count > 0 ? dev->sm_count : 1) * kMinBlocks;
+    int64_t blocks = (rows + per_block - 1) / per_block;
+    if (blocks > wave) blocks = wave; /* the groups stride over the rest */
+    const int64_t groups = blocks * per_block;
+    a.step_h = groups % m->heads;
+    a.step_s = groups / m->heads % m->seqlen;
+    a.step_b = groups / m->heads / m->seqlen;
+    FC_CUDA_TRY("merge kernel launch", fc_launch(merge_kernel, dim3((unsigned)blocks), kThreads, 0, st, pdl != 0, a));
+    return FC_OK;
 }
