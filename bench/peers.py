@@ -30,7 +30,7 @@ flashcore.attention_backward on each CUDA path (flashcore-sm90, -sm80;
 deterministic 1 as flashcore-sm90-det, -sm80-det)
 on the out and lse of its own forward, and SDPA's cuDNN and flash (FA2)
 backwards through torch.autograd.grad on a forward kept from outside the
-timing. The shapes: the forward's prefill shapes and gqa-train. Each
+timing. The shapes: the forward's prefill shapes, gqa-train and gqa-step. Each
 system's dq, dk, dv are checked against float64 gradients of the first and
 last batch and KV head (with every query head of their groups, all rows),
 rel L2 per gradient against the CUDA backward's gate. TFLOP/s count 2.5x the forward's FLOPs (five matrix
@@ -111,6 +111,7 @@ SHAPES = [
     Shape("gqa-prefill", 1, 32, 8, 4096, 4096, 128, True, "bf16"),
     Shape("gqa-decode", 32, 32, 8, 1, 8192, 128, False, "bf16", "fwd"),  # a decode step has no backward
     Shape("gqa-train", 4, 32, 8, 4096, 4096, 128, True, "bf16", "bwd"),
+    Shape("gqa-step", 4, 8, 2, 512, 512, 64, True, "bf16", "bwd"),  # bench/compiled.py's decoder: a small grid
 ]
 QUICK_SHAPES = {"fwd": ["mission", "s2k-d128-causal"], "bwd": ["mission", "gqa-train"]}
 # The CPU smoke of --dry-run: tiny, f32, GQA, causal.
@@ -1168,7 +1169,7 @@ def parse_args(argv):
                     "code variants; a row that does not fit a shape falls back to the planned one)")
     ap.add_argument("--bwd", action="store_true",
                     help="time the backward (FlashCore, cuDNN, FA2) into peers-bwd.{json,md,png}; default "
-                         "shapes: the prefill shapes and gqa-train")
+                         "shapes: the prefill shapes, gqa-train and gqa-step")
     ap.add_argument("--out", help="output folder (default $OUT, else ./out)")
     ap.add_argument("--quick", action="store_true", help="2 small shapes, few rounds (smoke run)")
     ap.add_argument("--dry-run", action="store_true",

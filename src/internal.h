@@ -292,6 +292,9 @@ typedef struct fc_cuda_choice {
                              * of the previous kernel (common/pdl.cuh): an
                              * sm_90+ device and tuning.pdl not 0; decided
                              * once per call, here, for forward and combine */
+    int32_t group_splits;   /* sm90 backward: a key block's GQA group dealt
+                             * to this many CTAs (sm90/bwd_split.cuh); 0 or
+                             * 1: none                                      */
     int32_t grid_cap;       /* sm90: at most this many persistent CTAs
                              * (tuning.sm90_grid), 0 = no cap               */
     const char *trace_file; /* sm90 trace builds: where the trace goes

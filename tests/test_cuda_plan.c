@@ -396,10 +396,59 @@ static int bwd_plan_group(void)
     return 1;
 }
 
+/* 1: the Hopper backward planner's GQA group split checked; 0: skipped.
+ * The group is dealt to 2^k CTAs per key block while the grid still fits
+ * the SMs, never in the deterministic mode; the split adds fp32 dK and dV
+ * (2 x key rows x heads_kv x head_dim) to the workspace. */
+static int bwd90_split_group(void)
+{
+    int p0 = g_pass, f0 = g_fail;
+    const fc_cuda_device h100 = h100_like();
+    fc_cuda_choice c;
+    char why[256];
+    const struct {
+        int b, hq, hkv, s, d, det, splits;
+    } rows[] = {
+        {4, 8, 2, 512, 64, 0, 4},    /* 32 CTAs, group 4: the small decoder's step */
+        {4, 8, 2, 512, 64, 1, 1},    /* deterministic: no atomics                  */
+        {2, 16, 2, 257, 128, 0, 8},  /* 12 CTAs x 8 = 96                            */
+        {1, 12, 2, 1024, 64, 0, 2},  /* group 6: 2, not 4 (6 % 4)                   */
+        {2, 8, 8, 512, 64, 0, 1},    /* no group to split                          */
+        {2, 32, 8, 2048, 128, 0, 1}, /* 256 CTAs: the grid fills the device         */
+        {1, 32, 8, 1024, 128, 0, 2}, /* 64 CTAs x 2 = 128 <= 132                   */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) {
+        fc_bwd_params p = bwd_shape(rows[i].b, rows[i].hq, rows[i].hkv, rows[i].s, rows[i].d, 1, 0);
+        p.deterministic = rows[i].det;
+        memset(&c, 0, sizeof c);
+        fc_status st = fc_sm90_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why);
+        if (i == 0 && st == FC_ERR_UNSUPPORTED && (!fc_cuda_compiled() || strstr(why, "not compiled in"))) {
+            printf("bwd90_split skipped: %s\n", why);
+            return 0;
+        }
+        const int64_t with = c.workspace_bytes, splits = c.group_splits > 1 ? c.group_splits : 1;
+        char tag[8] = "";
+        if (rows[i].splits > 1) snprintf(tag, sizeof tag, "_g%d", rows[i].splits);
+        CHECK(st == FC_OK && splits == rows[i].splits && (rows[i].splits == 1 ? !strstr(c.name, "_g") : !!strstr(c.name, tag)),
+              "b%d h%d/%d s%d d%d det %d: %s, %d splits (expected %d) (%s)", rows[i].b, rows[i].hq, rows[i].hkv,
+              rows[i].s, rows[i].d, rows[i].det, st == FC_OK ? c.name : "refused", (int)splits, rows[i].splits, why);
+        p.deterministic = 1; /* the same problem unsplit, for its workspace (plus semaphores) */
+        memset(&c, 0, sizeof c);
+        st = fc_sm90_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why);
+        const int64_t qb = (rows[i].s + 63) / 64, sems = r256((int64_t)rows[i].b * rows[i].hq * qb * 4);
+        const int64_t dkv = rows[i].splits > 1 ? r256(2LL * rows[i].b * rows[i].s * rows[i].hkv * rows[i].d * 4) : 0;
+        const int64_t want = c.workspace_bytes - (rows[i].det ? 0 : sems) + dkv;
+        CHECK(st == FC_OK && with == want, "b%d h%d/%d s%d d%d: workspace %lld, expected %lld", rows[i].b,
+              rows[i].hq, rows[i].hkv, rows[i].s, rows[i].d, (long long)with, (long long)want);
+    }
+    group_done("bwd90_split", p0, f0);
+    return 1;
+}
+
 int main(void)
 {
     fc_tuning_init(&k_tuning);
-    const int ran = sm90_plan_group() + sm80_plan_group() + bwd_plan_group();
+    const int ran = sm90_plan_group() + sm80_plan_group() + bwd_plan_group() + bwd90_split_group();
     if (!ran) return 77;
     return test_summary();
 }

@@ -33,15 +33,18 @@ extern "C" {
 typedef struct fc_sm80_bwd_ws {
     int64_t rows;
     int64_t dq_rows;                              /* dq_accum's rows          */
-    int64_t dq_off, dsum_off, lse2_off, sems_off; /* byte offsets            */
+    int64_t k_rows;                               /* dkv_accum's rows         */
+    int64_t dq_off, dkv_off, dsum_off, lse2_off, sems_off; /* byte offsets   */
+    int64_t dkv_bytes;                            /* 0: no group split        */
     int64_t n_sems;
     int64_t bytes;                                /* the total                */
 } fc_sm80_bwd_ws;
 
-/* The layout for p with query blocks of block_m rows and dq_accum chunked
- * by dq_chunk rows (0: not): the one place the workspace size is computed
- * (planners and launchers of both paths). */
-fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m, int dq_chunk);
+/* The layout for p with query blocks of block_m rows, dq_accum chunked
+ * by dq_chunk rows (0: not) and the GQA group split over group_splits
+ * CTAs per key block (1: not): the one place the workspace size is
+ * computed (planners and launchers of both paths). */
+fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m, int dq_chunk, int group_splits);
 
 typedef struct fc_sm80_bwd_args {
     fc_bwd_params p;
@@ -50,6 +53,10 @@ typedef struct fc_sm80_bwd_args {
     int64_t rows;                  /* workspace rows                         */
     int64_t dq_rows;               /* dq_accum's rows (fc_sm80_bwd_ws)       */
     int32_t dq_chunk;              /* its chunk rows, 0: the row layout       */
+    float *dkv_accum;              /* NULL unless the group is split          */
+    int64_t k_rows;                /* dkv_accum's rows (fc_sm80_bwd_ws)       */
+    int64_t zero_f4;               /* float4s the preprocess zeroes from
+                                    * dq_accum on: it and dkv_accum          */
     int64_t n_sems;
     /* exp2 argument of P: s * sl2 - lse2, with s the raw q.k (sl2 =
      * scale*log2 e) or, softcap on, tanh(q.k * softcap_in) (sl2 =
@@ -59,6 +66,10 @@ typedef struct fc_sm80_bwd_args {
     float scale;      /* dQ and dK = scale * (dS_raw K), (dS_raw^T Q)      */
     int32_t m_blocks; /* query blocks of the longest sequence             */
     int32_t group;    /* heads_q / heads_kv                                */
+    /* The Hopper path on small grids: a key block's CTAs, 1 << split_shift
+     * of them, each walk group_run = group >> split_shift query heads
+     * (bwd_plan.cu); the sm80-class path: 0 and group. */
+    int32_t split_shift, group_run;
     fc_bwd_order order;  /* the grid's order (bwd_ranges.h)              */
     /* 1: CTAs walk their query blocks downward (fc_bwd_next_block):
      * deterministic, or causal-like */
@@ -75,10 +86,11 @@ fc_status fc_sm80_bwd_common(const fc_bwd_params *b, const fc_cuda_device *dev, 
                              size_t why_len);
 
 /* Fill the argument block for b with query blocks of block_m rows, key
- * blocks of block_n and dq_accum chunked by dq_chunk rows (the workspace
- * carved as fc_sm80_bwd_workspace says). */
-void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int block_n, int dq_chunk, void *workspace,
-                           int pdl, fc_sm80_bwd_args *a);
+ * blocks of block_n, dq_accum chunked by dq_chunk rows and the group split
+ * over group_splits CTAs (a power of two dividing the group; the
+ * workspace carved as fc_sm80_bwd_workspace says). */
+void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int block_n, int dq_chunk, int group_splits,
+                           void *workspace, int pdl, fc_sm80_bwd_args *a);
 
 /* One launcher per (dtype, head_dim) translation unit: preprocess, main
  * and convert kernels of backward row `config` on `stream`. Checks every

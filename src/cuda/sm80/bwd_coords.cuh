@@ -27,15 +27,11 @@ struct BwdCoords {
     int64_t row0;     /* workspace row of the sequence's query 0          */
 };
 
-/* The CTA's place in the grid's order (fc_bwd_order, bwd_ranges.h). Read
- * through the volatile %ctaid.x: the loop recomputes the coordinates where
- * it needs them instead of holding them in registers across the GEMMs. */
-__device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
+/* Key block nb of (batch, KV head) pair bh. */
+__device__ __forceinline__ BwdCoords bwd_coords_at(const fc_sm80_bwd_args &a, int32_t nb, int32_t bh)
 {
     const fc_fwd_params &f = a.p.f;
     BwdCoords c;
-    int32_t bh, nb;
-    fc_bwd_tile_of(a.order, ptx::ctaid_x(), &nb, &bh);
     c.n = nb;
     c.b = fc_fastdiv_div(bh, a.heads_kv);
     c.h_kv = bh - c.b * f.heads_kv;
@@ -52,6 +48,16 @@ __device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
     c.bk = f.cu_seqlens_k ? 0 : c.b;
     c.row0 = f.cu_seqlens_q ? c.q_start : (int64_t)c.b * f.seqlen_q;
     return c;
+}
+
+/* The CTA's place in the grid's order (fc_bwd_order, bwd_ranges.h). Read
+ * through the volatile %ctaid.x: the loop recomputes the coordinates where
+ * it needs them instead of holding them in registers across the GEMMs. */
+__device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
+{
+    int32_t bh, nb;
+    fc_bwd_tile_of(a.order, ptx::ctaid_x(), &nb, &bh);
+    return bwd_coords_at(a, nb, bh);
 }
 
 /* Whether the CTA walks its query blocks downward (fc_bwd_next_block):

@@ -78,7 +78,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 } /* namespace */
 
-extern "C" fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m, int dq_chunk)
+extern "C" fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int block_m, int dq_chunk,
+                                                 int group_splits)
 {
     const fc_fwd_params *f = &p->f;
     fc_sm80_bwd_ws w;
@@ -89,9 +90,12 @@ extern "C" fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int bloc
     w.dq_rows = dq_chunk == 0 ? w.rows
                 : f->cu_seqlens_q ? f->total_q + (int64_t)(f->batch + 1) * dq_chunk
                                   : (int64_t)f->batch * ceil_div(f->seqlen_q, dq_chunk) * dq_chunk;
+    w.k_rows = f->cu_seqlens_k ? f->total_k : (int64_t)f->batch * f->seqlen_k;
     const int64_t per_head = w.rows * (int64_t)sizeof(float);
     w.dq_off = 0;
-    w.dsum_off = round256(w.dq_rows * f->heads_q * f->head_dim * (int64_t)sizeof(float));
+    w.dkv_off = round256(w.dq_rows * f->heads_q * f->head_dim * (int64_t)sizeof(float));
+    w.dkv_bytes = group_splits > 1 ? round256(2 * w.k_rows * f->heads_kv * f->head_dim * (int64_t)sizeof(float)) : 0;
+    w.dsum_off = w.dkv_off + w.dkv_bytes;
     w.lse2_off = w.dsum_off + round256(f->heads_q * per_head);
     w.sems_off = w.lse2_off + round256(f->heads_q * per_head);
     w.n_sems = p->deterministic ? (int64_t)f->batch * f->heads_q * ceil_div(f->seqlen_q, block_m) : 0;
@@ -159,7 +163,7 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     choice->path = FC_CUDA_PATH_SM80;
     choice->config = cfg;
     choice->num_splits = 1;
-    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, 0).bytes;
+    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, 0, 1).bytes;
     /* formatted once per thread and key (common/plan_names.cuh) */
     static thread_local PlanNames names;
     const int32_t key[PlanNames::K] = {cfg, p->dtype, b->deterministic, 0, 0, 0};
@@ -171,10 +175,10 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
 }
 
 extern "C" void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int block_n, int dq_chunk,
-                                      void *workspace, int pdl, fc_sm80_bwd_args *a)
+                                      int group_splits, void *workspace, int pdl, fc_sm80_bwd_args *a)
 {
     const fc_fwd_params *p = &b->f;
-    const fc_sm80_bwd_ws w = fc_sm80_bwd_workspace(b, block_m, dq_chunk);
+    const fc_sm80_bwd_ws w = fc_sm80_bwd_workspace(b, block_m, dq_chunk, group_splits);
     memset(a, 0, sizeof *a);
     a->p = *b;
     unsigned char *ws = (unsigned char *)workspace;
@@ -183,8 +187,11 @@ extern "C" void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int b
         a->dsum = (float *)(ws + w.dsum_off);
         a->lse2 = (float *)(ws + w.lse2_off);
         a->sems = w.n_sems > 0 ? (int32_t *)(ws + w.sems_off) : nullptr;
+        a->dkv_accum = w.dkv_bytes > 0 ? (float *)(ws + w.dkv_off) : nullptr;
     }
     a->rows = w.rows;
+    a->k_rows = w.k_rows;
+    a->zero_f4 = (w.dkv_off + w.dkv_bytes) / 16;
     a->dq_rows = w.dq_rows;
     a->dq_chunk = dq_chunk;
     a->n_sems = w.n_sems;
@@ -200,9 +207,12 @@ extern "C" void fc_sm80_bwd_fill_args(const fc_bwd_params *b, int block_m, int b
     a->scale = p->scale;
     a->m_blocks = (int32_t)ceil_div(p->seqlen_q, block_m);
     a->group = p->heads_q / p->heads_kv;
+    while ((1 << a->split_shift) < group_splits) ++a->split_shift;
+    a->group_run = a->group >> a->split_shift;
     a->heads_kv = fc_fastdiv_make(p->heads_kv);
-    /* exact whenever the grid is launched (n_blocks * batch * heads_kv <= INT_MAX) */
-    const int64_t pairs = std::min<int64_t>((int64_t)p->batch * p->heads_kv, INT32_MAX);
+    /* exact whenever the grid is launched (n_blocks * batch * heads_kv *
+     * group_splits <= INT_MAX); a pair's split CTAs are neighbours in it */
+    const int64_t pairs = std::min<int64_t>((int64_t)p->batch * p->heads_kv << a->split_shift, INT32_MAX);
     const int causal_like = fc_causal_like(p);
     a->down = b->deterministic || causal_like;
     a->order = fc_bwd_order_make((int32_t)ceil_div(p->seqlen_k, block_n), (int32_t)pairs, causal_like);
@@ -226,7 +236,7 @@ extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choi
         return FC_ERR_INTERNAL;
     }
     fc_sm80_bwd_args a;
-    fc_sm80_bwd_fill_args(b, t.block_m, t.block_n, 0, workspace, choice->pdl, &a);
+    fc_sm80_bwd_fill_args(b, t.block_m, t.block_n, 0, 1, workspace, choice->pdl, &a);
 
     const int cfg = choice->config, device = dev->id;
     const bool bf16 = p->dtype == FC_DTYPE_BF16;

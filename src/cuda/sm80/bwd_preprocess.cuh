@@ -2,7 +2,7 @@
  * bwd_preprocess.cuh -- the backward's first kernel: for every workspace
  * row (query token) and query head, D = rowsum(dO * O) (summed in double) and lse2 =
  * lse * log2(e) (-inf, a row that sees no key, becomes +inf so that every
- * P of it is 2^-inf = 0); the fp32 dQ accumulator zeroed whole, in
+ * P of it is 2^-inf = 0); the fp32 dQ (and split dK/dV) accumulators zeroed whole, in
  * either layout (the Hopper path's chunks with their padding: a memset
  * before the kernel cost ~35 us at s2k-d128); and the deterministic
  * mode's semaphores zeroed.
@@ -71,8 +71,7 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const fc
     const int64_t nthreads = (int64_t)gridDim.x * kBwdAuxThreads;
     for (int64_t s = gtid; s < a.n_sems; s += nthreads) a.sems[s] = 0;
     float4 *acc = reinterpret_cast<float4 *>(a.dq_accum);
-    const int64_t n4 = a.dq_rows * f.heads_q * (HD / 4);
-    for (int64_t k = gtid; k < n4; k += nthreads) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int64_t k = gtid; k < a.zero_f4; k += nthreads) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 
     constexpr int CPT = HD / 32; /* 16-byte chunks per thread: HD/8 over 4 threads */
     const int lane = threadIdx.x & 31, sub = lane & 3;
@@ -108,12 +107,14 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const fc
 }
 
 /* The preprocess on stream (both backward paths): a thread group per
- * (row, head), enough threads to zero the semaphores; nothing to launch
- * without either. Returns the launch error. */
+ * (row, head), enough threads to zero the semaphores and the split dK/dV
+ * accumulators (which queries need not reach); nothing to launch without
+ * any. Returns the launch error. */
 template <bool kBF16, int HD>
 cudaError_t launch_bwd_preprocess(const fc_sm80_bwd_args &a, cudaStream_t stream, bool pdl)
 {
-    const int64_t pairs = a.rows * a.p.f.heads_q * 4, work = pairs > a.n_sems ? pairs : a.n_sems;
+    const int64_t pairs = a.rows * a.p.f.heads_q * 4, sems = pairs > a.n_sems ? pairs : a.n_sems;
+    const int64_t work = a.dkv_accum && a.zero_f4 > sems ? a.zero_f4 : sems;
     if (work == 0) return cudaSuccess;
     return fc_launch(bwd_preprocess_kernel<kBF16, HD>, aux_grid(work), kBwdAuxThreads, 0, stream, pdl, a);
 }

@@ -20,6 +20,7 @@
 #include "cuda/sm80/bwd_coords.cuh"
 #include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm90/bwd_args.h"
+#include "cuda/sm90/bwd_split.cuh"
 #include "cuda/sm90/bwd_tiles.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
 
@@ -118,13 +119,14 @@ template <class C, bool kDet>
 __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane)
 {
     const fc_fwd_params &f = a.p.f;
-    const fc::sm80::BwdCoords c = fc::sm80::bwd_coords(a);
+    int h0;
+    const fc::sm80::BwdCoords c = bwd_place(a, &h0);
     const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
     bar_arrive(kBwdBarFree + 0, 160);
     bar_arrive(kBwdBarFree + 1, 160);
     int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
-    for (int g = m < 0 ? a.group : 0; g < a.group;) {
-        const BwdStep st{c.h_kv * a.group + g, m};
+    for (int g = m < 0 ? a.group_run : 0; g < a.group_run;) {
+        const BwdStep st{h0 + g, m};
         if (kDet) bwd_dq_turn_wait<C>(a, c, st, lane);
 #pragma unroll 1
         for (int cw = 0; cw < 2; ++cw) {
@@ -143,7 +145,7 @@ __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane
             bwd_dq_release(a, c, st, lane);
         }
         int gn, mn;
-        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group, mr, g, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, mr, g, m, &gn, &mn);
         g = gn;
         m = mn;
     }

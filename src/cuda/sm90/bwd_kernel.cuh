@@ -5,15 +5,17 @@
  *   bwd_tiles.cuh     the table, shape, layout    bwd_producer.cuh  loads
  *   bwd_gemms.cuh     the five wgmma GEMMs        bwd_scores.cuh    P, dS
  *   bwd_dq.cuh        dQ to dq_accum (bulk reduce-add, deterministic turn)
- * The preprocess (D, lse2, dq_accum zeroed) and the convert (dq) are the
- * sm80-class path's kernels, on the same workspace.
+ *   bwd_split.cuh     the GQA group split over CTAs (small grids)
+ * The preprocess (D, lse2, accumulators zeroed) is the sm80-class path's
+ * kernel, on the same workspace; bwd_convert.cuh converts dQ.
  *
  * One CTA per (key block of 128, batch, KV head), the sm80-class grid and
- * order (bwd_coords.cuh): warp 0 of warpgroup 0 loads, its warp 1 adds dQ
+ * order (bwd_coords.cuh), or with the group split one per share of the
+ * group: warp 0 of warpgroup 0 loads, its warp 1 adds dQ
  * to the workspace (bwd_dq.cuh); consumer warpgroups
  * 1 and 2 own 64 keys each, keep dK and dV in registers over every query
- * block of every query head of the GQA group that sees their keys
- * (bwd_ranges.h), and write them once at the end.
+ * block of every query head of its share of the GQA group that sees their
+ * keys (bwd_ranges.h), and write them once at the end (split: add them).
  *
  * A step (one query block), its S^T and dP^T issued at the end of the step
  * before: P^T once S^T is done, then dV += P^T dO issued while dP^T
@@ -37,6 +39,7 @@
 #include "cuda/sm90/bwd_gemms.cuh"
 #include "cuda/sm90/bwd_producer.cuh"
 #include "cuda/sm90/bwd_scores.cuh"
+#include "cuda/sm90/bwd_split.cuh"
 
 namespace fc90 {
 
@@ -117,7 +120,8 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
     th.lane = th.ctid & 31;
     th.g = th.lane >> 2;
     th.t2 = 2 * (th.lane & 3);
-    const fc::sm80::BwdCoords c = fc::sm80::bwd_coords(a);
+    int h0;
+    const fc::sm80::BwdCoords c = bwd_place(a, &h0);
     const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
     FC90_WAIT(C::kv_full(base), 0);
     if (f.cu_seqlens_k && (c.n + 1) * C::BN > c.sk)
@@ -136,11 +140,11 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
 
     float S[C::BM / 2], dP[C::BM / 2];
     int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
-    int gi = m < 0 ? a.group : 0;
+    int gi = m < 0 ? a.group_run : 0;
     fence_regs(dk); /* the zeros defined here, not sunk into the GEMMs' window */
     fence_regs(dv);
-    bwd_issue_sdp<C, kBF16>(f, c, base, 0, m, th, S, dP, gi < a.group);
-    for (int it = 0; gi < a.group; ++it) {
+    bwd_issue_sdp<C, kBF16>(f, c, base, 0, m, th, S, dP, gi < a.group_run);
+    for (int it = 0; gi < a.group_run; ++it) {
         const int s = bwd_stage<C>(it);
         const uint32_t q = base + C::OFF_Q + s * C::Q_BYTES, dO = base + C::OFF_DO + s * C::Q_BYTES;
         const uint32_t ld = base + C::OFF_LD + s * C::LD_BYTES;
@@ -183,11 +187,11 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
          * warp: GEMMs first where their accumulators fit beside dQ's
          * (C::SDP_FIRST), so that the hand-over runs under them. */
         int gn, mn;
-        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group, mr, gi, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, mr, gi, m, &gn, &mn);
         gi = gn;
         m = mn;
         if constexpr (!C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.tid);
-        bwd_issue_sdp<C, kBF16>(f, c, base, it + 1, m, th, S, dP, gi < a.group);
+        bwd_issue_sdp<C, kBF16>(f, c, base, it + 1, m, th, S, dP, gi < a.group_run);
         if constexpr (C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.tid);
     }
     wg_wait<0>(); /* the dropped last issue */
@@ -195,6 +199,11 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
     fence_regs(dP);
 
     const int r = 64 * cw + 16 * th.warp + th.g, valid = c.sk - c.n * C::BN;
+    if (!kDet && a.dkv_accum) { /* a share of the group (bwd_split.cuh) */
+        bwd_add_grad<C::D>(bwd_dkv_rows(a, c, 0, C::BN), valid, dk, r, th.t2);
+        bwd_add_grad<C::D>(bwd_dkv_rows(a, c, 1, C::BN), valid, dv, r, th.t2);
+        return;
+    }
     const int64_t j0 = c.k_start + (int64_t)c.n * C::BN;
     const fc_bwd_params &b = a.p;
     bwd_store_grad<C, kBF16>((uint16_t *)b.dk + c.bk * b.dk_batch_stride + j0 * b.dk_row_stride +
@@ -230,7 +239,8 @@ __global__ void __launch_bounds__(384, 1) fc_sm90_bwd_kernel(const __grid_consta
     fc_grid_dep_sync();
     {
         /* past this sequence's keys: nothing to do (uniform per CTA) */
-        const fc::sm80::BwdCoords c = fc::sm80::bwd_coords(prm.a);
+        int h0;
+        const fc::sm80::BwdCoords c = bwd_place(prm.a, &h0);
         if ((int64_t)c.n * C::BN >= c.sk) return;
     }
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
@@ -253,7 +263,7 @@ fc_status bwd_launch_main(const fc_sm90_bwd_params *prm, int device, cudaStream_
     const fc_status opt = fc_smem_opt_in(kern, C::SMEM, device, opted_in, "sm90 backward", kRow, err, err_len);
     if (opt != FC_OK) return opt;
     const fc_sm80_bwd_args &a = prm->a;
-    const long long grid = (long long)a.order.n_blocks.d * a.p.f.batch * a.p.f.heads_kv;
+    const long long grid = ((long long)a.order.n_blocks.d * a.p.f.batch * a.p.f.heads_kv) << a.split_shift;
     if (grid > INT_MAX) {
         snprintf(err, err_len, "internal: sm90 backward grid of %lld CTAs (the planner should have refused)", grid);
         return FC_ERR_INTERNAL;
@@ -264,8 +274,9 @@ fc_status bwd_launch_main(const fc_sm90_bwd_params *prm, int device, cudaStream_
     return FC_OK;
 }
 
-/* The preprocess (D, lse2, the chunked dq_accum zeroed), the row's main
- * kernel for the call's mode, the chunked convert. */
+/* The preprocess (D, lse2, the chunked dq_accum and any dkv_accum
+ * zeroed), the row's main kernel for the call's mode, the chunked dQ
+ * convert and, split, the dK/dV convert. */
 template <int kRow, bool kBF16>
 fc_status bwd_launch_row(const fc_sm90_bwd_params *prm, int device, cudaStream_t stream, char *err, size_t err_len)
 {
@@ -284,6 +295,7 @@ fc_status bwd_launch_row(const fc_sm90_bwd_params *prm, int device, cudaStream_t
     if (a.m_blocks > 0 && a.rows > 0)
         FC_CUDA_TRY("sm90 backward convert launch",
                     fc_launch(bwd_convert_chunks<C, kBF16>, grid, 128, 0, stream, pdl, a));
+    FC_CUDA_TRY("sm90 backward dK/dV convert launch", (launch_bwd_convert_dkv<kBF16, C::D>(a, stream, pdl)));
     return FC_OK;
 }
 

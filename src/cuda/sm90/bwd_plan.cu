@@ -1,7 +1,9 @@
 /*
  * bwd_plan.cu -- the Hopper backward's planner and path launcher:
  *   fc_sm90_bwd_plan   can this path run b on dev, with which row of
- *                      bwd_tiles.cuh, and how much workspace it needs
+ *                      bwd_tiles.cuh, over how many CTAs per key block
+ *                      (the GQA group split), and how much workspace it
+ *                      needs
  *   fc_sm90_backward   the TMA maps and the argument block, then the row's
  *                      (dtype, head_dim) launcher (fc_cuda_backward,
  *                      launch.cu, provides the workspace)
@@ -74,6 +76,18 @@ fc_status encode_maps(fc_sm90_bwd_params &prm, const fc_bwd_params *b, const Bwd
     return st;
 }
 
+/* CTAs per key block: on a grid that leaves SMs idle, the GQA group
+ * dealt out in powers of two while the grid still fits the SMs (a small
+ * decoder's step, B4 S512 Hq8/Hkv2 d64: 32 CTAs of 4 heads' work on 132
+ * SMs). Atomic sums: never in the deterministic mode. */
+int group_splits(const fc_bwd_params *b, int64_t ctas, int sm_count)
+{
+    const int group = b->f.heads_q / b->f.heads_kv;
+    int s = 1;
+    while (!b->deterministic && group % (2 * s) == 0 && ctas * 2 * s <= sm_count) s *= 2;
+    return s;
+}
+
 } /* namespace */
 
 extern "C" fc_status fc_sm90_bwd_plan(const fc_bwd_params *b, const fc_cuda_device *dev, const fc_tuning *tune,
@@ -111,13 +125,17 @@ extern "C" fc_status fc_sm90_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     choice->path = FC_CUDA_PATH_SM90;
     choice->config = row;
     choice->num_splits = 1;
-    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, fc90::kBwdChunk).bytes;
+    const int gs = group_splits(b, grid, dev->sm_count);
+    choice->group_splits = gs;
+    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, fc90::kBwdChunk, gs).bytes;
     /* formatted once per thread and key (common/plan_names.cuh) */
     static thread_local PlanNames names;
-    const int32_t key[PlanNames::K] = {row, p->dtype, b->deterministic, 0, 0, 0};
+    const int32_t key[PlanNames::K] = {row, p->dtype, b->deterministic, gs, 0, 0};
     if (plan_name_get(names, key, choice->name)) return FC_OK;
-    snprintf(choice->name, sizeof choice->name, "sm90_bwd_%s_d%d_m%dn%d%s", fc_dtype_name(p->dtype), (int)p->head_dim,
-             t.block_m, t.block_n, b->deterministic ? "_det" : "");
+    char split[16] = "";
+    if (gs > 1) snprintf(split, sizeof split, "_g%d", gs);
+    snprintf(choice->name, sizeof choice->name, "sm90_bwd_%s_d%d_m%dn%d%s%s", fc_dtype_name(p->dtype),
+             (int)p->head_dim, t.block_m, t.block_n, split, b->deterministic ? "_det" : "");
     plan_name_put(names, key, choice->name);
     return FC_OK;
 }
@@ -138,7 +156,8 @@ extern "C" fc_status fc_sm90_backward(const fc_bwd_params *b, const fc_cuda_choi
     }
     fc_sm90_bwd_params prm;
     memset(&prm, 0, sizeof prm);
-    fc_sm80_bwd_fill_args(b, t.block_m, t.block_n, fc90::kBwdChunk, workspace, choice->pdl, &prm.a);
+    const int gs = choice->group_splits > 1 ? choice->group_splits : 1;
+    fc_sm80_bwd_fill_args(b, t.block_m, t.block_n, fc90::kBwdChunk, gs, workspace, choice->pdl, &prm.a);
     if (fc_tma_q_rows(p) == 0 && fc_tma_k_rows(p) == 0) return FC_OK; /* no token: nothing to write */
     const fc_status st = encode_maps(prm, b, t, err, err_len);
     if (st != FC_OK) return st;

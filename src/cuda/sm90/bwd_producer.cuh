@@ -15,6 +15,7 @@
 #include "cuda/sm80/bwd_coords.cuh"
 #include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm90/bwd_args.h"
+#include "cuda/sm90/bwd_split.cuh"
 #include "cuda/sm90/bwd_tiles.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
 
@@ -38,7 +39,8 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
 {
     const fc_sm80_bwd_args &a = prm.a;
     const fc_fwd_params &f = a.p.f;
-    const fc::sm80::BwdCoords c = fc::sm80::bwd_coords(a);
+    int h0;
+    const fc::sm80::BwdCoords c = bwd_place(a, &h0);
     const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
     if (lane == 0) {
         const int krow = (int)c.k_start + c.n * C::BN, bk = (int)c.bk;
@@ -47,8 +49,8 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
         bwd_load_tile<C, C::BN>(&prm.tm_v, base + C::OFF_V, C::kv_full(base), krow, c.h_kv, bk);
     }
     int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
-    for (int g = m < 0 ? a.group : 0, it = 0; g < a.group; ++it) {
-        const int s = bwd_stage<C>(it), h = c.h_kv * a.group + g;
+    for (int g = m < 0 ? a.group_run : 0, it = 0; g < a.group_run; ++it) {
+        const int s = bwd_stage<C>(it), h = h0 + g;
         /* every lane: each then writes the stage's lse2/D area the consumers released */
         FC90_WAIT(C::q_empty(base, s), bwd_phase<C>(it) ^ 1u);
         if (lane == 0) {
@@ -72,7 +74,7 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
         }
         mbar_arrive(C::q_full(base, s));
         int gn, mn;
-        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group, mr, g, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, mr, g, m, &gn, &mn);
         g = gn;
         m = mn;
     }
