@@ -1,24 +1,27 @@
 /*
  * tiled_bwd.c -- the fast CPU backward: tiled, fp32 accumulation,
- * multithreaded, deterministic. Two parallel passes over work items, each
- * item owning the gradient rows it writes:
+ * multithreaded, deterministic. Two parallel passes over work items:
  *
- *   q pass   (sequence b, kv head g, tile of TILE_M packed query rows):
+ *   rows pass (sequence b, kv head g, tile of TILE_M packed query rows):
  *            D = rowsum(dO * O) and lse (log2 units) of its rows, kept for
- *            the kv pass; then over the visible key blocks S = Q K^T,
- *            dP = dO V^T, P = 2^(S - lse), dS = P (dP - D), dQ += dS K.
- *   kv pass  (sequence b, kv head g, tile of TILE_M keys): over the blocks
- *            of packed query rows (every query head of the group) that see
- *            its keys, S^T = K Q^T, dP^T = V dO^T, then P^T and dS^T the
- *            same way, dV += P^T dO, dK += dS^T Q.
+ *            the key pass; dq = 0 for blocks of rows that no key sees.
+ *   key pass (sequence b, kv head g, tile of TILE_M keys): over the blocks
+ *            of TILE_N packed query rows (every query head of the group)
+ *            that see its keys, S^T = K Q^T, dP^T = V dO^T, P^T = 2^(S^T -
+ *            lse), dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q (the
+ *            item's own rows), and the block's share of dQ, dS K, added
+ *            into an fp32 dq accumulator in key-tile order.
  *
  * Packed rows as in the forward (tiled.c): packed row r of sequence b is
- * query r / G of head g*G + r % G. Both passes put their own rows in the
- * register tile and stream the other side in blocks of TILE_N, so every
+ * query r / G of head g*G + r % G. The key pass puts its keys in the
+ * register tile and streams the query rows in blocks of TILE_N, so every
  * product is one of the forward's kernels (tiled_kernels.h: scores_rows
- * for S and dP, wsum_rows for the sums); S recomputed in the kv pass costs
- * two products more than a pass with shared dS, the price of writing no
- * gradient from two items (no atomics, no partial sums to reduce).
+ * for S and dP, wsum_rows for the sums, dQ's with the weights
+ * transposed): 5 products per visible pair. dK and dV belong to one item;
+ * a block of dq rows takes the adds of every key tile that sees it, in
+ * tile order (a turn counter per block: the first tile stores, the last
+ * converts); items are claimed in index order and a head's tiles in
+ * increasing order, so a turn only ever waits for a running item.
  *
  * Precision: S in fp32 where the block's logit bound allows it
  * (F32_SCORE_BOUND, tiled_common.h), else in double: P = 2^(S - lse)
@@ -29,12 +32,16 @@
  * is -inf adds nothing (its lse is taken as +inf, so its P is exactly 0),
  * and masked pairs are skipped by ranges, never multiplied by 0.
  *
- * Determinism: every gradient element belongs to one item, the tiling and
- * each item's summation order do not depend on the thread count or on
- * which thread runs it, and a machine always runs the same instruction-set
- * build (see tiled.c): results are bitwise identical for any num_threads.
+ * Determinism: dK and dV belong to one item, dq's adds run in key-tile
+ * order, the tiling and each item's summation order do not depend on the
+ * thread count or on which thread runs it, and a machine always runs the
+ * same instruction-set build (see tiled.c): results are bitwise identical
+ * for any num_threads.
  */
+#define _POSIX_C_SOURCE 200809L /* sched_yield */
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,29 +56,31 @@
 
 static const double k_log2e = 1.4426950408889634074;
 
-/* A worker's scratch. "a" buffers hold the item's own rows (keys in the kv
- * pass, packed query rows in the q pass), "b" buffers one streamed block of
- * the other side. The double dP operands only for f32 (else NULL). Pad rows
- * and columns are zero when read. */
+/* A worker's scratch. "a" buffers hold the item's keys, "b" buffers one
+ * streamed block of packed query rows. The double dP operands only for f32
+ * (else NULL). Pad rows and columns are zero when read. */
 typedef struct bwd_scratch {
-    float *a1;        /* [TILE_M][dp]   K (kv pass) or Q rows: the S operand       */
+    float *a1;        /* [TILE_M][dp]   K rows: the S operand, dQ's                */
     double *a1d;      /* [TILE_M][dp]   the same in double, for double-score blocks */
     double a1n2;      /*                their largest squared norm                 */
     int na1, na1d;    /*                rows (padded); how many a1d holds          */
     int blk64;        /*                the streamed block's scores in double      */
-    float *a2;        /* [TILE_M][dp]   V or dO rows: the dP operand               */
+    float *a2;        /* [TILE_M][dp]   V rows: the dP operand                     */
     double *a2d;      /* [TILE_M][dp]   the same in double (f32)                   */
-    float *acc1;      /* [TILE_M][dp]   dK or dQ                                   */
-    float *acc2;      /* [TILE_M][dp]   dV (kv pass)                               */
-    double *aL;       /* [TILE_M]       q pass: each row's lse, log2 units         */
-    double *aD;       /* [TILE_M]       q pass: each row's D                       */
-    int64_t *lo, *hi; /* [TILE_M]       each row's visible range on the other side */
-    float *b1t;       /* [dp][TILE_N]   Q^T or K^T: the S operand                  */
+    float *acc1;      /* [TILE_M][dp]   dK                                         */
+    float *acc2;      /* [TILE_M][dp]   dV                                         */
+    int64_t *lo, *hi; /* [TILE_M]       each key's visible packed query rows       */
+    float *dst;       /* [TILE_M][TILE_N] dS^T of the streamed block               */
+    float *wt;        /* [TILE_M / TILE_N][TILE_N][TILE_N] it transposed, for dQ    */
+    float *dqb;       /* [TILE_N][dp]   the block's dQ from the item's keys        */
+    int64_t *qlo, *qhi; /* [TILE_N]     each block row's visible keys              */
+    int *qa, *qe;     /* [TILE_N]       the same within the item                   */
+    float *b1t;       /* [dp][TILE_N]   Q^T: the S operand                         */
     double *b1td;     /* [dp][TILE_N]   the same in double, for double scores      */
-    float *b2t;       /* [dp][TILE_N]   dO^T or V^T: the dP operand                */
+    float *b2t;       /* [dp][TILE_N]   dO^T: the dP operand                       */
     double *b2td;     /* [dp][TILE_N]   the same in double (f32)                   */
-    float *b3;        /* [TILE_N][dp]   dO rows (kv pass, for dV)                  */
-    float *b4;        /* [TILE_N][dp]   Q or K rows (for dK or dQ)                 */
+    float *b3;        /* [TILE_N][dp]   dO rows (for dV)                           */
+    float *b4;        /* [TILE_N][dp]   Q rows (for dK)                            */
     double *bL;       /* [TILE_N]       lse of each column (log2 units)            */
     double *bD;       /* [TILE_N]       D of each column                           */
     double *sd;       /* [ROWS][TILE_N] scores                                     */
@@ -95,10 +104,15 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
     x.a2d = CARVE(base, off, double, dn * am);
     x.acc1 = CARVE(base, off, float, am);
     x.acc2 = CARVE(base, off, float, am);
-    x.aL = CARVE(base, off, double, TILE_M);
-    x.aD = CARVE(base, off, double, TILE_M);
     x.lo = CARVE(base, off, int64_t, TILE_M);
     x.hi = CARVE(base, off, int64_t, TILE_M);
+    x.dst = CARVE(base, off, float, TILE_M * TILE_N);
+    x.wt = CARVE(base, off, float, TILE_M * TILE_N);
+    x.dqb = CARVE(base, off, float, TILE_N * dp);
+    x.qlo = CARVE(base, off, int64_t, TILE_N);
+    x.qhi = CARVE(base, off, int64_t, TILE_N);
+    x.qa = CARVE(base, off, int, TILE_N);
+    x.qe = CARVE(base, off, int, TILE_N);
     x.b1t = CARVE(base, off, float, bn);
     x.b1td = CARVE(base, off, double, bn);
     x.b2t = CARVE(base, off, float, bn);
@@ -129,15 +143,36 @@ typedef struct bwd_job {
     double cap;           /* softcap*log2e, 0 = no cap                          */
     double *L;            /* [rows][heads_q] lse in log2 units (+inf: lse -inf) */
     double *D;            /* [rows][heads_q] rowsum(dout * out)                 */
+    float *dq_acc;        /* [rows][heads_q][dp] dQ / scale, fp32               */
+    atomic_int *turns;    /* per block of TILE_N packed rows: tiles added so far */
+    const int64_t *turn0; /* [batch] each sequence's first turn                 */
     const int64_t *row0;  /* [batch] first row of each sequence in L and D      */
     const int64_t *first; /* the running pass: its work list, tile order, item   */
     int reverse;
     void (*item)(const struct bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile);
     bwd_scratch *scratch; /* [workers]                                          */
     /* the per-item code for this CPU's instruction set (see tiled.c) */
-    void (*q_item)(const struct bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile);
+    void (*rows_item)(const struct bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile);
     void (*kv_item)(const struct bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile);
 } bwd_job;
+
+/* The turn counter of the block of packed rows at r0 (sequence b, kv head g). */
+static inline atomic_int *block_turn(const bwd_job *job, const fc_bwd_seq *sv, int b, int g, int64_t r0)
+{
+    const int64_t nblk = (sv->sq * job->group + TILE_N - 1) / TILE_N;
+    return job->turns + job->turn0[b] + g * nblk + r0 / TILE_N;
+}
+
+/* Until the block's counter reads `want` (the tiles before this one have
+ * added): spin briefly, then yield (more threads than cores). */
+static inline void wait_turn(atomic_int *turn, int want)
+{
+    for (int spins = 0; atomic_load_explicit(turn, memory_order_acquire) != want;)
+        if (++spins == 64) {
+            sched_yield();
+            spins = 0;
+        }
+}
 
 /* ---- the per-item code, once per instruction set (see tiled.c) --------------- */
 #define FC_ITEM_HEADER "tiled_bwd_item.h"
@@ -156,22 +191,24 @@ static void run_one(void *arg, int worker, int64_t idx)
     job->item(job, &job->scratch[worker], b, g, tile);
 }
 
-/* The work lists of both passes, each sequence's first row in L/D, and the
- * call's multiply-adds; one allocation (lists[0] owns it). */
+/* The work lists of both passes, each sequence's first row in L/D and
+ * first turn counter, and the call's multiply-adds; one allocation
+ * (first_q owns it). */
 typedef struct bwd_lists {
-    int64_t *first_q, *first_kv, *row0;
-    int64_t rows, macs;
+    int64_t *first_q, *first_kv, *row0, *turn0;
+    int64_t rows, turns, macs;
 } bwd_lists;
 
 static int lists_build(const fc_bwd_params *p, int group, bwd_lists *l)
 {
     const int n = p->f.batch;
-    l->first_q = malloc((size_t)(3 * n + 2) * sizeof(int64_t));
+    l->first_q = malloc((size_t)(4 * n + 2) * sizeof(int64_t));
     if (!l->first_q) return -1;
     l->first_kv = l->first_q + n + 1;
     l->row0 = l->first_kv + n + 1;
+    l->turn0 = l->row0 + n;
     l->first_q[0] = l->first_kv[0] = 0;
-    l->rows = l->macs = 0;
+    l->rows = l->turns = l->macs = 0;
     for (int b = 0; b < n; b++) {
         fc_bwd_seq s;
         fc_bwd_seq_of(p, b, &s);
@@ -179,7 +216,9 @@ static int lists_build(const fc_bwd_params *p, int group, bwd_lists *l)
         l->first_kv[b + 1] = l->first_kv[b] + (s.sk + TILE_M - 1) / TILE_M * p->f.heads_kv;
         l->row0[b] = p->f.cu_seqlens_q ? p->f.cu_seqlens_q[b] : (int64_t)b * p->f.seqlen_q;
         l->rows = l->row0[b] + s.sq;
-        l->macs += 7 * s.sq * s.sk * p->f.heads_q * (int64_t)p->f.head_dim; /* 7 products */
+        l->turn0[b] = l->turns;
+        l->turns += (s.sq * group + TILE_N - 1) / TILE_N * p->f.heads_kv;
+        l->macs += 5 * s.sq * s.sk * p->f.heads_q * (int64_t)p->f.head_dim; /* 5 products */
     }
     return 0;
 }
@@ -198,17 +237,17 @@ static void job_init(bwd_job *job, const fc_bwd_params *p, int group, int64_t dp
      * twice x's absolute error as its relative error: a softcap of 1e-3 made
      * fp32 scores' dq 3e-4 off (fuzz) */
     if (p->f.softcap > 0.0f) job->lscale = fmax(job->lscale, 2.0 * fabs((double)p->f.scale) / p->f.softcap);
-    job->q_item = q_item_generic;
+    job->rows_item = rows_item_generic;
     job->kv_item = kv_item_generic;
 #ifdef FC_HAVE_AVX2_VARIANT
     if (fc_cpu_avx2()) {
-        job->q_item = q_item_avx2;
+        job->rows_item = rows_item_avx2;
         job->kv_item = kv_item_avx2;
     }
 #endif
 #ifdef FC_HAVE_AVX512_VARIANT
     if (fc_cpu_avx512()) {
-        job->q_item = q_item_avx512;
+        job->rows_item = rows_item_avx512;
         job->kv_item = kv_item_avx512;
     }
 #endif
@@ -235,22 +274,27 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
     job.scratch = blocks ? calloc((size_t)nt, sizeof *job.scratch) : NULL;
     job.L = malloc((size_t)nrow * sizeof(double));
     job.D = malloc((size_t)nrow * sizeof(double));
+    job.dq_acc = malloc((size_t)(nrow * dp) * sizeof(float));
+    job.turns = malloc((size_t)(l.turns > 0 ? l.turns : 1) * sizeof(atomic_int));
     fc_status st = FC_OK;
-    if (!job.scratch || !job.L || !job.D) {
+    if (!job.scratch || !job.L || !job.D || !job.dq_acc || !job.turns) {
         snprintf(err, err_len,
-                 "cpu tiled backward: cannot allocate %d scratch blocks of %zu bytes and %lld row sums "
-                 "(head_dim %d)", nt, bytes, (long long)nrow, p->f.head_dim);
+                 "cpu tiled backward: cannot allocate %d scratch blocks of %zu bytes, %lld row sums and an "
+                 "fp32 dq accumulator (head_dim %d)", nt, bytes, (long long)nrow, p->f.head_dim);
         st = FC_ERR_OUT_OF_MEMORY;
     } else {
         for (int x = 0; x < nt; x++) scratch_layout(&job.scratch[x], blocks[x], dp, job.dp64);
+        for (int64_t x = 0; x < l.turns; x++) atomic_init(&job.turns[x], 0);
         job.row0 = l.row0;
-        /* The q pass, which also fills L and D for the kv pass: last query
-         * tiles first (under a causal mask they see the most keys). */
+        job.turn0 = l.turn0;
+        /* The rows pass: L and D for the key pass, dq of unseen rows. */
         job.first = l.first_q;
-        job.reverse = 1;
-        job.item = job.q_item;
+        job.reverse = 0;
+        job.item = job.rows_item;
         fc_pool_run(nt, nq, run_one, &job);
-        /* The kv pass: first key tiles first (seen by the most queries). */
+        /* The key pass, in index order: a head's key tiles in increasing
+         * order (dq's turns need it), first tiles first (seen by the most
+         * queries under a causal mask). */
         job.first = l.first_kv;
         job.reverse = 0;
         job.item = job.kv_item;
@@ -258,6 +302,8 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
     }
     free(job.L);
     free(job.D);
+    free(job.dq_acc);
+    free(job.turns);
     free(job.scratch);
     fc_pool_blocks_free(blocks, nt);
     free(l.first_q);

@@ -1,9 +1,10 @@
 /*
  * tiled_bwd_item.h -- the work items of the tiled CPU backward
- * (src/cpu/tiled_bwd.c): loading rows and blocks, the register-tile step
- * and the two item kinds. Included by tiled_bwd.c once per instruction
- * set with FC_ISA(name) naming the variant, as tiled_item.h is by tiled.c:
- * no include guard. Needs the types defined above it in tiled_bwd.c.
+ * (src/cpu/tiled_bwd.c): loading rows and blocks, the register-tile step,
+ * a block's dQ and its ordered add, and the two item kinds (rows, keys).
+ * Included by tiled_bwd.c once per instruction set with FC_ISA(name)
+ * naming the variant, as tiled_item.h is by tiled.c: no include guard.
+ * Needs the types and helpers defined above it in tiled_bwd.c.
  */
 #ifndef FC_ISA
 #error "tiled_bwd_item.h: define FC_ISA(name) before including"
@@ -125,15 +126,15 @@ static void FC_ISA(grad_row)(const bwd_job *job, bwd_scratch *t, int x, int a, i
         for (int j = a; j < e; j++) dpv[j] *= t->cf[j];
 }
 
-/* Rows [rg, rg+ROWS) of the item against the streamed block [j0, j0+nb):
- * S and dP over the union of the rows' ranges, P and dS per row, then
- * acc1 += dS . b4 and (kv pass) acc2 += P . b3. L, D: per column (kv pass:
- * the block's) or NULL (q pass: each row's own, broadcast). */
-static void FC_ISA(tile_step)(const bwd_job *job, bwd_scratch *t, int rg, int nr, int64_t j0, int nb, int kv)
+/* Key rows [rg, rg+ROWS) of the item against the streamed block of packed
+ * query rows [r0, r0+nb): S^T and dP^T over the union of the rows' ranges,
+ * P^T and dS^T per row (with each column's lse and D), dK += dS^T . Q,
+ * dV += P^T . dO, and each row's dS^T kept in t->dst for the block's dQ. */
+static void FC_ISA(tile_step)(const bwd_job *job, bwd_scratch *t, int rg, int nr, int64_t r0, int nb)
 {
     const int64_t dp = job->dp;
     int a[ROWS], e[ROWS], ua, ue, same;
-    if (!tile_ranges(t->lo, t->hi, rg, nr, j0, nb, a, e, &ua, &ue, &same)) return;
+    if (!tile_ranges(t->lo, t->hi, rg, nr, r0, nb, a, e, &ua, &ue, &same)) return;
     const int c0 = ua & ~(VEC_W - 1), c1 = (ue + VEC_W - 1) & ~(VEC_W - 1);
     if (t->blk64) {
         FC_ISA(scores_rows_f64)(t->a1d + rg * dp, dp, t->b1td, t->sd, c0, c1, job->qscale);
@@ -146,59 +147,132 @@ static void FC_ISA(tile_step)(const bwd_job *job, bwd_scratch *t, int rg, int nr
     else FC_ISA(scores_rows)(t->a2 + rg * dp, dp, t->b2t, t->dpv, c0, c1, 1.0f);
     for (int x = 0; x < ROWS; x++) {
         if (a[x] >= e[x]) continue;
-        if (!kv) /* the row's own lse and D in every column */
-            for (int j = a[x]; j < e[x]; j++) {
-                t->bL[j] = t->aL[rg + x];
-                t->bD[j] = t->aD[rg + x];
-            }
         FC_ISA(grad_row)(job, t, x, a[x], e[x], t->bL, t->bD);
+        memcpy(t->dst + (rg + x) * TILE_N + a[x], t->dpv + x * TILE_N + a[x], (size_t)(e[x] - a[x]) * sizeof(float));
     }
     FC_ISA(wsum_rows)(t->dpv, t->b4, dp, t->acc1 + rg * dp, a, e, same, t->pt);
-    if (kv) FC_ISA(wsum_rows)(t->s, t->b3, dp, t->acc2 + rg * dp, a, e, same, t->pt);
+    FC_ISA(wsum_rows)(t->s, t->b3, dp, t->acc2 + rg * dp, a, e, same, t->pt);
 }
 
-/* Forward declarations: sweep loads either side's blocks. */
-static void FC_ISA(k_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int g, int64_t j0, int nb);
+/* dQ of the block's nb packed query rows from the item's keys [k0, k0+nk)
+ * into t->dqb: row c += sum of dS^T[j][c] K_j over the keys it sees (its
+ * range in t->qlo/qhi; no other key is read, so a non-finite key outside
+ * stays out). The weights go transposed into t->wt, TILE_N keys a row, as
+ * wsum_rows reads them; the keys are the item's fp32 rows (t->a1). */
+static void FC_ISA(dq_block)(const bwd_job *job, bwd_scratch *t, int64_t k0, int nk, int nb)
+{
+    const int64_t dp = job->dp;
+    for (int c = 0; c < nb; c++) {
+        const int64_t a = t->qlo[c] > k0 ? t->qlo[c] - k0 : 0, e = t->qhi[c] < k0 + nk ? t->qhi[c] - k0 : nk;
+        t->qa[c] = a < e ? (int)a : 0;
+        t->qe[c] = a < e ? (int)e : 0;
+        for (int j = t->qa[c]; j < t->qe[c]; j++) t->wt[(j / TILE_N * TILE_N + c) * TILE_N + j % TILE_N] = t->dst[j * TILE_N + c];
+        memset(t->dqb + c * dp, 0, (size_t)dp * sizeof(float));
+    }
+    for (int c = 0; c < nb; c += ROWS)
+        for (int ch = 0; ch * TILE_N < nk; ch++) {
+            int a[ROWS], e[ROWS], any = 0, same = c + ROWS <= nb;
+            for (int x = 0; x < ROWS; x++) {
+                const int lo = c + x < nb ? t->qa[c + x] - ch * TILE_N : 0, hi = c + x < nb ? t->qe[c + x] - ch * TILE_N : 0;
+                a[x] = lo < 0 ? 0 : lo;
+                e[x] = hi > TILE_N ? TILE_N : hi;
+                if (a[x] >= e[x]) a[x] = e[x] = 0;
+                any |= a[x] < e[x];
+                if (a[x] != a[0] || e[x] != e[0]) same = 0;
+            }
+            if (any)
+                FC_ISA(wsum_rows)(t->wt + (ch * TILE_N + c) * TILE_N, t->a1 + ch * TILE_N * dp, dp, t->dqb + c * dp, a,
+                                  e, same, t->pt);
+        }
+}
+
+/* The block's dQ into the fp32 dq accumulator in key-tile order: the first
+ * tile that sees the block stores, the others add after it, the last
+ * converts the rows to dq (times scale). Which tiles see it follows from
+ * the union of its rows' visible keys (contiguous for band masks), so
+ * every tile computes the same turns. */
+static void FC_ISA(dq_commit)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int g, int64_t tile,
+                              int64_t r0, int nb)
+{
+    const fc_bwd_params *p = job->p;
+    const int64_t dp = job->dp;
+    const int G = job->group;
+    int64_t klo = INT64_MAX, khi = 0;
+    for (int c = 0; c < nb; c++)
+        if (t->qlo[c] < t->qhi[c]) {
+            if (t->qlo[c] < klo) klo = t->qlo[c];
+            if (t->qhi[c] > khi) khi = t->qhi[c];
+        }
+    const int64_t tlo = klo / TILE_M, thi = (khi - 1) / TILE_M + 1;
+    atomic_int *turn = block_turn(job, sv, b, g, r0);
+    wait_turn(turn, (int)(tile - tlo));
+    for (int c = 0; c < nb; c++) {
+        const int64_t r = r0 + c, i = r / G;
+        const int h = g * G + (int)(r % G);
+        float *acc = job->dq_acc + ((job->row0[b] + i) * p->f.heads_q + h) * dp;
+        const float *add = t->dqb + c * dp;
+        if (tile == tlo) memcpy(acc, add, (size_t)dp * sizeof(float));
+        else
+            for (int64_t d = 0; d < dp; d++) acc[d] += add[d];
+        if (tile == thi - 1)
+            FC_ISA(store_acc)(job, p->dq, sv->dq + i * p->dq_row_stride + h * p->dq_head_stride, acc, p->f.scale);
+    }
+    atomic_store_explicit(turn, (int)(tile - tlo + 1), memory_order_release);
+}
+
 static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int g, int64_t r0,
                             int nb);
 
-/* The item's n rows (loaded, ranges set) against every block of the other
- * side that one of them sees: key blocks (q pass) or blocks of packed
- * query rows (kv pass). */
-static void FC_ISA(sweep)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int g, int n, int kv)
+/* Whether some row of the loaded block sees a key of [k0, k0+nk). */
+static int FC_ISA(block_seen)(const bwd_scratch *t, int64_t k0, int nk, int nb)
+{
+    for (int c = 0; c < nb; c++)
+        if (t->qlo[c] < t->qhi[c] && t->qlo[c] < k0 + nk && t->qhi[c] > k0) return 1;
+    return 0;
+}
+
+/* The item's nk keys [k0, k0+nk) (loaded, ranges set) against every block
+ * of TILE_N packed query rows (aligned, so that every tile adds the same
+ * blocks into dQ) that one of them sees: dK, dV and the block's dQ. The
+ * blocks from the last down: under band masks a head's tiles then all
+ * start at blocks the tiles before them do not see or have added to
+ * already (walking up, causal tile t would wait at its first block until
+ * tile t - 1 had done every block above it). */
+static void FC_ISA(sweep)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int g, int64_t tile,
+                          int64_t k0, int nk)
 {
     int64_t lo = INT64_MAX, hi = 0;
-    for (int x = 0; x < n; x++)
+    for (int x = 0; x < nk; x++)
         if (t->lo[x] < t->hi[x]) {
             if (t->lo[x] < lo) lo = t->lo[x];
             if (t->hi[x] > hi) hi = t->hi[x];
         }
-    FC_ISA(zero_pad_rows)(job, t, n);
-    for (int64_t c0 = lo; c0 < hi; c0 += TILE_N) {
-        const int nb = (int)(hi - c0 < TILE_N ? hi - c0 : TILE_N);
-        if (kv) FC_ISA(q_block)(job, t, sv, b, g, c0, nb);
-        else FC_ISA(k_block)(job, t, sv, g, c0, nb);
-        for (int rg = 0; rg < n; rg += ROWS) FC_ISA(tile_step)(job, t, rg, n, c0, nb, kv);
+    FC_ISA(zero_pad_rows)(job, t, nk);
+    const int64_t rows = sv->sq * job->group;
+    for (int64_t r0 = hi > lo ? (hi - 1) / TILE_N * TILE_N : -1; r0 >= lo / TILE_N * TILE_N && hi > lo; r0 -= TILE_N) {
+        const int nb = (int)(rows - r0 < TILE_N ? rows - r0 : TILE_N);
+        FC_ISA(q_block)(job, t, sv, b, g, r0, nb);
+        if (!FC_ISA(block_seen)(t, k0, nk, nb)) continue;
+        for (int rg = 0; rg < nk; rg += ROWS) FC_ISA(tile_step)(job, t, rg, nk, r0, nb);
+        FC_ISA(dq_block)(job, t, k0, nk, nb);
+        FC_ISA(dq_commit)(job, t, sv, b, g, tile, r0, nb);
     }
 }
 
-/* ---- the q pass: dQ of TILE_M packed query rows ------------------------------------ */
+/* ---- the rows pass: lse and D of TILE_M packed query rows ------------------------ */
 
-/* Packed row rr of the item (query i, head h): its Q and dO rows, its lse
- * and D (kept in job->L/D for the kv pass), its visible keys. */
-static void FC_ISA(q_row)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int rr, int64_t i,
-                          int h)
+/* Packed row (query i, head h): its lse (log2 units; +inf where it is
+ * -inf: the row saw no key and adds nothing) and D = rowsum(dO * O), in
+ * the precision of dP, into job->L / job->D for the key pass. */
+static void FC_ISA(row_sums)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int64_t i, int h)
 {
     const fc_bwd_params *p = job->p;
     const fc_fwd_params *f = &p->f;
-    const int64_t D = f->head_dim, dp = job->dp;
-    const float *q = FC_ISA(get_row)(job, t, f->q, sv->q + i * f->q_row_stride + h * f->q_head_stride);
-    FC_ISA(put_a1)(t, dp, rr, q, D);
-    float *dout = t->a2 + rr * dp;
+    const int64_t D = f->head_dim;
+    float *dout = t->a2;
     FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D, dout);
-    FC_ISA(twin)(dout, t->a2d ? t->a2d + rr * dp : NULL, D);
     const float *o = FC_ISA(get_row)(job, t, f->o, sv->o + i * f->o_row_stride + h * f->o_head_stride);
-    double dsum = 0.0; /* D in the precision of dP */
+    double dsum = 0.0;
     if (job->dp64)
         for (int64_t d = 0; d < D; d++) dsum += (double)dout[d] * o[d];
     else {
@@ -207,62 +281,41 @@ static void FC_ISA(q_row)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *
         dsum = fsum;
     }
     const double lse = f->lse[sv->lse + h * f->lse_head_stride + i * f->lse_row_stride];
-    const int dead = isinf(lse) && lse < 0; /* saw no key: adds nothing */
     const int64_t at = (job->row0[b] + i) * f->heads_q + h;
-    job->L[at] = t->aL[rr] = dead ? INFINITY : lse * k_log2e;
-    job->D[at] = t->aD[rr] = dsum;
-    visible_range(i, sv->sq, sv->sk, f->window_left, f->window_right, &t->lo[rr], &t->hi[rr]);
-    if (dead) t->lo[rr] = t->hi[rr] = 0;
-    memset(t->acc1 + rr * dp, 0, (size_t)dp * sizeof(float));
+    job->L[at] = isinf(lse) && lse < 0 ? INFINITY : lse * k_log2e;
+    job->D[at] = dsum;
 }
 
-/* Keys [j0, j0+nb) of kv head g: K^T and V^T for the products, K rows for dQ. */
-static void FC_ISA(k_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int g, int64_t j0, int nb)
-{
-    const fc_fwd_params *f = &job->p->f;
-    const int64_t D = f->head_dim, dp = job->dp;
-    double bn2 = 0.0;
-    for (int c = 0; c < nb; c++) {
-        const int64_t j = j0 + c, ja = j + PREFETCH_AHEAD;
-        if (c + PREFETCH_AHEAD < nb) {
-            prefetch_row(f->k, sv->k + ja * f->k_row_stride + g * f->k_head_stride, f->head_dim, f->dtype);
-            prefetch_row(f->v, sv->v + ja * f->v_row_stride + g * f->v_head_stride, f->head_dim, f->dtype);
-        }
-        const float *k = FC_ISA(get_row)(job, t, f->k, sv->k + j * f->k_row_stride + g * f->k_head_stride);
-        FC_ISA(put_col)(k, D, t->b1t, NULL, c);
-        bn2 = fmax(bn2, FC_ISA(norm2)(k, D));
-        memcpy(t->b4 + c * dp, k, (size_t)D * sizeof(float));
-        const float *v = FC_ISA(get_row)(job, t, f->v, sv->v + j * f->v_row_stride + g * f->v_head_stride);
-        FC_ISA(put_col)(v, D, t->b2t, t->b2td, c);
-    }
-    FC_ISA(zero_cols)(D, nb, t->b1t, NULL);
-    FC_ISA(zero_cols)(D, nb, t->b2t, t->b2td);
-    FC_ISA(choose_scores)(job, t, D, nb, bn2);
-}
-
-static void FC_ISA(q_item)(const bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile)
+/* The item's rows' sums, and dq = 0 for its blocks of TILE_N rows that no
+ * key sees (no key tile adds into those). */
+static void FC_ISA(rows_item)(const bwd_job *job, bwd_scratch *t, int b, int g, int64_t tile)
 {
     const fc_bwd_params *p = job->p;
+    const fc_fwd_params *f = &p->f;
     fc_bwd_seq sv;
     fc_bwd_seq_of(p, b, &sv);
     const int G = job->group;
-    const int64_t rows = sv.sq * G, r0 = tile * TILE_M;
-    const int nr = (int)(rows - r0 < TILE_M ? rows - r0 : TILE_M);
-    t->a1n2 = 0.0;
-    for (int rr = 0; rr < nr; rr++) {
-        const int64_t r = r0 + rr;
-        FC_ISA(q_row)(job, t, &sv, b, rr, r / G, g * G + (int)(r % G));
-    }
-    FC_ISA(sweep)(job, t, &sv, b, g, nr, 0);
-    for (int rr = 0; rr < nr; rr++) {
-        const int64_t r = r0 + rr, i = r / G;
-        const int h = g * G + (int)(r % G);
-        FC_ISA(store_acc)(job, p->dq, sv.dq + i * p->dq_row_stride + h * p->dq_head_stride, t->acc1 + rr * job->dp,
-                          p->f.scale);
+    const int64_t rows = sv.sq * G, r0 = tile * TILE_M, r1 = rows - r0 < TILE_M ? rows : r0 + TILE_M;
+    for (int64_t r = r0; r < r1; r++) FC_ISA(row_sums)(job, t, &sv, b, r / G, g * G + (int)(r % G));
+    memset(t->row, 0, (size_t)job->dp * sizeof(float));
+    for (int64_t c0 = r0; c0 < r1; c0 += TILE_N) {
+        const int64_t c1 = r1 - c0 < TILE_N ? r1 : c0 + TILE_N;
+        int seen = 0;
+        for (int64_t r = c0; r < c1 && !seen; r++) {
+            int64_t lo, hi;
+            visible_range(r / G, sv.sq, sv.sk, f->window_left, f->window_right, &lo, &hi);
+            seen = lo < hi;
+        }
+        for (int64_t r = c0; r < c1 && !seen; r++) {
+            const int64_t i = r / G;
+            const int h = g * G + (int)(r % G);
+            FC_ISA(store_row)(p->dq, f->dtype, sv.dq + i * p->dq_row_stride + h * p->dq_head_stride, f->head_dim, t->row,
+                              1.0f);
+        }
     }
 }
 
-/* ---- the kv pass: dK and dV of TILE_M keys --------------------------------------- */
+/* ---- the key pass: dK and dV of TILE_M keys, their share of dQ --------------------- */
 
 /* Key row c of the item (key j of kv head g): K and V rows, the packed
  * query rows that see it. */
@@ -283,7 +336,8 @@ static void FC_ISA(kv_row)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq 
 }
 
 /* Packed query rows [r0, r0+nb) of kv head g's group: Q^T and dO^T for the
- * products, Q and dO rows for dK and dV, each column's lse and D. */
+ * products, Q and dO rows for dK and dV, each column's lse and D and
+ * visible keys. */
 static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int g, int64_t r0,
                             int nb)
 {
@@ -309,6 +363,7 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
         const int64_t at = (job->row0[b] + i) * f->heads_q + h;
         t->bL[c] = job->L[at];
         t->bD[c] = job->D[at];
+        visible_range(i, sv->sq, sv->sk, f->window_left, f->window_right, &t->qlo[c], &t->qhi[c]);
     }
     FC_ISA(zero_cols)(D, nb, t->b1t, NULL);
     FC_ISA(zero_cols)(D, nb, t->b2t, t->b2td);
@@ -324,7 +379,7 @@ static void FC_ISA(kv_item)(const bwd_job *job, bwd_scratch *t, int b, int g, in
     const int nk = (int)(sv.sk - k0 < TILE_M ? sv.sk - k0 : TILE_M);
     t->a1n2 = 0.0;
     for (int c = 0; c < nk; c++) FC_ISA(kv_row)(job, t, &sv, c, k0 + c, g);
-    FC_ISA(sweep)(job, t, &sv, b, g, nk, 1);
+    FC_ISA(sweep)(job, t, &sv, b, g, tile, k0, nk);
     for (int c = 0; c < nk; c++) {
         const int64_t j = k0 + c;
         FC_ISA(store_acc)(job, p->dk, sv.dk + j * p->dk_row_stride + g * p->dk_head_stride, t->acc1 + c * job->dp,
