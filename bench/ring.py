@@ -14,7 +14,11 @@ the others wait at a barrier), the ring's time (the slowest rank's, CUDA
 events or wall clock, median over --iters), the same ring with its
 transfers stubbed out (each rank reuses its own K/V: the compute alone),
 scaling efficiency = single / (P x ring), and exposed communication =
-ring - compute alone. JSON with --json.
+ring - compute alone. JSON with --json. --profile: afterwards, three more
+ring steps (forward, and forward + backward) under torch.profiler on every
+rank; rank 0 prints its kernels (CPU ops on the CPU) by self time, and the
+busy share of its device: the union of its kernels' intervals over the
+steps' wall time (what the host leaves idle between calls).
 """
 
 import argparse
@@ -117,6 +121,44 @@ def measure(a, rank, size, device, bwd):
     return row
 
 
+def busy_share(prof, wall_us):
+    """The union of the profiled device kernels' intervals over wall_us."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type.name == "CUDA")
+    busy, end = 0.0, None
+    for a, b in spans:
+        if end is None or a > end:
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    return busy / wall_us if wall_us > 0 else 0.0
+
+
+def profile(a, rank, size, device, bwd):
+    """Three ring steps under torch.profiler; rank 0 prints the table."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    cuda = device.type == "cuda"
+    q, k, v, dout = tensors(a, a.seq_per_rank * size, device, getattr(torch, a.dtype), seed=1)
+    mine = [local_slice(x, a, rank, size).contiguous() for x in (q, k, v, dout)]
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    dist.barrier()
+    with torch_profile(activities=acts) as prof:
+        t = time.perf_counter()
+        for _ in range(3):
+            step(*mine, a, bwd, ring=True)
+        if cuda:
+            torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - t) * 1e6
+    if rank == 0:
+        key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+        print("profile, %s, 3 ring steps, rank 0: %.3f ms a step%s" % (
+            "fwd+bwd" if bwd else "fwd", wall_us / 3e3,
+            ", device busy %.0f%% of it" % (100 * busy_share(prof, wall_us)) if cuda else ""))
+        print(prof.key_averages().table(sort_by=key, row_limit=12))
+
+
 # The largest error of out, dq, dk, dv against one call over the whole
 # sequence, relative to each tensor's largest element: float32 differs by
 # summation order, f16/bf16 by a rounding of each block's out and
@@ -151,7 +193,8 @@ def main_rank(rank, size, a):
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size)
     err = check(a, rank, size, device)
-    rows = [measure(a, rank, size, device, bwd) for bwd in ([False, True] if a.bwd else [False])]
+    passes = [False, True] if a.bwd else [False]
+    rows = [measure(a, rank, size, device, bwd) for bwd in passes]
     ok = err <= GATES[a.dtype]
     if rank == 0:
         meta = dict(device=torch.cuda.get_device_name() if cuda else "cpu", ranks=size, dry_run=a.dry_run,
@@ -171,6 +214,9 @@ def main_rank(rank, size, a):
                                                                r["exposed_comm_ms"]))
         if a.json:
             Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    if a.profile:
+        for bwd in passes:
+            profile(a, rank, size, device, bwd)
     dist.barrier()
     dist.destroy_process_group()
     return 0 if ok else 1
@@ -203,6 +249,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--dry-run", action="store_true", help="CPU, gloo, 2 spawned ranks, tiny shapes")
+    ap.add_argument("--profile", action="store_true",
+                    help="then 3 ring steps a pass under torch.profiler: rank 0's kernels and device busy share")
     a = ap.parse_args()
     a.split = a.split or ("zigzag" if a.causal else "contiguous")
     if a.dry_run:

@@ -13,10 +13,10 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 in_checkout = pytest.mark.skipif(not BENCH.is_dir(), reason="not in a source checkout")
 
 
-def dry_run(script, tmp_path, timeout):
-    """(JSON data, stdout) of bench/<script> --dry-run --json."""
+def dry_run(script, tmp_path, timeout, extra=()):
+    """(JSON data, stdout) of bench/<script> --dry-run --json [extra...]."""
     out = tmp_path / (Path(script).stem + ".json")
-    res = subprocess.run([sys.executable, str(BENCH / script), "--dry-run", "--json", str(out)],
+    res = subprocess.run([sys.executable, str(BENCH / script), "--dry-run", "--json", str(out), *extra],
                          capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = json.loads(out.read_text())

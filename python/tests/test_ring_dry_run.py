@@ -23,3 +23,11 @@ def test_dry_run_rows(tmp_path):
         assert r["single_ms"] > 0 and r["ring_ms"] > 0 and r["compute_ms"] > 0
         assert r["efficiency"] == pytest.approx(r["single_ms"] / (2 * r["ring_ms"]))
     assert "| pass | single device ms | ring ms |" in stdout
+
+
+@in_checkout
+def test_dry_run_profile(tmp_path):
+    """--profile: rank 0's op table after the timings (CPU ops here)."""
+    data, stdout = dry_run("ring.py", tmp_path, timeout=600, extra=("--no-bwd", "--profile"))
+    assert [r["pass_"] for r in data["rows"]] == ["fwd"]
+    assert "profile, fwd, 3 ring steps, rank 0:" in stdout and "c10d::" in stdout
