@@ -92,6 +92,8 @@ typedef struct tile_scratch {
     float *q;          /* [TILE_M][dp]     query rows                               */
     double *qd;        /* [TILE_M][dp]     query rows, for double scores            */
     float *kt;         /* [dp][TILE_N]     key block transposed                     */
+    uint32_t *qh;      /* [TILE_M][dp/2]   query rows as bf16 pairs (job->bf16dot)  */
+    uint32_t *kth;     /* [dp/2][TILE_N]   the key block as bf16 pairs (the same)   */
     double *ktd;       /* [dp][TILE_N]     key block transposed, for double scores  */
     double *sd;        /* [ROWS][TILE_N]   double scores of one register tile       */
     double qn2;        /* the item's largest squared query-row norm (f32 outputs)  */
@@ -113,6 +115,7 @@ typedef struct tiled_job {
     const fc_fwd_params *p;
     int group;            /* query heads per kv head                           */
     int f64;              /* 1: f32 outputs: double scores where the bound asks */
+    int bf16dot;          /* 1: bf16 q and k: the avx512bf16 variant's scores   */
     double lscale;        /* |scale| * log2 e: a logit in log2 units per q.k    */
     int64_t dp;           /* head_dim rounded up to VEC_W                      */
     double qscale;        /* times q.k: scale*log2e, or scale/softcap          */
@@ -138,6 +141,8 @@ static size_t scratch_layout(tile_scratch *t, char *base, int64_t dp, int f64)
     }
     x.q = CARVE(base, off, float, TILE_M * dp);
     x.kt = CARVE(base, off, float, dp * TILE_N);
+    x.qh = CARVE(base, off, uint32_t, TILE_M * dp / 2);
+    x.kth = CARVE(base, off, uint32_t, dp / 2 * TILE_N);
     x.s = CARVE(base, off, float, ROWS * TILE_N);
     x.pt = CARVE(base, off, float, TILE_N * ROWS);
     x.krow = CARVE(base, off, float, dp);
@@ -231,6 +236,7 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
     job.group = group;
     job.dp = dp;
     job.f64 = f64;
+    job.bf16dot = p->dtype == FC_DTYPE_BF16 && p->kv_dtype == FC_DTYPE_BF16;
     job.cap = p->softcap > 0.0f ? p->softcap * k_log2e : 0.0;
     job.qscale = p->softcap > 0.0f ? (double)p->scale / p->softcap : p->scale * k_log2e;
     job.lscale = fabs((double)p->scale) * k_log2e; /* capped logits are no larger */
@@ -242,6 +248,7 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
 #endif
 #ifdef FC_HAVE_AVX512_VARIANT
     if (fc_cpu_avx512()) job.run_item = run_item_avx512;
+    if (fc_cpu_avx512bf16()) job.run_item = run_item_avx512bf16;
 #endif
     fc_pool_run(nt, nitems, run_one, &job);
     store_amax(p, ts, nt);

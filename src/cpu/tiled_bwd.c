@@ -66,6 +66,8 @@ typedef struct bwd_scratch {
     int na1, na1d;    /*                rows (padded); how many a1d holds          */
     int blk64;        /*                the streamed block's scores in double      */
     float *a2;        /* [TILE_M][dp]   V rows: the dP operand                     */
+    uint32_t *a1h, *a2h; /* [TILE_M][dp/2] both as bf16 pairs (job->bf16dot)       */
+    uint32_t *b1h, *b2h; /* [dp/2][TILE_N] the streamed Q^T, dO^T as bf16 pairs     */
     double *a2d;      /* [TILE_M][dp]   the same in double (f32)                   */
     float *acc1;      /* [TILE_M][dp]   dK                                         */
     float *acc2;      /* [TILE_M][dp]   dV                                         */
@@ -101,6 +103,10 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
     x.a1 = CARVE(base, off, float, am);
     x.a1d = CARVE(base, off, double, am);
     x.a2 = CARVE(base, off, float, am);
+    x.a1h = CARVE(base, off, uint32_t, am / 2);
+    x.a2h = CARVE(base, off, uint32_t, am / 2);
+    x.b1h = CARVE(base, off, uint32_t, bn / 2);
+    x.b2h = CARVE(base, off, uint32_t, bn / 2);
     x.a2d = CARVE(base, off, double, dn * am);
     x.acc1 = CARVE(base, off, float, am);
     x.acc2 = CARVE(base, off, float, am);
@@ -137,6 +143,7 @@ typedef struct bwd_job {
     const fc_bwd_params *p;
     int group;            /* query heads per kv head                            */
     int dp64;             /* 1: dP and D in double (f32 inputs)                 */
+    int bf16dot;          /* 1: bf16 inputs: the avx512bf16 variant's products  */
     int64_t dp;           /* head_dim rounded up to VEC_W                       */
     double qscale;        /* times q.k: scale*log2e, or scale/softcap           */
     double lscale;        /* |scale| * log2 e: a logit in log2 units per q.k    */
@@ -230,6 +237,7 @@ static void job_init(bwd_job *job, const fc_bwd_params *p, int group, int64_t dp
     job->group = group;
     job->dp = dp;
     job->dp64 = p->f.dtype == FC_DTYPE_F32;
+    job->bf16dot = p->f.dtype == FC_DTYPE_BF16;
     job->cap = p->f.softcap > 0.0f ? p->f.softcap * k_log2e : 0.0;
     job->qscale = p->f.softcap > 0.0f ? (double)p->f.scale / p->f.softcap : p->f.scale * k_log2e;
     job->lscale = fabs((double)p->f.scale) * k_log2e; /* capped logits are no larger */
@@ -249,6 +257,10 @@ static void job_init(bwd_job *job, const fc_bwd_params *p, int group, int64_t dp
     if (fc_cpu_avx512()) {
         job->rows_item = rows_item_avx512;
         job->kv_item = kv_item_avx512;
+    }
+    if (fc_cpu_avx512bf16()) {
+        job->rows_item = rows_item_avx512bf16;
+        job->kv_item = kv_item_avx512bf16;
     }
 #endif
 }

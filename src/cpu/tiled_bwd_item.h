@@ -139,11 +139,18 @@ static void FC_ISA(tile_step)(const bwd_job *job, bwd_scratch *t, int rg, int nr
     if (t->blk64) {
         FC_ISA(scores_rows_f64)(t->a1d + rg * dp, dp, t->b1td, t->sd, c0, c1, job->qscale);
     } else { /* fp32 scores, widened for grad_row */
-        FC_ISA(scores_rows)(t->a1 + rg * dp, dp, t->b1t, t->s, c0, c1, (float)job->qscale);
+#if defined(FC_ISA_BF16)
+        if (job->bf16dot) scores_pairs_bf16(t->a1h + rg * dp / 2, dp / 2, t->b1h, t->s, c0, c1, (float)job->qscale);
+        else
+#endif
+            FC_ISA(scores_rows)(t->a1 + rg * dp, dp, t->b1t, t->s, c0, c1, (float)job->qscale);
         for (int x = 0; x < ROWS; x++)
             for (int j = c0; j < c1; j++) t->sd[x * TILE_N + j] = t->s[x * TILE_N + j];
     }
     if (job->dp64) FC_ISA(scores_rows_f64)(t->a2d + rg * dp, dp, t->b2td, t->dpd, c0, c1, 1.0);
+#if defined(FC_ISA_BF16)
+    else if (job->bf16dot) scores_pairs_bf16(t->a2h + rg * dp / 2, dp / 2, t->b2h, t->dpv, c0, c1, 1.0f);
+#endif
     else FC_ISA(scores_rows)(t->a2 + rg * dp, dp, t->b2t, t->dpv, c0, c1, 1.0f);
     for (int x = 0; x < ROWS; x++) {
         if (a[x] >= e[x]) continue;
@@ -248,6 +255,12 @@ static void FC_ISA(sweep)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *
             if (t->hi[x] > hi) hi = t->hi[x];
         }
     FC_ISA(zero_pad_rows)(job, t, nk);
+#if defined(FC_ISA_BF16)
+    if (job->bf16dot) {
+        pack_rows_bf16(t->a1, job->dp, t->na1, t->a1h);
+        pack_rows_bf16(t->a2, job->dp, t->na1, t->a2h);
+    }
+#endif
     const int64_t rows = sv->sq * job->group;
     for (int64_t r0 = hi > lo ? (hi - 1) / TILE_N * TILE_N : -1; r0 >= lo / TILE_N * TILE_N && hi > lo; r0 -= TILE_N) {
         const int nb = (int)(rows - r0 < TILE_N ? rows - r0 : TILE_N);
@@ -275,6 +288,10 @@ static void FC_ISA(row_sums)(const bwd_job *job, bwd_scratch *t, const fc_bwd_se
     double dsum = 0.0;
     if (job->dp64)
         for (int64_t d = 0; d < D; d++) dsum += (double)dout[d] * o[d];
+#if defined(FC_ISA_BF16)
+    else if (job->bf16dot) /* dP's products and order (tiled_avx512bf16.h) */
+        dsum = dot_pairs_bf16(dout, o, D, job->dp);
+#endif
     else {
         float fsum = 0.0f;
         for (int64_t d = 0; d < D; d++) fsum += dout[d] * o[d];
@@ -367,6 +384,13 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
     }
     FC_ISA(zero_cols)(D, nb, t->b1t, NULL);
     FC_ISA(zero_cols)(D, nb, t->b2t, t->b2td);
+#if defined(FC_ISA_BF16)
+    if (job->bf16dot) {
+        const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
+        pack_block_bf16(t->b1t, dp, nb_pad, t->b1h);
+        pack_block_bf16(t->b2t, dp, nb_pad, t->b2h);
+    }
+#endif
     FC_ISA(choose_scores)(job, t, D, nb, bn2);
 }
 

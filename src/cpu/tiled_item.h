@@ -43,6 +43,9 @@ static void FC_ISA(run_row_group)(const tiled_job *job, tile_scratch *t, int rg,
      * row does not see is computed but never read. */
     const int c0 = ua & ~(VEC_W - 1), c1 = (ue + VEC_W - 1) & ~(VEC_W - 1);
     if (t->blk64) FC_ISA(scores_rows_f64)(t->qd + rg * dp, dp, t->ktd, t->sd, c0, c1, job->qscale);
+#if defined(FC_ISA_BF16)
+    else if (job->bf16dot) scores_pairs_bf16(t->qh + rg * dp / 2, dp / 2, t->kth, t->s, c0, c1, (float)job->qscale);
+#endif
     else FC_ISA(scores_rows)(t->q + rg * dp, dp, t->kt, t->s, c0, c1, (float)job->qscale);
 
     for (int x = 0; x < ROWS; x++) {
@@ -89,6 +92,9 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
     /* Columns past the block that the last register tile reads: zero. */
     for (int64_t d = 0; d < D && nb_pad > nb; d++)
         for (int jj = nb; jj < nb_pad; jj++) t->kt[d * TILE_N + jj] = 0.0f;
+#if defined(FC_ISA_BF16)
+    if (job->bf16dot) pack_block_bf16(t->kt, dp, nb_pad, t->kth);
+#endif
     const fc_score_ops ops = {t->q, t->kt, t->qd, t->ktd, t->qn2, kn2, dp, D, t->nq, &t->nqd, nb};
     t->blk64 = job->f64 && fc_double_scores(job->lscale, &ops);
 }
@@ -129,6 +135,9 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
     /* Rows past the end of the sequence fill out the last register tile:
      * zero, so the scores computed for them are finite and never read. */
     if (nr_pad > nr) memset(t->q + nr * dp, 0, (size_t)((nr_pad - nr) * dp) * sizeof(float));
+#if defined(FC_ISA_BF16)
+    if (job->bf16dot) pack_rows_bf16(t->q, dp, nr_pad, t->qh);
+#endif
     t->qn2 = qn2;
     t->nqd = 0; /* the double Q rows: at the item's first double-score block */
 

@@ -91,6 +91,9 @@ static inline double FC_ISA(norm2)(const float *x, int64_t n)
 #if defined(FC_ISA_AVX512)
 #include "tiled_avx512.h" /* scores_rows_avx512, scores_rows_f64_avx512 */
 #endif
+#if defined(FC_ISA_BF16)
+#include "tiled_avx512bf16.h" /* the same named for its variant, scores_pairs_bf16 */
+#endif
 #else
 /* ---- S = Q K^T ----------------------------------------------------------------
  * s[r][c] = scale * sum_d q[r][d] * kt[d][c] for ROWS rows and columns

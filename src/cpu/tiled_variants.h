@@ -6,9 +6,12 @@
  * and, on x86-64, name_avx2 under target("avx2,f16c,fma") with FC_ISA_AVX2
  * set (the explicit kernels of tiled_avx2.h), and name_avx512 under
  * target("avx512f,avx512vl,avx512bw,avx2,f16c,fma") with FC_ISA_AVX512 set
- * too (the same, with tiled_avx512.h's matrix products). The generic and
+ * too (the same, with tiled_avx512.h's matrix products), and
+ * name_avx512bf16 with avx512bf16 and FC_ISA_BF16 as well (bf16 inputs'
+ * score products by vdpbf16ps, tiled_avx512bf16.h). The generic and
  * vector variants differ in their last bits (fused multiply-adds in the
- * vector ones); the two vector ones agree.
+ * vector ones); the AVX2 and AVX-512 ones agree, and the bf16 one with
+ * them except on bf16 inputs.
  */
 #ifndef FC_ITEM_HEADER
 #error "tiled_variants.h: define FC_ITEM_HEADER before including"
@@ -42,6 +45,16 @@ FC_TARGET_PUSH("avx512f,avx512vl,avx512bw,avx2,f16c,fma")
 #define FC_ISA(name) name##_avx512
 #define FC_ISA_AVX512 1
 #include FC_ITEM_HEADER
+#undef FC_ISA_AVX512
+#undef FC_ISA
+FC_TARGET_POP
+/* the AVX-512 variant's code, bf16 inputs' scores by vdpbf16ps */
+FC_TARGET_PUSH("avx512bf16,avx512f,avx512vl,avx512bw,avx2,f16c,fma")
+#define FC_ISA(name) name##_avx512bf16
+#define FC_ISA_AVX512 1
+#define FC_ISA_BF16 1
+#include FC_ITEM_HEADER
+#undef FC_ISA_BF16
 #undef FC_ISA_AVX512
 #undef FC_ISA
 FC_TARGET_POP
