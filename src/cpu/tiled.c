@@ -248,6 +248,8 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
 #endif
 #ifdef FC_HAVE_AVX512_VARIANT
     if (fc_cpu_avx512()) job.run_item = run_item_avx512;
+#endif
+#ifdef FC_HAVE_AVX512BF16_VARIANT
     if (fc_cpu_avx512bf16()) job.run_item = run_item_avx512bf16;
 #endif
     fc_pool_run(nt, nitems, run_one, &job);

@@ -258,6 +258,8 @@ static void job_init(bwd_job *job, const fc_bwd_params *p, int group, int64_t dp
         job->rows_item = rows_item_avx512;
         job->kv_item = kv_item_avx512;
     }
+#endif
+#ifdef FC_HAVE_AVX512BF16_VARIANT
     if (fc_cpu_avx512bf16()) {
         job->rows_item = rows_item_avx512bf16;
         job->kv_item = kv_item_avx512bf16;

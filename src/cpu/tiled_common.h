@@ -173,12 +173,18 @@ static inline int fc_cpu_avx512(void)
     return fc_cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512bw");
 }
-/* ... with AVX512_BF16 (CPUID leaf 7, subleaf 1, EAX bit 5). */
+/* ... with AVX512_BF16 (CPUID leaf 7, subleaf 1, EAX bit 5), where the
+ * compiler knows its intrinsics (gcc 10, clang 9). */
+#if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10)
+#define FC_HAVE_AVX512BF16_VARIANT 1
 static inline int fc_cpu_avx512bf16(void)
 {
     unsigned int a, b, c, d;
     return fc_cpu_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
 }
+#else
+static inline int fc_cpu_avx512bf16(void) { return 0; }
+#endif
 #else
 static inline int fc_cpu_avx2(void) { return 0; }
 static inline int fc_cpu_avx512(void) { return 0; }

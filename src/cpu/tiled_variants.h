@@ -48,7 +48,7 @@ FC_TARGET_PUSH("avx512f,avx512vl,avx512bw,avx2,f16c,fma")
 #undef FC_ISA_AVX512
 #undef FC_ISA
 FC_TARGET_POP
-/* the AVX-512 variant's code, bf16 inputs' scores by vdpbf16ps */
+#ifdef FC_HAVE_AVX512BF16_VARIANT /* the AVX-512 variant's code, bf16 inputs' scores by vdpbf16ps */
 FC_TARGET_PUSH("avx512bf16,avx512f,avx512vl,avx512bw,avx2,f16c,fma")
 #define FC_ISA(name) name##_avx512bf16
 #define FC_ISA_AVX512 1
@@ -58,6 +58,7 @@ FC_TARGET_PUSH("avx512bf16,avx512f,avx512vl,avx512bw,avx2,f16c,fma")
 #undef FC_ISA_AVX512
 #undef FC_ISA
 FC_TARGET_POP
+#endif
 #endif
 
 #undef FC_ISA_AVX2
