@@ -72,11 +72,12 @@ typedef struct bwd_scratch {
     float *acc1;      /* [TILE_M][dp]   dK                                         */
     float *acc2;      /* [TILE_M][dp]   dV                                         */
     int64_t *lo, *hi; /* [TILE_M]       each key's visible packed query rows       */
-    float *dst;       /* [TILE_M][TILE_N] dS^T of the streamed block               */
+    float *dst;       /* [TILE_M][TILE_N] dP^T, then dS^T, of the streamed block   */
     float *wt;        /* [TILE_M / TILE_N][TILE_N][TILE_N] it transposed, for dQ    */
     float *dqb;       /* [TILE_N][dp]   the block's dQ from the item's keys        */
     int64_t *qlo, *qhi; /* [TILE_N]     each block row's visible keys              */
     int *qa, *qe;     /* [TILE_N]       the same within the item                   */
+    int64_t klo, khi; /*                the union of qlo/qhi (the block's turns)   */
     float *b1t;       /* [dp][TILE_N]   Q^T: the S operand                         */
     double *b1td;     /* [dp][TILE_N]   the same in double, for double scores      */
     float *b2t;       /* [dp][TILE_N]   dO^T: the dP operand                       */
@@ -87,7 +88,6 @@ typedef struct bwd_scratch {
     double *bD;       /* [TILE_N]       D of each column                           */
     double *sd;       /* [ROWS][TILE_N] scores                                     */
     float *s;         /* [ROWS][TILE_N] P                                          */
-    float *dpv;       /* [ROWS][TILE_N] dP, then dS                                */
     double *dpd;      /* [ROWS][TILE_N] double dP (f32)                            */
     float *cf;        /* [TILE_N]       softcap factor 1 - tanh^2 of one row       */
     float *pt;        /* [TILE_N][ROWS] transposed weights (plain C kernels)       */
@@ -129,7 +129,6 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
     x.bD = CARVE(base, off, double, TILE_N);
     x.sd = CARVE(base, off, double, ROWS * TILE_N);
     x.s = CARVE(base, off, float, ROWS * TILE_N);
-    x.dpv = CARVE(base, off, float, ROWS * TILE_N);
     x.dpd = CARVE(base, off, double, dn * ROWS * TILE_N);
     x.cf = CARVE(base, off, float, TILE_N);
     x.pt = CARVE(base, off, float, TILE_N * ROWS);

@@ -94,11 +94,12 @@ static void FC_ISA(store_acc)(const bwd_job *job, void *dst, int64_t off, float 
 /* ---- one register tile ---------------------------------------------------------- */
 
 /* Row x of the tile over its columns [a, e): scores (t->sd) to P in t->s,
- * dP (t->dpv or t->dpd) to dS in t->dpv, with each column's lse L and D. */
-static void FC_ISA(grad_row)(const bwd_job *job, bwd_scratch *t, int x, int a, int e, const double *L,
+ * dP (ds or t->dpd) to dS in ds (the tile's rows of t->dst), with each
+ * column's lse L and D. */
+static void FC_ISA(grad_row)(const bwd_job *job, bwd_scratch *t, float *ds, int x, int a, int e, const double *L,
                              const double *D)
 {
-    float *s = t->s + x * TILE_N, *dpv = t->dpv + x * TILE_N;
+    float *s = t->s + x * TILE_N, *dpv = ds + x * TILE_N;
     const double *sd = t->sd + x * TILE_N;
     if (job->cap > 0.0)
         for (int j = a; j < e; j++) {
@@ -129,10 +130,12 @@ static void FC_ISA(grad_row)(const bwd_job *job, bwd_scratch *t, int x, int a, i
 /* Key rows [rg, rg+ROWS) of the item against the streamed block of packed
  * query rows [r0, r0+nb): S^T and dP^T over the union of the rows' ranges,
  * P^T and dS^T per row (with each column's lse and D), dK += dS^T . Q,
- * dV += P^T . dO, and each row's dS^T kept in t->dst for the block's dQ. */
+ * dV += P^T . dO. dP^T and dS^T are made in the rows' place in t->dst,
+ * which the block's dQ reads. */
 static void FC_ISA(tile_step)(const bwd_job *job, bwd_scratch *t, int rg, int nr, int64_t r0, int nb)
 {
     const int64_t dp = job->dp;
+    float *ds = t->dst + rg * TILE_N;
     int a[ROWS], e[ROWS], ua, ue, same;
     if (!tile_ranges(t->lo, t->hi, rg, nr, r0, nb, a, e, &ua, &ue, &same)) return;
     const int c0 = ua & ~(VEC_W - 1), c1 = (ue + VEC_W - 1) & ~(VEC_W - 1);
@@ -149,30 +152,47 @@ static void FC_ISA(tile_step)(const bwd_job *job, bwd_scratch *t, int rg, int nr
     }
     if (job->dp64) FC_ISA(scores_rows_f64)(t->a2d + rg * dp, dp, t->b2td, t->dpd, c0, c1, 1.0);
 #if defined(FC_ISA_BF16)
-    else if (job->bf16dot) scores_pairs_bf16(t->a2h + rg * dp / 2, dp / 2, t->b2h, t->dpv, c0, c1, 1.0f);
+    else if (job->bf16dot) scores_pairs_bf16(t->a2h + rg * dp / 2, dp / 2, t->b2h, ds, c0, c1, 1.0f);
 #endif
-    else FC_ISA(scores_rows)(t->a2 + rg * dp, dp, t->b2t, t->dpv, c0, c1, 1.0f);
-    for (int x = 0; x < ROWS; x++) {
-        if (a[x] >= e[x]) continue;
-        FC_ISA(grad_row)(job, t, x, a[x], e[x], t->bL, t->bD);
-        memcpy(t->dst + (rg + x) * TILE_N + a[x], t->dpv + x * TILE_N + a[x], (size_t)(e[x] - a[x]) * sizeof(float));
-    }
-    FC_ISA(wsum_rows)(t->dpv, t->b4, dp, t->acc1 + rg * dp, a, e, same, t->pt);
+    else FC_ISA(scores_rows)(t->a2 + rg * dp, dp, t->b2t, ds, c0, c1, 1.0f);
+    for (int x = 0; x < ROWS; x++)
+        if (a[x] < e[x]) FC_ISA(grad_row)(job, t, ds, x, a[x], e[x], t->bL, t->bD);
+    FC_ISA(wsum_rows)(ds, t->b4, dp, t->acc1 + rg * dp, a, e, same, t->pt);
     FC_ISA(wsum_rows)(t->s, t->b3, dp, t->acc2 + rg * dp, a, e, same, t->pt);
 }
 
-/* dQ of the block's nb packed query rows from the item's keys [k0, k0+nk)
- * into t->dqb: row c += sum of dS^T[j][c] K_j over the keys it sees (its
- * range in t->qlo/qhi; no other key is read, so a non-finite key outside
- * stays out). The weights go transposed into t->wt, TILE_N keys a row, as
- * wsum_rows reads them; the keys are the item's fp32 rows (t->a1). */
-static void FC_ISA(dq_block)(const bwd_job *job, bwd_scratch *t, int64_t k0, int nk, int nb)
+/* One pass over the loaded block's rows' visible keys (t->qlo/qhi): each
+ * row's part of the item's keys [k0, k0+nk) in t->qa/qe, the union of
+ * the rows' keys in t->klo/khi (which key tiles add into the block);
+ * returns whether a row sees one of the item's keys. */
+static int FC_ISA(block_keys)(bwd_scratch *t, int64_t k0, int nk, int nb)
+{
+    int seen = 0;
+    t->klo = INT64_MAX;
+    t->khi = 0;
+    for (int c = 0; c < nb; c++) {
+        const int64_t lo = t->qlo[c], hi = t->qhi[c];
+        if (lo < hi) {
+            if (lo < t->klo) t->klo = lo;
+            if (hi > t->khi) t->khi = hi;
+        }
+        const int64_t a = lo > k0 ? lo - k0 : 0, e = hi < k0 + nk ? hi - k0 : nk;
+        t->qa[c] = a < e ? (int)a : 0;
+        t->qe[c] = a < e ? (int)e : 0;
+        seen |= a < e;
+    }
+    return seen;
+}
+
+/* dQ of the block's nb packed query rows from the item's keys into t->dqb:
+ * row c += sum of dS^T[j][c] K_j over the keys it sees (t->qa/qe; no other
+ * key is read, so a non-finite key outside stays out). The weights go
+ * transposed into t->wt, TILE_N keys a row, as wsum_rows reads them; the
+ * keys are the item's fp32 rows (t->a1). */
+static void FC_ISA(dq_block)(const bwd_job *job, bwd_scratch *t, int nk, int nb)
 {
     const int64_t dp = job->dp;
     for (int c = 0; c < nb; c++) {
-        const int64_t a = t->qlo[c] > k0 ? t->qlo[c] - k0 : 0, e = t->qhi[c] < k0 + nk ? t->qhi[c] - k0 : nk;
-        t->qa[c] = a < e ? (int)a : 0;
-        t->qe[c] = a < e ? (int)e : 0;
         for (int j = t->qa[c]; j < t->qe[c]; j++) t->wt[(j / TILE_N * TILE_N + c) * TILE_N + j % TILE_N] = t->dst[j * TILE_N + c];
         memset(t->dqb + c * dp, 0, (size_t)dp * sizeof(float));
     }
@@ -196,21 +216,15 @@ static void FC_ISA(dq_block)(const bwd_job *job, bwd_scratch *t, int64_t k0, int
 /* The block's dQ into the fp32 dq accumulator in key-tile order: the first
  * tile that sees the block stores, the others add after it, the last
  * converts the rows to dq (times scale). Which tiles see it follows from
- * the union of its rows' visible keys (contiguous for band masks), so
- * every tile computes the same turns. */
+ * the union of its rows' visible keys (t->klo/khi, contiguous for band
+ * masks), so every tile computes the same turns. */
 static void FC_ISA(dq_commit)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int g, int64_t tile,
                               int64_t r0, int nb)
 {
     const fc_bwd_params *p = job->p;
     const int64_t dp = job->dp;
     const int G = job->group;
-    int64_t klo = INT64_MAX, khi = 0;
-    for (int c = 0; c < nb; c++)
-        if (t->qlo[c] < t->qhi[c]) {
-            if (t->qlo[c] < klo) klo = t->qlo[c];
-            if (t->qhi[c] > khi) khi = t->qhi[c];
-        }
-    const int64_t tlo = klo / TILE_M, thi = (khi - 1) / TILE_M + 1;
+    const int64_t tlo = t->klo / TILE_M, thi = (t->khi - 1) / TILE_M + 1;
     atomic_int *turn = block_turn(job, sv, b, g, r0);
     wait_turn(turn, (int)(tile - tlo));
     for (int c = 0; c < nb; c++) {
@@ -230,14 +244,6 @@ static void FC_ISA(dq_commit)(const bwd_job *job, bwd_scratch *t, const fc_bwd_s
 static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int g, int64_t r0,
                             int nb);
 
-/* Whether some row of the loaded block sees a key of [k0, k0+nk). */
-static int FC_ISA(block_seen)(const bwd_scratch *t, int64_t k0, int nk, int nb)
-{
-    for (int c = 0; c < nb; c++)
-        if (t->qlo[c] < t->qhi[c] && t->qlo[c] < k0 + nk && t->qhi[c] > k0) return 1;
-    return 0;
-}
-
 /* The item's nk keys [k0, k0+nk) (loaded, ranges set) against every block
  * of TILE_N packed query rows (aligned, so that every tile adds the same
  * blocks into dQ) that one of them sees: dK, dV and the block's dQ. The
@@ -254,6 +260,7 @@ static void FC_ISA(sweep)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *
             if (t->lo[x] < lo) lo = t->lo[x];
             if (t->hi[x] > hi) hi = t->hi[x];
         }
+    if (lo >= hi) return; /* no query sees these keys: dK = dV = 0 */
     FC_ISA(zero_pad_rows)(job, t, nk);
 #if defined(FC_ISA_BF16)
     if (job->bf16dot) {
@@ -262,12 +269,12 @@ static void FC_ISA(sweep)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *
     }
 #endif
     const int64_t rows = sv->sq * job->group;
-    for (int64_t r0 = hi > lo ? (hi - 1) / TILE_N * TILE_N : -1; r0 >= lo / TILE_N * TILE_N && hi > lo; r0 -= TILE_N) {
+    for (int64_t r0 = (hi - 1) / TILE_N * TILE_N; r0 >= lo / TILE_N * TILE_N; r0 -= TILE_N) {
         const int nb = (int)(rows - r0 < TILE_N ? rows - r0 : TILE_N);
         FC_ISA(q_block)(job, t, sv, b, g, r0, nb);
-        if (!FC_ISA(block_seen)(t, k0, nk, nb)) continue;
+        if (!FC_ISA(block_keys)(t, k0, nk, nb)) continue;
         for (int rg = 0; rg < nk; rg += ROWS) FC_ISA(tile_step)(job, t, rg, nk, r0, nb);
-        FC_ISA(dq_block)(job, t, k0, nk, nb);
+        FC_ISA(dq_block)(job, t, nk, nb);
         FC_ISA(dq_commit)(job, t, sv, b, g, tile, r0, nb);
     }
 }
