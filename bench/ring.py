@@ -75,6 +75,12 @@ def local_slice(x, a, rank, size):
     return torch.cat([x[:, rank * c:(rank + 1) * c], x[:, (2 * size - 1 - rank) * c:(2 * size - rank) * c]], 1)
 
 
+def inputs(a, rank, size, device, seed):
+    """The whole sequence's q, k, v, dout and this rank's slices of them."""
+    whole = tensors(a, a.seq_per_rank * size, device, getattr(torch, a.dtype), seed)
+    return whole, [local_slice(x, a, rank, size).contiguous() for x in whole]
+
+
 def step(q, k, v, dout, a, bwd, ring):
     """One call (ring or whole sequence), with its backward when bwd."""
     q, k, v = (x.detach().requires_grad_(bwd) for x in (q, k, v))
@@ -87,9 +93,7 @@ def step(q, k, v, dout, a, bwd, ring):
 
 
 def measure(a, rank, size, device, bwd):
-    dtype = getattr(torch, a.dtype)
-    q, k, v, dout = tensors(a, a.seq_per_rank * size, device, dtype, seed=1)
-    mine = [local_slice(x, a, rank, size).contiguous() for x in (q, k, v, dout)]
+    (q, k, v, dout), mine = inputs(a, rank, size, device, seed=1)
     run = timer(device.type == "cuda")
     row = dict(pass_="fwd+bwd" if bwd else "fwd")
     single = []
@@ -140,8 +144,7 @@ def profile(a, rank, size, device, bwd):
     """Three ring steps under torch.profiler; rank 0 prints the table."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
     cuda = device.type == "cuda"
-    q, k, v, dout = tensors(a, a.seq_per_rank * size, device, getattr(torch, a.dtype), seed=1)
-    mine = [local_slice(x, a, rank, size).contiguous() for x in (q, k, v, dout)]
+    _, mine = inputs(a, rank, size, device, seed=1)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     dist.barrier()
     with torch_profile(activities=acts) as prof:
@@ -169,12 +172,10 @@ GATES = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
 def check(a, rank, size, device):
     """ring_attention's out and gradients on this rank's slice against the
     whole-sequence call: the largest relative error over every rank."""
-    dtype = getattr(torch, a.dtype)
-    whole = tensors(a, a.seq_per_rank * size, device, dtype, seed=2)
+    whole, mine = inputs(a, rank, size, device, seed=2)
     ref = [x.detach().requires_grad_() for x in whole[:3]]
     out = flashcore.attention(*ref, causal=a.causal)
     out.backward(whole[3])
-    mine = [local_slice(x, a, rank, size).contiguous() for x in whole]
     got = [x.detach().requires_grad_() for x in mine[:3]]
     ring = fd.ring_attention(*got, causal=a.causal, split=a.split)
     ring.backward(mine[3])
