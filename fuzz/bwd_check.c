@@ -224,11 +224,6 @@ static int cancels(const bjudge *j)
     return j->m[0].ref_max < f * k.m[0].ref_max || j->m[1].ref_max < f * k.m[1].ref_max;
 }
 
-/* rel_l2 is an average: over fewer elements than this, one rounding that
- * goes the other way on the largest (one f16 ulp, 2^-10, where the gate
- * allows 5e-4 on average) decides it. */
-#define FZ_BWD_L2_MIN_ELEMS 512
-
 /* The gate of kit_bwd_gate_pass, of one gradient. Every element is judged
  * against its tolerance always; the aggregates where they mean what the
  * gate assumes: rel_l2 over enough elements, and neither where every
@@ -241,7 +236,7 @@ static int grad_passes(const bjudge *j, int i)
     if (!j->well) return 1;
     if (!(m->pct_bad <= j->g.pct_bad)) return 0;
     if (m->ref_max < j->dtype_tiny) return 1;
-    return m->max_rel <= j->g.max_rel && (m->n < FZ_BWD_L2_MIN_ELEMS || m->rel_l2 <= j->g.rel_l2);
+    return m->max_rel <= j->g.max_rel && (m->n < FZ_L2_MIN_ELEMS || m->rel_l2 <= j->g.rel_l2);
 }
 
 static void judge_success(const fz_call *c, const fc_kernel_info *info)

@@ -73,6 +73,12 @@ typedef struct fz_call {
  * is replaced by a contiguous layout (one that overflows int64 is kept,
  * because the library must reject it without addressing anything). */
 #define FZ_ARENA_MAX ((int64_t)8 << 20)
+/* rel_l2 is an average: over fewer elements than this, one rounding that
+ * goes the other way on the largest (one f16 ulp, 2^-10, where the gate
+ * allows 5e-4 on average), or one output whose terms cancel (an f32 row
+ * averaging to 4e-4 from values of order 1 keeps its 0.5 ulp of 1 as 7e-5
+ * of itself), decides it. Every element still meets its own tolerance. */
+#define FZ_L2_MIN_ELEMS 512
 
 /* ---- the forward's generator (fwd_gen.c), whose steps the backward's reuses */
 /* Footprint in bytes of t around its data pointer, [lo, hi). 1: placed;
