@@ -87,6 +87,7 @@ static inline int exp2_sum_avx2(float *w, int a, int e, float sub, float *lane)
 }
 
 #define SIMD_NAME(n) n##_avx2
+#define SIMD_T float
 #define SIMD_V __m256
 #define SIMD_W 8
 #define SIMD_ZERO _mm256_setzero_ps
@@ -122,41 +123,24 @@ static inline void scores_rows_avx2(const float *restrict q, int64_t dp, const f
     }
 }
 
-/* The same in double (scores_rows_f64): c0, c1 are multiples of 8, so the
- * columns go 8 doubles (two vectors) at a time with no remainder. */
+#define SIMD_NAME(n) n##_f64_avx2
+#define SIMD_T double
+#define SIMD_V __m256d
+#define SIMD_W 4
+#define SIMD_ZERO _mm256_setzero_pd
+#define SIMD_SET1 _mm256_set1_pd
+#define SIMD_LOAD _mm256_loadu_pd
+#define SIMD_STORE _mm256_storeu_pd
+#define SIMD_FMA _mm256_fmadd_pd
+#define SIMD_MUL _mm256_mul_pd
+#include "tiled_simd.h" /* scores_tiles_f64_avx2 (its pv_tiles unused) */
+
+/* The same in double (scores_rows_f64): c0, c1 are multiples of 8, one
+ * tile's width, so whole tiles do every column. */
 static inline void scores_rows_f64_avx2(const double *restrict q, int64_t dp, const double *restrict kt,
                                         double *restrict s, int c0, int c1, double scale)
 {
-    const __m256d vs = _mm256_set1_pd(scale);
-    for (int c = c0; c < c1; c += 8) {
-        __m256d a00 = _mm256_setzero_pd(), a01 = a00, a10 = a00, a11 = a00;
-        __m256d a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-        const double *k = kt + c;
-        for (int64_t d = 0; d < dp; d++, k += TILE_N) {
-            const __m256d k0 = _mm256_load_pd(k), k1 = _mm256_load_pd(k + 4);
-            __m256d b = _mm256_broadcast_sd(q + d);
-            a00 = _mm256_fmadd_pd(b, k0, a00);
-            a01 = _mm256_fmadd_pd(b, k1, a01);
-            b = _mm256_broadcast_sd(q + dp + d);
-            a10 = _mm256_fmadd_pd(b, k0, a10);
-            a11 = _mm256_fmadd_pd(b, k1, a11);
-            b = _mm256_broadcast_sd(q + 2 * dp + d);
-            a20 = _mm256_fmadd_pd(b, k0, a20);
-            a21 = _mm256_fmadd_pd(b, k1, a21);
-            b = _mm256_broadcast_sd(q + 3 * dp + d);
-            a30 = _mm256_fmadd_pd(b, k0, a30);
-            a31 = _mm256_fmadd_pd(b, k1, a31);
-        }
-        double *o = s + c;
-        _mm256_store_pd(o, _mm256_mul_pd(a00, vs));
-        _mm256_store_pd(o + 4, _mm256_mul_pd(a01, vs));
-        _mm256_store_pd(o + TILE_N, _mm256_mul_pd(a10, vs));
-        _mm256_store_pd(o + TILE_N + 4, _mm256_mul_pd(a11, vs));
-        _mm256_store_pd(o + 2 * TILE_N, _mm256_mul_pd(a20, vs));
-        _mm256_store_pd(o + 2 * TILE_N + 4, _mm256_mul_pd(a21, vs));
-        _mm256_store_pd(o + 3 * TILE_N, _mm256_mul_pd(a30, vs));
-        _mm256_store_pd(o + 3 * TILE_N + 4, _mm256_mul_pd(a31, vs));
-    }
+    scores_tiles_f64_avx2(q, dp, kt, s, c0, c1, scale);
 }
 
 /* o[r][:] += sum_{a <= j < e} p[r][j] v[j][:], as pv_rows (tiled_kernels.h)

@@ -11,6 +11,7 @@
 #define FC_CPU_TILED_AVX512_H
 
 #define SIMD_NAME(n) n##_avx512
+#define SIMD_T float
 #define SIMD_V __m512
 #define SIMD_W 16
 #define SIMD_ZERO _mm512_setzero_ps
@@ -30,11 +31,25 @@ static inline void scores_rows_avx512(const float *restrict q, int64_t dp, const
     if (c < c1) scores_rows_avx2(q, dp, kt, s, c, c1, scale);
 }
 
-/* Double scores (large logits only): the AVX2 kernel. */
+#define SIMD_NAME(n) n##_f64_avx512
+#define SIMD_T double
+#define SIMD_V __m512d
+#define SIMD_W 8
+#define SIMD_ZERO _mm512_setzero_pd
+#define SIMD_SET1 _mm512_set1_pd
+#define SIMD_LOAD _mm512_loadu_pd
+#define SIMD_STORE _mm512_storeu_pd
+#define SIMD_FMA _mm512_fmadd_pd
+#define SIMD_MUL _mm512_mul_pd
+#include "tiled_simd.h" /* scores_tiles_f64_avx512 (its pv_tiles unused) */
+
+/* Double scores (S for f32, dP for the f32 backward): tiles of 16
+ * columns, a last 8 by the AVX2 kernel. */
 static inline void scores_rows_f64_avx512(const double *restrict q, int64_t dp, const double *restrict kt,
                                           double *restrict s, int c0, int c1, double scale)
 {
-    scores_rows_f64_avx2(q, dp, kt, s, c0, c1, scale);
+    const int c = scores_tiles_f64_avx512(q, dp, kt, s, c0, c1, scale);
+    if (c < c1) scores_rows_f64_avx2(q, dp, kt, s, c, c1, scale);
 }
 
 /* o[r][:] += sum_{a <= j < e} p[r][j] v[j][:], as pv_rows_avx2: tiles of

@@ -1,8 +1,9 @@
 /*
  * tiled_simd.h -- the whole-tile parts of the tiled CPU path's two matrix
  * products for one vector width, included by tiled_avx2.h (256 bits) and
- * tiled_avx512.h (512 bits) with SIMD_NAME and the SIMD_ vector
- * operations defined: 4 rows x 2 vectors = 8 accumulators per step, each
+ * tiled_avx512.h (512 bits) with SIMD_NAME, the element type SIMD_T
+ * (float; double for the double scores) and the SIMD_ vector operations
+ * defined: 4 rows x 2 vectors = 8 accumulators per step, each
  * output element one fused sum over d (or j) in order, so every width
  * gives the same bits. No include guard: once per width; the SIMD_
  * macros are undefined at the end.
@@ -13,15 +14,15 @@
 
 /* s[r][c] = scale * sum_d q[r][d] kt[d][c] for the columns c0.. in whole
  * tiles of 2 SIMD_W; returns the first column not done. */
-static inline int SIMD_NAME(scores_tiles)(const float *restrict q, int64_t dp, const float *restrict kt,
-                                          float *restrict s, int c0, int c1, float scale)
+static inline int SIMD_NAME(scores_tiles)(const SIMD_T *restrict q, int64_t dp, const SIMD_T *restrict kt,
+                                          SIMD_T *restrict s, int c0, int c1, SIMD_T scale)
 {
     const SIMD_V vs = SIMD_SET1(scale);
     int c = c0;
     for (; c + 2 * SIMD_W <= c1; c += 2 * SIMD_W) {
         SIMD_V a00 = SIMD_ZERO(), a01 = a00, a10 = a00, a11 = a00;
         SIMD_V a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-        const float *k = kt + c;
+        const SIMD_T *k = kt + c;
         for (int64_t d = 0; d < dp; d++, k += TILE_N) {
             const SIMD_V k0 = SIMD_LOAD(k), k1 = SIMD_LOAD(k + SIMD_W);
             SIMD_V b = SIMD_SET1(q[d]);
@@ -37,7 +38,7 @@ static inline int SIMD_NAME(scores_tiles)(const float *restrict q, int64_t dp, c
             a30 = SIMD_FMA(b, k0, a30);
             a31 = SIMD_FMA(b, k1, a31);
         }
-        float *o = s + c;
+        SIMD_T *o = s + c;
         SIMD_STORE(o, SIMD_MUL(a00, vs));
         SIMD_STORE(o + SIMD_W, SIMD_MUL(a01, vs));
         SIMD_STORE(o + TILE_N, SIMD_MUL(a10, vs));
@@ -54,18 +55,18 @@ static inline int SIMD_NAME(scores_tiles)(const float *restrict q, int64_t dp, c
  * whole tiles of 2 SIMD_W (p: the score tile, rows TILE_N apart: broadcasts
  * need no transpose; v and o rows dp apart, o not always aligned); returns
  * the first column not done. */
-static inline int64_t SIMD_NAME(pv_tiles)(const float *restrict pw, const float *restrict v, int64_t dp,
-                                          float *restrict o, int a, int e, int64_t c0)
+static inline int64_t SIMD_NAME(pv_tiles)(const SIMD_T *restrict pw, const SIMD_T *restrict v, int64_t dp,
+                                          SIMD_T *restrict o, int a, int e, int64_t c0)
 {
     int64_t c = c0;
     for (; c + 2 * SIMD_W <= dp; c += 2 * SIMD_W) {
-        float *o0 = o + c, *o1 = o0 + dp, *o2 = o1 + dp, *o3 = o2 + dp;
+        SIMD_T *o0 = o + c, *o1 = o0 + dp, *o2 = o1 + dp, *o3 = o2 + dp;
         SIMD_V a00 = SIMD_LOAD(o0), a01 = SIMD_LOAD(o0 + SIMD_W);
         SIMD_V a10 = SIMD_LOAD(o1), a11 = SIMD_LOAD(o1 + SIMD_W);
         SIMD_V a20 = SIMD_LOAD(o2), a21 = SIMD_LOAD(o2 + SIMD_W);
         SIMD_V a30 = SIMD_LOAD(o3), a31 = SIMD_LOAD(o3 + SIMD_W);
         for (int j = a; j < e; j++) {
-            const float *vj = v + j * dp + c, *p = pw + j;
+            const SIMD_T *vj = v + j * dp + c, *p = pw + j;
             const SIMD_V v0 = SIMD_LOAD(vj), v1 = SIMD_LOAD(vj + SIMD_W);
             SIMD_V b = SIMD_SET1(p[0]);
             a00 = SIMD_FMA(b, v0, a00);
@@ -94,6 +95,7 @@ static inline int64_t SIMD_NAME(pv_tiles)(const float *restrict pw, const float 
 
 /* the parameters are this include's alone */
 #undef SIMD_NAME
+#undef SIMD_T
 #undef SIMD_V
 #undef SIMD_W
 #undef SIMD_ZERO
