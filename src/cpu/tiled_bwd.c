@@ -26,11 +26,14 @@
  * Precision: S in fp32 where the block's logit bound allows it
  * (F32_SCORE_BOUND, tiled_common.h), else in double: P = 2^(S - lse)
  * multiplies the scores' absolute error into every gradient, and fp32
- * scores of logits near 1e3 already cost f16 a unit of rounding. dP and D in double for f32
- * (their difference cancels where the softmax saturates), fp32 for
- * f16/bf16. P, dS and the accumulators fp32; each gradient rounded once. A row whose lse
- * is -inf adds nothing (its lse is taken as +inf, so its P is exactly 0),
- * and masked pairs are skipped by ranges, never multiplied by 0.
+ * scores of logits near 1e3 already cost f16 a unit of rounding. dP in
+ * the scores' precision for f32 (a saturated softmax, which only large
+ * logits give, leaves dP - D as rounding noise), fp32 for f16/bf16; D in
+ * dP's products and order, so that dP - D is exactly 0 where a row sees
+ * one key. P, dS and the accumulators fp32; each gradient rounded once. A
+ * row whose lse is -inf adds nothing (its lse is taken as +inf, so its P
+ * is exactly 0), and masked pairs are skipped by ranges, never multiplied
+ * by 0.
  *
  * Determinism: dK and dV belong to one item, dq's adds run in key-tile
  * order, the tiling and each item's summation order do not depend on the
@@ -64,11 +67,12 @@ typedef struct bwd_scratch {
     double *a1d;      /* [TILE_M][dp]   the same in double, for double-score blocks */
     double a1n2;      /*                their largest squared norm                 */
     int na1, na1d;    /*                rows (padded); how many a1d holds          */
+    int na2d;         /*                how many a2d holds (f32)                   */
     int blk64;        /*                the streamed block's scores in double      */
     float *a2;        /* [TILE_M][dp]   V rows: the dP operand                     */
     uint32_t *a1h, *a2h; /* [TILE_M][dp/2] both as bf16 pairs (job->bf16dot)       */
     uint32_t *b1h, *b2h; /* [dp/2][TILE_N] the streamed Q^T, dO^T as bf16 pairs     */
-    double *a2d;      /* [TILE_M][dp]   the same in double (f32)                   */
+    double *a2d;      /* [TILE_M][dp]   the same in double (f32, double blocks)    */
     float *acc1;      /* [TILE_M][dp]   dK                                         */
     float *acc2;      /* [TILE_M][dp]   dV                                         */
     int64_t *lo, *hi; /* [TILE_M]       each key's visible packed query rows       */
@@ -85,7 +89,8 @@ typedef struct bwd_scratch {
     float *b3;        /* [TILE_N][dp]   dO rows (for dV)                           */
     float *b4;        /* [TILE_N][dp]   Q rows (for dK)                            */
     double *bL;       /* [TILE_N]       lse of each column (log2 units)            */
-    double *bD;       /* [TILE_N]       D of each column                           */
+    double *bD;       /* [TILE_N]       D of each column, in double (f32)          */
+    float *bDf;       /* [TILE_N]       the same in dP's fp32 order                */
     double *sd;       /* [ROWS][TILE_N] scores                                     */
     float *s;         /* [ROWS][TILE_N] P                                          */
     double *dpd;      /* [ROWS][TILE_N] double dP (f32)                            */
@@ -127,6 +132,7 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
     x.b4 = CARVE(base, off, float, bn);
     x.bL = CARVE(base, off, double, TILE_N);
     x.bD = CARVE(base, off, double, TILE_N);
+    x.bDf = CARVE(base, off, float, TILE_N);
     x.sd = CARVE(base, off, double, ROWS * TILE_N);
     x.s = CARVE(base, off, float, ROWS * TILE_N);
     x.dpd = CARVE(base, off, double, dn * ROWS * TILE_N);
@@ -141,14 +147,15 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
 typedef struct bwd_job {
     const fc_bwd_params *p;
     int group;            /* query heads per kv head                            */
-    int dp64;             /* 1: dP and D in double (f32 inputs)                 */
+    int dp64;             /* 1: f32 inputs: dP and D in double on double blocks */
     int bf16dot;          /* 1: bf16 inputs: the avx512bf16 variant's products  */
     int64_t dp;           /* head_dim rounded up to VEC_W                       */
     double qscale;        /* times q.k: scale*log2e, or scale/softcap           */
     double lscale;        /* |scale| * log2 e: a logit in log2 units per q.k    */
     double cap;           /* softcap*log2e, 0 = no cap                          */
     double *L;            /* [rows][heads_q] lse in log2 units (+inf: lse -inf) */
-    double *D;            /* [rows][heads_q] rowsum(dout * out)                 */
+    double *D;            /* [rows][heads_q] rowsum(dout * out), double (f32)   */
+    float *Df;            /* [rows][heads_q] the same in fp32, dP's order       */
     float *dq_acc;        /* [rows][heads_q][dp] dQ / scale, fp32               */
     atomic_int *turns;    /* per block of TILE_N packed rows: tiles added so far */
     const int64_t *turn0; /* [batch] each sequence's first turn                 */
@@ -287,10 +294,11 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
     job.scratch = blocks ? calloc((size_t)nt, sizeof *job.scratch) : NULL;
     job.L = malloc((size_t)nrow * sizeof(double));
     job.D = malloc((size_t)nrow * sizeof(double));
+    job.Df = malloc((size_t)nrow * sizeof(float));
     job.dq_acc = malloc((size_t)(nrow * dp) * sizeof(float));
     job.turns = malloc((size_t)(l.turns > 0 ? l.turns : 1) * sizeof(atomic_int));
     fc_status st = FC_OK;
-    if (!job.scratch || !job.L || !job.D || !job.dq_acc || !job.turns) {
+    if (!job.scratch || !job.L || !job.D || !job.Df || !job.dq_acc || !job.turns) {
         snprintf(err, err_len,
                  "cpu tiled backward: cannot allocate %d scratch blocks of %zu bytes, %lld row sums and an "
                  "fp32 dq accumulator (head_dim %d)", nt, bytes, (long long)nrow, p->f.head_dim);
@@ -315,6 +323,7 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
     }
     free(job.L);
     free(job.D);
+    free(job.Df);
     free(job.dq_acc);
     free(job.turns);
     free(job.scratch);

@@ -23,33 +23,19 @@ static const float *FC_ISA(get_row)(const bwd_job *job, bwd_scratch *t, const vo
 }
 
 
-/* A row as column c of a transposed block (rows TILE_N apart), in fp32 or,
- * when dt is not NULL, in double. */
-static void FC_ISA(put_col)(const float *row, int64_t D, float *ft, double *dt, int c)
+/* A row as column c of a transposed block (rows TILE_N apart). */
+static void FC_ISA(put_col)(const float *row, int64_t D, float *ft, int c)
 {
-    if (dt)
-        for (int64_t d = 0; d < D; d++) dt[d * TILE_N + c] = row[d];
-    else
-        for (int64_t d = 0; d < D; d++) ft[d * TILE_N + c] = row[d];
-}
-
-/* The double twin of an fp32 row (f32 inputs), when there is one. */
-static void FC_ISA(twin)(const float *f, double *d, int64_t D)
-{
-    if (d)
-        for (int64_t x = 0; x < D; x++) d[x] = f[x];
+    for (int64_t d = 0; d < D; d++) ft[d * TILE_N + c] = row[d];
 }
 
 /* Columns [nb, nb_pad) of a transposed block, which the last register tile
  * reads: zero. */
-static void FC_ISA(zero_cols)(int64_t D, int nb, float *ft, double *dt)
+static void FC_ISA(zero_cols)(int64_t D, int nb, float *ft)
 {
     const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
     for (int64_t d = 0; d < D; d++)
-        for (int c = nb; c < nb_pad; c++) {
-            if (dt) dt[d * TILE_N + c] = 0.0;
-            else ft[d * TILE_N + c] = 0.0f;
-        }
+        for (int c = nb; c < nb_pad; c++) ft[d * TILE_N + c] = 0.0f;
 }
 
 /* Item rows [n, n rounded up to ROWS) of the S and dP operands: zero, so
@@ -60,9 +46,8 @@ static void FC_ISA(zero_pad_rows)(const bwd_job *job, bwd_scratch *t, int n)
     const size_t k = (size_t)((n_pad - n) * job->dp);
     memset(t->a1 + n * job->dp, 0, k * sizeof(float));
     memset(t->a2 + n * job->dp, 0, k * sizeof(float));
-    if (t->a2d) memset(t->a2d + n * job->dp, 0, k * sizeof(double));
     t->na1 = n_pad;
-    t->na1d = 0; /* the double S rows: at the item's first double-score block */
+    t->na1d = t->na2d = 0; /* the double rows: at the item's first double block */
 }
 
 /* The item's S operand row rr (a float row of D elements) and its norm. */
@@ -72,15 +57,17 @@ static void FC_ISA(put_a1)(bwd_scratch *t, int64_t dp, int rr, const float *row,
     t->a1n2 = fmax(t->a1n2, FC_ISA(norm2)(row, D));
 }
 
-/* After a block's S operand is in b1t (bn2: its largest squared norm): are
- * its scores double? If so, the double copies of it and of the item's rows. */
+/* After a block's operands are in b1t and b2t (bn2: b1t's largest squared
+ * norm): are its scores double? If so, the double copies of S's operands
+ * and, for f32 (dP in double too), of dP's. */
 static void FC_ISA(choose_scores)(const bwd_job *job, bwd_scratch *t, int64_t D, int nb, double bn2)
 {
     const fc_score_ops ops = {t->a1, t->b1t, t->a1d, t->b1td, t->a1n2, bn2, job->dp, D, t->na1, &t->na1d, nb};
-    /* f32: always double. dq = sum_j dS_j k_j cancels (sum_j dS_j = 0), and
-     * fp32 scores' relative error, carried by every dS_j, left a lone query's
-     * dq 1.2e-4 off at logits far below the bound (fuzz/corpus/bwd-f32-cancel.bin) */
-    t->blk64 = fc_double_scores(job->dp64 ? INFINITY : job->lscale, &ops);
+    t->blk64 = fc_double_scores(job->lscale, &ops);
+    if (t->blk64 && job->dp64) {
+        const fc_score_ops dps = {t->a2, t->b2t, t->a2d, t->b2td, 0, 0, job->dp, D, t->na1, &t->na2d, nb};
+        fc_double_copies(&dps);
+    }
 }
 
 /* acc (head_dim elements) times mul, rounded once to the dtype at off. */
@@ -94,11 +81,11 @@ static void FC_ISA(store_acc)(const bwd_job *job, void *dst, int64_t off, float 
 /* ---- one register tile ---------------------------------------------------------- */
 
 /* Row x of the tile over its columns [a, e): scores (t->sd) to P in t->s,
- * dP (ds or t->dpd) to dS in ds (the tile's rows of t->dst), with each
- * column's lse L and D. */
-static void FC_ISA(grad_row)(const bwd_job *job, bwd_scratch *t, float *ds, int x, int a, int e, const double *L,
-                             const double *D)
+ * dP (ds or, double, t->dpd) to dS in ds (the tile's rows of t->dst), with
+ * each column's lse and D (t->bL, t->bD or t->bDf). */
+static void FC_ISA(grad_row)(const bwd_job *job, bwd_scratch *t, float *ds, int x, int a, int e)
 {
+    const double *L = t->bL;
     float *s = t->s + x * TILE_N, *dpv = ds + x * TILE_N;
     const double *sd = t->sd + x * TILE_N;
     if (job->cap > 0.0)
@@ -110,11 +97,11 @@ static void FC_ISA(grad_row)(const bwd_job *job, bwd_scratch *t, float *ds, int 
         }
     else
         for (int j = a; j < e; j++) s[j] = (float)(sd[j] - L[j]);
-    if (job->dp64) {
+    if (job->dp64 && t->blk64) {
         const double *dpd = t->dpd + x * TILE_N;
-        for (int j = a; j < e; j++) dpv[j] = (float)(dpd[j] - D[j]);
+        for (int j = a; j < e; j++) dpv[j] = (float)(dpd[j] - t->bD[j]);
     } else {
-        for (int j = a; j < e; j++) dpv[j] = dpv[j] - (float)D[j];
+        for (int j = a; j < e; j++) dpv[j] = dpv[j] - t->bDf[j];
     }
     /* P = 2^(S - lse) is at most 1 up to rounding: exp2_le0 takes the few
      * ulp above 0 exactly (see its comment) */
@@ -150,13 +137,13 @@ static void FC_ISA(tile_step)(const bwd_job *job, bwd_scratch *t, int rg, int nr
         for (int x = 0; x < ROWS; x++)
             for (int j = c0; j < c1; j++) t->sd[x * TILE_N + j] = t->s[x * TILE_N + j];
     }
-    if (job->dp64) FC_ISA(scores_rows_f64)(t->a2d + rg * dp, dp, t->b2td, t->dpd, c0, c1, 1.0);
+    if (job->dp64 && t->blk64) FC_ISA(scores_rows_f64)(t->a2d + rg * dp, dp, t->b2td, t->dpd, c0, c1, 1.0);
 #if defined(FC_ISA_BF16)
     else if (job->bf16dot) scores_pairs_bf16(t->a2h + rg * dp / 2, dp / 2, t->b2h, ds, c0, c1, 1.0f);
 #endif
     else FC_ISA(scores_rows)(t->a2 + rg * dp, dp, t->b2t, ds, c0, c1, 1.0f);
     for (int x = 0; x < ROWS; x++)
-        if (a[x] < e[x]) FC_ISA(grad_row)(job, t, ds, x, a[x], e[x], t->bL, t->bD);
+        if (a[x] < e[x]) FC_ISA(grad_row)(job, t, ds, x, a[x], e[x]);
     FC_ISA(wsum_rows)(ds, t->b4, dp, t->acc1 + rg * dp, a, e, same, t->pt);
     FC_ISA(wsum_rows)(t->s, t->b3, dp, t->acc2 + rg * dp, a, e, same, t->pt);
 }
@@ -292,22 +279,20 @@ static void FC_ISA(row_sums)(const bwd_job *job, bwd_scratch *t, const fc_bwd_se
     float *dout = t->a2;
     FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D, dout);
     const float *o = FC_ISA(get_row)(job, t, f->o, sv->o + i * f->o_row_stride + h * f->o_head_stride);
-    double dsum = 0.0;
+    double dsum = 0.0; /* the double dP's order (scores_rows_f64) */
     if (job->dp64)
         for (int64_t d = 0; d < D; d++) dsum += (double)dout[d] * o[d];
+    float fsum; /* the fp32 dP's products and order */
 #if defined(FC_ISA_BF16)
-    else if (job->bf16dot) /* dP's products and order (tiled_avx512bf16.h) */
-        dsum = dot_pairs_bf16(dout, o, D, job->dp);
+    if (job->bf16dot) fsum = dot_pairs_bf16(dout, o, D, job->dp); /* tiled_avx512bf16.h */
+    else
 #endif
-    else {
-        float fsum = 0.0f;
-        for (int64_t d = 0; d < D; d++) fsum += dout[d] * o[d];
-        dsum = fsum;
-    }
+        fsum = FC_ISA(dot_f32)(dout, o, D);
     const double lse = f->lse[sv->lse + h * f->lse_head_stride + i * f->lse_row_stride];
     const int64_t at = (job->row0[b] + i) * f->heads_q + h;
     job->L[at] = isinf(lse) && lse < 0 ? INFINITY : lse * k_log2e;
     job->D[at] = dsum;
+    job->Df[at] = fsum;
 }
 
 /* The item's rows' sums, and dq = 0 for its blocks of TILE_N rows that no
@@ -350,7 +335,6 @@ static void FC_ISA(kv_row)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq 
     const float *k = FC_ISA(get_row)(job, t, f->k, sv->k + j * f->k_row_stride + g * f->k_head_stride);
     FC_ISA(put_a1)(t, dp, c, k, D);
     FC_ISA(load_f32)(f->v, f->dtype, sv->v + j * f->v_row_stride + g * f->v_head_stride, D, t->a2 + c * dp);
-    FC_ISA(twin)(t->a2 + c * dp, t->a2d ? t->a2d + c * dp : NULL, D);
     int64_t ilo, ihi;
     visible_queries(j, sv->sq, sv->sk, f->window_left, f->window_right, &ilo, &ihi);
     t->lo[c] = ilo * job->group;
@@ -378,19 +362,20 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
             prefetch_row(p->dout, sv->dout + ia * p->do_row_stride + ha * p->do_head_stride, f->head_dim, f->dtype);
         }
         const float *q = FC_ISA(get_row)(job, t, f->q, sv->q + i * f->q_row_stride + h * f->q_head_stride);
-        FC_ISA(put_col)(q, D, t->b1t, NULL, c);
+        FC_ISA(put_col)(q, D, t->b1t, c);
         bn2 = fmax(bn2, FC_ISA(norm2)(q, D));
         memcpy(t->b4 + c * dp, q, (size_t)D * sizeof(float));
         FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D,
                          t->b3 + c * dp);
-        FC_ISA(put_col)(t->b3 + c * dp, D, t->b2t, t->b2td, c);
+        FC_ISA(put_col)(t->b3 + c * dp, D, t->b2t, c);
         const int64_t at = (job->row0[b] + i) * f->heads_q + h;
         t->bL[c] = job->L[at];
         t->bD[c] = job->D[at];
+        t->bDf[c] = job->Df[at];
         visible_range(i, sv->sq, sv->sk, f->window_left, f->window_right, &t->qlo[c], &t->qhi[c]);
     }
-    FC_ISA(zero_cols)(D, nb, t->b1t, NULL);
-    FC_ISA(zero_cols)(D, nb, t->b2t, t->b2td);
+    FC_ISA(zero_cols)(D, nb, t->b1t);
+    FC_ISA(zero_cols)(D, nb, t->b2t);
 #if defined(FC_ISA_BF16)
     if (job->bf16dot) {
         const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);

@@ -36,19 +36,25 @@ typedef struct fc_score_ops {
     int nrows, *done, nb;
 } fc_score_ops;
 
-/* 1 if the block's scores must be double (lscale * |row|max * |col|max
- * passes F32_SCORE_BOUND), after making the double copies: the block's
- * columns (their pad included) and the item's rows not yet copied (so the
- * rows are copied once, at the item's first double block). */
-static inline int fc_double_scores(double lscale, const fc_score_ops *o)
+/* The double copies of a block's operands: its columns (their pad
+ * included) and the item's rows not yet copied (so the rows are copied
+ * once, at the item's first double block). */
+static inline void fc_double_copies(const fc_score_ops *o)
 {
-    /* fmax skipped NaN norms: such a key's scores are NaN in either precision */
-    if (!(lscale * sqrt(o->rn2) * sqrt(o->bn2) > F32_SCORE_BOUND)) return 0;
     const int nb_pad = (o->nb + VEC_W - 1) & ~(VEC_W - 1);
     for (int64_t d = 0; d < o->D; d++)
         for (int c = 0; c < nb_pad; c++) o->btd[d * TILE_N + c] = o->bt[d * TILE_N + c];
     for (; *o->done < o->nrows; ++*o->done)
         for (int64_t d = 0; d < o->dp; d++) o->rowsd[*o->done * o->dp + d] = o->rows[*o->done * o->dp + d];
+}
+
+/* 1 if the block's scores must be double (lscale * |row|max * |col|max
+ * passes F32_SCORE_BOUND), after making the copies. */
+static inline int fc_double_scores(double lscale, const fc_score_ops *o)
+{
+    /* fmax skipped NaN norms: such a key's scores are NaN in either precision */
+    if (!(lscale * sqrt(o->rn2) * sqrt(o->bn2) > F32_SCORE_BOUND)) return 0;
+    fc_double_copies(o);
     return 1;
 }
 

@@ -86,6 +86,22 @@ static inline double FC_ISA(norm2)(const float *x, int64_t n)
     return s * (1.0 + 0x1p-16); /* covers the fp32 sums' rounding */
 }
 
+/* sum_d x[d] y[d] as one element of scores_rows with scale 1 (the same
+ * products, fused where the variant's are, in the same order): where y is
+ * a column of scores_rows' second operand, the same bits. */
+static inline float FC_ISA(dot_f32)(const float *x, const float *y, int64_t n)
+{
+    float s = 0.0f;
+    for (int64_t d = 0; d < n; d++) {
+#if defined(FC_ISA_AVX2)
+        s = fmaf(x[d], y[d], s);
+#else
+        s += x[d] * y[d];
+#endif
+    }
+    return s;
+}
+
 #if defined(FC_ISA_AVX2)
 #include "tiled_avx2.h" /* scores_rows_avx2, scores_rows_f64_avx2 */
 #if defined(FC_ISA_AVX512)
