@@ -169,4 +169,26 @@ static inline void pv_rows_avx2(const float *restrict pw, const float *restrict 
     }
 }
 
+/* The 8 x 8 block at src (rows TILE_N apart) transposed into dst (the
+ * same): unpacks within lanes, then 128-bit halves swapped. */
+static inline void transpose8_avx2(const float *restrict src, float *restrict dst)
+{
+    __m256 r[8], t[8];
+    for (int x = 0; x < 8; x++) r[x] = _mm256_loadu_ps(src + x * TILE_N);
+    for (int x = 0; x < 8; x += 2) {
+        t[x] = _mm256_unpacklo_ps(r[x], r[x + 1]);
+        t[x + 1] = _mm256_unpackhi_ps(r[x], r[x + 1]);
+    }
+    for (int x = 0; x < 8; x += 4) {
+        r[x] = _mm256_shuffle_ps(t[x], t[x + 2], 0x44);
+        r[x + 1] = _mm256_shuffle_ps(t[x], t[x + 2], 0xEE);
+        r[x + 2] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0x44);
+        r[x + 3] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0xEE);
+    }
+    for (int x = 0; x < 4; x++) {
+        _mm256_storeu_ps(dst + x * TILE_N, _mm256_permute2f128_ps(r[x], r[x + 4], 0x20));
+        _mm256_storeu_ps(dst + (x + 4) * TILE_N, _mm256_permute2f128_ps(r[x], r[x + 4], 0x31));
+    }
+}
+
 #endif /* FC_CPU_TILED_AVX2_H */

@@ -174,15 +174,22 @@ static int FC_ISA(block_keys)(bwd_scratch *t, int64_t k0, int nk, int nb)
 /* dQ of the block's nb packed query rows from the item's keys into t->dqb:
  * row c += sum of dS^T[j][c] K_j over the keys it sees (t->qa/qe; no other
  * key is read, so a non-finite key outside stays out). The weights go
- * transposed into t->wt, TILE_N keys a row, as wsum_rows reads them; the
- * keys are the item's fp32 rows (t->a1). */
+ * transposed into t->wt, TILE_N keys a row, as wsum_rows reads them (whole
+ * TILE_N x TILE_N tiles of the keys some row sees; the sums read only the
+ * rows' ranges); the keys are the item's fp32 rows (t->a1). */
 static void FC_ISA(dq_block)(const bwd_job *job, bwd_scratch *t, int nk, int nb)
 {
     const int64_t dp = job->dp;
+    int lo = nk, hi = 0;
     for (int c = 0; c < nb; c++) {
-        for (int j = t->qa[c]; j < t->qe[c]; j++) t->wt[(j / TILE_N * TILE_N + c) * TILE_N + j % TILE_N] = t->dst[j * TILE_N + c];
+        if (t->qa[c] < t->qe[c]) {
+            if (t->qa[c] < lo) lo = t->qa[c];
+            if (t->qe[c] > hi) hi = t->qe[c];
+        }
         memset(t->dqb + c * dp, 0, (size_t)dp * sizeof(float));
     }
+    for (int ch = lo / TILE_N; ch * TILE_N < hi; ch++)
+        FC_ISA(transpose_tile)(t->dst + ch * TILE_N * TILE_N, t->wt + ch * TILE_N * TILE_N);
     for (int c = 0; c < nb; c += ROWS)
         for (int ch = 0; ch * TILE_N < nk; ch++) {
             int a[ROWS], e[ROWS], any = 0, same = c + ROWS <= nb;

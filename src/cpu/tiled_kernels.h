@@ -316,4 +316,19 @@ static inline void FC_ISA(wsum_rows)(const float *restrict w, const float *restr
 #endif
 }
 
+/* dst = src^T for a TILE_N x TILE_N block (rows TILE_N apart both ways):
+ * moves only, the same bits in every variant. */
+static inline void FC_ISA(transpose_tile)(const float *restrict src, float *restrict dst)
+{
+#if defined(FC_ISA_AVX2)
+    for (int r = 0; r < TILE_N; r += 8)
+        for (int c = 0; c < TILE_N; c += 8) transpose8_avx2(src + r * TILE_N + c, dst + c * TILE_N + r);
+#else
+    for (int r = 0; r < TILE_N; r += 8)
+        for (int c = 0; c < TILE_N; c += 8)
+            for (int x = 0; x < 8; x++)
+                for (int y = 0; y < 8; y++) dst[(c + y) * TILE_N + r + x] = src[(r + x) * TILE_N + c + y];
+#endif
+}
+
 #endif /* FC_ISA */
