@@ -101,7 +101,7 @@ typedef struct tile_scratch {
     int blk64;         /* the current key block's scores in double                 */
     float *s;          /* [ROWS][TILE_N]   scores, then shifted scores, then weights */
     float *pt;         /* [TILE_N][ROWS]   weights of a register tile, transposed (generic) */
-    float *krow;       /* [dp]             one key row before the transpose         */
+    float *kr;         /* [TILE_N][dp]     key rows before the transpose (pad 0)    */
     float *v;          /* [TILE_N][dp]     value block                              */
     float *o;          /* [TILE_M][dp]     unnormalised output accumulators         */
     double *m;         /* [TILE_M]         running max (log2 units)                 */
@@ -145,7 +145,7 @@ static size_t scratch_layout(tile_scratch *t, char *base, int64_t dp, int f64)
     x.kth = CARVE(base, off, uint32_t, dp / 2 * TILE_N);
     x.s = CARVE(base, off, float, ROWS * TILE_N);
     x.pt = CARVE(base, off, float, TILE_N * ROWS);
-    x.krow = CARVE(base, off, float, dp);
+    x.kr = CARVE(base, off, float, TILE_N * dp);
     x.v = CARVE(base, off, float, TILE_N * dp);
     x.o = CARVE(base, off, float, TILE_M * dp);
     x.m = CARVE(base, off, double, TILE_M);

@@ -169,12 +169,12 @@ static inline void pv_rows_avx2(const float *restrict pw, const float *restrict 
     }
 }
 
-/* The 8 x 8 block at src (rows TILE_N apart) transposed into dst (the
- * same): unpacks within lanes, then 128-bit halves swapped. */
-static inline void transpose8_avx2(const float *restrict src, float *restrict dst)
+/* The 8 x 8 block at src (rows ss apart) transposed into dst (rows ds
+ * apart): unpacks within lanes, then 128-bit halves swapped. */
+static inline void transpose8_avx2(const float *restrict src, int64_t ss, float *restrict dst, int64_t ds)
 {
     __m256 r[8], t[8];
-    for (int x = 0; x < 8; x++) r[x] = _mm256_loadu_ps(src + x * TILE_N);
+    for (int x = 0; x < 8; x++) r[x] = _mm256_loadu_ps(src + x * ss);
     for (int x = 0; x < 8; x += 2) {
         t[x] = _mm256_unpacklo_ps(r[x], r[x + 1]);
         t[x + 1] = _mm256_unpackhi_ps(r[x], r[x + 1]);
@@ -186,8 +186,8 @@ static inline void transpose8_avx2(const float *restrict src, float *restrict ds
         r[x + 3] = _mm256_shuffle_ps(t[x + 1], t[x + 3], 0xEE);
     }
     for (int x = 0; x < 4; x++) {
-        _mm256_storeu_ps(dst + x * TILE_N, _mm256_permute2f128_ps(r[x], r[x + 4], 0x20));
-        _mm256_storeu_ps(dst + (x + 4) * TILE_N, _mm256_permute2f128_ps(r[x], r[x + 4], 0x31));
+        _mm256_storeu_ps(dst + x * ds, _mm256_permute2f128_ps(r[x], r[x + 4], 0x20));
+        _mm256_storeu_ps(dst + (x + 4) * ds, _mm256_permute2f128_ps(r[x], r[x + 4], 0x31));
     }
 }
 

@@ -23,19 +23,14 @@ static const float *FC_ISA(get_row)(const bwd_job *job, bwd_scratch *t, const vo
 }
 
 
-/* A row as column c of a transposed block (rows TILE_N apart). */
-static void FC_ISA(put_col)(const float *row, int64_t D, float *ft, int c)
-{
-    for (int64_t d = 0; d < D; d++) ft[d * TILE_N + c] = row[d];
-}
-
-/* Columns [nb, nb_pad) of a transposed block, which the last register tile
- * reads: zero. */
-static void FC_ISA(zero_cols)(int64_t D, int nb, float *ft)
+/* The block's rows [0, nb) (dp apart, their pad columns 0) as columns of
+ * ft (rows TILE_N apart), with rows [nb, nb rounded up to VEC_W) zeroed
+ * first: the last register tile reads those columns. */
+static void FC_ISA(rows_to_cols)(float *rows, int64_t dp, int nb, float *ft)
 {
     const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
-    for (int64_t d = 0; d < D; d++)
-        for (int c = nb; c < nb_pad; c++) ft[d * TILE_N + c] = 0.0f;
+    memset(rows + nb * dp, 0, (size_t)((nb_pad - nb) * dp) * sizeof(float));
+    FC_ISA(transpose)(rows, dp, nb_pad, dp, ft, TILE_N);
 }
 
 /* Item rows [n, n rounded up to ROWS) of the S and dP operands: zero, so
@@ -189,7 +184,7 @@ static void FC_ISA(dq_block)(const bwd_job *job, bwd_scratch *t, int nk, int nb)
         memset(t->dqb + c * dp, 0, (size_t)dp * sizeof(float));
     }
     for (int ch = lo / TILE_N; ch * TILE_N < hi; ch++)
-        FC_ISA(transpose_tile)(t->dst + ch * TILE_N * TILE_N, t->wt + ch * TILE_N * TILE_N);
+        FC_ISA(transpose)(t->dst + ch * TILE_N * TILE_N, TILE_N, TILE_N, TILE_N, t->wt + ch * TILE_N * TILE_N, TILE_N);
     for (int c = 0; c < nb; c += ROWS)
         for (int ch = 0; ch * TILE_N < nk; ch++) {
             int a[ROWS], e[ROWS], any = 0, same = c + ROWS <= nb;
@@ -369,20 +364,18 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
             prefetch_row(p->dout, sv->dout + ia * p->do_row_stride + ha * p->do_head_stride, f->head_dim, f->dtype);
         }
         const float *q = FC_ISA(get_row)(job, t, f->q, sv->q + i * f->q_row_stride + h * f->q_head_stride);
-        FC_ISA(put_col)(q, D, t->b1t, c);
         bn2 = fmax(bn2, FC_ISA(norm2)(q, D));
         memcpy(t->b4 + c * dp, q, (size_t)D * sizeof(float));
         FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D,
                          t->b3 + c * dp);
-        FC_ISA(put_col)(t->b3 + c * dp, D, t->b2t, c);
         const int64_t at = (job->row0[b] + i) * f->heads_q + h;
         t->bL[c] = job->L[at];
         t->bD[c] = job->D[at];
         t->bDf[c] = job->Df[at];
         visible_range(i, sv->sq, sv->sk, f->window_left, f->window_right, &t->qlo[c], &t->qhi[c]);
     }
-    FC_ISA(zero_cols)(D, nb, t->b1t);
-    FC_ISA(zero_cols)(D, nb, t->b2t);
+    FC_ISA(rows_to_cols)(t->b4, dp, nb, t->b1t);
+    FC_ISA(rows_to_cols)(t->b3, dp, nb, t->b2t);
 #if defined(FC_ISA_BF16)
     if (job->bf16dot) {
         const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);

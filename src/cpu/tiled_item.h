@@ -81,17 +81,17 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
             prefetch_row(p->v, fc_key_offset(ka, sv->v, p->v_row_stride, p->v_batch_stride) +
                                    (int64_t)g * p->v_head_stride, D, p->kv_dtype);
         }
-        /* convert contiguously (vectorizes), then scatter into the transpose */
+        /* convert contiguously (vectorizes), transposed below */
         const int64_t koff = fc_key_offset(slot[jj], sv->k, p->k_row_stride, p->k_batch_stride);
         const int64_t voff = fc_key_offset(slot[jj], sv->v, p->v_row_stride, p->v_batch_stride);
-        FC_ISA(load_scaled)(p->k, p->kv_dtype, koff + (int64_t)g * p->k_head_stride, D, t->krow, t->k_ds);
-        for (int64_t d = 0; d < D; d++) t->kt[d * TILE_N + jj] = t->krow[d];
-        if (job->f64) kn2 = fmax(kn2, FC_ISA(norm2)(t->krow, D));
+        float *kr = t->kr + jj * dp;
+        FC_ISA(load_scaled)(p->k, p->kv_dtype, koff + (int64_t)g * p->k_head_stride, D, kr, t->k_ds);
+        if (job->f64) kn2 = fmax(kn2, FC_ISA(norm2)(kr, D));
         FC_ISA(load_scaled)(p->v, p->kv_dtype, voff + (int64_t)g * p->v_head_stride, D, t->v + jj * dp, t->v_ds);
     }
-    /* Columns past the block that the last register tile reads: zero. */
-    for (int64_t d = 0; d < D && nb_pad > nb; d++)
-        for (int jj = nb; jj < nb_pad; jj++) t->kt[d * TILE_N + jj] = 0.0f;
+    /* K^T, its columns past the block (which the last register tile reads) 0 */
+    memset(t->kr + nb * dp, 0, (size_t)((nb_pad - nb) * dp) * sizeof(float));
+    FC_ISA(transpose)(t->kr, dp, nb_pad, dp, t->kt, TILE_N);
 #if defined(FC_ISA_BF16)
     if (job->bf16dot) pack_block_bf16(t->kt, dp, nb_pad, t->kth);
 #endif
@@ -155,7 +155,7 @@ static void FC_ISA(run_item)(const tiled_job *job, tile_scratch *t, int b, int g
         const int empty = t->lo[rr] >= t->hi[rr];
         const int64_t off = sv.o + i * p->o_row_stride + h * p->o_head_stride;
         FC_ISA(store_row)(p->o, p->o_dtype, off, D, empty ? NULL : t->o + rr * dp, t->l[rr]);
-        if (p->out_amax) FC_ISA(amax_row)(p->o, p->o_dtype, off, D, t->krow, &t->out_amax);
+        if (p->out_amax) FC_ISA(amax_row)(p->o, p->o_dtype, off, D, t->kr, &t->out_amax); /* kr: scratch */
         if (p->p_amax && !empty) t->p_amax = (float)fc_nan_max(t->p_amax, 1.0f / t->l[rr]);
         if (p->lse) {
             /* natural log: (m + log2 l) * ln 2 */

@@ -316,19 +316,20 @@ static inline void FC_ISA(wsum_rows)(const float *restrict w, const float *restr
 #endif
 }
 
-/* dst = src^T for a TILE_N x TILE_N block (rows TILE_N apart both ways):
- * moves only, the same bits in every variant. */
-static inline void FC_ISA(transpose_tile)(const float *restrict src, float *restrict dst)
+/* dst = src^T for nr x nc elements, both multiples of 8 (src rows ss
+ * apart, dst rows ds apart): moves only, the same bits in every variant. */
+static inline void FC_ISA(transpose)(const float *restrict src, int64_t ss, int64_t nr, int64_t nc,
+                                     float *restrict dst, int64_t ds)
 {
+    for (int64_t r = 0; r < nr; r += 8)
+        for (int64_t c = 0; c < nc; c += 8) {
 #if defined(FC_ISA_AVX2)
-    for (int r = 0; r < TILE_N; r += 8)
-        for (int c = 0; c < TILE_N; c += 8) transpose8_avx2(src + r * TILE_N + c, dst + c * TILE_N + r);
+            transpose8_avx2(src + r * ss + c, ss, dst + c * ds + r, ds);
 #else
-    for (int r = 0; r < TILE_N; r += 8)
-        for (int c = 0; c < TILE_N; c += 8)
             for (int x = 0; x < 8; x++)
-                for (int y = 0; y < 8; y++) dst[(c + y) * TILE_N + r + x] = src[(r + x) * TILE_N + c + y];
+                for (int y = 0; y < 8; y++) dst[(c + y) * ds + r + x] = src[(r + x) * ss + c + y];
 #endif
+        }
 }
 
 #endif /* FC_ISA */
