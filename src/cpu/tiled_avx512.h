@@ -61,4 +61,20 @@ static inline void pv_rows_avx512(const float *restrict pw, const float *restric
     if (c < dp) pv_rows_avx2(pw, v, dp, o, a, e, c);
 }
 
+/* Lanes 8..15 (AVX-512F only: no DQ extract). */
+static inline __m256 upper8(__m512 x) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)); }
+
+/* The largest of s[a..e) and *lane's 8 values into lane[0..7] (any
+ * order: a max does not depend on it), NaN scores skipped; returns the
+ * first j not done. */
+static inline int max_lanes_avx512(const float *s, int a, int e, float *lane)
+{
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int j = a;
+    for (; j + 16 <= e; j += 16) m = _mm512_max_ps(_mm512_loadu_ps(s + j), m); /* NaN: m kept */
+    const __m256 h = _mm256_max_ps(upper8(m), _mm512_castps512_ps256(m));
+    _mm256_storeu_ps(lane, _mm256_max_ps(h, _mm256_loadu_ps(lane)));
+    return j;
+}
+
 #endif /* FC_CPU_TILED_AVX512_H */

@@ -173,6 +173,9 @@ static inline float FC_ISA(shift_row)(float *restrict s, int a, int e, float cap
     float lane[VEC_W];
     for (int x = 0; x < VEC_W; x++) lane[x] = -INFINITY;
     int j = a;
+#if defined(FC_ISA_AVX512)
+    j = max_lanes_avx512(s, a, e, lane);
+#endif
     for (; j + VEC_W <= e; j += VEC_W)
         for (int x = 0; x < VEC_W; x++) lane[x] = s[j + x] > lane[x] ? s[j + x] : lane[x];
     for (; j < e; j++) lane[0] = s[j] > lane[0] ? s[j] : lane[0];
