@@ -410,6 +410,40 @@ FC_API void fc_attention_merge_args_init(fc_attention_merge_args *args);
  * refused call (a clear status and message) writes nothing. */
 FC_API fc_status fc_attention_merge(fc_context *ctx, const fc_attention_merge_args *args, void *stream);
 
+/* ---- context parallelism ------------------------------------------------- */
+/* One attention call over a sequence cut across comm->size ranks (GPUs,
+ * processes or threads of one process), each holding a slice: the K/V
+ * slices travel round a ring while each rank attends to the one it holds,
+ * and the partial results merge by their log-sum-exp (fc_attention_merge)
+ * into fp32 in ring order, so a rerun gives the same bits. The caller's
+ * transport moves the data:
+ *   exchange(user, send, recv, bytes, stream): send `bytes` at send to
+ *     rank (rank + 1) % size and receive `bytes` from rank (rank + size -
+ *     1) % size into recv (never the same memory), after the work queued
+ *     on stream before the call and complete before the work queued after
+ *     it; with host memory (the CPU backend) complete on return. FC_OK, or
+ *     an error status the call returns; a transport must then fail on
+ *     every rank, or the others wait for it. */
+typedef struct fc_cp_comm {
+    int32_t rank, size;
+    void *user;
+    fc_status (*exchange)(void *user, const void *send, void *recv, size_t bytes, void *stream);
+} fc_cp_comm;
+
+/* The rank's slice, zigzag: the sequence cut into 2 * size chunks of
+ * seqlen_q / 2 rows (args' seqlen_q == seqlen_k, even), rank r holds
+ * chunks r and 2 * size - 1 - r, in that order, in q, k, v, out and lse,
+ * which gives every rank the same work under a causal mask. args are as
+ * fc_attention_forward's for the slice (any strides; lse optional), with
+ * causal the whole sequence's mask; every rank passes the same options
+ * and shapes. Dense calls only: varlen, paged, append, windows and FP8
+ * are FC_ERR_UNSUPPORTED, and so, for now, is device memory (the Python
+ * ring, flashcore.distributed, runs on GPUs). Partials of f16/bf16 calls
+ * are rounded to that dtype before their fp32 merge. A refused call
+ * writes nothing and exchanges nothing. */
+FC_API fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args, const fc_cp_comm *comm,
+                                         void *stream);
+
 /* ---- profiling ---------------------------------------------------------- */
 /* Where the host time of a call goes (CLOCK_MONOTONIC, microseconds), for
  * the context's last fc_attention_forward or fc_attention_backward that

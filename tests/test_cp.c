@@ -1,0 +1,327 @@
+/*
+ * test_cp.c -- fc_cp_attention_forward on the CPU backend, P ranks as P
+ * threads of this process with an exchange through shared slots:
+ *  - the ranks' zigzag slices put back in order equal the fp64 reference
+ *    over the whole sequence within the dtype's gate (f32, bf16; causal
+ *    and not; GQA; odd chunk lengths; 1 to 4 ranks), lse included;
+ *  - a rerun gives the same bits;
+ *  - refused calls (bad comm, odd or unequal lengths, windows, varlen)
+ *    name the problem and write nothing; a failing exchange's status
+ *    comes back from every rank.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h" /* fc_dtype_bytes */
+#include "test_util.h"
+
+enum { B = 2, HQ = 4, HKV = 2, D = 40, C = 13, PMAX = 4 };
+
+typedef struct ring {
+    int size;
+    pthread_barrier_t bar;
+    const void *slot[PMAX];
+    fc_status fail; /* what exchange returns (FC_OK: it works) */
+} ring;
+
+typedef struct rank_job {
+    ring *r;
+    int rank, causal;
+    fc_dtype dt;
+    const float *q, *k, *v; /* the whole sequence, f32 [B][S][H][D] */
+    void *out;              /* the rank's slice out, dt [B][2C][HQ][D] */
+    float *lse;             /* [B][HQ][2C] */
+    fc_status st;
+    char err[256];
+} rank_job;
+
+static fc_status exchange(void *user, const void *send, void *recv, size_t bytes, void *stream)
+{
+    (void)stream;
+    const rank_job *j = user;
+    ring *r = j->r;
+    r->slot[j->rank] = send;
+    pthread_barrier_wait(&r->bar);
+    if (r->fail == FC_OK) memcpy(recv, r->slot[(j->rank + r->size - 1) % r->size], bytes);
+    pthread_barrier_wait(&r->bar);
+    return r->fail;
+}
+
+/* Chunk g of the whole sequence x (h heads) into chunk slot w of the
+ * rank's slice s, converted to dt. */
+static void put_chunk(const float *x, int h, int g, int total, void *s, int w, fc_dtype dt)
+{
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < C; i++)
+            for (int e = 0; e < h * D; e++)
+                kit_store(s, dt, ((int64_t)(b * 2 * C + w * C + i) * h) * D + e,
+                          x[((int64_t)(b * total + g * C + i) * h) * D + e]);
+}
+
+static void *run_rank(void *p)
+{
+    rank_job *j = p;
+    const int P = j->r->size, S = 2 * P * C, g[2] = {j->rank, 2 * P - 1 - j->rank};
+    const size_t es = (size_t)fc_dtype_bytes(j->dt);
+    void *q = malloc((size_t)B * 2 * C * HQ * D * es), *k = malloc((size_t)B * 2 * C * HKV * D * es);
+    void *v = malloc((size_t)B * 2 * C * HKV * D * es);
+    for (int w = 0; w < 2; w++) {
+        put_chunk(j->q, HQ, g[w], S, q, w, j->dt);
+        put_chunk(j->k, HKV, g[w], S, k, w, j->dt);
+        put_chunk(j->v, HKV, g[w], S, v, w, j->dt);
+    }
+    fc_context *ctx;
+    fc_context_create(&ctx);
+    fc_context_set_num_threads(ctx, 1);
+    fc_attention_args a;
+    fc_attention_args_init(&a);
+    a.q = kit_contiguous(q, j->dt, B, 2 * C, HQ, D);
+    a.k = kit_contiguous(k, j->dt, B, 2 * C, HKV, D);
+    a.v = kit_contiguous(v, j->dt, B, 2 * C, HKV, D);
+    a.out = kit_contiguous(j->out, j->dt, B, 2 * C, HQ, D);
+    a.lse = kit_contiguous(j->lse, FC_DTYPE_F32, B, HQ, 2 * C, 0);
+    a.causal = j->causal;
+    a.backend = FC_BACKEND_CPU;
+    const fc_cp_comm comm = {j->rank, P, j, exchange};
+    j->st = fc_cp_attention_forward(ctx, &a, &comm, NULL);
+    snprintf(j->err, sizeof j->err, "%s", fc_last_error(ctx));
+    fc_context_free(ctx);
+    free(q);
+    free(k);
+    free(v);
+    return NULL;
+}
+
+/* P ranks on the whole sequence; outs[r] and lses[r] their slices. */
+static void run_ring(int P, int causal, fc_dtype dt, fc_status fail, const float *q, const float *k, const float *v,
+                     void **outs, float **lses, fc_status *st)
+{
+    ring r = {.size = P, .fail = fail};
+    pthread_barrier_init(&r.bar, NULL, (unsigned)P);
+    rank_job jobs[PMAX];
+    pthread_t th[PMAX];
+    for (int i = 0; i < P; i++) {
+        jobs[i] = (rank_job){&r, i, causal, dt, q, k, v, outs[i], lses[i], FC_OK, ""};
+        pthread_create(&th[i], NULL, run_rank, &jobs[i]);
+    }
+    for (int i = 0; i < P; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&r.bar);
+    for (int i = 0; i < P; i++) {
+        st[i] = jobs[i].st;
+        if (jobs[i].st != FC_OK && fail == FC_OK) printf("rank %d: %s\n", i, jobs[i].err);
+    }
+}
+
+static void fill(float *x, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+    }
+}
+
+/* The fp64 reference over the whole sequence (inputs rounded to dt). */
+static void reference(int P, int causal, fc_dtype dt, const float *q, const float *k, const float *v, void *out,
+                      float *lse)
+{
+    const int S = 2 * P * C;
+    const size_t es = (size_t)fc_dtype_bytes(dt), nq = (size_t)B * S * HQ * D, nk = (size_t)B * S * HKV * D;
+    void *qd = malloc(nq * es), *kd = malloc(nk * es), *vd = malloc(nk * es);
+    for (size_t i = 0; i < nq; i++) kit_store(qd, dt, (int64_t)i, q[i]);
+    for (size_t i = 0; i < nk; i++) kit_store(kd, dt, (int64_t)i, k[i]), kit_store(vd, dt, (int64_t)i, v[i]);
+    fc_context *ctx;
+    fc_context_create(&ctx);
+    fc_attention_args a;
+    fc_attention_args_init(&a);
+    a.q = kit_contiguous(qd, dt, B, S, HQ, D);
+    a.k = kit_contiguous(kd, dt, B, S, HKV, D);
+    a.v = kit_contiguous(vd, dt, B, S, HKV, D);
+    a.out = kit_contiguous(out, dt, B, S, HQ, D);
+    a.lse = kit_contiguous(lse, FC_DTYPE_F32, B, HQ, S, 0);
+    a.causal = causal;
+    a.backend = FC_BACKEND_CPU_REFERENCE;
+    CHECK(fc_attention_forward(ctx, &a, NULL, NULL) == FC_OK, "reference: %s", fc_last_error(ctx));
+    fc_context_free(ctx);
+    free(qd);
+    free(kd);
+    free(vd);
+}
+
+/* Every rank's slice against the whole call's rows; 1 if within the gate. */
+static int compare(int P, fc_dtype dt, void **outs, float **lses, const void *ref, const float *ref_lse, double *worst)
+{
+    const int S = 2 * P * C;
+    const kit_gate g = kit_gate_for(dt);
+    double err2 = 0, ref2 = 0, max_abs = 0, lse_abs = 0;
+    int lse_bad = 0;
+    for (int r = 0; r < P; r++)
+        for (int w = 0; w < 2; w++) {
+            const int gc = w ? 2 * P - 1 - r : r;
+            for (int b = 0; b < B; b++)
+                for (int i = 0; i < C; i++) {
+                    for (int e = 0; e < HQ * D; e++) {
+                        const double x = kit_load(outs[r], dt, ((int64_t)(b * 2 * C + w * C + i) * HQ) * D + e);
+                        const double y = kit_load(ref, dt, ((int64_t)(b * S + gc * C + i) * HQ) * D + e);
+                        max_abs = fmax(max_abs, fabs(x - y));
+                        err2 += (x - y) * (x - y);
+                        ref2 += y * y;
+                    }
+                    for (int h = 0; h < HQ; h++) {
+                        const double x = lses[r][((int64_t)b * HQ + h) * 2 * C + w * C + i];
+                        const double y = ref_lse[((int64_t)b * HQ + h) * S + gc * C + i];
+                        lse_abs = fmax(lse_abs, fabs(x - y));
+                        lse_bad += !(fabs(x - y) <= g.lse_atol + g.lse_rtol * fabs(y));
+                    }
+                }
+        }
+    *worst = max_abs;
+    return max_abs <= g.max_abs && sqrt(err2 / ref2) <= g.rel_l2 && lse_bad == 0;
+}
+
+typedef struct bufs {
+    void *outs[PMAX];
+    float *lses[PMAX];
+} bufs;
+
+static void bufs_alloc(bufs *x, fc_dtype dt)
+{
+    for (int i = 0; i < PMAX; i++) {
+        x->outs[i] = malloc((size_t)B * 2 * C * HQ * D * (size_t)fc_dtype_bytes(dt));
+        x->lses[i] = malloc((size_t)B * HQ * 2 * C * sizeof(float));
+        memset(x->outs[i], 0xA5, (size_t)B * 2 * C * HQ * D * (size_t)fc_dtype_bytes(dt));
+    }
+}
+
+static void bufs_free(bufs *x)
+{
+    for (int i = 0; i < PMAX; i++) free(x->outs[i]), free(x->lses[i]);
+}
+
+static void ring_matches(const float *q, const float *k, const float *v)
+{
+    const fc_dtype dts[2] = {FC_DTYPE_F32, FC_DTYPE_BF16};
+    for (int P = 1; P <= PMAX; P++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int t = 0; t < 2; t++) {
+                const fc_dtype dt = dts[t];
+                const int S = 2 * P * C;
+                bufs x, y;
+                bufs_alloc(&x, dt);
+                bufs_alloc(&y, dt);
+                void *ref = malloc((size_t)B * S * HQ * D * (size_t)fc_dtype_bytes(dt));
+                float *ref_lse = malloc((size_t)B * HQ * S * sizeof(float));
+                reference(P, causal, dt, q, k, v, ref, ref_lse);
+                fc_status st[PMAX], st2[PMAX];
+                run_ring(P, causal, dt, FC_OK, q, k, v, x.outs, x.lses, st);
+                run_ring(P, causal, dt, FC_OK, q, k, v, y.outs, y.lses, st2);
+                int ok = 1, same = 1;
+                for (int r = 0; r < P; r++) {
+                    ok &= st[r] == FC_OK && st2[r] == FC_OK;
+                    same &= !memcmp(x.outs[r], y.outs[r], (size_t)B * 2 * C * HQ * D * (size_t)fc_dtype_bytes(dt)) &&
+                            !memcmp(x.lses[r], y.lses[r], (size_t)B * HQ * 2 * C * sizeof(float));
+                }
+                double worst = 0;
+                CHECK(ok && compare(P, dt, x.outs, x.lses, ref, ref_lse, &worst),
+                      "P %d causal %d %s: status %d, max_abs %.3g off the whole call", P, causal,
+                      kit_dtype_name(dt), (int)st[0], worst);
+                CHECK(same, "P %d causal %d %s: a rerun differs", P, causal, kit_dtype_name(dt));
+                free(ref);
+                free(ref_lse);
+                bufs_free(&x);
+                bufs_free(&y);
+            }
+}
+
+/* A refused call: its status, a message naming `what`, out untouched. */
+static void refused(const char *tag, fc_attention_args a, const fc_cp_comm *comm, fc_status want, const char *what)
+{
+    fc_context *ctx;
+    fc_context_create(&ctx);
+    unsigned char before[64];
+    memcpy(before, a.out.data, sizeof before);
+    const fc_status st = fc_cp_attention_forward(ctx, &a, comm, NULL);
+    CHECK(st == want && strstr(fc_last_error(ctx), what) && !memcmp(before, a.out.data, sizeof before),
+          "%s: status %s (want %s), message \"%s\" (want it to name %s), out %s", tag, fc_status_string(st),
+          fc_status_string(want), fc_last_error(ctx), what, memcmp(before, a.out.data, sizeof before) ? "written" : "kept");
+    fc_context_free(ctx);
+}
+
+static fc_status never(void *user, const void *send, void *recv, size_t bytes, void *stream)
+{
+    (void)user, (void)send, (void)recv, (void)bytes, (void)stream;
+    return FC_ERR_INTERNAL;
+}
+
+static void refusals(const float *q, const float *k, const float *v)
+{
+    static float out[B * 2 * C * HQ * D], lse[B * HQ * 2 * C];
+    memset(out, 0x5A, sizeof out);
+    fc_attention_args a;
+    fc_attention_args_init(&a);
+    a.q = kit_contiguous((void *)q, FC_DTYPE_F32, B, 2 * C, HQ, D);
+    a.k = kit_contiguous((void *)k, FC_DTYPE_F32, B, 2 * C, HKV, D);
+    a.v = kit_contiguous((void *)v, FC_DTYPE_F32, B, 2 * C, HKV, D);
+    a.out = kit_contiguous(out, FC_DTYPE_F32, B, 2 * C, HQ, D);
+    a.lse = kit_contiguous(lse, FC_DTYPE_F32, B, HQ, 2 * C, 0);
+    a.backend = FC_BACKEND_CPU;
+    const fc_cp_comm ok = {0, 2, NULL, never}, bad_rank = {2, 2, NULL, never}, no_fn = {0, 2, NULL, NULL};
+    refused("comm NULL", a, NULL, FC_ERR_INVALID_ARGUMENT, "comm");
+    refused("rank == size", a, &bad_rank, FC_ERR_INVALID_ARGUMENT, "rank 2 of size 2");
+    refused("no exchange", a, &no_fn, FC_ERR_INVALID_ARGUMENT, "no exchange");
+    fc_attention_args x = a;
+    x.window_left = 5;
+    refused("window", x, &ok, FC_ERR_UNSUPPORTED, "window");
+    x = a;
+    x.q.shape[1] = x.k.shape[1] = x.v.shape[1] = x.out.shape[1] = x.lse.shape[2] = 2 * C - 1;
+    refused("odd length", x, &ok, FC_ERR_INVALID_ARGUMENT, "even");
+    x = a;
+    x.k.shape[1] = x.v.shape[1] = 2 * C - 2;
+    refused("unequal lengths", x, &ok, FC_ERR_INVALID_ARGUMENT, "seqlen_k");
+    x = a;
+    x.q.dtype = FC_DTYPE_BF16;
+    refused("dtypes differ", x, &ok, FC_ERR_INVALID_ARGUMENT, "dtypes differ");
+    x = a;
+    x.backend = FC_BACKEND_CUDA;
+    refused("cuda", x, &ok, FC_ERR_UNSUPPORTED, "host memory");
+    static const int32_t cu[2] = {0, 2 * C};
+    x = a;
+    x.cu_seqlens_q = x.cu_seqlens_k = cu;
+    refused("varlen", x, &ok, FC_ERR_UNSUPPORTED, "varlen");
+}
+
+/* Two ranks whose exchange fails: both return its status. */
+static void failing_exchange(const float *q, const float *k, const float *v)
+{
+    bufs x;
+    bufs_alloc(&x, FC_DTYPE_F32);
+    fc_status st[PMAX];
+    run_ring(2, 1, FC_DTYPE_F32, FC_ERR_INTERNAL, q, k, v, x.outs, x.lses, st);
+    CHECK(st[0] == FC_ERR_INTERNAL && st[1] == FC_ERR_INTERNAL, "a failing exchange: ranks returned %s, %s",
+          fc_status_string(st[0]), fc_status_string(st[1]));
+    bufs_free(&x);
+}
+
+int main(void)
+{
+    const size_t nq = (size_t)B * 2 * PMAX * C * HQ * D, nk = (size_t)B * 2 * PMAX * C * HKV * D;
+    float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float));
+    if (!q || !k || !v) return test_give_up("FAIL cannot allocate the inputs");
+    fill(q, nq, 1);
+    fill(k, nk, 2);
+    fill(v, nk, 3);
+    int p0 = g_pass, f0 = g_fail;
+    ring_matches(q, k, v);
+    group_done("ring vs the whole call", p0, f0);
+    p0 = g_pass, f0 = g_fail;
+    refusals(q, k, v);
+    failing_exchange(q, k, v);
+    group_done("refusals", p0, f0);
+    free(q);
+    free(k);
+    free(v);
+    return test_summary();
+}
