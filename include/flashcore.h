@@ -444,6 +444,18 @@ typedef struct fc_cp_comm {
 FC_API fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args, const fc_cp_comm *comm,
                                          void *stream);
 
+/* Its backward: args as fc_attention_backward's for the rank's slice (the
+ * same zigzag chunks in q, k, v, out, lse, dout, dq, dk, dv), out and lse
+ * being the whole sequence's (fc_cp_attention_forward's). The K/V slices
+ * go round the ring once more, each followed one step behind by its fp32
+ * dK/dV sums, and every rank's dq sums its pairs in fp32; so dq, dk and dv
+ * are each rounded once from fp32 sums, in ring order (a rerun gives the
+ * same bits). The same limits as the forward (host memory, dense, no
+ * window); args.workspace is not used; each pair's gradients of f16/bf16
+ * calls are rounded to that dtype before their fp32 sum. */
+FC_API fc_status fc_cp_attention_backward(fc_context *ctx, const fc_attention_backward_args *args,
+                                          const fc_cp_comm *comm, void *stream);
+
 /* ---- profiling ---------------------------------------------------------- */
 /* Where the host time of a call goes (CLOCK_MONOTONIC, microseconds), for
  * the context's last fc_attention_forward or fc_attention_backward that

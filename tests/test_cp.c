@@ -5,6 +5,12 @@
  *    over the whole sequence within the dtype's gate (f32, bf16; causal
  *    and not; GQA; odd chunk lengths; 1 to 4 ranks), lse included;
  *  - a rerun gives the same bits;
+ *  - fc_cp_attention_backward, given the whole call's out and lse: the
+ *    slices' dq, dk, dv against the fp64 reference backward over the whole
+ *    sequence, f32 within the CPU backward gate; bf16 within the CUDA one
+ *    (1.5x PyTorch's error, kit_bwd.c): each pair's gradients are rounded
+ *    to bf16 before their fp32 sum, as a GPU kernel rounds P; reruns
+ *    bitwise equal;
  *  - refused calls (bad comm, odd or unequal lengths, windows, varlen)
  *    name the problem and write nothing; a failing exchange's status
  *    comes back from every rank.
@@ -35,9 +41,18 @@ typedef struct rank_job {
     const float *q, *k, *v; /* the whole sequence, f32 [B][S][H][D] */
     void *out;              /* the rank's slice out, dt [B][2C][HQ][D] */
     float *lse;             /* [B][HQ][2C] */
+    /* the backward (bwd non-NULL): the whole call's out (dt), lse and
+     * dout (f32); the slice's dq, dk, dv (dt) */
+    const struct whole *bwd;
+    void *grad[3];
     fc_status st;
     char err[256];
 } rank_job;
+
+typedef struct whole {
+    const void *out;
+    const float *lse, *dout;
+} whole;
 
 static fc_status exchange(void *user, const void *send, void *recv, size_t bytes, void *stream)
 {
@@ -51,15 +66,52 @@ static fc_status exchange(void *user, const void *send, void *recv, size_t bytes
     return r->fail;
 }
 
-/* Chunk g of the whole sequence x (h heads) into chunk slot w of the
- * rank's slice s, converted to dt. */
-static void put_chunk(const float *x, int h, int g, int total, void *s, int w, fc_dtype dt)
+/* Chunk g of the whole sequence x (h heads, dtype xt) into chunk slot w
+ * of the rank's slice s, converted to dt. */
+static void put_chunk_of(const void *x, fc_dtype xt, int h, int g, int total, void *s, int w, fc_dtype dt)
 {
     for (int b = 0; b < B; b++)
         for (int i = 0; i < C; i++)
             for (int e = 0; e < h * D; e++)
                 kit_store(s, dt, ((int64_t)(b * 2 * C + w * C + i) * h) * D + e,
-                          x[((int64_t)(b * total + g * C + i) * h) * D + e]);
+                          kit_load(x, xt, ((int64_t)(b * total + g * C + i) * h) * D + e));
+}
+
+static void put_chunk(const float *x, int h, int g, int total, void *s, int w, fc_dtype dt)
+{
+    put_chunk_of(x, FC_DTYPE_F32, h, g, total, s, w, dt);
+}
+
+/* The whole call's lse [B][HQ][S], chunk g into slot w of [B][HQ][2C]. */
+static void put_lse(const float *x, int g, int total, float *s, int w)
+{
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < HQ; h++)
+            memcpy(s + ((int64_t)b * HQ + h) * 2 * C + w * C, x + ((int64_t)b * HQ + h) * total + g * C,
+                   C * sizeof(float));
+}
+
+/* The rank's backward: its slices of the whole call's out, lse, dout. */
+static fc_status rank_backward(fc_context *ctx, const rank_job *j, const fc_attention_args *a, const fc_cp_comm *comm)
+{
+    const int P = j->r->size, S = 2 * P * C, g[2] = {j->rank, 2 * P - 1 - j->rank};
+    const size_t es = (size_t)fc_dtype_bytes(j->dt);
+    void *dout = malloc((size_t)B * 2 * C * HQ * D * es);
+    for (int w = 0; w < 2; w++) {
+        put_chunk_of(j->bwd->out, j->dt, HQ, g[w], S, j->out, w, j->dt);
+        put_chunk(j->bwd->dout, HQ, g[w], S, dout, w, j->dt);
+        put_lse(j->bwd->lse, g[w], S, j->lse, w);
+    }
+    fc_attention_backward_args b;
+    fc_attention_backward_args_init(&b);
+    b.fwd = *a;
+    b.dout = kit_contiguous(dout, j->dt, B, 2 * C, HQ, D);
+    b.dq = kit_contiguous(j->grad[0], j->dt, B, 2 * C, HQ, D);
+    b.dk = kit_contiguous(j->grad[1], j->dt, B, 2 * C, HKV, D);
+    b.dv = kit_contiguous(j->grad[2], j->dt, B, 2 * C, HKV, D);
+    const fc_status st = fc_cp_attention_backward(ctx, &b, comm, NULL);
+    free(dout);
+    return st;
 }
 
 static void *run_rank(void *p)
@@ -87,7 +139,7 @@ static void *run_rank(void *p)
     a.causal = j->causal;
     a.backend = FC_BACKEND_CPU;
     const fc_cp_comm comm = {j->rank, P, j, exchange};
-    j->st = fc_cp_attention_forward(ctx, &a, &comm, NULL);
+    j->st = j->bwd ? rank_backward(ctx, j, &a, &comm) : fc_cp_attention_forward(ctx, &a, &comm, NULL);
     snprintf(j->err, sizeof j->err, "%s", fc_last_error(ctx));
     fc_context_free(ctx);
     free(q);
@@ -96,16 +148,19 @@ static void *run_rank(void *p)
     return NULL;
 }
 
-/* P ranks on the whole sequence; outs[r] and lses[r] their slices. */
-static void run_ring(int P, int causal, fc_dtype dt, fc_status fail, const float *q, const float *k, const float *v,
-                     void **outs, float **lses, fc_status *st)
+/* P ranks on the whole sequence; outs[r] and lses[r] their slices (the
+ * backward, bwd non-NULL: grads[r][0..2] their dq, dk, dv). */
+static void run_ring_bwd(int P, int causal, fc_dtype dt, fc_status fail, const float *q, const float *k,
+                         const float *v, void **outs, float **lses, const whole *bwd, void *(*grads)[3], fc_status *st)
 {
     ring r = {.size = P, .fail = fail};
     pthread_barrier_init(&r.bar, NULL, (unsigned)P);
     rank_job jobs[PMAX];
     pthread_t th[PMAX];
     for (int i = 0; i < P; i++) {
-        jobs[i] = (rank_job){&r, i, causal, dt, q, k, v, outs[i], lses[i], FC_OK, ""};
+        jobs[i] = (rank_job){&r, i, causal, dt, q, k, v, outs[i], lses[i], bwd, {NULL, NULL, NULL}, FC_OK, ""};
+        if (bwd)
+            for (int t = 0; t < 3; t++) jobs[i].grad[t] = grads[i][t];
         pthread_create(&th[i], NULL, run_rank, &jobs[i]);
     }
     for (int i = 0; i < P; i++) pthread_join(th[i], NULL);
@@ -114,6 +169,12 @@ static void run_ring(int P, int causal, fc_dtype dt, fc_status fail, const float
         st[i] = jobs[i].st;
         if (jobs[i].st != FC_OK && fail == FC_OK) printf("rank %d: %s\n", i, jobs[i].err);
     }
+}
+
+static void run_ring(int P, int causal, fc_dtype dt, fc_status fail, const float *q, const float *k, const float *v,
+                     void **outs, float **lses, fc_status *st)
+{
+    run_ring_bwd(P, causal, dt, fail, q, k, v, outs, lses, NULL, NULL, st);
 }
 
 static void fill(float *x, size_t n, uint64_t seed)
@@ -201,39 +262,152 @@ static void bufs_free(bufs *x)
     for (int i = 0; i < PMAX; i++) free(x->outs[i]), free(x->lses[i]);
 }
 
-static void ring_matches(const float *q, const float *k, const float *v)
+/* f(P, causal, dtype, inputs) for 1 to PMAX ranks, causal or not, f32
+ * and bf16. */
+typedef void (*case_fn)(int P, int causal, fc_dtype dt, const float *const in[4]);
+static void each_case(case_fn f, const float *const in[4])
 {
     const fc_dtype dts[2] = {FC_DTYPE_F32, FC_DTYPE_BF16};
     for (int P = 1; P <= PMAX; P++)
         for (int causal = 0; causal < 2; causal++)
-            for (int t = 0; t < 2; t++) {
-                const fc_dtype dt = dts[t];
-                const int S = 2 * P * C;
-                bufs x, y;
-                bufs_alloc(&x, dt);
-                bufs_alloc(&y, dt);
-                void *ref = malloc((size_t)B * S * HQ * D * (size_t)fc_dtype_bytes(dt));
-                float *ref_lse = malloc((size_t)B * HQ * S * sizeof(float));
-                reference(P, causal, dt, q, k, v, ref, ref_lse);
-                fc_status st[PMAX], st2[PMAX];
-                run_ring(P, causal, dt, FC_OK, q, k, v, x.outs, x.lses, st);
-                run_ring(P, causal, dt, FC_OK, q, k, v, y.outs, y.lses, st2);
-                int ok = 1, same = 1;
-                for (int r = 0; r < P; r++) {
-                    ok &= st[r] == FC_OK && st2[r] == FC_OK;
-                    same &= !memcmp(x.outs[r], y.outs[r], (size_t)B * 2 * C * HQ * D * (size_t)fc_dtype_bytes(dt)) &&
-                            !memcmp(x.lses[r], y.lses[r], (size_t)B * HQ * 2 * C * sizeof(float));
-                }
-                double worst = 0;
-                CHECK(ok && compare(P, dt, x.outs, x.lses, ref, ref_lse, &worst),
-                      "P %d causal %d %s: status %d, max_abs %.3g off the whole call", P, causal,
-                      kit_dtype_name(dt), (int)st[0], worst);
-                CHECK(same, "P %d causal %d %s: a rerun differs", P, causal, kit_dtype_name(dt));
-                free(ref);
-                free(ref_lse);
-                bufs_free(&x);
-                bufs_free(&y);
-            }
+            for (int t = 0; t < 2; t++) f(P, causal, dts[t], in);
+}
+
+static void ring_case(int P, int causal, fc_dtype dt, const float *const in[4])
+{
+    const float *q = in[0], *k = in[1], *v = in[2];
+    const int S = 2 * P * C;
+    bufs x, y;
+    bufs_alloc(&x, dt);
+    bufs_alloc(&y, dt);
+    void *ref = malloc((size_t)B * S * HQ * D * (size_t)fc_dtype_bytes(dt));
+    float *ref_lse = malloc((size_t)B * HQ * S * sizeof(float));
+    reference(P, causal, dt, q, k, v, ref, ref_lse);
+    fc_status st[PMAX], st2[PMAX];
+    run_ring(P, causal, dt, FC_OK, q, k, v, x.outs, x.lses, st);
+    run_ring(P, causal, dt, FC_OK, q, k, v, y.outs, y.lses, st2);
+    int ok = 1, same = 1;
+    for (int r = 0; r < P; r++) {
+        ok &= st[r] == FC_OK && st2[r] == FC_OK;
+        same &= !memcmp(x.outs[r], y.outs[r], (size_t)B * 2 * C * HQ * D * (size_t)fc_dtype_bytes(dt)) &&
+                !memcmp(x.lses[r], y.lses[r], (size_t)B * HQ * 2 * C * sizeof(float));
+    }
+    double worst = 0;
+    CHECK(ok && compare(P, dt, x.outs, x.lses, ref, ref_lse, &worst),
+          "P %d causal %d %s: status %d, max_abs %.3g off the whole call", P, causal,
+          kit_dtype_name(dt), (int)st[0], worst);
+    CHECK(same, "P %d causal %d %s: a rerun differs", P, causal, kit_dtype_name(dt));
+    free(ref);
+    free(ref_lse);
+    bufs_free(&x);
+    bufs_free(&y);
+}
+
+/* x (n floats) in dt, a new buffer. */
+static void *to_dt(const float *x, size_t n, fc_dtype dt)
+{
+    void *y = malloc(n * (size_t)fc_dtype_bytes(dt));
+    for (size_t i = 0; i < n; i++) kit_store(y, dt, (int64_t)i, x[i]);
+    return y;
+}
+
+/* The fp64 reference backward over the whole sequence, given its out and
+ * lse: grad[0..2] = dq, dk, dv in dt. */
+static void reference_bwd(int P, int causal, fc_dtype dt, const float *const in[4], const whole *w, void *grad[3])
+{
+    const int S = 2 * P * C;
+    const size_t nq = (size_t)B * S * HQ * D, nk = (size_t)B * S * HKV * D;
+    void *qd = to_dt(in[0], nq, dt), *kd = to_dt(in[1], nk, dt), *vd = to_dt(in[2], nk, dt), *dd = to_dt(in[3], nq, dt);
+    fc_context *ctx;
+    fc_context_create(&ctx);
+    fc_attention_backward_args b;
+    fc_attention_backward_args_init(&b);
+    b.fwd.q = kit_contiguous(qd, dt, B, S, HQ, D);
+    b.fwd.k = kit_contiguous(kd, dt, B, S, HKV, D);
+    b.fwd.v = kit_contiguous(vd, dt, B, S, HKV, D);
+    b.fwd.out = kit_contiguous((void *)w->out, dt, B, S, HQ, D);
+    b.fwd.lse = kit_contiguous((void *)w->lse, FC_DTYPE_F32, B, HQ, S, 0);
+    b.fwd.causal = causal;
+    b.fwd.backend = FC_BACKEND_CPU_REFERENCE;
+    b.dout = kit_contiguous(dd, dt, B, S, HQ, D);
+    b.dq = kit_contiguous(grad[0], dt, B, S, HQ, D);
+    b.dk = kit_contiguous(grad[1], dt, B, S, HKV, D);
+    b.dv = kit_contiguous(grad[2], dt, B, S, HKV, D);
+    CHECK(fc_attention_backward(ctx, &b, NULL, NULL) == FC_OK, "reference backward: %s", fc_last_error(ctx));
+    fc_context_free(ctx);
+    free(qd), free(kd), free(vd), free(dd);
+}
+
+/* Gradient t (0 dq, 1 dk, 2 dv) of every rank's slice against the whole
+ * call's, within the gate g; *rel: its max_rel. */
+static int grad_matches(int P, fc_dtype dt, void *(*got)[3], void *const ref[3], int t, const kit_bwd_gate *g,
+                        double *rel)
+{
+    const int S = 2 * P * C, h = t ? HKV : HQ;
+    double ref_max = 0, max_abs = 0, err2 = 0, ref2 = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; r < P; r++)
+            for (int w = 0; w < 2; w++)
+                for (int b = 0; b < B; b++)
+                    for (int i = 0; i < C; i++)
+                        for (int e = 0; e < h * D; e++) {
+                            const int gc = w ? 2 * P - 1 - r : r;
+                            const double y = kit_load(ref[t], dt, ((int64_t)(b * S + gc * C + i) * h) * D + e);
+                            if (pass == 0) { ref_max = fmax(ref_max, fabs(y)); continue; }
+                            const double x = kit_load(got[r][t], dt, ((int64_t)(b * 2 * C + w * C + i) * h) * D + e);
+                            const double d = fabs(x - y);
+                            if (!(d <= g->atol + g->atol_rel * ref_max + g->rtol * fabs(y))) max_abs = INFINITY;
+                            max_abs = fmax(max_abs, d);
+                            err2 += d * d;
+                            ref2 += y * y;
+                        }
+    *rel = max_abs / ref_max;
+    return *rel <= g->max_rel && sqrt(err2 / ref2) <= g->rel_l2;
+}
+
+static void backward_case(int P, int causal, fc_dtype dt, const float *const in[4])
+{
+    const int S = 2 * P * C;
+    const size_t es = (size_t)fc_dtype_bytes(dt), nq = (size_t)B * S * HQ * D, nk = (size_t)B * S * HKV * D;
+    void *out = malloc(nq * es), *ref[3] = {malloc(nq * es), malloc(nk * es), malloc(nk * es)};
+    float *lse = malloc((size_t)B * HQ * S * sizeof(float));
+    reference(P, causal, dt, in[0], in[1], in[2], out, lse);
+    const whole w = {out, lse, in[3]};
+    reference_bwd(P, causal, dt, in, &w, ref);
+    bufs x, y;
+    bufs_alloc(&x, dt);
+    bufs_alloc(&y, dt);
+    void *gx[PMAX][3], *gy[PMAX][3];
+    for (int r = 0; r < PMAX; r++)
+        for (int k = 0; k < 3; k++) {
+            const size_t n = (size_t)B * 2 * C * (k ? HKV : HQ) * D * es;
+            gx[r][k] = malloc(n), gy[r][k] = malloc(n);
+            memset(gx[r][k], 0xA5, n);
+        }
+    fc_status st[PMAX], st2[PMAX];
+    run_ring_bwd(P, causal, dt, FC_OK, in[0], in[1], in[2], x.outs, x.lses, &w, gx, st);
+    run_ring_bwd(P, causal, dt, FC_OK, in[0], in[1], in[2], y.outs, y.lses, &w, gy, st2);
+    int ok = 1, same = 1;
+    for (int r = 0; r < P; r++) {
+        ok &= st[r] == FC_OK && st2[r] == FC_OK;
+        for (int k = 0; k < 3; k++)
+            same &= !memcmp(gx[r][k], gy[r][k], (size_t)B * 2 * C * (k ? HKV : HQ) * D * es);
+    }
+    const kit_bwd_gate g = kit_bwd_gate_for(dt, dt == FC_DTYPE_F32 ? KIT_BWD_CPU : KIT_BWD_CUDA);
+    for (int k = 0; k < 3 && ok; k++) {
+        double rel = 0;
+        CHECK(grad_matches(P, dt, gx, ref, k, &g, &rel), "backward P %d causal %d %s: %s max_rel %.3g",
+              P, causal, kit_dtype_name(dt), kit_grad_name(k), rel);
+    }
+    CHECK(ok, "backward P %d causal %d %s: status %s", P, causal, kit_dtype_name(dt),
+          fc_status_string(st[0]));
+    CHECK(same, "backward P %d causal %d %s: a rerun differs", P, causal, kit_dtype_name(dt));
+    for (int r = 0; r < PMAX; r++)
+        for (int k = 0; k < 3; k++) free(gx[r][k]), free(gy[r][k]);
+    bufs_free(&x);
+    bufs_free(&y);
+    free(out), free(lse);
+    for (int k = 0; k < 3; k++) free(ref[k]);
 }
 
 /* A refused call: its status, a message naming `what`, out untouched. */
@@ -313,9 +487,16 @@ int main(void)
     fill(q, nq, 1);
     fill(k, nk, 2);
     fill(v, nk, 3);
+    float *dout = malloc(nq * sizeof(float));
+    if (!dout) return test_give_up("FAIL cannot allocate the inputs");
+    fill(dout, nq, 4);
+    const float *const in[4] = {q, k, v, dout};
     int p0 = g_pass, f0 = g_fail;
-    ring_matches(q, k, v);
+    each_case(ring_case, in);
     group_done("ring vs the whole call", p0, f0);
+    p0 = g_pass, f0 = g_fail;
+    each_case(backward_case, in);
+    group_done("backward vs the whole call", p0, f0);
     p0 = g_pass, f0 = g_fail;
     refusals(q, k, v);
     failing_exchange(q, k, v);
@@ -323,5 +504,6 @@ int main(void)
     free(q);
     free(k);
     free(v);
+    free(dout);
     return test_summary();
 }

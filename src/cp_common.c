@@ -1,0 +1,91 @@
+/*
+ * cp_common.c -- the ring's shared pieces (cp.h).
+ */
+#include <string.h>
+
+#include "api_internal.h"
+#include "cp.h"
+#include "internal.h"
+#include "memory_space.h"
+
+fc_cp_dims fc_cp_dims_of(const fc_attention_args *a)
+{
+    const fc_cp_dims n = {a->q.shape[0], a->q.shape[1] / 2, a->q.shape[2], a->k.shape[2], a->q.shape[3],
+                          (size_t)fc_dtype_bytes(a->q.dtype)};
+    return n;
+}
+
+fc_tensor fc_cp_tensor4(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
+{
+    fc_tensor t = {data, dt, 4, {n0, n1, n2, n3}, {n1 * n2 * n3, n2 * n3, n3, 1}};
+    return t;
+}
+
+fc_tensor fc_cp_lse3(float *data, int64_t b, int64_t h, int64_t s)
+{
+    fc_tensor t = {data, FC_DTYPE_F32, 3, {b, h, s, 0}, {h * s, s, 1, 0}};
+    return t;
+}
+
+fc_tensor fc_cp_rows(const fc_tensor *t, int64_t r0, int64_t n, size_t es, int lse)
+{
+    fc_tensor v = *t;
+    const int axis = lse ? 2 : 1;
+    if (v.data) v.data = (char *)v.data + (size_t)(r0 * t->stride[axis]) * es;
+    v.shape[axis] = n;
+    return v;
+}
+
+int fc_cp_chunk(const fc_cp_comm *c, int rank, int w) { return w ? 2 * c->size - 1 - rank : rank; }
+
+fc_status fc_cp_checks(fc_context *ctx, const fc_attention_args *a, const fc_cp_comm *c, const char *what)
+{
+    if (!a || !c) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s: args and comm must not be NULL", what);
+    if (c->size < 1 || c->rank < 0 || c->rank >= c->size || !c->exchange)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: comm rank %d of size %d with %s exchange (need 0 <= rank < size, a function)",
+                            what, (int)c->rank, (int)c->size, c->exchange ? "an" : "no");
+    if (a->cu_seqlens_q || a->cu_seqlens_k || a->block_table || a->seqused_k || a->k_new.data ||
+        a->window_left != -1 || a->window_right != -1)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "%s takes dense calls only: no varlen, paged cache, append or window", what);
+    if (fc_dtype_is_fp8(a->q.dtype) || fc_dtype_is_fp8(a->k.dtype))
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s does not take FP8 inputs", what);
+    if (a->backend == FC_BACKEND_CUDA)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "%s runs on host memory only for now (flashcore.distributed runs the ring on GPUs)",
+                            what);
+    return FC_OK;
+}
+
+fc_status fc_cp_slice(fc_context *ctx, const fc_attention_args *a, const void *const *ptrs, int n,
+                      const char *what)
+{
+    if (a->q.shape[1] != a->k.shape[1] || a->q.shape[1] % 2)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: the rank's slice holds two chunks of one length: seqlen_q (%lld) == seqlen_k "
+                            "(%lld), even", what, (long long)a->q.shape[1], (long long)a->k.shape[1]);
+    unsigned char dev[FC_MAX_CALL_POINTERS] = {0};
+    fc_cuda_device_pointers(ptrs, n, dev);
+    for (int i = 0; i < n; i++)
+        if (dev[i])
+            return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                                "%s runs on host memory only for now (flashcore.distributed runs the ring on "
+                                "GPUs)", what);
+    return FC_OK;
+}
+
+void fc_cp_pack(const fc_attention_args *a, int64_t b, int64_t s2, int64_t hkv, int64_t d, size_t es, char *kv)
+{
+    const fc_tensor *src[2] = {&a->k, &a->v};
+    char *dst = kv;
+    for (int t = 0; t < 2; t++)
+        for (int64_t i = 0; i < b; i++)
+            for (int64_t s = 0; s < s2; s++)
+                for (int64_t h = 0; h < hkv; h++) {
+                    const fc_tensor *x = src[t];
+                    const char *row =
+                        (const char *)x->data + (size_t)(i * x->stride[0] + s * x->stride[1] + h * x->stride[2]) * es;
+                    for (int64_t e = 0; e < d; e++, dst += es) memcpy(dst, row + (size_t)(e * x->stride[3]) * es, es);
+                }
+}
