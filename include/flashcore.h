@@ -133,7 +133,9 @@ typedef struct fc_descale {
  *
  *   q    [batch, seqlen_q, heads_q,  head_dim]  (varlen: [total_q, heads_q, d])
  *   k, v [batch, seqlen_k, heads_kv, head_dim]  (varlen: [total_k, heads_kv, d])
- *   out  like q, same dtype as q (FP8 q: its own, see "FP8" below);
+ *   out  like q, same dtype as q (FP8 q: its own, see "FP8" below), or
+ *        f32 under f16/bf16 inputs (unrounded partials to merge; the CPU
+ *        backends, FC_ERR_UNSUPPORTED on CUDA);
  *        written by the call
  *   lse  optional (lse.data == NULL: not written), f32,
  *        [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]);
@@ -322,7 +324,9 @@ FC_API fc_status fc_attention_forward(fc_context *ctx, const fc_attention_args *
  *              natural-log lse, read here) and every option (scale, softcap,
  *              causal, window, varlen, backend). The same checks apply.
  *   dout       like out (shape, dtype, any strides): dL/dout, read.
- *   dq, dk, dv like q, k, v (shape and dtype): written. Each is the full
+ *   dq, dk, dv like q, k, v (shape and dtype, or all three f32 under
+ *              f16/bf16 inputs: the CPU backends, FC_ERR_UNSUPPORTED on
+ *              CUDA): written. Each is the full
  *              gradient: dk/dv sum over the query heads that share a KV
  *              head (GQA/MQA); keys no query sees get 0. Varlen tokens past
  *              the last cu_seqlens offset are not written (as the forward).
@@ -438,9 +442,9 @@ typedef struct fc_cp_comm {
  * causal the whole sequence's mask; every rank passes the same options
  * and shapes. Dense calls only: varlen, paged, append, windows and FP8
  * are FC_ERR_UNSUPPORTED, and so, for now, is device memory (the Python
- * ring, flashcore.distributed, runs on GPUs). Partials of f16/bf16 calls
- * are rounded to that dtype before their fp32 merge. A refused call
- * writes nothing and exchanges nothing. */
+ * ring, flashcore.distributed, runs on GPUs). Each pair's out is fp32
+ * (the f32 out of f16/bf16 inputs), so out is rounded once. A refused
+ * call writes nothing and exchanges nothing. */
 FC_API fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args, const fc_cp_comm *comm,
                                          void *stream);
 
@@ -451,8 +455,7 @@ FC_API fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_arg
  * dK/dV sums, and every rank's dq sums its pairs in fp32; so dq, dk and dv
  * are each rounded once from fp32 sums, in ring order (a rerun gives the
  * same bits). The same limits as the forward (host memory, dense, no
- * window); args.workspace is not used; each pair's gradients of f16/bf16
- * calls are rounded to that dtype before their fp32 sum. */
+ * window); args.workspace is not used. */
 FC_API fc_status fc_cp_attention_backward(fc_context *ctx, const fc_attention_backward_args *args,
                                           const fc_cp_comm *comm, void *stream);
 

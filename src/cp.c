@@ -20,7 +20,7 @@ typedef struct cp_run {
     fc_cp_dims n;             /* the slice's sizes                        */
     size_t kv_bytes;          /* a packed slice: k then v, [b][2c][hkv][d] */
     char *kv[2];              /* the ring's double buffer                 */
-    char *part;               /* [b][c][hq][d] one pair's out, q's dtype  */
+    float *part;              /* [b][c][hq][d] one pair's out, in fp32    */
     float *part_lse;          /* [b][hq][c]                               */
     float *acc[2][2];         /* per query chunk, ping-pong: [b][c][hq][d] */
     float *acc_lse[2][2];     /* [b][hq][c]                               */
@@ -31,14 +31,14 @@ typedef struct cp_run {
 static fc_status cp_alloc(fc_context *ctx, cp_run *r)
 {
     const size_t qe = (size_t)(r->n.b * r->n.c * r->n.hq * r->n.d), lse = (size_t)(r->n.b * r->n.hq * r->n.c);
-    const size_t kv = fc_cp_up64(r->kv_bytes), part = fc_cp_up64(qe * r->n.es), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
+    const size_t kv = fc_cp_up64(r->kv_bytes), part = fc_cp_up64(qe * 4), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
     const size_t bytes = 2 * kv + part + al + 4 * (acc + al);
     char *m = malloc(bytes);
     if (!m) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of ring scratch", bytes);
     r->kv[0] = m;
     r->kv[1] = m + kv;
-    r->part = m + 2 * kv;
-    char *f = r->part + part;
+    r->part = (float *)(void *)(m + 2 * kv);
+    char *f = m + 2 * kv + part;
     r->part_lse = (float *)(void *)f;
     f += al;
     for (int q = 0; q < 2; q++)
@@ -61,7 +61,7 @@ static fc_status cp_fold(fc_context *ctx, cp_run *r, int qi, void *stream)
         outs[n] = fc_cp_tensor4(r->acc[qi][from], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d);
         lses[n++] = fc_cp_lse3(r->acc_lse[qi][from], r->n.b, r->n.hq, r->n.c);
     }
-    outs[n] = fc_cp_tensor4(r->part, r->a->q.dtype, r->n.b, r->n.c, r->n.hq, r->n.d);
+    outs[n] = fc_cp_tensor4(r->part, FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d);
     lses[n++] = fc_cp_lse3(r->part_lse, r->n.b, r->n.hq, r->n.c);
     fc_attention_merge_args m;
     fc_attention_merge_args_init(&m);
@@ -93,7 +93,7 @@ static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, in
         sub.k = fc_cp_tensor4((char *)kv + kj * chunk, r->a->k.dtype, r->n.b, r->n.c, r->n.hkv, r->n.d);
         sub.v = fc_cp_tensor4((char *)kv + half + kj * chunk, r->a->v.dtype, r->n.b, r->n.c, r->n.hkv, r->n.d);
         sub.k.stride[0] = sub.v.stride[0] = 2 * r->n.c * r->n.hkv * r->n.d;
-        sub.out = fc_cp_tensor4(r->part, r->a->q.dtype, r->n.b, r->n.c, r->n.hq, r->n.d);
+        sub.out = fc_cp_tensor4(r->part, FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d); /* fp32 partials */
         sub.lse = fc_cp_lse3(r->part_lse, r->n.b, r->n.hq, r->n.c);
         fc_status st = fc_attention_forward(ctx, &sub, stream, NULL);
         if (!st) st = cp_fold(ctx, r, qi, stream);

@@ -25,16 +25,8 @@ typedef struct cpb_run {
     char *kv[2];              /* the ring's double buffer                    */
     float *dq;                /* [b][2c][hq][d] the rank's dq, fp32          */
     float *sums[2];           /* dK then dV of the held slice: built, arrived */
-    char *g[3];               /* one pair's dq, dk, dv in q's dtype          */
+    float *g[3];              /* one pair's dq, dk, dv in fp32               */
 } cpb_run;
-
-static float load(const char *p, fc_dtype dt, size_t i)
-{
-    const uint16_t *h = (const uint16_t *)(const void *)p;
-    return dt == FC_DTYPE_F32 ? ((const float *)(const void *)p)[i]
-           : dt == FC_DTYPE_F16 ? fc_f16_to_f32(h[i])
-                                : fc_bf16_to_f32(h[i]);
-}
 
 static void store(char *p, fc_dtype dt, size_t i, float x)
 {
@@ -46,8 +38,8 @@ static void store(char *p, fc_dtype dt, size_t i, float x)
 static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
 {
     const size_t kv = fc_cp_up64(r->kv_bytes), dq = fc_cp_up64((size_t)(r->n.b * 2 * r->n.c * r->n.hq * r->n.d) * 4);
-    const size_t sums = fc_cp_up64(2 * r->n_kv * 4), gq = fc_cp_up64((size_t)(r->n.b * r->n.c * r->n.hq * r->n.d) * r->n.es);
-    const size_t gk = fc_cp_up64((size_t)(r->n.b * r->n.c * r->n.hkv * r->n.d) * r->n.es);
+    const size_t sums = fc_cp_up64(2 * r->n_kv * 4), gq = fc_cp_up64((size_t)(r->n.b * r->n.c * r->n.hq * r->n.d) * 4);
+    const size_t gk = fc_cp_up64((size_t)(r->n.b * r->n.c * r->n.hkv * r->n.d) * 4);
     const size_t bytes = 2 * kv + dq + 2 * sums + gq + 2 * gk;
     char *m = calloc(1, bytes);
     if (!m) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of ring scratch", bytes);
@@ -56,22 +48,22 @@ static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
     r->dq = (float *)(void *)(m + 2 * kv);
     r->sums[0] = (float *)(void *)(m + 2 * kv + dq);
     r->sums[1] = (float *)(void *)(m + 2 * kv + dq + sums);
-    r->g[0] = m + 2 * kv + dq + 2 * sums;
-    r->g[1] = r->g[0] + gq;
-    r->g[2] = r->g[1] + gk;
+    r->g[0] = (float *)(void *)(m + 2 * kv + dq + 2 * sums);
+    r->g[1] = (float *)(void *)(m + 2 * kv + dq + 2 * sums + gq);
+    r->g[2] = (float *)(void *)(m + 2 * kv + dq + 2 * sums + gq + gk);
     return FC_OK;
 }
 
 /* acc rows [r0, r0 + c) of a [b][rows][h][d] fp32 array += one pair's
- * gradient g ([b][c][h][d] in dt). */
-static void add_rows(float *acc, int64_t rows, int64_t r0, const char *g, fc_dtype dt, const cpb_run *r, int64_t h)
+ * gradient g ([b][c][h][d]). */
+static void add_rows(float *acc, int64_t rows, int64_t r0, const float *g, const cpb_run *r, int64_t h)
 {
     const int64_t row = h * r->n.d;
     for (int64_t b = 0; b < r->n.b; b++)
         for (int64_t i = 0; i < r->n.c; i++) {
             float *x = acc + ((b * rows + r0 + i) * row);
             const size_t at = (size_t)((b * r->n.c + i) * row);
-            for (int64_t e = 0; e < row; e++) x[e] += load(g, dt, at + (size_t)e);
+            for (int64_t e = 0; e < row; e++) x[e] += g[at + (size_t)e];
         }
 }
 
@@ -90,16 +82,17 @@ static fc_status cpb_pair(fc_context *ctx, cpb_run *r, const char *kv, int qi, i
     sub.fwd.out = fc_cp_rows(&a->fwd.out, qi * r->n.c, r->n.c, r->n.es, 0);
     sub.fwd.lse = fc_cp_rows(&a->fwd.lse, qi * r->n.c, r->n.c, sizeof(float), 1);
     sub.dout = fc_cp_rows(&a->dout, qi * r->n.c, r->n.c, r->n.es, 0);
-    sub.dq = fc_cp_tensor4(r->g[0], dt, r->n.b, r->n.c, r->n.hq, r->n.d);
-    sub.dk = fc_cp_tensor4(r->g[1], dt, r->n.b, r->n.c, r->n.hkv, r->n.d);
-    sub.dv = fc_cp_tensor4(r->g[2], dt, r->n.b, r->n.c, r->n.hkv, r->n.d);
+    /* fp32 gradients: the pairs' sums are rounded once, at the end */
+    sub.dq = fc_cp_tensor4(r->g[0], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d);
+    sub.dk = fc_cp_tensor4(r->g[1], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hkv, r->n.d);
+    sub.dv = fc_cp_tensor4(r->g[2], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hkv, r->n.d);
     sub.workspace = NULL;
     sub.workspace_bytes = 0;
     const fc_status st = fc_attention_backward(ctx, &sub, stream, NULL);
     if (st) return st;
-    add_rows(r->dq, 2 * r->n.c, qi * r->n.c, r->g[0], dt, r, r->n.hq);
-    add_rows(r->sums[0], 2 * r->n.c, kj * r->n.c, r->g[1], dt, r, r->n.hkv);
-    add_rows(r->sums[0] + r->n_kv, 2 * r->n.c, kj * r->n.c, r->g[2], dt, r, r->n.hkv);
+    add_rows(r->dq, 2 * r->n.c, qi * r->n.c, r->g[0], r, r->n.hq);
+    add_rows(r->sums[0], 2 * r->n.c, kj * r->n.c, r->g[1], r, r->n.hkv);
+    add_rows(r->sums[0] + r->n_kv, 2 * r->n.c, kj * r->n.c, r->g[2], r, r->n.hkv);
     return FC_OK;
 }
 

@@ -205,15 +205,22 @@ static fc_status check_device_paged(fc_context *ctx, const fc_fwd_params *p, voi
     return st;
 }
 
-/* q's dtype: f16 or bf16 on every CUDA kernel (k/v may be FP8 under it);
- * first, so that an FP8 q with host-side amax outputs hears why. */
-static fc_status cuda_dtype(fc_context *ctx, const fc_fwd_params *p)
+/* q's dtype: f16 or bf16 on every CUDA kernel (k/v may be FP8 under it),
+ * and out, dq, dk, dv in it; first, so that an FP8 q with host-side amax
+ * outputs hears why. */
+static fc_status cuda_dtype(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b)
 {
-    if (p->dtype == FC_DTYPE_F16 || p->dtype == FC_DTYPE_BF16) return FC_OK;
-    return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                        "dtype %s (q) is not supported by the cuda kernels: supported f16, bf16 (FP8 k/v may sit "
-                        "under them); the cpu backend takes f32 and FP8 q, cpu-reference f64",
-                        fc_dtype_name(p->dtype));
+    if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "dtype %s (q) is not supported by the cuda kernels: supported f16, bf16 (FP8 k/v may "
+                            "sit under them); the cpu backend takes f32 and FP8 q, cpu-reference f64",
+                            fc_dtype_name(p->dtype));
+    const int o = b ? b->g_dtype : p->o_dtype;
+    if (o != p->dtype)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "%s in %s under %s inputs: the cuda kernels write q's dtype (the cpu backends take it)",
+                            b ? "dq, dk, dv" : "out", fc_dtype_name(o), fc_dtype_name(p->dtype));
+    return FC_OK;
 }
 
 /* What every CUDA plan needs: the device, every pointer in device memory,
@@ -221,12 +228,12 @@ static fc_status cuda_dtype(fc_context *ctx, const fc_fwd_params *p)
  * forward and backward, whatever the token counts: with no query token
  * nothing is written, but bad offsets are still an error, as on the CPU
  * backends, so that every backend answers a call alike. */
-static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const call_pointers *ptrs, void *stream,
-                             fc_plan *plan)
+static fc_status cuda_common(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b,
+                             const call_pointers *ptrs, void *stream, fc_plan *plan)
 {
     fc_status st = fc_cuda_get_device(ctx->device, &plan->dev, ctx->err, sizeof ctx->err);
     if (st) return st;
-    st = cuda_dtype(ctx, p);
+    st = cuda_dtype(ctx, p, b);
     if (st) return st;
     st = check_memory_space(ctx, ptrs, 1);
     if (st) return st;
@@ -442,7 +449,7 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params
     case FC_BACKEND_CPU:
     case FC_BACKEND_CPU_REFERENCE: return select_cpu(ctx, p, &ptrs, b, plan);
     case FC_BACKEND_CUDA: {
-        fc_status st = cuda_common(ctx, p, &ptrs, stream, plan);
+        fc_status st = cuda_common(ctx, p, bwd, &ptrs, stream, plan);
         if (st) return st;
         return select_cuda_tuned(ctx, p, bwd, plan);
     }

@@ -94,6 +94,7 @@ typedef struct fc_fwd_params {
 
 /* 1 for the FP8 element types. */
 static inline int fc_dtype_is_fp8(int dt) { return dt == FC_DTYPE_E4M3 || dt == FC_DTYPE_E5M2; }
+static inline int fc_dtype_is_16bit(int dt) { return dt == FC_DTYPE_F16 || dt == FC_DTYPE_BF16; }
 
 /* max(a, x), NaN as soon as either is NaN (the FP8 amax outputs must show
  * it); order-free, so any thread count gives the same bits. Exact for
@@ -118,6 +119,7 @@ typedef struct fc_bwd_params {
     int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
     int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
     int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+    int32_t g_dtype;        /* dq, dk, dv: f.dtype, or f32 (f16/bf16 inputs) */
     int32_t deterministic;  /* 1: bitwise-reproducible dq/dk/dv             */
     void *workspace;        /* the caller's scratch, or NULL (library's)    */
     int64_t workspace_bytes;

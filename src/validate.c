@@ -88,11 +88,11 @@ static fc_status check_dtypes(fc_context *ctx, const fc_attention_args *a, int b
                                 (int)t[i]->dtype);
     const int q = a->q.dtype, k = a->k.dtype, v = a->v.dtype, o = a->out.dtype;
     if (!fc_dtype_is_fp8(q) && !fc_dtype_is_fp8(k) && !fc_dtype_is_fp8(v)) {
-        if (k != q || v != q || o != q)
+        if (k != q || v != q || (o != q && !(!bwd && o == FC_DTYPE_F32 && fc_dtype_is_16bit(q))))
             return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                                "dtypes differ: q %s, k %s, v %s, out %s (all must be equal; FP8 k/v may sit "
-                                "under another q)", fc_dtype_name(q), fc_dtype_name(k), fc_dtype_name(v),
-                                fc_dtype_name(o));
+                                "dtypes differ: q %s, k %s, v %s, out %s (all must be equal, but for an f32 out "
+                                "of f16/bf16 inputs; FP8 k/v may sit under another q)", fc_dtype_name(q),
+                                fc_dtype_name(k), fc_dtype_name(v), fc_dtype_name(o));
         return FC_OK;
     }
     if (bwd)
@@ -359,10 +359,16 @@ static fc_status check_grads(fc_context *ctx, const fc_attention_backward_args *
     static const char *const gn[4] = {"dout", "dq", "dk", "dv"};
     static const char *const ln[4] = {"out", "q", "k", "v"};
     const int nd = varlen ? 3 : 4, e0 = varlen ? 0 : -1;
+    /* dq, dk, dv: q's dtype, or all three f32 under f16/bf16 inputs (sums
+     * a caller adds up, as context parallelism does) */
+    const int gt = b->dq.dtype == FC_DTYPE_F32 && fc_dtype_is_16bit(a->q.dtype) ? FC_DTYPE_F32 : a->q.dtype;
     for (int i = 0; i < 4; i++) {
-        if ((int)g[i]->dtype != (int)a->q.dtype)
-            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s.dtype is %s: must equal q's (%s)", gn[i],
-                                fc_dtype_name(g[i]->dtype), fc_dtype_name(a->q.dtype));
+        const int want = i == 0 ? (int)a->q.dtype : gt;
+        if ((int)g[i]->dtype != want)
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s.dtype is %s, dq.dtype %s: dout takes q's dtype (%s), and dq, dk, dv all q's "
+                                "or, under f16/bf16 inputs, all f32", gn[i], fc_dtype_name(g[i]->dtype),
+                                fc_dtype_name(b->dq.dtype), fc_dtype_name(a->q.dtype));
         const char *const *dims = i == 2 || i == 3 ? (varlen ? dims_kv_var : dims_kv)
                                                    : (varlen ? dims_q_var : dims_q);
         fc_status st = fc_check_tensor(ctx, gn[i], g[i], nd, dims, e0, i > 0);
@@ -676,6 +682,7 @@ fc_status fc_build_bwd_params(fc_context *ctx, const fc_attention_backward_args 
     if (st) return st;
     const int o = b->fwd.cu_seqlens_q ? 1 : 0;
     p->dout = b->dout.data; p->dq = b->dq.data; p->dk = b->dk.data; p->dv = b->dv.data;
+    p->g_dtype = b->dq.dtype;
     set_strides(&b->dout, o, &p->do_batch_stride, &p->do_row_stride, &p->do_head_stride);
     set_strides(&b->dq, o, &p->dq_batch_stride, &p->dq_row_stride, &p->dq_head_stride);
     set_strides(&b->dk, o, &p->dk_batch_stride, &p->dk_row_stride, &p->dk_head_stride);

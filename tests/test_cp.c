@@ -11,6 +11,10 @@
  *    (1.5x PyTorch's error, kit_bwd.c): each pair's gradients are rounded
  *    to bf16 before their fp32 sum, as a GPU kernel rounds P; reruns
  *    bitwise equal;
+ *  - what the ring builds on: an f32 out (forward) and f32 dq, dk, dv
+ *    (backward) of f16/bf16 inputs, on the CPU and reference backends,
+ *    within the f32 gates of the fp64 reference's (no rounding to 16 bits
+ *    in between); mixed gradient dtypes refused;
  *  - refused calls (bad comm, odd or unequal lengths, windows, varlen)
  *    name the problem and write nothing; a failing exchange's status
  *    comes back from every rank.
@@ -393,7 +397,7 @@ static void backward_case(int P, int causal, fc_dtype dt, const float *const in[
         for (int k = 0; k < 3; k++)
             same &= !memcmp(gx[r][k], gy[r][k], (size_t)B * 2 * C * (k ? HKV : HQ) * D * es);
     }
-    const kit_bwd_gate g = kit_bwd_gate_for(dt, dt == FC_DTYPE_F32 ? KIT_BWD_CPU : KIT_BWD_CUDA);
+    const kit_bwd_gate g = kit_bwd_gate_for(dt, KIT_BWD_CPU);
     for (int k = 0; k < 3 && ok; k++) {
         double rel = 0;
         CHECK(grad_matches(P, dt, gx, ref, k, &g, &rel), "backward P %d causal %d %s: %s max_rel %.3g",
@@ -408,6 +412,91 @@ static void backward_case(int P, int causal, fc_dtype dt, const float *const in[
     bufs_free(&y);
     free(out), free(lse);
     for (int k = 0; k < 3; k++) free(ref[k]);
+}
+
+/* One 16-bit-input problem (the first 2C rows of the inputs) on backend
+ * be with f32 out, lse and f32 dq, dk, dv (grad NULL: forward only). */
+static fc_status wide_call(fc_backend be, fc_dtype dt, const float *const in[4], float *out, float *lse,
+                           float *const grad[3], fc_status *bst)
+{
+    const size_t nq = (size_t)B * 2 * C * HQ * D, nk = (size_t)B * 2 * C * HKV * D;
+    void *q = to_dt(in[0], nq, dt), *k = to_dt(in[1], nk, dt), *v = to_dt(in[2], nk, dt);
+    void *dout = to_dt(in[3], nq, dt), *o16 = malloc(nq * (size_t)fc_dtype_bytes(dt));
+    fc_context *ctx;
+    fc_context_create(&ctx);
+    fc_attention_backward_args b;
+    fc_attention_backward_args_init(&b);
+    b.fwd.q = kit_contiguous(q, dt, B, 2 * C, HQ, D);
+    b.fwd.k = kit_contiguous(k, dt, B, 2 * C, HKV, D);
+    b.fwd.v = kit_contiguous(v, dt, B, 2 * C, HKV, D);
+    b.fwd.out = kit_contiguous(out, FC_DTYPE_F32, B, 2 * C, HQ, D);
+    b.fwd.lse = kit_contiguous(lse, FC_DTYPE_F32, B, HQ, 2 * C, 0);
+    b.fwd.causal = 1;
+    b.fwd.backend = be;
+    const fc_status st = fc_attention_forward(ctx, &b.fwd, NULL, NULL);
+    /* the backward reads out in q's dtype: the reference's, rounded */
+    for (size_t i = 0; i < nq; i++) kit_store(o16, dt, (int64_t)i, out[i]);
+    b.fwd.out = kit_contiguous(o16, dt, B, 2 * C, HQ, D);
+    b.dout = kit_contiguous(dout, dt, B, 2 * C, HQ, D);
+    b.dq = kit_contiguous(grad[0], FC_DTYPE_F32, B, 2 * C, HQ, D);
+    b.dk = kit_contiguous(grad[1], FC_DTYPE_F32, B, 2 * C, HKV, D);
+    b.dv = kit_contiguous(grad[2], FC_DTYPE_F32, B, 2 * C, HKV, D);
+    *bst = fc_attention_backward(ctx, &b, NULL, NULL);
+    b.dk.dtype = dt;
+    const fc_status mixed = fc_attention_backward(ctx, &b, NULL, NULL);
+    CHECK(mixed == FC_ERR_INVALID_ARGUMENT && strstr(fc_last_error(ctx), "dk.dtype"),
+          "dq f32 with dk %s: %s (%s)", kit_dtype_name(dt), fc_status_string(mixed), fc_last_error(ctx));
+    fc_context_free(ctx);
+    free(q), free(k), free(v), free(dout), free(o16);
+    return st;
+}
+
+/* max |x - y| / max |y| over n floats; *l2 its rel_l2, *abs max |x - y| */
+static double rel_max(const float *x, const float *y, size_t n, double *l2, double *abs)
+{
+    double m = 0, ym = 0, e2 = 0, y2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)x[i] - y[i]);
+        m = fmax(m, d), ym = fmax(ym, fabs(y[i])), e2 += d * d, y2 += (double)y[i] * y[i];
+    }
+    *l2 = sqrt(e2 / y2);
+    *abs = m;
+    return m / ym;
+}
+
+static void wide_outputs(const float *const in[4])
+{
+    const size_t nq = (size_t)B * 2 * C * HQ * D, nk = (size_t)B * 2 * C * HKV * D, nl = (size_t)B * HQ * 2 * C;
+    const size_t n[4] = {nq, nq, nk, nk};
+    const fc_dtype dts[2] = {FC_DTYPE_F16, FC_DTYPE_BF16};
+    const kit_gate g = kit_gate_for(FC_DTYPE_F32);
+    const kit_bwd_gate gb = kit_bwd_gate_for(FC_DTYPE_F32, KIT_BWD_CPU);
+    for (int t = 0; t < 2; t++) {
+        float *x[2][4], *lse[2];
+        fc_status st[2], bst[2];
+        for (int be = 0; be < 2; be++) {
+            for (int i = 0; i < 4; i++) x[be][i] = malloc(n[i] * sizeof(float));
+            lse[be] = malloc(nl * sizeof(float));
+            st[be] = wide_call(be ? FC_BACKEND_CPU_REFERENCE : FC_BACKEND_CPU, dts[t], in, x[be][0], lse[be],
+                               x[be] + 1, &bst[be]);
+        }
+        double l2 = 0, abs = 0, lse_l2 = 0, lse_abs = 0;
+        rel_max(x[0][0], x[1][0], nq, &l2, &abs);
+        rel_max(lse[0], lse[1], nl, &lse_l2, &lse_abs);
+        CHECK(st[0] == FC_OK && st[1] == FC_OK && abs <= g.max_abs && l2 <= g.rel_l2 && lse_abs <= g.lse_atol,
+              "%s inputs, f32 out: status %s/%s, max_abs %.3g rel_l2 %.3g, lse max_abs %.3g",
+              kit_dtype_name(dts[t]), fc_status_string(st[0]), fc_status_string(st[1]), abs, l2, lse_abs);
+        for (int i = 1; i < 4; i++) {
+            const double rel = rel_max(x[0][i], x[1][i], n[i], &l2, &abs);
+            CHECK(bst[0] == FC_OK && bst[1] == FC_OK && rel <= gb.max_rel && l2 <= gb.rel_l2,
+                  "%s inputs, f32 %s: status %s/%s, max_rel %.3g rel_l2 %.3g", kit_dtype_name(dts[t]),
+                  kit_grad_name(i - 1), fc_status_string(bst[0]), fc_status_string(bst[1]), rel, l2);
+        }
+        for (int be = 0; be < 2; be++) {
+            for (int i = 0; i < 4; i++) free(x[be][i]);
+            free(lse[be]);
+        }
+    }
 }
 
 /* A refused call: its status, a message naming `what`, out untouched. */
@@ -497,6 +586,9 @@ int main(void)
     p0 = g_pass, f0 = g_fail;
     each_case(backward_case, in);
     group_done("backward vs the whole call", p0, f0);
+    p0 = g_pass, f0 = g_fail;
+    wide_outputs(in);
+    group_done("f32 outputs of 16-bit inputs", p0, f0);
     p0 = g_pass, f0 = g_fail;
     refusals(q, k, v);
     failing_exchange(q, k, v);

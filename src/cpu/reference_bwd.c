@@ -95,7 +95,7 @@ static void query_row(const fc_bwd_params *p, const fc_bwd_seq *s, int h, int64_
         }
     }
     const int64_t dq0 = s->dq + i * p->dq_row_stride + h * p->dq_head_stride;
-    for (int64_t d = 0; d < D; d++) fc_ref_store(p->dq, f->dtype, dq0 + d, scale * r->dq[d]);
+    for (int64_t d = 0; d < D; d++) fc_ref_store(p->dq, p->g_dtype, dq0 + d, scale * r->dq[d]);
 }
 
 /* Every query head of kv head g over sequence s; then dk, dv of its keys. */
@@ -116,8 +116,8 @@ static void kv_head(const fc_bwd_params *p, const fc_bwd_seq *s, int g, ref_scra
         const int64_t dk0 = s->dk + j * p->dk_row_stride + g * p->dk_head_stride;
         const int64_t dv0 = s->dv + j * p->dv_row_stride + g * p->dv_head_stride;
         for (int64_t d = 0; d < D; d++) {
-            fc_ref_store(p->dk, f->dtype, dk0 + d, (double)f->scale * r->dk[j * D + d]);
-            fc_ref_store(p->dv, f->dtype, dv0 + d, r->dv[j * D + d]);
+            fc_ref_store(p->dk, p->g_dtype, dk0 + d, (double)f->scale * r->dk[j * D + d]);
+            fc_ref_store(p->dv, p->g_dtype, dv0 + d, r->dv[j * D + d]);
         }
     }
 }

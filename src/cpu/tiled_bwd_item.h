@@ -70,7 +70,7 @@ static void FC_ISA(store_acc)(const bwd_job *job, void *dst, int64_t off, float 
 {
     const int64_t D = job->p->f.head_dim;
     for (int64_t d = 0; d < D; d++) acc[d] *= mul;
-    FC_ISA(store_row)(dst, job->p->f.dtype, off, D, acc, 1.0f);
+    FC_ISA(store_row)(dst, job->p->g_dtype, off, D, acc, 1.0f);
 }
 
 /* ---- one register tile ---------------------------------------------------------- */
@@ -320,7 +320,7 @@ static void FC_ISA(rows_item)(const bwd_job *job, bwd_scratch *t, int b, int g, 
         for (int64_t r = c0; r < c1 && !seen; r++) {
             const int64_t i = r / G;
             const int h = g * G + (int)(r % G);
-            FC_ISA(store_row)(p->dq, f->dtype, sv.dq + i * p->dq_row_stride + h * p->dq_head_stride, f->head_dim, t->row,
+            FC_ISA(store_row)(p->dq, p->g_dtype, sv.dq + i * p->dq_row_stride + h * p->dq_head_stride, f->head_dim, t->row,
                               1.0f);
         }
     }
