@@ -443,8 +443,11 @@ typedef struct fc_cp_comm {
  * and shapes. Dense calls only: varlen, paged, append, windows and FP8
  * are FC_ERR_UNSUPPORTED, and so, for now, is device memory (the Python
  * ring, flashcore.distributed, runs on GPUs). Each pair's out is fp32
- * (the f32 out of f16/bf16 inputs), so out is rounded once. A refused
- * call writes nothing and exchanges nothing. */
+ * (the f32 out of f16/bf16 inputs), so out is rounded once. Before any
+ * work the ranks shake hands (size - 1 exchanges of 24 bytes): where one
+ * refuses the call, or the ranks' shapes or options differ, every rank
+ * returns an error (the refusing one its own) and writes nothing; only a
+ * bad comm (or NULL args) returns at once, leaving the others waiting. */
 FC_API fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args, const fc_cp_comm *comm,
                                          void *stream);
 

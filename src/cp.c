@@ -149,11 +149,13 @@ fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
     ctx->err[0] = 0;
     static const char what[] = "fc_cp_attention_forward";
-    fc_status st = fc_cp_checks(ctx, args, comm, what);
-    if (!st) st = fc_attention_supported(ctx, args, NULL);
+    fc_status st = fc_cp_comm_ok(ctx, args, comm, what);
     if (st) return st;
+    st = fc_cp_checks(ctx, args, what);
+    if (!st) st = fc_attention_supported(ctx, args, NULL);
     const void *ptrs[5] = {args->q.data, args->k.data, args->v.data, args->out.data, args->lse.data};
-    st = fc_cp_slice(ctx, args, ptrs, 5, what);
+    if (!st) st = fc_cp_slice(ctx, args, ptrs, 5, what);
+    st = fc_cp_agree(ctx, comm, st, fc_cp_digest(args, 1), what);
     if (st) return st;
     cp_run r = {.a = args, .comm = comm, .n = fc_cp_dims_of(args)};
     r.kv_bytes = 2 * (size_t)(r.n.b * 2 * r.n.c * r.n.hkv * r.n.d) * r.n.es;

@@ -27,9 +27,20 @@ fc_tensor fc_cp_lse3(float *data, int64_t b, int64_t h, int64_t s);
 fc_tensor fc_cp_rows(const fc_tensor *t, int64_t r0, int64_t n, size_t es, int lse);
 /* Global chunk of slot w (0, 1) of rank's zigzag slice among 2 * size. */
 int fc_cp_chunk(const fc_cp_comm *c, int rank, int w);
-/* The comm's fields and what the ring does not take (what: the entry
+/* args and the comm's fields, which the handshake needs (what: the entry
  * point's name, for the messages). */
-fc_status fc_cp_checks(fc_context *ctx, const fc_attention_args *a, const fc_cp_comm *c, const char *what);
+fc_status fc_cp_comm_ok(fc_context *ctx, const void *args, const fc_cp_comm *c, const char *what);
+/* What the ring does not take. */
+fc_status fc_cp_checks(fc_context *ctx, const fc_attention_args *a, const char *what);
+/* A digest of what every rank must pass alike (pass: 1 forward, 2
+ * backward). */
+uint64_t fc_cp_digest(const fc_attention_args *a, int pass);
+/* Before any work, every rank learns of every other's checks: size - 1
+ * exchanges of a small message around the ring (the lowest refusing
+ * rank, the digests' range). local: this rank's verdict, returned as it
+ * is when not FC_OK (its message kept); else FC_ERR_INVALID_ARGUMENT
+ * where another rank refused or the digests differ. */
+fc_status fc_cp_agree(fc_context *ctx, const fc_cp_comm *c, fc_status local, uint64_t digest, const char *what);
 /* After the entry's own supported check: the slice's two chunks of one
  * length, and every pointer (n of them) in host memory. */
 fc_status fc_cp_slice(fc_context *ctx, const fc_attention_args *a, const void *const *ptrs, int n,

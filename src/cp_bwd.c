@@ -158,13 +158,15 @@ fc_status fc_cp_attention_backward(fc_context *ctx, const fc_attention_backward_
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
     ctx->err[0] = 0;
     static const char what[] = "fc_cp_attention_backward";
-    fc_status st = fc_cp_checks(ctx, args ? &args->fwd : NULL, comm, what);
-    if (!st) st = fc_attention_backward_supported(ctx, args, NULL);
+    fc_status st = fc_cp_comm_ok(ctx, args, comm, what);
     if (st) return st;
     const fc_attention_args *f = &args->fwd;
+    st = fc_cp_checks(ctx, f, what);
+    if (!st) st = fc_attention_backward_supported(ctx, args, NULL);
     const void *ptrs[9] = {f->q.data, f->k.data, f->v.data, f->out.data, f->lse.data,
                            args->dout.data, args->dq.data, args->dk.data, args->dv.data};
-    st = fc_cp_slice(ctx, f, ptrs, 9, what);
+    if (!st) st = fc_cp_slice(ctx, f, ptrs, 9, what);
+    st = fc_cp_agree(ctx, comm, st, fc_cp_digest(f, 2), what);
     if (st) return st;
     cpb_run r = {.a = args, .comm = comm, .n = fc_cp_dims_of(f)};
     r.n_kv = (size_t)(r.n.b * 2 * r.n.c * r.n.hkv * r.n.d);

@@ -5,6 +5,7 @@
 
 #include "api_internal.h"
 #include "cp.h"
+#include "cpu/cpu_dtype.h"
 #include "internal.h"
 #include "memory_space.h"
 
@@ -38,13 +39,18 @@ fc_tensor fc_cp_rows(const fc_tensor *t, int64_t r0, int64_t n, size_t es, int l
 
 int fc_cp_chunk(const fc_cp_comm *c, int rank, int w) { return w ? 2 * c->size - 1 - rank : rank; }
 
-fc_status fc_cp_checks(fc_context *ctx, const fc_attention_args *a, const fc_cp_comm *c, const char *what)
+fc_status fc_cp_comm_ok(fc_context *ctx, const void *args, const fc_cp_comm *c, const char *what)
 {
-    if (!a || !c) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s: args and comm must not be NULL", what);
+    if (!args || !c) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s: args and comm must not be NULL", what);
     if (c->size < 1 || c->rank < 0 || c->rank >= c->size || !c->exchange)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "%s: comm rank %d of size %d with %s exchange (need 0 <= rank < size, a function)",
                             what, (int)c->rank, (int)c->size, c->exchange ? "an" : "no");
+    return FC_OK;
+}
+
+fc_status fc_cp_checks(fc_context *ctx, const fc_attention_args *a, const char *what)
+{
     if (a->cu_seqlens_q || a->cu_seqlens_k || a->block_table || a->seqused_k || a->k_new.data ||
         a->window_left != -1 || a->window_right != -1)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
@@ -72,6 +78,46 @@ fc_status fc_cp_slice(fc_context *ctx, const fc_attention_args *a, const void *c
             return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                                 "%s runs on host memory only for now (flashcore.distributed runs the ring on "
                                 "GPUs)", what);
+    return FC_OK;
+}
+
+uint64_t fc_cp_digest(const fc_attention_args *a, int pass)
+{
+    const uint64_t v[12] = {(uint64_t)pass, (uint64_t)a->q.dtype, (uint64_t)a->out.dtype, (uint64_t)a->causal,
+                            (uint64_t)a->q.shape[0], (uint64_t)a->q.shape[1], (uint64_t)a->q.shape[2],
+                            (uint64_t)a->q.shape[3], (uint64_t)a->k.shape[1], (uint64_t)a->k.shape[2],
+                            fc_f32_to_bits(a->scale), fc_f32_to_bits(a->softcap)};
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the words */
+    for (int i = 0; i < 12; i++) h = (h ^ v[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The handshake's message: the lowest rank that refused (size: none),
+ * and the least and greatest digest seen. */
+typedef struct cp_hello {
+    int64_t refused;
+    uint64_t lo, hi;
+} cp_hello;
+
+fc_status fc_cp_agree(fc_context *ctx, const fc_cp_comm *c, fc_status local, uint64_t digest, const char *what)
+{
+    cp_hello mine = {local ? c->rank : c->size, digest, digest}, in;
+    for (int s = 1; s < c->size; s++) { /* after step s a rank has heard from s ranks before it */
+        const fc_status st = c->exchange(c->user, &mine, &in, sizeof mine, NULL);
+        if (st) return local ? local : fc_set_error(ctx, st, "%s: the ranks' handshake exchange returned %s", what,
+                                                   fc_status_string(st));
+        if (in.refused < mine.refused) mine.refused = in.refused;
+        if (in.lo < mine.lo) mine.lo = in.lo;
+        if (in.hi > mine.hi) mine.hi = in.hi;
+    }
+    if (local) return local;
+    if (mine.refused < c->size)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: rank %lld refused the call (its own status says why); nothing was computed", what,
+                            (long long)mine.refused);
+    if (mine.lo != mine.hi)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: the ranks' shapes, dtypes or options differ (every rank must pass the same)", what);
     return FC_OK;
 }
 

@@ -17,7 +17,9 @@
  *    in between); mixed gradient dtypes refused;
  *  - refused calls (bad comm, odd or unequal lengths, windows, varlen)
  *    name the problem and write nothing; a failing exchange's status
- *    comes back from every rank.
+ *    comes back from every rank; where one rank refuses, or the ranks'
+ *    options differ, every rank returns an error (the handshake), none
+ *    waits.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -30,6 +32,9 @@
 #include "test_util.h"
 
 enum { B = 2, HQ = 4, HKV = 2, D = 40, C = 13, PMAX = 4 };
+
+/* Rank 1 breaks its call: 1 out NULL, 2 causal flipped (0: none). */
+static int g_break;
 
 typedef struct ring {
     int size;
@@ -142,6 +147,8 @@ static void *run_rank(void *p)
     a.lse = kit_contiguous(j->lse, FC_DTYPE_F32, B, HQ, 2 * C, 0);
     a.causal = j->causal;
     a.backend = FC_BACKEND_CPU;
+    if (j->rank == 1 && g_break == 1) a.out.data = NULL;
+    if (j->rank == 1 && g_break == 2) a.causal ^= 1;
     const fc_cp_comm comm = {j->rank, P, j, exchange};
     j->st = j->bwd ? rank_backward(ctx, j, &a, &comm) : fc_cp_attention_forward(ctx, &a, &comm, NULL);
     snprintf(j->err, sizeof j->err, "%s", fc_last_error(ctx));
@@ -171,7 +178,7 @@ static void run_ring_bwd(int P, int causal, fc_dtype dt, fc_status fail, const f
     pthread_barrier_destroy(&r.bar);
     for (int i = 0; i < P; i++) {
         st[i] = jobs[i].st;
-        if (jobs[i].st != FC_OK && fail == FC_OK) printf("rank %d: %s\n", i, jobs[i].err);
+        if (jobs[i].st != FC_OK && fail == FC_OK && !g_break) printf("rank %d: %s\n", i, jobs[i].err);
     }
 }
 
@@ -556,6 +563,26 @@ static void refusals(const float *q, const float *k, const float *v)
     refused("varlen", x, &ok, FC_ERR_UNSUPPORTED, "varlen");
 }
 
+/* Rank 1 of 3 refuses, or passes other options: every rank returns an
+ * error (rank 1 its own), and nothing is written. */
+static void one_rank_breaks(const float *q, const float *k, const float *v)
+{
+    for (g_break = 1; g_break <= 2; g_break++) {
+        bufs x;
+        bufs_alloc(&x, FC_DTYPE_F32);
+        unsigned char before[64];
+        memcpy(before, x.outs[0], sizeof before);
+        fc_status st[PMAX];
+        run_ring(3, 1, FC_DTYPE_F32, FC_OK, q, k, v, x.outs, x.lses, st);
+        CHECK(st[0] == FC_ERR_INVALID_ARGUMENT && st[1] == FC_ERR_INVALID_ARGUMENT &&
+                  st[2] == FC_ERR_INVALID_ARGUMENT && !memcmp(before, x.outs[0], sizeof before),
+              "rank 1 %s: ranks returned %s, %s, %s", g_break == 1 ? "with no out" : "with causal flipped",
+              fc_status_string(st[0]), fc_status_string(st[1]), fc_status_string(st[2]));
+        bufs_free(&x);
+    }
+    g_break = 0;
+}
+
 /* Two ranks whose exchange fails: both return its status. */
 static void failing_exchange(const float *q, const float *k, const float *v)
 {
@@ -592,6 +619,7 @@ int main(void)
     p0 = g_pass, f0 = g_fail;
     refusals(q, k, v);
     failing_exchange(q, k, v);
+    one_rank_breaks(q, k, v);
     group_done("refusals", p0, f0);
     free(q);
     free(k);
