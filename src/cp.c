@@ -7,7 +7,6 @@
  * through a double buffer.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "api_internal.h"
 #include "cp.h"
@@ -31,14 +30,14 @@ typedef struct cp_run {
 static fc_status cp_alloc(fc_context *ctx, cp_run *r)
 {
     const size_t qe = (size_t)(r->n.b * r->n.c * r->n.hq * r->n.d), lse = (size_t)(r->n.b * r->n.hq * r->n.c);
-    const size_t kv = fc_cp_up64(r->kv_bytes), part = fc_cp_up64(qe * 4), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
-    const size_t bytes = 2 * kv + part + al + 4 * (acc + al);
+    const size_t kv = fc_cp_up64(r->kv_bytes), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
+    const size_t bytes = 2 * kv + 5 * (acc + al); /* the part, then two accumulators per query chunk */
     char *m = malloc(bytes);
     if (!m) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of ring scratch", bytes);
     r->kv[0] = m;
     r->kv[1] = m + kv;
     r->part = (float *)(void *)(m + 2 * kv);
-    char *f = m + 2 * kv + part;
+    char *f = m + 2 * kv + acc;
     r->part_lse = (float *)(void *)f;
     f += al;
     for (int q = 0; q < 2; q++)

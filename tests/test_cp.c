@@ -514,9 +514,10 @@ static void refused(const char *tag, fc_attention_args a, const fc_cp_comm *comm
     unsigned char before[64];
     memcpy(before, a.out.data, sizeof before);
     const fc_status st = fc_cp_attention_forward(ctx, &a, comm, NULL);
-    CHECK(st == want && strstr(fc_last_error(ctx), what) && !memcmp(before, a.out.data, sizeof before),
+    const int kept = !memcmp(before, a.out.data, sizeof before);
+    CHECK(st == want && strstr(fc_last_error(ctx), what) && kept,
           "%s: status %s (want %s), message \"%s\" (want it to name %s), out %s", tag, fc_status_string(st),
-          fc_status_string(want), fc_last_error(ctx), what, memcmp(before, a.out.data, sizeof before) ? "written" : "kept");
+          fc_status_string(want), fc_last_error(ctx), what, kept ? "kept" : "written");
     fc_context_free(ctx);
 }
 
