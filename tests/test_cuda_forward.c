@@ -554,6 +554,28 @@ static void fp8_refusals(fc_context *ctx)
     group_done("cuda FP8 refusals", p0, f0);
 }
 
+/* An f32 out of bf16 inputs, which the CPU backends write: the CUDA
+ * kernels write q's dtype, so FC_ERR_UNSUPPORTED with that reason. */
+static void wide_out_refused(fc_context *ctx)
+{
+    const int p0 = g_pass, f0 = g_fail;
+    kit_shape s = test_shape(1, 2, 2, 64, 64, 64, FC_DTYPE_BF16);
+    kit_case c;
+    dev_case d;
+    char err[300];
+    if (kit_case_init(&c, &s, 11) || dev_upload(&c, &d, err, sizeof err)) {
+        CHECK(0, "f32 out: setup failed");
+        return;
+    }
+    d.args.out.dtype = FC_DTYPE_F32; /* supported reads nothing: the bf16 buffer serves */
+    const fc_status st = fc_attention_supported(ctx, &d.args, NULL);
+    CHECK(st == FC_ERR_UNSUPPORTED && strstr(fc_last_error(ctx), "write q's dtype"), "f32 out of bf16: %s (%s)",
+          fc_status_string(st), fc_last_error(ctx));
+    dev_free(&d);
+    kit_case_free(&c);
+    group_done("cuda f32 out refused", p0, f0);
+}
+
 static void quick_cases(runner *r)
 {
     static const int dims[] = {32, 64, 96, 128, 192, 256};
@@ -648,6 +670,7 @@ int main(int argc, char **argv)
 
     const double t0 = kit_now();
     fp8_refusals(ctx);
+    wide_out_refused(ctx);
     fp8_kv_cases(&r, quick);
     if (quick) {
         quick_cases(&r);
