@@ -131,6 +131,12 @@ static void find_ref_max(bjudge *j, int i, int64_t idx, int owned)
     if (owned && isfinite(y) && fabs(y) > j->m[i].ref_max) j->m[i].ref_max = fabs(y);
 }
 
+/* The gate's tolerance of an element of gradient i whose reference is y. */
+static double tolerance(const bjudge *j, int i, double y)
+{
+    return j->g.atol + j->g.atol_rel * j->m[i].ref_max + j->g.rtol * fabs(y);
+}
+
 /* One gradient element: x from the call, y from the reference. */
 static void judge_elem(bjudge *j, int i, int64_t idx, int owned)
 {
@@ -153,7 +159,7 @@ static void judge_elem(bjudge *j, int i, int64_t idx, int owned)
     if (e > m->max_abs) m->max_abs = e;
     j->err2[i] += e * e;
     j->ref2[i] += y * y;
-    if (e > j->g.atol + j->g.atol_rel * m->ref_max + j->g.rtol * fabs(y)) j->bad[i]++;
+    if (e > tolerance(j, i, y)) j->bad[i]++;
 }
 
 /* The backward holds dP = dout.v, D = dout.out and the gradients' sums in
@@ -248,6 +254,17 @@ static int cancels(const bjudge *j)
     return j->m[0].ref_max < f * k.m[0].ref_max || j->m[1].ref_max < f * k.m[1].ref_max;
 }
 
+/* An element of gradient i that the nudged reference (j->alt) moves by
+ * more than its tolerance. */
+static void judge_moved(bjudge *j, int i, int64_t idx, int owned)
+{
+    const fc_tensor *t = &j->c->grad[1 + i];
+    const int64_t at = (const uint8_t *)t->data - j->c->ar.base;
+    if (!owned) return;
+    const double y = fz_load(j->ref + at, t->dtype, idx), z = fz_load(j->alt + at, t->dtype, idx);
+    if (isfinite(y) && isfinite(z) && fabs(z - y) > tolerance(j, i, y)) j->moved++;
+}
+
 /* fp32 scores carry rounding of some 2^-24 |logit| (a fused sum, the
  * scale, 2^x), which P = 2^(S - lse) makes a relative error of every dS_j;
  * where dq or dk is a small difference of large terms (a lone query
@@ -258,16 +275,6 @@ static int cancels(const bjudge *j)
  * of fp32 rounding (FZ_REF_NUDGE_K), an element of dq or dk that moves by
  * its tolerance cannot be held to it. f32 only (f16/bf16 hold no such
  * nudge; their gates allow units of their own rounding). */
-static void judge_moved(bjudge *j, int i, int64_t idx, int owned)
-{
-    const fc_tensor *t = &j->c->grad[1 + i];
-    const int64_t at = (const uint8_t *)t->data - j->c->ar.base;
-    if (!owned) return;
-    const double y = fz_load(j->ref + at, t->dtype, idx), z = fz_load(j->alt + at, t->dtype, idx);
-    if (isfinite(y) && isfinite(z) && fabs(z - y) > j->g.atol + j->g.atol_rel * j->m[i].ref_max + j->g.rtol * fabs(y))
-        j->moved++;
-}
-
 static int score_sensitive(bjudge *j)
 {
     const fz_call *c = j->c;

@@ -17,7 +17,6 @@ typedef struct cp_run {
     const fc_attention_args *a;
     const fc_cp_comm *comm;
     fc_cp_dims n;             /* the slice's sizes                        */
-    size_t kv_bytes;          /* a packed slice: k then v, [b][2c][hkv][d] */
     char *kv[2];              /* the ring's double buffer                 */
     float *part;              /* [b][c][hq][d] one pair's out, in fp32    */
     float *part_lse;          /* [b][hq][c]                               */
@@ -30,7 +29,7 @@ typedef struct cp_run {
 static fc_status cp_alloc(fc_context *ctx, cp_run *r)
 {
     const size_t qe = (size_t)(r->n.b * r->n.c * r->n.hq * r->n.d), lse = (size_t)(r->n.b * r->n.hq * r->n.c);
-    const size_t kv = fc_cp_up64(r->kv_bytes), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
+    const size_t kv = fc_cp_up64(fc_cp_kv_bytes(&r->n)), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
     const size_t bytes = 2 * kv + 5 * (acc + al); /* the part, then two accumulators per query chunk */
     char *m = malloc(bytes);
     if (!m) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of ring scratch", bytes);
@@ -81,17 +80,13 @@ static fc_status cp_fold(fc_context *ctx, cp_run *r, int qi, void *stream)
 static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, int qi, void *stream)
 {
     const int gq = fc_cp_chunk(r->comm, r->comm->rank, qi);
-    const size_t half = r->kv_bytes / 2, chunk = (size_t)(r->n.c * r->n.hkv * r->n.d) * r->n.es;
     for (int kj = 0; kj < 2; kj++) {
         const int gk = fc_cp_chunk(r->comm, src, kj);
         if (r->a->causal && gk > gq) continue;
         fc_attention_args sub = *r->a;
         sub.causal = r->a->causal && gk == gq;
         sub.q = fc_cp_rows(&r->a->q, qi * r->n.c, r->n.c, r->n.es, 0);
-        /* chunk kj of every batch row: the packed slice is [b][2c][hkv][d] */
-        sub.k = fc_cp_tensor4((char *)kv + kj * chunk, r->a->k.dtype, r->n.b, r->n.c, r->n.hkv, r->n.d);
-        sub.v = fc_cp_tensor4((char *)kv + half + kj * chunk, r->a->v.dtype, r->n.b, r->n.c, r->n.hkv, r->n.d);
-        sub.k.stride[0] = sub.v.stride[0] = 2 * r->n.c * r->n.hkv * r->n.d;
+        fc_cp_kv_chunk(&r->n, kv, kj, r->a->k.dtype, &sub.k, &sub.v);
         sub.out = fc_cp_tensor4(r->part, FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d); /* fp32 partials */
         sub.lse = fc_cp_lse3(r->part_lse, r->n.b, r->n.hq, r->n.c);
         fc_status st = fc_attention_forward(ctx, &sub, stream, NULL);
@@ -124,7 +119,7 @@ static fc_status cp_finish(fc_context *ctx, cp_run *r, void *stream)
 static fc_status cp_ring(fc_context *ctx, cp_run *r, void *stream)
 {
     const int P = r->comm->size, rank = r->comm->rank;
-    fc_cp_pack(r->a, r->n.b, 2 * r->n.c, r->n.hkv, r->n.d, r->n.es, r->kv[0]);
+    fc_cp_pack(r->a, &r->n, r->kv[0]);
     int cur = 0;
     for (int s = 0; s < P; s++) {
         const int src = (rank - s + P) % P;
@@ -133,7 +128,8 @@ static fc_status cp_ring(fc_context *ctx, cp_run *r, void *stream)
             if (st) return st;
         }
         if (s + 1 < P) {
-            const fc_status st = r->comm->exchange(r->comm->user, r->kv[cur], r->kv[cur ^ 1], r->kv_bytes, stream);
+            const size_t bytes = fc_cp_kv_bytes(&r->n);
+            const fc_status st = r->comm->exchange(r->comm->user, r->kv[cur], r->kv[cur ^ 1], bytes, stream);
             if (st) return fc_set_error(ctx, st, "the ring's exchange at step %d of %d returned %s", s + 1, P,
                                         fc_status_string(st));
             cur ^= 1;
@@ -146,18 +142,9 @@ fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args
                                   void *stream)
 {
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
-    ctx->err[0] = 0;
-    static const char what[] = "fc_cp_attention_forward";
-    fc_status st = fc_cp_comm_ok(ctx, args, comm, what);
-    if (st) return st;
-    st = fc_cp_checks(ctx, args, what);
-    if (!st) st = fc_attention_supported(ctx, args, NULL);
-    const void *ptrs[5] = {args->q.data, args->k.data, args->v.data, args->out.data, args->lse.data};
-    if (!st) st = fc_cp_slice(ctx, args, ptrs, 5, what);
-    st = fc_cp_agree(ctx, comm, st, fc_cp_digest(args, 1), what);
+    fc_status st = fc_cp_admit(ctx, comm, args, NULL, "fc_cp_attention_forward");
     if (st) return st;
     cp_run r = {.a = args, .comm = comm, .n = fc_cp_dims_of(args)};
-    r.kv_bytes = 2 * (size_t)(r.n.b * 2 * r.n.c * r.n.hkv * r.n.d) * r.n.es;
     st = cp_alloc(ctx, &r);
     if (st) return st;
     st = cp_ring(ctx, &r, stream);

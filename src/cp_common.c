@@ -7,12 +7,13 @@
 #include "cp.h"
 #include "cpu/cpu_dtype.h"
 #include "internal.h"
-#include "memory_space.h"
+#include "memory_space.h" /* fc_cuda_device_pointers */
 
 fc_cp_dims fc_cp_dims_of(const fc_attention_args *a)
 {
-    const fc_cp_dims n = {a->q.shape[0], a->q.shape[1] / 2, a->q.shape[2], a->k.shape[2], a->q.shape[3],
-                          (size_t)fc_dtype_bytes(a->q.dtype)};
+    fc_cp_dims n = {a->q.shape[0], a->q.shape[1] / 2, a->q.shape[2], a->k.shape[2], a->q.shape[3],
+                    (size_t)fc_dtype_bytes(a->q.dtype), 0};
+    n.kv = (size_t)(n.b * 2 * n.c * n.hkv * n.d);
     return n;
 }
 
@@ -39,7 +40,15 @@ fc_tensor fc_cp_rows(const fc_tensor *t, int64_t r0, int64_t n, size_t es, int l
 
 int fc_cp_chunk(const fc_cp_comm *c, int rank, int w) { return w ? 2 * c->size - 1 - rank : rank; }
 
-fc_status fc_cp_comm_ok(fc_context *ctx, const void *args, const fc_cp_comm *c, const char *what)
+void fc_cp_kv_chunk(const fc_cp_dims *n, const char *kv, int kj, fc_dtype dt, fc_tensor *k, fc_tensor *v)
+{
+    const size_t chunk = (size_t)(n->c * n->hkv * n->d) * n->es;
+    *k = fc_cp_tensor4((char *)kv + kj * chunk, dt, n->b, n->c, n->hkv, n->d);
+    *v = fc_cp_tensor4((char *)kv + fc_cp_kv_bytes(n) / 2 + kj * chunk, dt, n->b, n->c, n->hkv, n->d);
+    k->stride[0] = v->stride[0] = 2 * n->c * n->hkv * n->d; /* a batch row holds both chunks */
+}
+
+static fc_status comm_ok(fc_context *ctx, const void *args, const fc_cp_comm *c, const char *what)
 {
     if (!args || !c) return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT, "%s: args and comm must not be NULL", what);
     if (c->size < 1 || c->rank < 0 || c->rank >= c->size || !c->exchange)
@@ -49,7 +58,14 @@ fc_status fc_cp_comm_ok(fc_context *ctx, const void *args, const fc_cp_comm *c, 
     return FC_OK;
 }
 
-fc_status fc_cp_checks(fc_context *ctx, const fc_attention_args *a, const char *what)
+static fc_status host_only(fc_context *ctx, const char *what)
+{
+    return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                        "%s runs on host memory only for now (flashcore.distributed runs the ring on GPUs)", what);
+}
+
+/* What the ring does not take. */
+static fc_status ring_takes(fc_context *ctx, const fc_attention_args *a, const char *what)
 {
     if (a->cu_seqlens_q || a->cu_seqlens_k || a->block_table || a->seqused_k || a->k_new.data ||
         a->window_left != -1 || a->window_right != -1)
@@ -57,33 +73,37 @@ fc_status fc_cp_checks(fc_context *ctx, const fc_attention_args *a, const char *
                             "%s takes dense calls only: no varlen, paged cache, append or window", what);
     if (fc_dtype_is_fp8(a->q.dtype) || fc_dtype_is_fp8(a->k.dtype))
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s does not take FP8 inputs", what);
-    if (a->backend == FC_BACKEND_CUDA)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "%s runs on host memory only for now (flashcore.distributed runs the ring on GPUs)",
-                            what);
-    return FC_OK;
+    return a->backend == FC_BACKEND_CUDA ? host_only(ctx, what) : FC_OK;
 }
 
-fc_status fc_cp_slice(fc_context *ctx, const fc_attention_args *a, const void *const *ptrs, int n,
-                      const char *what)
+/* After the plain call's checks: the slice's two chunks of one length, and
+ * host memory. */
+static fc_status slice_ok(fc_context *ctx, const fc_attention_args *f, const fc_attention_backward_args *b,
+                          const char *what)
 {
-    if (a->q.shape[1] != a->k.shape[1] || a->q.shape[1] % 2)
+    if (f->q.shape[1] != f->k.shape[1] || f->q.shape[1] % 2)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "%s: the rank's slice holds two chunks of one length: seqlen_q (%lld) == seqlen_k "
-                            "(%lld), even", what, (long long)a->q.shape[1], (long long)a->k.shape[1]);
-    unsigned char dev[FC_MAX_CALL_POINTERS] = {0};
+                            "(%lld), even", what, (long long)f->q.shape[1], (long long)f->k.shape[1]);
+    const void *ptrs[9] = {f->q.data, f->k.data, f->v.data, f->out.data, f->lse.data};
+    int n = 5;
+    if (b) {
+        ptrs[n++] = b->dout.data;
+        ptrs[n++] = b->dq.data;
+        ptrs[n++] = b->dk.data;
+        ptrs[n++] = b->dv.data;
+    }
+    unsigned char dev[9] = {0};
     fc_cuda_device_pointers(ptrs, n, dev);
     for (int i = 0; i < n; i++)
-        if (dev[i])
-            return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                                "%s runs on host memory only for now (flashcore.distributed runs the ring on "
-                                "GPUs)", what);
+        if (dev[i]) return host_only(ctx, what);
     return FC_OK;
 }
 
-uint64_t fc_cp_digest(const fc_attention_args *a, int pass)
+/* What every rank must pass alike. */
+static uint64_t digest(const fc_attention_args *a, int backward)
 {
-    const uint64_t v[12] = {(uint64_t)pass, (uint64_t)a->q.dtype, (uint64_t)a->out.dtype, (uint64_t)a->causal,
+    const uint64_t v[12] = {(uint64_t)backward, (uint64_t)a->q.dtype, (uint64_t)a->out.dtype, (uint64_t)a->causal,
                             (uint64_t)a->q.shape[0], (uint64_t)a->q.shape[1], (uint64_t)a->q.shape[2],
                             (uint64_t)a->q.shape[3], (uint64_t)a->k.shape[1], (uint64_t)a->k.shape[2],
                             fc_f32_to_bits(a->scale), fc_f32_to_bits(a->softcap)};
@@ -99,9 +119,9 @@ typedef struct cp_hello {
     uint64_t lo, hi;
 } cp_hello;
 
-fc_status fc_cp_agree(fc_context *ctx, const fc_cp_comm *c, fc_status local, uint64_t digest, const char *what)
+static fc_status agree(fc_context *ctx, const fc_cp_comm *c, fc_status local, uint64_t dg, const char *what)
 {
-    cp_hello mine = {local ? c->rank : c->size, digest, digest}, in;
+    cp_hello mine = {local ? c->rank : c->size, dg, dg}, in;
     for (int s = 1; s < c->size; s++) { /* after step s a rank has heard from s ranks before it */
         const fc_status st = c->exchange(c->user, &mine, &in, sizeof mine, NULL);
         if (st) return local ? local : fc_set_error(ctx, st, "%s: the ranks' handshake exchange returned %s", what,
@@ -121,17 +141,31 @@ fc_status fc_cp_agree(fc_context *ctx, const fc_cp_comm *c, fc_status local, uin
     return FC_OK;
 }
 
-void fc_cp_pack(const fc_attention_args *a, int64_t b, int64_t s2, int64_t hkv, int64_t d, size_t es, char *kv)
+fc_status fc_cp_admit(fc_context *ctx, const fc_cp_comm *c, const fc_attention_args *f,
+                      const fc_attention_backward_args *b, const char *what)
+{
+    ctx->err[0] = 0;
+    fc_status st = comm_ok(ctx, f, c, what);
+    if (st) return st;
+    st = ring_takes(ctx, f, what);
+    if (!st) st = b ? fc_attention_backward_supported(ctx, b, NULL) : fc_attention_supported(ctx, f, NULL);
+    if (!st) st = slice_ok(ctx, f, b, what);
+    return agree(ctx, c, st, digest(f, b != NULL), what);
+}
+
+void fc_cp_pack(const fc_attention_args *a, const fc_cp_dims *n, char *kv)
 {
     const fc_tensor *src[2] = {&a->k, &a->v};
+    const size_t es = n->es;
     char *dst = kv;
     for (int t = 0; t < 2; t++)
-        for (int64_t i = 0; i < b; i++)
-            for (int64_t s = 0; s < s2; s++)
-                for (int64_t h = 0; h < hkv; h++) {
+        for (int64_t i = 0; i < n->b; i++)
+            for (int64_t s = 0; s < 2 * n->c; s++)
+                for (int64_t h = 0; h < n->hkv; h++) {
                     const fc_tensor *x = src[t];
                     const char *row =
                         (const char *)x->data + (size_t)(i * x->stride[0] + s * x->stride[1] + h * x->stride[2]) * es;
-                    for (int64_t e = 0; e < d; e++, dst += es) memcpy(dst, row + (size_t)(e * x->stride[3]) * es, es);
+                    for (int64_t e = 0; e < n->d; e++, dst += es)
+                        memcpy(dst, row + (size_t)(e * x->stride[3]) * es, es);
                 }
 }

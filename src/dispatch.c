@@ -210,7 +210,7 @@ static fc_status check_device_paged(fc_context *ctx, const fc_fwd_params *p, voi
  * outputs hears why. */
 static fc_status cuda_dtype(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params *b)
 {
-    if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16)
+    if (!fc_dtype_is_16bit(p->dtype))
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
                             "dtype %s (q) is not supported by the cuda kernels: supported f16, bf16 (FP8 k/v may "
                             "sit under them); the cpu backend takes f32 and FP8 q, cpu-reference f64",

@@ -131,7 +131,7 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
     x.b3 = CARVE(base, off, float, bn);
     x.b4 = CARVE(base, off, float, bn);
     x.bL = CARVE(base, off, double, TILE_N);
-    x.bD = CARVE(base, off, double, TILE_N);
+    x.bD = CARVE(base, off, double, dn * TILE_N);
     x.bDf = CARVE(base, off, float, TILE_N);
     x.sd = CARVE(base, off, double, ROWS * TILE_N);
     x.s = CARVE(base, off, float, ROWS * TILE_N);
@@ -139,7 +139,7 @@ static size_t scratch_layout(bwd_scratch *t, char *base, int64_t dp, int dp64)
     x.cf = CARVE(base, off, float, TILE_N);
     x.pt = CARVE(base, off, float, TILE_N * ROWS);
     x.row = CARVE(base, off, float, dp);
-    if (!dp64) x.a2d = x.b2td = x.dpd = NULL;
+    if (!dp64) x.a2d = x.b2td = x.dpd = x.bD = NULL;
     if (t) *t = x;
     return off;
 }
@@ -293,12 +293,12 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
     void **blocks = fc_pool_blocks(nt, bytes);
     job.scratch = blocks ? calloc((size_t)nt, sizeof *job.scratch) : NULL;
     job.L = malloc((size_t)nrow * sizeof(double));
-    job.D = malloc((size_t)nrow * sizeof(double));
+    job.D = job.dp64 ? malloc((size_t)nrow * sizeof(double)) : NULL;
     job.Df = malloc((size_t)nrow * sizeof(float));
     job.dq_acc = malloc((size_t)(nrow * dp) * sizeof(float));
     job.turns = malloc((size_t)(l.turns > 0 ? l.turns : 1) * sizeof(atomic_int));
     fc_status st = FC_OK;
-    if (!job.scratch || !job.L || !job.D || !job.Df || !job.dq_acc || !job.turns) {
+    if (!job.scratch || !job.L || (job.dp64 && !job.D) || !job.Df || !job.dq_acc || !job.turns) {
         snprintf(err, err_len,
                  "cpu tiled backward: cannot allocate %d scratch blocks of %zu bytes, %lld row sums and an "
                  "fp32 dq accumulator (head_dim %d)", nt, bytes, (long long)nrow, p->f.head_dim);

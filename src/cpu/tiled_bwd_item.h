@@ -271,8 +271,9 @@ static void FC_ISA(sweep)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *
 /* ---- the rows pass: lse and D of TILE_M packed query rows ------------------------ */
 
 /* Packed row (query i, head h): its lse (log2 units; +inf where it is
- * -inf: the row saw no key and adds nothing) and D = rowsum(dO * O), in
- * the precision of dP, into job->L / job->D for the key pass. */
+ * -inf: the row saw no key and adds nothing) and D = rowsum(dO * O) in
+ * each precision dP may take, into job->L, job->Df (and, f32, job->D) for
+ * the key pass. */
 static void FC_ISA(row_sums)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq *sv, int b, int64_t i, int h)
 {
     const fc_bwd_params *p = job->p;
@@ -281,9 +282,12 @@ static void FC_ISA(row_sums)(const bwd_job *job, bwd_scratch *t, const fc_bwd_se
     float *dout = t->a2;
     FC_ISA(load_f32)(p->dout, f->dtype, sv->dout + i * p->do_row_stride + h * p->do_head_stride, D, dout);
     const float *o = FC_ISA(get_row)(job, t, f->o, sv->o + i * f->o_row_stride + h * f->o_head_stride);
-    double dsum = 0.0; /* the double dP's order (scores_rows_f64) */
-    if (job->dp64)
+    const int64_t at = (job->row0[b] + i) * f->heads_q + h;
+    if (job->dp64) { /* the double dP's order (scores_rows_f64) */
+        double dsum = 0.0;
         for (int64_t d = 0; d < D; d++) dsum += (double)dout[d] * o[d];
+        job->D[at] = dsum;
+    }
     float fsum; /* the fp32 dP's products and order */
 #if defined(FC_ISA_BF16)
     if (job->bf16dot) fsum = dot_pairs_bf16(dout, o, D, job->dp); /* tiled_avx512bf16.h */
@@ -291,9 +295,7 @@ static void FC_ISA(row_sums)(const bwd_job *job, bwd_scratch *t, const fc_bwd_se
 #endif
         fsum = FC_ISA(dot_f32)(dout, o, D);
     const double lse = f->lse[sv->lse + h * f->lse_head_stride + i * f->lse_row_stride];
-    const int64_t at = (job->row0[b] + i) * f->heads_q + h;
     job->L[at] = isinf(lse) && lse < 0 ? INFINITY : lse * k_log2e;
-    job->D[at] = dsum;
     job->Df[at] = fsum;
 }
 
@@ -370,7 +372,7 @@ static void FC_ISA(q_block)(const bwd_job *job, bwd_scratch *t, const fc_bwd_seq
                          t->b3 + c * dp);
         const int64_t at = (job->row0[b] + i) * f->heads_q + h;
         t->bL[c] = job->L[at];
-        t->bD[c] = job->D[at];
+        if (job->dp64) t->bD[c] = job->D[at];
         t->bDf[c] = job->Df[at];
         visible_range(i, sv->sq, sv->sk, f->window_left, f->window_right, &t->qlo[c], &t->qhi[c]);
     }
