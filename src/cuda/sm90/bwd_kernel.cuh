@@ -7,7 +7,8 @@
  *   bwd_dq.cuh        dQ to dq_accum (bulk reduce-add, deterministic turn)
  *   bwd_split.cuh     the GQA group split over CTAs (small grids)
  * The preprocess (D, lse2, accumulators zeroed) is the sm80-class path's
- * kernel, on the same workspace; bwd_convert.cuh converts dQ.
+ * kernel, on the same workspace; bwd_convert.cuh converts dQ (and a
+ * split group's dK/dV).
  *
  * One CTA per (key block of 128, batch, KV head), the sm80-class grid and
  * order (bwd_coords.cuh), or with the group split one per share of the
@@ -275,8 +276,8 @@ fc_status bwd_launch_main(const fc_sm90_bwd_params *prm, int device, cudaStream_
 }
 
 /* The preprocess (D, lse2, the chunked dq_accum and any dkv_accum
- * zeroed), the row's main kernel for the call's mode, the chunked dQ
- * convert and, split, the dK/dV convert. */
+ * zeroed), the row's main kernel for the call's mode, and the convert
+ * (dQ and, split, dK/dV). */
 template <int kRow, bool kBF16>
 fc_status bwd_launch_row(const fc_sm90_bwd_params *prm, int device, cudaStream_t stream, char *err, size_t err_len)
 {
@@ -291,11 +292,9 @@ fc_status bwd_launch_row(const fc_sm90_bwd_params *prm, int device, cudaStream_t
     else st = cap ? bwd_launch_main<kRow, kBF16, false, true>(prm, device, stream, err, err_len)
                   : bwd_launch_main<kRow, kBF16, false, false>(prm, device, stream, err, err_len);
     if (st != FC_OK) return st;
-    const dim3 grid((unsigned)a.m_blocks, (unsigned)a.p.f.heads_q, (unsigned)a.p.f.batch);
-    if (a.m_blocks > 0 && a.rows > 0)
-        FC_CUDA_TRY("sm90 backward convert launch",
-                    fc_launch(bwd_convert_chunks<C, kBF16>, grid, 128, 0, stream, pdl, a));
-    FC_CUDA_TRY("sm90 backward dK/dV convert launch", (launch_bwd_convert_dkv<kBF16, C::D>(a, stream, pdl)));
+    const dim3 grid = bwd_convert_grid(a);
+    if (grid.x > 0)
+        FC_CUDA_TRY("sm90 backward convert launch", fc_launch(bwd_convert<C, kBF16>, grid, 128, 0, stream, pdl, a));
     return FC_OK;
 }
 

@@ -84,6 +84,7 @@ int group_splits(const fc_bwd_params *b, int64_t ctas, int sm_count)
 {
     const int group = b->f.heads_q / b->f.heads_kv;
     int s = 1;
+    if (b->f.heads_q + 2LL * b->f.heads_kv > 65535) return 1; /* the convert's grid.y (bwd_convert.cuh) */
     while (!b->deterministic && group % (2 * s) == 0 && ctas * 2 * s <= sm_count) s *= 2;
     return s;
 }
