@@ -567,10 +567,21 @@ static void wide_out_refused(fc_context *ctx)
         CHECK(0, "f32 out: setup failed");
         return;
     }
-    d.args.out.dtype = FC_DTYPE_F32; /* supported reads nothing: the bf16 buffer serves */
-    const fc_status st = fc_attention_supported(ctx, &d.args, NULL);
-    CHECK(st == FC_ERR_UNSUPPORTED && strstr(fc_last_error(ctx), "write q's dtype"), "f32 out of bf16: %s (%s)",
-          fc_status_string(st), fc_last_error(ctx));
+    /* A buffer of its own: the bf16 one read as f32 would run into lse. */
+    const fc_tensor *o = &d.args.out;
+    int64_t extent = 1;
+    for (int i = 0; i < 4; i++) extent += (o->shape[i] - 1) * o->stride[i];
+    float *wide = NULL;
+    if (cudaMalloc((void **)&wide, (size_t)extent * sizeof(float)) != cudaSuccess) {
+        CHECK(0, "f32 out: cudaMalloc failed");
+    } else {
+        d.args.out.data = wide;
+        d.args.out.dtype = FC_DTYPE_F32;
+        const fc_status st = fc_attention_supported(ctx, &d.args, NULL);
+        CHECK(st == FC_ERR_UNSUPPORTED && strstr(fc_last_error(ctx), "write q's dtype"), "f32 out of bf16: %s (%s)",
+              fc_status_string(st), fc_last_error(ctx));
+        cudaFree(wide);
+    }
     dev_free(&d);
     kit_case_free(&c);
     group_done("cuda f32 out refused", p0, f0);
