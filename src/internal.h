@@ -294,8 +294,8 @@ typedef struct fc_cuda_choice {
                              * of the previous kernel (common/pdl.cuh): an
                              * sm_90+ device and tuning.pdl not 0; decided
                              * once per call, here, for forward and combine */
-    int32_t group_splits;   /* sm90 backward: a key block's GQA group dealt
-                             * to this many CTAs (sm90/bwd_split.cuh); 0 or
+    int32_t group_splits;   /* backward: a key block's GQA group dealt to
+                             * this many CTAs (fc_bwd_group_splits); 0 or
                              * 1: none                                      */
     int32_t grid_cap;       /* sm90: at most this many persistent CTAs
                              * (tuning.sm90_grid), 0 = no cap               */

@@ -66,9 +66,9 @@ typedef struct fc_sm80_bwd_args {
     float scale;      /* dQ and dK = scale * (dS_raw K), (dS_raw^T Q)      */
     int32_t m_blocks; /* query blocks of the longest sequence             */
     int32_t group;    /* heads_q / heads_kv                                */
-    /* The Hopper path on small grids: a key block's CTAs, 1 << split_shift
-     * of them, each walk group_run = group >> split_shift query heads
-     * (bwd_plan.cu); the sm80-class path: 0 and group. */
+    /* Small GQA grids (fc_bwd_group_splits): a key block's CTAs, 1 <<
+     * split_shift of them, each walk group_run = group >> split_shift
+     * query heads; unsplit: 0 and group. */
     int32_t split_shift, group_run;
     fc_bwd_order order;  /* the grid's order (bwd_ranges.h)              */
     /* 1: CTAs walk their query blocks downward (fc_bwd_next_block):
@@ -77,6 +77,13 @@ typedef struct fc_sm80_bwd_args {
     fc_fastdiv heads_kv; /* a pair's batch and KV head (common/fastdiv.h) */
     int32_t pdl;      /* host only: programmatic dependent launches         */
 } fc_sm80_bwd_args;
+
+/* CTAs per key block (both paths): on a grid of ctas CTAs that leaves
+ * some of `slots` (SMs x CTAs per SM) idle, the GQA group dealt out in
+ * powers of two while the grid still fits (a small decoder's step, B4 S512
+ * Hq8/Hkv2 d64: 32 CTAs of 4 heads' work on 132 SMs become 128). The
+ * split CTAs sum dK and dV by atomics: never in the deterministic mode. */
+int fc_bwd_group_splits(const fc_bwd_params *b, int64_t ctas, int64_t slots);
 
 /* The checks every CUDA backward shares (sm80/bwd_plan.cu): f16/bf16 and
  * fc_sm80_common_checks with out, dout, dq, dk, dv moved in 16-byte chunks

@@ -25,6 +25,7 @@ struct BwdCoords {
     int64_t k_start;
     int64_t bq, bk;   /* batch index for the batch strides (0 for varlen) */
     int64_t row0;     /* workspace row of the sequence's query 0          */
+    int h0;           /* the first query head it walks (then group_run)   */
 };
 
 /* Key block nb of (batch, KV head) pair bh. */
@@ -52,12 +53,28 @@ __device__ __forceinline__ BwdCoords bwd_coords_at(const fc_sm80_bwd_args &a, in
 
 /* The CTA's place in the grid's order (fc_bwd_order, bwd_ranges.h). Read
  * through the volatile %ctaid.x: the loop recomputes the coordinates where
- * it needs them instead of holding them in registers across the GEMMs. */
+ * it needs them instead of holding them in registers across the GEMMs.
+ * Where the planner split the GQA group (fc_bwd_group_splits), a key
+ * block's query heads are dealt to 1 << split_shift neighbouring CTAs,
+ * group_run heads each; unsplit, h0 is the group's first head. */
 __device__ __forceinline__ BwdCoords bwd_coords(const fc_sm80_bwd_args &a)
 {
-    int32_t bh, nb;
-    fc_bwd_tile_of(a.order, ptx::ctaid_x(), &nb, &bh);
-    return bwd_coords_at(a, nb, bh);
+    int32_t vp, nb;
+    fc_bwd_tile_of(a.order, ptx::ctaid_x(), &nb, &vp);
+    BwdCoords c = bwd_coords_at(a, nb, vp >> a.split_shift);
+    c.h0 = c.h_kv * a.group + (vp & ((1 << a.split_shift) - 1)) * a.group_run;
+    return c;
+}
+
+/* A split CTA's partial dK and dV go to the workspace's fp32 dkv_accum
+ * (zeroed by the preprocess, added by atomics, so never in the
+ * deterministic mode; the convert scales and stores them): row 0 of
+ * gradient `which` (0 dK, 1 dV) of the CTA's keys (key blocks of bn). */
+__device__ __forceinline__ float *bwd_dkv_rows(const fc_sm80_bwd_args &a, const BwdCoords &c, int which, int bn)
+{
+    const fc_fwd_params &f = a.p.f;
+    const int64_t k0 = (f.cu_seqlens_k ? c.k_start : (int64_t)c.b * f.seqlen_k) + (int64_t)c.n * bn;
+    return a.dkv_accum + (((int64_t)which * f.heads_kv + c.h_kv) * a.k_rows + k0) * f.head_dim;
 }
 
 /* Whether the CTA walks its query blocks downward (fc_bwd_next_block):

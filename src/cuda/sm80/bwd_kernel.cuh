@@ -12,7 +12,9 @@
  * (each warp a keys x head-dim tile, bwd_shape.cuh) while it walks, for
  * each query head of its GQA group, the query blocks that see its keys
  * (bwd_ranges.h), with the next block's Q, dO, lse2 and D loading into the
- * other buffer. The grid is 1-D, in the order of fc_bwd_order
+ * other buffer. On grids that leave SMs idle the planner deals the group's
+ * heads to several CTAs per key block, which add fp32 partial dK and dV
+ * for the convert (bwd_coords.cuh). The grid is 1-D, in the order of fc_bwd_order
  * (bwd_ranges.h): key blocks innermost, or outermost inside groups of
  * (batch, KV head) pairs for causal-like bands, whose CTAs then walk their
  * query blocks downward, as the deterministic mode's do.
@@ -77,6 +79,30 @@ __device__ __forceinline__ void store_grad_tile(uint32_t sT, int tid, uint16_t *
     }
 }
 
+/* Add a warp's tiles of dK and dV (fp32, unscaled) into rows of HD floats
+ * at gk and gv; keys at or past the sequence's end are not added. The two
+ * interleaved, so that each pair's registers free as it goes (dK's adds
+ * first, with all of dV held, spilled at d128 on sm_80). */
+template <class S_>
+__device__ __forceinline__ void add_grads(float *gk, float *gv, const BwdThr &th,
+                                          const float (&dk)[S_::MT][S_::DTL][4],
+                                          const float (&dv)[S_::MT][S_::DTL][4], int valid)
+{
+#pragma unroll
+    for (int mt = 0; mt < S_::MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = th.wrow + 16 * mt + th.g + 8 * hf;
+            if (r >= valid) continue;
+            const int64_t off = (int64_t)r * S_::HD + 16 * th.c16 + 2 * th.t;
+#pragma unroll
+            for (int dt = 0; dt < S_::DTL; ++dt) {
+                red_add2(gk + off + 8 * dt, dk[mt][dt][2 * hf], dk[mt][dt][2 * hf + 1]);
+                red_add2(gv + off + 8 * dt, dv[mt][dt][2 * hf], dv[mt][dt][2 * hf + 1]);
+            }
+        }
+}
+
 template <bool kBF16, bool kDet, class S_>
 __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
 {
@@ -91,7 +117,7 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
         const int tid = threadIdx.x;
         load_kv_tiles<S_>(a, c, tid);
         if (mr.hi > mr.lo)
-            load_q_block<S_>(a, c, c.h_kv * a.group, fc_bwd_first_block(bwd_down<kDet>(a), mr), 0, tid);
+            load_q_block<S_>(a, c, c.h0, fc_bwd_first_block(bwd_down<kDet>(a), mr), 0, tid);
         ptx::cp_async_commit();
         m = mr.hi > mr.lo ? fc_bwd_first_block(bwd_down<kDet>(a), mr) : -1;
     }
@@ -104,17 +130,17 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
 #pragma unroll
             for (int e = 0; e < 4; ++e) dk[mt][dt][e] = dv[mt][dt][e] = 0.f;
 
-    /* query head h_kv * group + g, query block m (-1: no block sees these
-     * keys); the block range is recomputed per block (held, it spilled) */
-    for (int g = m < 0 ? a.group : 0, it = 0; g < a.group; ++it) {
+    /* query head h0 + g, query block m (-1: no block sees these keys); the
+     * block range is recomputed per block (held, it spilled) */
+    for (int g = m < 0 ? a.group_run : 0, it = 0; g < a.group_run; ++it) {
         const int buf = it & 1;
         ptx::cp_async_wait<0>();
         __syncthreads(); /* block it visible; every warp is past block it-1 */
         const BwdCoords c = bwd_coords(a);
         const fc_brange mr = fc_bwd_q_blocks(c.n, S_::BN, S_::BM, c.sq, c.sk, f.window_left, f.window_right);
         int gn, mn;
-        fc_bwd_next_block(bwd_down<kDet>(a), a.group, mr, g, m, &gn, &mn);
-        if (gn < a.group) load_q_block<S_>(a, c, c.h_kv * a.group + gn, mn, buf ^ 1, dev::tid_x_volatile());
+        fc_bwd_next_block(bwd_down<kDet>(a), a.group_run, mr, g, m, &gn, &mn);
+        if (gn < a.group_run) load_q_block<S_>(a, c, c.h0 + gn, mn, buf ^ 1, dev::tid_x_volatile());
         ptx::cp_async_commit();
         bwd_block<kBF16, kDet, S_>(a, g, m, buf, dk, dv);
         g = gn;
@@ -126,6 +152,10 @@ __device__ __forceinline__ void bwd_body(const fc_sm80_bwd_args &a)
     const BwdThr th = bwd_thread_coords<S_>();
     const BwdCoords c = bwd_coords(a);
     const int64_t j0 = (int64_t)c.n * S_::BN;
+    if (!kDet && a.dkv_accum) { /* a share of the group: fp32 partial sums */
+        add_grads<S_>(bwd_dkv_rows(a, c, 0, S_::BN), bwd_dkv_rows(a, c, 1, S_::BN), th, dk, dv, c.sk - (int)j0);
+        return;
+    }
     uint16_t *dkg = (uint16_t *)a.p.dk + c.bk * a.p.dk_batch_stride + (c.k_start + j0) * a.p.dk_row_stride +
                     (int64_t)c.h_kv * a.p.dk_head_stride;
     uint16_t *dvg = (uint16_t *)a.p.dv + c.bk * a.p.dv_batch_stride + (c.k_start + j0) * a.p.dv_row_stride +

@@ -39,7 +39,7 @@ fc_status launch_bwd_main(const fc_sm80_bwd_args *a, int device, cudaStream_t st
     const fc_status opt =
         fc_smem_opt_in(kernel, smem, device, opted_in, "sm80 backward", -1, err, err_len, CTAS > 1);
     if (opt != FC_OK) return opt;
-    const long long grid = (long long)a->order.n_blocks.d * a->p.f.batch * a->p.f.heads_kv;
+    const long long grid = ((long long)a->order.n_blocks.d * a->p.f.batch * a->p.f.heads_kv) << a->split_shift;
     if (grid > INT_MAX) {
         snprintf(err, err_len, "internal: sm80 backward grid of %lld CTAs (the planner should have refused)", grid);
         return FC_ERR_INTERNAL;
@@ -63,9 +63,11 @@ fc_status launch_bwd_tile(const fc_sm80_bwd_args *a, int device, cudaStream_t st
                                                                                    err_len);
     if (st != FC_OK) return st;
 
-    const int64_t conv_work = a->rows * a->p.f.heads_q * (HD / 8);
-    if (conv_work > 0)
-        FC_CUDA_TRY("sm80 backward convert launch", fc_launch(bwd_convert_kernel<kBF16, HD>, aux_grid(conv_work),
+    /* dQ's grid-stride blocks, then (split) one per dK/dV chunk: the
+     * planner splits only grids that fit the SMs, so this stays small */
+    const int64_t conv_blocks = aux_grid(a->rows * a->p.f.heads_q * (HD / 8)) + dkv_convert_blocks(*a);
+    if (conv_blocks > 0)
+        FC_CUDA_TRY("sm80 backward convert launch", fc_launch(bwd_convert_kernel<kBF16, HD>, (unsigned)conv_blocks,
                                                               kBwdAuxThreads, 0, stream, pdl, *a));
     return FC_OK;
 }

@@ -120,7 +120,7 @@ __device__ __forceinline__ void bwd_block(const fc_sm80_bwd_args &a, int g, int 
     float dq[S_::DQ_MT][S_::DQ_NTL][4];
     gemm_dq<kBF16, S_>(dq, rg, cg, th.lane);
     const BwdCoords c = bwd_coords(a);
-    const int h = c.h_kv * a.group + g;
+    const int h = c.h0 + g;
     const BwdThr ta = bwd_thread_coords<S_>();
     if constexpr (kDet) {
         dq_turn_wait<S_>(a, h, m, ta.tid);

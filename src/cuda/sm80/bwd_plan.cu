@@ -6,6 +6,7 @@
  *                          Hopper planner runs them too: it uses this
  *                          path's preprocess and convert kernels)
  *   fc_sm80_bwd_workspace  the workspace layout (the one place it is sized)
+ *   fc_bwd_group_splits    CTAs per key block on small GQA grids (both paths)
  *   fc_sm80_bwd_fill_args  the kernels' argument block (both paths)
  *   fc_sm80_backward       fill the kernels' args and launch the row's
  *                          (dtype, head_dim) unit (fc_cuda_backward,
@@ -103,6 +104,15 @@ extern "C" fc_sm80_bwd_ws fc_sm80_bwd_workspace(const fc_bwd_params *p, int bloc
     return w;
 }
 
+extern "C" int fc_bwd_group_splits(const fc_bwd_params *b, int64_t ctas, int64_t slots)
+{
+    const int group = b->f.heads_q / b->f.heads_kv;
+    int s = 1;
+    if (b->f.heads_q + 2LL * b->f.heads_kv > 65535) return 1; /* the Hopper convert's grid.y (sm90/bwd_convert.cuh) */
+    while (!b->deterministic && group % (2 * s) == 0 && ctas * 2 * s <= slots) s *= 2;
+    return s;
+}
+
 extern "C" fc_status fc_sm80_bwd_common(const fc_bwd_params *b, const fc_cuda_device *dev, int *cls, char *why,
                                        size_t why_len)
 {
@@ -163,13 +173,17 @@ extern "C" fc_status fc_sm80_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     choice->path = FC_CUDA_PATH_SM80;
     choice->config = cfg;
     choice->num_splits = 1;
-    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, 0, 1).bytes;
+    const int gs = fc_bwd_group_splits(b, grid, (int64_t)dev->sm_count * t.ctas);
+    choice->group_splits = gs;
+    choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, 0, gs).bytes;
     /* formatted once per thread and key (common/plan_names.cuh) */
     static thread_local PlanNames names;
-    const int32_t key[PlanNames::K] = {cfg, p->dtype, b->deterministic, 0, 0, 0};
+    const int32_t key[PlanNames::K] = {cfg, p->dtype, b->deterministic, gs, 0, 0};
     if (plan_name_get(names, key, choice->name)) return FC_OK;
-    snprintf(choice->name, sizeof choice->name, "sm80_bwd_%s_d%d_m%dn%d%s", fc_dtype_name(p->dtype), hd, t.block_m,
-             t.block_n, b->deterministic ? "_det" : "");
+    char split[16] = "";
+    if (gs > 1) snprintf(split, sizeof split, "_g%d", gs);
+    snprintf(choice->name, sizeof choice->name, "sm80_bwd_%s_d%d_m%dn%d%s%s", fc_dtype_name(p->dtype), hd,
+             t.block_m, t.block_n, split, b->deterministic ? "_det" : "");
     plan_name_put(names, key, choice->name);
     return FC_OK;
 }
@@ -236,7 +250,8 @@ extern "C" fc_status fc_sm80_backward(const fc_bwd_params *b, const fc_cuda_choi
         return FC_ERR_INTERNAL;
     }
     fc_sm80_bwd_args a;
-    fc_sm80_bwd_fill_args(b, t.block_m, t.block_n, 0, 1, workspace, choice->pdl, &a);
+    const int gs = choice->group_splits > 1 ? choice->group_splits : 1;
+    fc_sm80_bwd_fill_args(b, t.block_m, t.block_n, 0, gs, workspace, choice->pdl, &a);
 
     const int cfg = choice->config, device = dev->id;
     const bool bf16 = p->dtype == FC_DTYPE_BF16;

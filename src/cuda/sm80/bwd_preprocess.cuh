@@ -29,7 +29,7 @@ constexpr int kBwdAuxThreads = 256; /* preprocess and convert blocks */
 
 /* Blocks of a grid-stride pass over `work` threads' worth of items: enough
  * to fill any device many times over, never more than the work. */
-inline unsigned aux_grid(int64_t work)
+__host__ __device__ inline unsigned aux_grid(int64_t work)
 {
     const int64_t blocks = (work + kBwdAuxThreads - 1) / kBwdAuxThreads;
     return (unsigned)(blocks < 8192 ? blocks : 8192);

@@ -13,12 +13,14 @@
  * stores (the common backward checks hold dq, dk and dv to 16-byte
  * chunks). Loads interleaved with 4-byte stores ran at 1.2 TB/s: the
  * stores, which may alias the loads, kept each load waiting for the one
- * before; the dK/dV rows likewise load everything before storing.
+ * before; the dK/dV rows (sm80/bwd_convert.cuh's convert_dkv_chunk,
+ * shared with the sm80-class path) likewise load everything first.
  */
 #ifndef FC_SM90_BWD_CONVERT_CUH
 #define FC_SM90_BWD_CONVERT_CUH
 
 #include "cuda/common/pdl.cuh"
+#include "cuda/sm80/bwd_convert.cuh"
 #include "cuda/sm90/bwd_dq.cuh"
 
 namespace fc90 {
@@ -65,49 +67,6 @@ __device__ __forceinline__ void bwd_convert_dq(const fc_sm80_bwd_args &a, uint32
     }
 }
 
-/* Key chunk n of gradient head wh (dK heads, then dV heads) of sequence b,
- * from dkv_accum's rows (bwd_split.cuh): 8 columns (two float4 loads,
- * one 16-byte store) per item, rows past the sequence skipped. */
-template <bool kBF16, int D>
-__device__ __forceinline__ void bwd_convert_dkv(const fc_sm80_bwd_args &a, int n, int wh, int b)
-{
-    constexpr int V = D / 8, ITEMS = kBwdChunk * V / 128;
-    static_assert(kBwdChunk * V % 128 == 0, "whole items per thread");
-    const fc_fwd_params &f = a.p.f;
-    const fc_bwd_params &p = a.p;
-    const int which = wh >= f.heads_kv, h = wh - which * f.heads_kv, t = threadIdx.x;
-    const int64_t k_start = f.cu_seqlens_k ? f.cu_seqlens_k[b] : (int64_t)b * f.seqlen_k;
-    const int sk = f.cu_seqlens_k ? f.cu_seqlens_k[b + 1] - (int)k_start : f.seqlen_k;
-    const int rows = sk - n * kBwdChunk;
-    if (rows <= 0) return;
-    const int64_t k0 = k_start + (int64_t)n * kBwdChunk;
-    const float4 *src = reinterpret_cast<const float4 *>(
-        a.dkv_accum + (((int64_t)which * f.heads_kv + h) * a.k_rows + k0) * D);
-    float4 x[ITEMS][2];
-#pragma unroll
-    for (int it = 0; it < ITEMS; ++it) {
-        const int i = it * 128 + t;
-        if (i / V < rows) x[it][0] = src[2 * i], x[it][1] = src[2 * i + 1];
-    }
-    const float s = which == 0 ? a.scale : 1.f;
-    /* dense: row j of batch b; varlen: token k0 + j (batch stride unused) */
-    const int64_t bk = f.cu_seqlens_k ? 0 : b, j0 = f.cu_seqlens_k ? k0 : (int64_t)n * kBwdChunk;
-    uint16_t *dst = which == 0 ? (uint16_t *)p.dk + bk * p.dk_batch_stride + j0 * p.dk_row_stride +
-                                     (int64_t)h * p.dk_head_stride
-                               : (uint16_t *)p.dv + bk * p.dv_batch_stride + j0 * p.dv_row_stride +
-                                     (int64_t)h * p.dv_head_stride;
-    const int64_t row_stride = which == 0 ? p.dk_row_stride : p.dv_row_stride;
-#pragma unroll
-    for (int it = 0; it < ITEMS; ++it) {
-        const int i = it * 128 + t, row = i / V, c = i - row * V;
-        if (row >= rows) continue;
-        const float4 u = x[it][0], w = x[it][1];
-        *reinterpret_cast<uint4 *>(dst + row * row_stride + 8 * c) =
-            make_uint4(pack2<kBF16>(u.x * s, u.y * s), pack2<kBF16>(u.z * s, u.w * s),
-                       pack2<kBF16>(w.x * s, w.y * s), pack2<kBF16>(w.z * s, w.w * s));
-    }
-}
-
 template <class C, bool kBF16>
 __global__ void __launch_bounds__(128) bwd_convert(const fc_sm80_bwd_args a)
 {
@@ -115,7 +74,7 @@ __global__ void __launch_bounds__(128) bwd_convert(const fc_sm80_bwd_args a)
     fc_grid_dep_sync();
     const int heads_q = a.p.f.heads_q;
     if ((int)blockIdx.y < heads_q) bwd_convert_dq<C, kBF16>(a, tile, blockIdx.x, blockIdx.y, blockIdx.z);
-    else bwd_convert_dkv<kBF16, C::D>(a, blockIdx.x, blockIdx.y - heads_q, blockIdx.z);
+    else fc::sm80::convert_dkv_chunk<kBF16, C::D, kBwdChunk, 128>(a, blockIdx.x, blockIdx.y - heads_q, blockIdx.z);
 }
 
 /* The convert's grid: chunks of the longest sequence (queries, or keys

@@ -76,19 +76,6 @@ fc_status encode_maps(fc_sm90_bwd_params &prm, const fc_bwd_params *b, const Bwd
     return st;
 }
 
-/* CTAs per key block: on a grid that leaves SMs idle, the GQA group
- * dealt out in powers of two while the grid still fits the SMs (a small
- * decoder's step, B4 S512 Hq8/Hkv2 d64: 32 CTAs of 4 heads' work on 132
- * SMs). Atomic sums: never in the deterministic mode. */
-int group_splits(const fc_bwd_params *b, int64_t ctas, int sm_count)
-{
-    const int group = b->f.heads_q / b->f.heads_kv;
-    int s = 1;
-    if (b->f.heads_q + 2LL * b->f.heads_kv > 65535) return 1; /* the convert's grid.y (bwd_convert.cuh) */
-    while (!b->deterministic && group % (2 * s) == 0 && ctas * 2 * s <= sm_count) s *= 2;
-    return s;
-}
-
 } /* namespace */
 
 extern "C" fc_status fc_sm90_bwd_plan(const fc_bwd_params *b, const fc_cuda_device *dev, const fc_tuning *tune,
@@ -126,7 +113,7 @@ extern "C" fc_status fc_sm90_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     choice->path = FC_CUDA_PATH_SM90;
     choice->config = row;
     choice->num_splits = 1;
-    const int gs = group_splits(b, grid, dev->sm_count);
+    const int gs = fc_bwd_group_splits(b, grid, dev->sm_count);
     choice->group_splits = gs;
     choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, fc90::kBwdChunk, gs).bytes;
     /* formatted once per thread and key (common/plan_names.cuh) */

@@ -2,11 +2,11 @@
  * bwd_split.cuh -- the Hopper backward's GQA group split. On a grid too
  * small to fill the device (bwd_plan.cu) a key block's query heads are
  * dealt to 1 << split_shift neighbouring CTAs, group_run heads each
- * (fc_sm80_bwd_args). Each CTA then holds a partial dK and dV of its keys:
- * it adds them to the workspace's fp32 dkv_accum (zeroed by the
- * preprocess; atomics, so never in the deterministic mode), which the
- * last kernel converts with dQ (bwd_convert.cuh). Here: a CTA's place in
- * the split grid and the adds.
+ * (fc_sm80_bwd_args, sm80/bwd_coords.cuh, as the sm80-class path). Each
+ * CTA then holds a partial dK and dV of its keys: it adds them to the
+ * workspace's fp32 dkv_accum, which the last kernel converts with dQ
+ * (bwd_convert.cuh). Here: a CTA's place in the split grid and the adds
+ * from the wgmma layout.
  */
 #ifndef FC_SM90_BWD_SPLIT_CUH
 #define FC_SM90_BWD_SPLIT_CUH
@@ -20,21 +20,12 @@ namespace fc90 {
  * it walks (then group_run heads; unsplit: the whole group). */
 __device__ __forceinline__ fc::sm80::BwdCoords bwd_place(const fc_sm80_bwd_args &a, int *h0)
 {
-    int32_t nb, vp;
-    fc_bwd_tile_of(a.order, fc::ptx::ctaid_x(), &nb, &vp);
-    const fc::sm80::BwdCoords c = fc::sm80::bwd_coords_at(a, nb, vp >> a.split_shift);
-    *h0 = c.h_kv * a.group + (vp & ((1 << a.split_shift) - 1)) * a.group_run;
+    const fc::sm80::BwdCoords c = fc::sm80::bwd_coords(a);
+    *h0 = c.h0;
     return c;
 }
 
-/* dkv_accum's row 0 of gradient `which` (0 dK, 1 dV) of the CTA's keys. */
-__device__ __forceinline__ float *bwd_dkv_rows(const fc_sm80_bwd_args &a, const fc::sm80::BwdCoords &c, int which,
-                                               int bn)
-{
-    const fc_fwd_params &f = a.p.f;
-    const int64_t k0 = (f.cu_seqlens_k ? c.k_start : (int64_t)c.b * f.seqlen_k) + (int64_t)c.n * bn;
-    return a.dkv_accum + (((int64_t)which * f.heads_kv + c.h_kv) * a.k_rows + k0) * f.head_dim;
-}
+using fc::sm80::bwd_dkv_rows;
 
 /* A consumer thread's dK or dV accumulators (wgmma layout: rows r and r +
  * 8, column pairs 8 j + t2) added to rows of `D` floats; keys past the
