@@ -362,16 +362,19 @@ static int bwd_plan_group(void)
               forced[i].dev->name, forced[i].d, forced[i].row, st == FC_OK ? c.name : "refused", forced[i].name, why);
     }
     /* workspace: rows x heads_q x head_dim fp32 + D + lse2 (+ semaphores:
-     * batch x heads_q x query blocks of 128 rows, the d64 row's) */
+     * batch x heads_q x query blocks of 128 rows, the d64 row's; + the
+     * split group's fp32 dK and dV: 4 CTAs on 132 SMs split 2 ways) */
     p = bwd_shape(2, 4, 2, 100, 64, 0, 0);
     for (int det = 0; det < 2; det++) {
         p.deterministic = det;
         memset(&c, 0, sizeof c);
         const fc_status st = fc_sm80_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why);
-        const int64_t rows_ = 2 * 100, want = r256(rows_ * 4 * 64 * 4) + 2 * r256(4 * rows_ * 4) + r256(det * 2 * 4 * 4);
+        const int64_t rows_ = 2 * 100, want = r256(rows_ * 4 * 64 * 4) + 2 * r256(4 * rows_ * 4) +
+                                             r256(det * 2 * 4 * 4) + (det ? 0 : r256(2 * rows_ * 2 * 64 * 4));
         CHECK(st == FC_OK && c.workspace_bytes == want, "workspace det %d: %lld, expected %lld (%s)", det,
               (long long)c.workspace_bytes, (long long)want, why);
-        CHECK(st == FC_OK && (strstr(c.name, "_det") != NULL) == det, "det %d named: %s", det, c.name);
+        CHECK(st == FC_OK && (strstr(c.name, "_det") != NULL) == det && (strstr(c.name, "_g2") != NULL) == !det,
+              "det %d named: %s", det, c.name);
     }
     /* refusals, each naming what it refuses */
     p = bwd_shape(1, 2, 2, 64, 192, 0, 1);
@@ -396,13 +399,25 @@ static int bwd_plan_group(void)
     return 1;
 }
 
-/* 1: the Hopper backward planner's GQA group split checked; 0: skipped.
- * The group is dealt to 2^k CTAs per key block while the grid still fits
- * the SMs, never in the deterministic mode; the split adds fp32 dK and dV
- * (2 x key rows x heads_kv x head_dim) to the workspace. */
-static int bwd90_split_group(void)
+typedef fc_status (*bwd_planner)(const fc_bwd_params *, const fc_cuda_device *, const fc_tuning *, fc_cuda_choice *,
+                                 char *, size_t);
+static int bwd_split_path(bwd_planner plan, int path);
+
+/* 1: both backward planners' GQA group split checked (the Hopper one
+ * skipped where not compiled in); 0: none ran. The group is dealt to 2^k
+ * CTAs per key block while the grid still fits the SMs, never in the
+ * deterministic mode; the split adds fp32 dK and dV (2 x key rows x
+ * heads_kv x head_dim) to the workspace. On an H100 both paths' rows for
+ * d64 and d128 have key blocks of 128 and one CTA per SM: the same splits. */
+static int bwd_split_group(void)
 {
-    int p0 = g_pass, f0 = g_fail;
+    int p0 = g_pass, f0 = g_fail, ran = 0;
+    for (int path = 80; path <= 90; path += 10) ran += bwd_split_path(path == 90 ? fc_sm90_bwd_plan : fc_sm80_bwd_plan, path);
+    group_done("bwd_split", p0, f0);
+    return ran > 0;
+}
+static int bwd_split_path(bwd_planner plan, int path)
+{
     const fc_cuda_device h100 = h100_like();
     fc_cuda_choice c;
     char why[256];
@@ -421,34 +436,38 @@ static int bwd90_split_group(void)
         fc_bwd_params p = bwd_shape(rows[i].b, rows[i].hq, rows[i].hkv, rows[i].s, rows[i].d, 1, 0);
         p.deterministic = rows[i].det;
         memset(&c, 0, sizeof c);
-        fc_status st = fc_sm90_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why);
+        fc_status st = plan(&p, &h100, &k_tuning, &c, why, sizeof why);
         if (i == 0 && st == FC_ERR_UNSUPPORTED && (!fc_cuda_compiled() || strstr(why, "not compiled in"))) {
-            printf("bwd90_split skipped: %s\n", why);
+            printf("bwd_split path %d skipped: %s\n", path, why);
             return 0;
         }
         const int64_t with = c.workspace_bytes, splits = c.group_splits > 1 ? c.group_splits : 1;
         char tag[8] = "";
         if (rows[i].splits > 1) snprintf(tag, sizeof tag, "_g%d", rows[i].splits);
         CHECK(st == FC_OK && splits == rows[i].splits && (rows[i].splits == 1 ? !strstr(c.name, "_g") : !!strstr(c.name, tag)),
-              "b%d h%d/%d s%d d%d det %d: %s, %d splits (expected %d) (%s)", rows[i].b, rows[i].hq, rows[i].hkv,
-              rows[i].s, rows[i].d, rows[i].det, st == FC_OK ? c.name : "refused", (int)splits, rows[i].splits, why);
+              "path %d b%d h%d/%d s%d d%d det %d: %s, %d splits (expected %d) (%s)", path, rows[i].b, rows[i].hq,
+              rows[i].hkv, rows[i].s, rows[i].d, rows[i].det, st == FC_OK ? c.name : "refused", (int)splits,
+              rows[i].splits, why);
         p.deterministic = 1; /* the same problem unsplit, for its workspace (plus semaphores) */
         memset(&c, 0, sizeof c);
-        st = fc_sm90_bwd_plan(&p, &h100, &k_tuning, &c, why, sizeof why);
-        const int64_t qb = (rows[i].s + 63) / 64, sems = r256((int64_t)rows[i].b * rows[i].hq * qb * 4);
+        st = plan(&p, &h100, &k_tuning, &c, why, sizeof why);
+        int bm = 0; /* the row's query block, from the plan's name (..._m<bm>n<bn>...) */
+        const char *m = strstr(c.name, "_m");
+        CHECK(m && sscanf(m, "_m%d", &bm) == 1 && bm > 0, "path %d: no block_m in %s", path, c.name);
+        if (bm <= 0) continue;
+        const int64_t qb = (rows[i].s + bm - 1) / bm, sems = r256((int64_t)rows[i].b * rows[i].hq * qb * 4);
         const int64_t dkv = rows[i].splits > 1 ? r256(2LL * rows[i].b * rows[i].s * rows[i].hkv * rows[i].d * 4) : 0;
         const int64_t want = c.workspace_bytes - (rows[i].det ? 0 : sems) + dkv;
-        CHECK(st == FC_OK && with == want, "b%d h%d/%d s%d d%d: workspace %lld, expected %lld", rows[i].b,
-              rows[i].hq, rows[i].hkv, rows[i].s, rows[i].d, (long long)with, (long long)want);
+        CHECK(st == FC_OK && with == want, "path %d b%d h%d/%d s%d d%d: workspace %lld, expected %lld", path,
+              rows[i].b, rows[i].hq, rows[i].hkv, rows[i].s, rows[i].d, (long long)with, (long long)want);
     }
-    group_done("bwd90_split", p0, f0);
     return 1;
 }
 
 int main(void)
 {
     fc_tuning_init(&k_tuning);
-    const int ran = sm90_plan_group() + sm80_plan_group() + bwd_plan_group() + bwd90_split_group();
+    const int ran = sm90_plan_group() + sm80_plan_group() + bwd_plan_group() + bwd_split_group();
     if (!ran) return 77;
     return test_summary();
 }
