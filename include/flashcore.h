@@ -434,17 +434,22 @@ typedef struct fc_cp_comm {
     fc_status (*exchange)(void *user, const void *send, void *recv, size_t bytes, void *stream);
 } fc_cp_comm;
 
-/* The rank's slice, zigzag: the sequence cut into 2 * size chunks of
- * seqlen_q / 2 rows (args' seqlen_q == seqlen_k, even), rank r holds
- * chunks r and 2 * size - 1 - r, in that order, in q, k, v, out and lse,
- * which gives every rank the same work under a causal mask. args are as
+/* The rank's slice, zigzag: the sequence of S tokens cut into 2 * size
+ * chunks in order, rank r holding chunks r and 2 * size - 1 - r, in that
+ * order, in q, k, v, out and lse (args' seqlen_q == seqlen_k), which gives
+ * every rank the same work under a causal mask. Any S: the ring reads a
+ * slice of n rows as ceil(n / 2) rows of its first chunk, then the rest,
+ * which is the split where the first S % (2 * size) chunks have one row
+ * more than the others (floor(S / (2 * size)) rows; ranks' slices may
+ * differ in length by up to 2, and a chunk may be empty); no padding, no
+ * rounding. args are as
  * fc_attention_forward's for the slice (any strides; lse optional), with
  * causal the whole sequence's mask; every rank passes the same options
  * and shapes. Dense calls only: varlen, paged, append, windows and FP8
  * are FC_ERR_UNSUPPORTED, and so, for now, is device memory (the Python
  * ring, flashcore.distributed, runs on GPUs). Each pair's out is fp32
  * (the f32 out of f16/bf16 inputs), so out is rounded once. Before any
- * work the ranks shake hands (size - 1 exchanges of 24 bytes): where one
+ * work the ranks shake hands (size - 1 exchanges of 32 bytes): where one
  * refuses the call, or the ranks' shapes or options differ, every rank
  * returns an error (the refusing one its own) and writes nothing; only a
  * bad comm (or NULL args) returns at once, leaving the others waiting. */

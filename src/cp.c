@@ -17,6 +17,7 @@ typedef struct cp_run {
     const fc_attention_args *a;
     const fc_cp_comm *comm;
     fc_cp_dims n;             /* the slice's sizes                        */
+    int64_t c[2];             /* its query chunks' rows                   */
     char *kv[2];              /* the ring's double buffer                 */
     float *part;              /* [b][c][hq][d] one pair's out, in fp32    */
     float *part_lse;          /* [b][hq][c]                               */
@@ -25,11 +26,12 @@ typedef struct cp_run {
     int parts[2], ping[2];    /* parts merged so far; which acc holds them */
 } cp_run;
 
-/* The scratch in one block, each region 64-byte aligned. */
+/* The scratch in one block, each region 64-byte aligned; a query chunk's
+ * regions sized for the longer (the first). */
 static fc_status cp_alloc(fc_context *ctx, cp_run *r)
 {
-    const size_t qe = (size_t)(r->n.b * r->n.c * r->n.hq * r->n.d), lse = (size_t)(r->n.b * r->n.hq * r->n.c);
-    const size_t kv = fc_cp_up64(fc_cp_kv_bytes(&r->n)), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
+    const size_t qe = (size_t)(r->n.b * r->c[0] * r->n.hq * r->n.d), lse = (size_t)(r->n.b * r->n.hq * r->c[0]);
+    const size_t kv = fc_cp_up64(fc_cp_packet_bytes(&r->n)), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
     const size_t bytes = 2 * kv + 5 * (acc + al); /* the part, then two accumulators per query chunk */
     char *m = malloc(bytes);
     if (!m) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of ring scratch", bytes);
@@ -53,21 +55,22 @@ static fc_status cp_alloc(fc_context *ctx, cp_run *r)
 static fc_status cp_fold(fc_context *ctx, cp_run *r, int qi, void *stream)
 {
     const int from = r->ping[qi], to = r->parts[qi] ? from ^ 1 : from;
+    const int64_t c = r->c[qi];
     fc_tensor outs[2], lses[2];
     int n = 0;
     if (r->parts[qi]) {
-        outs[n] = fc_cp_tensor4(r->acc[qi][from], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d);
-        lses[n++] = fc_cp_lse3(r->acc_lse[qi][from], r->n.b, r->n.hq, r->n.c);
+        outs[n] = fc_cp_tensor4(r->acc[qi][from], FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d);
+        lses[n++] = fc_cp_lse3(r->acc_lse[qi][from], r->n.b, r->n.hq, c);
     }
-    outs[n] = fc_cp_tensor4(r->part, FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d);
-    lses[n++] = fc_cp_lse3(r->part_lse, r->n.b, r->n.hq, r->n.c);
+    outs[n] = fc_cp_tensor4(r->part, FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d);
+    lses[n++] = fc_cp_lse3(r->part_lse, r->n.b, r->n.hq, c);
     fc_attention_merge_args m;
     fc_attention_merge_args_init(&m);
     m.num_parts = n;
     m.parts_out = outs;
     m.parts_lse = lses;
-    m.out = fc_cp_tensor4(r->acc[qi][to], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d);
-    m.lse = fc_cp_lse3(r->acc_lse[qi][to], r->n.b, r->n.hq, r->n.c);
+    m.out = fc_cp_tensor4(r->acc[qi][to], FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d);
+    m.lse = fc_cp_lse3(r->acc_lse[qi][to], r->n.b, r->n.hq, c);
     m.backend = r->a->backend;
     const fc_status st = fc_attention_merge(ctx, &m, stream);
     r->ping[qi] = to;
@@ -76,19 +79,21 @@ static fc_status cp_fold(fc_context *ctx, cp_run *r, int qi, void *stream)
 }
 
 /* Query chunk qi (global chunk gq) against the key chunks of the slice in
- * kv (global chunks src and 2P - 1 - src). */
+ * kv (global chunks src and 2P - 1 - src); an empty chunk (a slice of one
+ * row has one) takes no part. */
 static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, int qi, void *stream)
 {
     const int gq = fc_cp_chunk(r->comm, r->comm->rank, qi);
+    const int64_t c = r->c[qi];
     for (int kj = 0; kj < 2; kj++) {
         const int gk = fc_cp_chunk(r->comm, src, kj);
-        if (r->a->causal && gk > gq) continue;
+        if ((r->a->causal && gk > gq) || c == 0 || fc_cp_chunk_rows(fc_cp_packed_rows(kv), kj) == 0) continue;
         fc_attention_args sub = *r->a;
         sub.causal = r->a->causal && gk == gq;
-        sub.q = fc_cp_rows(&r->a->q, qi * r->n.c, r->n.c, r->n.es, 0);
+        sub.q = fc_cp_rows(&r->a->q, fc_cp_chunk_row0(r->n.rows, qi), c, r->n.es, 0);
         fc_cp_kv_chunk(&r->n, kv, kj, r->a->k.dtype, &sub.k, &sub.v);
-        sub.out = fc_cp_tensor4(r->part, FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d); /* fp32 partials */
-        sub.lse = fc_cp_lse3(r->part_lse, r->n.b, r->n.hq, r->n.c);
+        sub.out = fc_cp_tensor4(r->part, FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d); /* fp32 partials */
+        sub.lse = fc_cp_lse3(r->part_lse, r->n.b, r->n.hq, c);
         fc_status st = fc_attention_forward(ctx, &sub, stream, NULL);
         if (!st) st = cp_fold(ctx, r, qi, stream);
         if (st) return st;
@@ -100,15 +105,17 @@ static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, in
 static fc_status cp_finish(fc_context *ctx, cp_run *r, void *stream)
 {
     for (int qi = 0; qi < 2; qi++) {
-        const fc_tensor o = fc_cp_tensor4(r->acc[qi][r->ping[qi]], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d);
-        const fc_tensor l = fc_cp_lse3(r->acc_lse[qi][r->ping[qi]], r->n.b, r->n.hq, r->n.c);
+        const int64_t c = r->c[qi];
+        if (c == 0) continue;
+        const fc_tensor o = fc_cp_tensor4(r->acc[qi][r->ping[qi]], FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d);
+        const fc_tensor l = fc_cp_lse3(r->acc_lse[qi][r->ping[qi]], r->n.b, r->n.hq, c);
         fc_attention_merge_args m;
         fc_attention_merge_args_init(&m);
         m.num_parts = 1;
         m.parts_out = &o;
         m.parts_lse = &l;
-        m.out = fc_cp_rows(&r->a->out, qi * r->n.c, r->n.c, r->n.es, 0);
-        m.lse = fc_cp_rows(&r->a->lse, qi * r->n.c, r->n.c, sizeof(float), 1);
+        m.out = fc_cp_rows(&r->a->out, fc_cp_chunk_row0(r->n.rows, qi), c, r->n.es, 0);
+        m.lse = fc_cp_rows(&r->a->lse, fc_cp_chunk_row0(r->n.rows, qi), c, sizeof(float), 1);
         m.backend = r->a->backend;
         const fc_status st = fc_attention_merge(ctx, &m, stream);
         if (st) return st;
@@ -128,7 +135,7 @@ static fc_status cp_ring(fc_context *ctx, cp_run *r, void *stream)
             if (st) return st;
         }
         if (s + 1 < P) {
-            const size_t bytes = fc_cp_kv_bytes(&r->n);
+            const size_t bytes = fc_cp_packet_bytes(&r->n);
             const fc_status st = r->comm->exchange(r->comm->user, r->kv[cur], r->kv[cur ^ 1], bytes, stream);
             if (st) return fc_set_error(ctx, st, "the ring's exchange at step %d of %d returned %s", s + 1, P,
                                         fc_status_string(st));
@@ -142,9 +149,11 @@ fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args
                                   void *stream)
 {
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
-    fc_status st = fc_cp_admit(ctx, comm, args, NULL, "fc_cp_attention_forward");
+    cp_run r = {.a = args, .comm = comm};
+    fc_status st = fc_cp_admit(ctx, comm, args, NULL, "fc_cp_attention_forward", &r.n);
     if (st) return st;
-    cp_run r = {.a = args, .comm = comm, .n = fc_cp_dims_of(args)};
+    r.c[0] = fc_cp_chunk_rows(r.n.rows, 0);
+    r.c[1] = fc_cp_chunk_rows(r.n.rows, 1);
     st = cp_alloc(ctx, &r);
     if (st) return st;
     st = cp_ring(ctx, &r, stream);

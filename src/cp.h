@@ -11,16 +11,30 @@
 
 #include "flashcore.h"
 
-/* A rank's slice: batch, chunk rows (half the slice), heads, head_dim,
- * the bytes of an element of q, k, v and out, and the elements of its k
- * (and of its v). */
+/* A rank's slice: batch, heads, head_dim, the bytes of an element of q,
+ * k, v and out; its rows (seqlen_q == seqlen_k) and the longest slice's
+ * of any rank (fc_cp_admit's handshake), which sizes what travels. */
 typedef struct fc_cp_dims {
-    int64_t b, c, hq, hkv, d;
-    size_t es, kv;
+    int64_t b, hq, hkv, d;
+    size_t es;
+    int64_t rows, max_rows;
 } fc_cp_dims;
 fc_cp_dims fc_cp_dims_of(const fc_attention_args *a);
-/* The packed K/V slice's bytes: k then v, q's dtype. */
-static inline size_t fc_cp_kv_bytes(const fc_cp_dims *n) { return 2 * n->kv * n->es; }
+/* Chunk w (0, 1) of a slice of `rows` rows: the first ceil(rows / 2) rows,
+ * the second the rest (so the sequence's 2 * size chunks may differ in
+ * length: base + 1 rows for the first total % (2 * size), base after). */
+static inline int64_t fc_cp_chunk_rows(int64_t rows, int w) { return w ? rows / 2 : rows - rows / 2; }
+static inline int64_t fc_cp_chunk_row0(int64_t rows, int w) { return w ? rows - rows / 2 : 0; }
+/* The elements of a slice's k (or v) for `rows` rows; the bytes of a
+ * packed K/V slice of the longest length (fc_cp_pack: a header with its
+ * rows, then k and v in q's dtype), which is what every exchange moves. */
+static inline size_t fc_cp_k_elems(const fc_cp_dims *n, int64_t rows) { return (size_t)(n->b * rows * n->hkv * n->d); }
+static inline size_t fc_cp_k_bytes(const fc_cp_dims *n, int64_t rows) { return fc_cp_k_elems(n, rows) * n->es; }
+enum { FC_CP_HEADER = 64 };
+static inline size_t fc_cp_packet_bytes(const fc_cp_dims *n)
+{
+    return FC_CP_HEADER + 2 * fc_cp_k_bytes(n, n->max_rows);
+}
 
 /* A contiguous [n0][n1][n2][n3] tensor, and a contiguous lse [b][h][s]. */
 fc_tensor fc_cp_tensor4(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
@@ -30,21 +44,25 @@ fc_tensor fc_cp_lse3(float *data, int64_t b, int64_t h, int64_t s);
 fc_tensor fc_cp_rows(const fc_tensor *t, int64_t r0, int64_t n, size_t es, int lse);
 /* Global chunk of slot w (0, 1) of rank's zigzag slice among 2 * size. */
 int fc_cp_chunk(const fc_cp_comm *c, int rank, int w);
-/* k and v of chunk kj (0, 1) of a packed K/V slice (fc_cp_pack), q's dtype dt. */
+/* The rows of the packed K/V slice kv (fc_cp_pack), and the k and v of
+ * its chunk kj (0, 1), q's dtype dt. */
+int64_t fc_cp_packed_rows(const char *kv);
 void fc_cp_kv_chunk(const fc_cp_dims *n, const char *kv, int kj, fc_dtype dt, fc_tensor *k, fc_tensor *v);
 /* Every check of an entry point (f: the forward's args, or the backward's
  * fwd; b: the backward's args, NULL for the forward; what: the entry's
  * name, for the messages): the comm (refused at once: the handshake needs
  * it), what the ring does not take, the slice as one plain call of the
- * entry (fc_attention_supported or fc_attention_backward_supported), its
- * two chunks of one length, host memory; then the handshake, size - 1
+ * entry (fc_attention_supported or fc_attention_backward_supported),
+ * seqlen_q == seqlen_k, host memory; then the handshake, size - 1
  * exchanges of a small message round the ring (the lowest refusing rank,
- * the range of a digest of shapes, dtypes and options). This rank's
- * refusal comes back with its own message; another's, or differing
- * digests, as FC_ERR_INVALID_ARGUMENT. */
+ * the range of a digest of all but the slice's rows, the longest slice).
+ * On FC_OK *n is the slice's dims. This rank's refusal comes back with its
+ * own message; another's, or differing digests, as
+ * FC_ERR_INVALID_ARGUMENT. */
 fc_status fc_cp_admit(fc_context *ctx, const fc_cp_comm *c, const fc_attention_args *f,
-                      const fc_attention_backward_args *b, const char *what);
-/* a's k, then v, strided, packed into kv as [b][2c][hkv][d] each. */
+                      const fc_attention_backward_args *b, const char *what, fc_cp_dims *n);
+/* a's slice packed into kv: the header (its rows), then k and v, strided,
+ * as [b][rows][hkv][d] each. */
 void fc_cp_pack(const fc_attention_args *a, const fc_cp_dims *n, char *kv);
 static inline size_t fc_cp_up64(size_t n) { return (n + 63) & ~(size_t)63; }
 

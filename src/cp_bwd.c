@@ -21,17 +21,20 @@ typedef struct cpb_run {
     const fc_cp_comm *comm;
     fc_cp_dims n;             /* the slice's sizes                           */
     char *kv[2];              /* the ring's double buffer                    */
-    float *dq;                /* [b][2c][hq][d] the rank's dq, fp32          */
+    float *dq;                /* [b][rows][hq][d] the rank's dq, fp32        */
     float *sums[2];           /* dK then dV of the held slice: built, arrived */
     float *g[3];              /* one pair's dq, dk, dv in fp32               */
 } cpb_run;
 
+/* The scratch; the sums and a pair's dk, dv sized for the longest slice. */
 static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
 {
-    const size_t qe = (size_t)(r->n.b * r->n.c * r->n.hq * r->n.d); /* one query chunk's elements */
-    const size_t kv = fc_cp_up64(fc_cp_kv_bytes(&r->n)), dq = fc_cp_up64(2 * qe * 4);
-    const size_t sums = fc_cp_up64(2 * r->n.kv * 4), gq = fc_cp_up64(qe * 4);
-    const size_t gk = fc_cp_up64((size_t)(r->n.b * r->n.c * r->n.hkv * r->n.d) * 4);
+    const int64_t cq = fc_cp_chunk_rows(r->n.rows, 0), ck = fc_cp_chunk_rows(r->n.max_rows, 0); /* the longer */
+    const size_t kv = fc_cp_up64(fc_cp_packet_bytes(&r->n));
+    const size_t dq = fc_cp_up64((size_t)(r->n.b * r->n.rows * r->n.hq * r->n.d) * 4);
+    const size_t sums = fc_cp_up64(2 * fc_cp_k_elems(&r->n, r->n.max_rows) * 4);
+    const size_t gq = fc_cp_up64((size_t)(r->n.b * cq * r->n.hq * r->n.d) * 4);
+    const size_t gk = fc_cp_up64(fc_cp_k_elems(&r->n, ck) * 4);
     const size_t bytes = 2 * kv + dq + 2 * sums + gq + 2 * gk;
     char *m = calloc(1, bytes);
     if (!m) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of ring scratch", bytes);
@@ -46,15 +49,15 @@ static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
     return FC_OK;
 }
 
-/* acc rows [r0, r0 + c) of a [b][rows][h][d] fp32 array += one pair's
- * gradient g ([b][c][h][d]). */
-static void add_rows(float *acc, int64_t rows, int64_t r0, const float *g, const cpb_run *r, int64_t h)
+/* acc's chunk w (fc_cp_chunk_row0) of a [b][rows][h][d] fp32 array += one
+ * pair's gradient g ([b][c][h][d], c the chunk's rows). */
+static void add_rows(float *acc, int64_t rows, int w, const float *g, const cpb_run *r, int64_t h)
 {
-    const int64_t row = h * r->n.d;
+    const int64_t row = h * r->n.d, r0 = fc_cp_chunk_row0(rows, w), c = fc_cp_chunk_rows(rows, w);
     for (int64_t b = 0; b < r->n.b; b++)
-        for (int64_t i = 0; i < r->n.c; i++) {
+        for (int64_t i = 0; i < c; i++) {
             float *x = acc + ((b * rows + r0 + i) * row);
-            const size_t at = (size_t)((b * r->n.c + i) * row);
+            const size_t at = (size_t)((b * c + i) * row);
             for (int64_t e = 0; e < row; e++) x[e] += g[at + (size_t)e];
         }
 }
@@ -64,24 +67,26 @@ static fc_status cpb_pair(fc_context *ctx, cpb_run *r, const char *kv, int qi, i
 {
     const fc_attention_backward_args *a = r->a;
     const fc_dtype dt = a->fwd.q.dtype;
+    const int64_t r0 = fc_cp_chunk_row0(r->n.rows, qi), c = fc_cp_chunk_rows(r->n.rows, qi);
+    const int64_t krows = fc_cp_packed_rows(kv);
     fc_attention_backward_args sub = *a;
     sub.fwd.causal = causal;
-    sub.fwd.q = fc_cp_rows(&a->fwd.q, qi * r->n.c, r->n.c, r->n.es, 0);
+    sub.fwd.q = fc_cp_rows(&a->fwd.q, r0, c, r->n.es, 0);
     fc_cp_kv_chunk(&r->n, kv, kj, dt, &sub.fwd.k, &sub.fwd.v);
-    sub.fwd.out = fc_cp_rows(&a->fwd.out, qi * r->n.c, r->n.c, r->n.es, 0);
-    sub.fwd.lse = fc_cp_rows(&a->fwd.lse, qi * r->n.c, r->n.c, sizeof(float), 1);
-    sub.dout = fc_cp_rows(&a->dout, qi * r->n.c, r->n.c, r->n.es, 0);
+    sub.fwd.out = fc_cp_rows(&a->fwd.out, r0, c, r->n.es, 0);
+    sub.fwd.lse = fc_cp_rows(&a->fwd.lse, r0, c, sizeof(float), 1);
+    sub.dout = fc_cp_rows(&a->dout, r0, c, r->n.es, 0);
     /* fp32 gradients: the pairs' sums are rounded once, at the end */
-    sub.dq = fc_cp_tensor4(r->g[0], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hq, r->n.d);
-    sub.dk = fc_cp_tensor4(r->g[1], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hkv, r->n.d);
-    sub.dv = fc_cp_tensor4(r->g[2], FC_DTYPE_F32, r->n.b, r->n.c, r->n.hkv, r->n.d);
+    sub.dq = fc_cp_tensor4(r->g[0], FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d);
+    sub.dk = fc_cp_tensor4(r->g[1], FC_DTYPE_F32, r->n.b, sub.fwd.k.shape[1], r->n.hkv, r->n.d);
+    sub.dv = fc_cp_tensor4(r->g[2], FC_DTYPE_F32, r->n.b, sub.fwd.k.shape[1], r->n.hkv, r->n.d);
     sub.workspace = NULL;
     sub.workspace_bytes = 0;
     const fc_status st = fc_attention_backward(ctx, &sub, stream, NULL);
     if (st) return st;
-    add_rows(r->dq, 2 * r->n.c, qi * r->n.c, r->g[0], r, r->n.hq);
-    add_rows(r->sums[0], 2 * r->n.c, kj * r->n.c, r->g[1], r, r->n.hkv);
-    add_rows(r->sums[0] + r->n.kv, 2 * r->n.c, kj * r->n.c, r->g[2], r, r->n.hkv);
+    add_rows(r->dq, r->n.rows, qi, r->g[0], r, r->n.hq);
+    add_rows(r->sums[0], krows, kj, r->g[1], r, r->n.hkv);
+    add_rows(r->sums[0] + fc_cp_k_elems(&r->n, krows), krows, kj, r->g[2], r, r->n.hkv);
     return FC_OK;
 }
 
@@ -90,18 +95,21 @@ static fc_status cpb_pair(fc_context *ctx, cpb_run *r, const char *kv, int qi, i
 static fc_status cpb_step(fc_context *ctx, cpb_run *r, const char *kv, int s, void *stream)
 {
     const int P = r->comm->size, rank = r->comm->rank, src = (rank - s + P) % P;
-    memset(r->sums[0], 0, 2 * r->n.kv * sizeof(float));
+    const int64_t krows = fc_cp_packed_rows(kv);
+    const size_t held = 2 * fc_cp_k_elems(&r->n, krows); /* the held slice's sums */
+    memset(r->sums[0], 0, held * sizeof(float));
     for (int qi = 0; qi < 2; qi++)
         for (int kj = 0; kj < 2; kj++) {
             const int gq = fc_cp_chunk(r->comm, rank, qi), gk = fc_cp_chunk(r->comm, src, kj);
             if (r->a->fwd.causal && gk > gq) continue;
+            if (fc_cp_chunk_rows(r->n.rows, qi) == 0 || fc_cp_chunk_rows(krows, kj) == 0) continue; /* empty */
             const fc_status st = cpb_pair(ctx, r, kv, qi, kj, r->a->fwd.causal && gk == gq, stream);
             if (st) return st;
         }
     if (s > 0)
-        for (size_t i = 0; i < 2 * r->n.kv; i++) r->sums[0][i] += r->sums[1][i];
+        for (size_t i = 0; i < held; i++) r->sums[0][i] += r->sums[1][i];
     if (P == 1) return FC_OK;
-    const size_t bytes = 2 * r->n.kv * sizeof(float);
+    const size_t bytes = 2 * fc_cp_k_elems(&r->n, r->n.max_rows) * sizeof(float);
     const fc_status st = r->comm->exchange(r->comm->user, r->sums[0], r->sums[1], bytes, stream);
     return st ? fc_set_error(ctx, st, "the ring's exchange of dK/dV at step %d of %d returned %s", s + 1, P,
                              fc_status_string(st))
@@ -128,7 +136,7 @@ static fc_status cpb_ring(fc_context *ctx, cpb_run *r, void *stream)
     for (int s = 0; s < P; s++) {
         fc_status st = cpb_step(ctx, r, r->kv[cur], s, stream);
         if (!st && s + 1 < P) {
-            st = r->comm->exchange(r->comm->user, r->kv[cur], r->kv[cur ^ 1], fc_cp_kv_bytes(&r->n), stream);
+            st = r->comm->exchange(r->comm->user, r->kv[cur], r->kv[cur ^ 1], fc_cp_packet_bytes(&r->n), stream);
             if (st) fc_set_error(ctx, st, "the ring's exchange at step %d of %d returned %s", s + 1, P,
                                  fc_status_string(st));
             cur ^= 1;
@@ -138,7 +146,7 @@ static fc_status cpb_ring(fc_context *ctx, cpb_run *r, void *stream)
     const float *home = P == 1 ? r->sums[0] : r->sums[1]; /* the rank's own slice, back from its tour */
     write_out(r->dq, &r->a->dq);
     write_out(home, &r->a->dk);
-    write_out(home + r->n.kv, &r->a->dv);
+    write_out(home + fc_cp_k_elems(&r->n, r->n.rows), &r->a->dv);
     return FC_OK;
 }
 
@@ -146,9 +154,9 @@ fc_status fc_cp_attention_backward(fc_context *ctx, const fc_attention_backward_
                                    void *stream)
 {
     if (!ctx) return FC_ERR_INVALID_ARGUMENT;
-    fc_status st = fc_cp_admit(ctx, comm, args ? &args->fwd : NULL, args, "fc_cp_attention_backward");
+    cpb_run r = {.a = args, .comm = comm};
+    fc_status st = fc_cp_admit(ctx, comm, args ? &args->fwd : NULL, args, "fc_cp_attention_backward", &r.n);
     if (st) return st;
-    cpb_run r = {.a = args, .comm = comm, .n = fc_cp_dims_of(&args->fwd)};
     st = cpb_alloc(ctx, &r);
     if (st) return st;
     st = cpb_ring(ctx, &r, stream);

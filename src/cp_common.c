@@ -11,9 +11,8 @@
 
 fc_cp_dims fc_cp_dims_of(const fc_attention_args *a)
 {
-    fc_cp_dims n = {a->q.shape[0], a->q.shape[1] / 2, a->q.shape[2], a->k.shape[2], a->q.shape[3],
-                    (size_t)fc_dtype_bytes(a->q.dtype), 0};
-    n.kv = (size_t)(n.b * 2 * n.c * n.hkv * n.d);
+    fc_cp_dims n = {a->q.shape[0], a->q.shape[2], a->k.shape[2], a->q.shape[3], (size_t)fc_dtype_bytes(a->q.dtype),
+                    a->q.shape[1], a->q.shape[1]};
     return n;
 }
 
@@ -42,10 +41,11 @@ int fc_cp_chunk(const fc_cp_comm *c, int rank, int w) { return w ? 2 * c->size -
 
 void fc_cp_kv_chunk(const fc_cp_dims *n, const char *kv, int kj, fc_dtype dt, fc_tensor *k, fc_tensor *v)
 {
-    const size_t chunk = (size_t)(n->c * n->hkv * n->d) * n->es;
-    *k = fc_cp_tensor4((char *)kv + kj * chunk, dt, n->b, n->c, n->hkv, n->d);
-    *v = fc_cp_tensor4((char *)kv + fc_cp_kv_bytes(n) / 2 + kj * chunk, dt, n->b, n->c, n->hkv, n->d);
-    k->stride[0] = v->stride[0] = 2 * n->c * n->hkv * n->d; /* a batch row holds both chunks */
+    const int64_t rows = fc_cp_packed_rows(kv), c = fc_cp_chunk_rows(rows, kj);
+    const size_t at = FC_CP_HEADER + (size_t)(fc_cp_chunk_row0(rows, kj) * n->hkv * n->d) * n->es;
+    *k = fc_cp_tensor4((char *)kv + at, dt, n->b, c, n->hkv, n->d);
+    *v = fc_cp_tensor4((char *)kv + fc_cp_k_bytes(n, rows) + at, dt, n->b, c, n->hkv, n->d);
+    k->stride[0] = v->stride[0] = rows * n->hkv * n->d; /* a batch row holds both chunks */
 }
 
 static fc_status comm_ok(fc_context *ctx, const void *args, const fc_cp_comm *c, const char *what)
@@ -76,15 +76,15 @@ static fc_status ring_takes(fc_context *ctx, const fc_attention_args *a, const c
     return a->backend == FC_BACKEND_CUDA ? host_only(ctx, what) : FC_OK;
 }
 
-/* After the plain call's checks: the slice's two chunks of one length, and
- * host memory. */
+/* After the plain call's checks: the slice's queries and keys are the same
+ * tokens, and host memory. */
 static fc_status slice_ok(fc_context *ctx, const fc_attention_args *f, const fc_attention_backward_args *b,
                           const char *what)
 {
-    if (f->q.shape[1] != f->k.shape[1] || f->q.shape[1] % 2)
+    if (f->q.shape[1] != f->k.shape[1])
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "%s: the rank's slice holds two chunks of one length: seqlen_q (%lld) == seqlen_k "
-                            "(%lld), even", what, (long long)f->q.shape[1], (long long)f->k.shape[1]);
+                            "%s: the rank's slice holds the same tokens' queries and keys: seqlen_q (%lld) == "
+                            "seqlen_k (%lld)", what, (long long)f->q.shape[1], (long long)f->k.shape[1]);
     const void *ptrs[9] = {f->q.data, f->k.data, f->v.data, f->out.data, f->lse.data};
     int n = 5;
     if (b) {
@@ -100,28 +100,43 @@ static fc_status slice_ok(fc_context *ctx, const fc_attention_args *f, const fc_
     return FC_OK;
 }
 
-/* What every rank must pass alike. */
+/* What every rank must pass alike: all but the slice's rows. */
 static uint64_t digest(const fc_attention_args *a, int backward)
 {
-    const uint64_t v[12] = {(uint64_t)backward, (uint64_t)a->q.dtype, (uint64_t)a->out.dtype, (uint64_t)a->causal,
-                            (uint64_t)a->q.shape[0], (uint64_t)a->q.shape[1], (uint64_t)a->q.shape[2],
-                            (uint64_t)a->q.shape[3], (uint64_t)a->k.shape[1], (uint64_t)a->k.shape[2],
-                            fc_f32_to_bits(a->scale), fc_f32_to_bits(a->softcap)};
+    const uint64_t v[10] = {(uint64_t)backward, (uint64_t)a->q.dtype, (uint64_t)a->out.dtype, (uint64_t)a->causal,
+                            (uint64_t)a->q.shape[0], (uint64_t)a->q.shape[2], (uint64_t)a->q.shape[3],
+                            (uint64_t)a->k.shape[2], fc_f32_to_bits(a->scale), fc_f32_to_bits(a->softcap)};
     uint64_t h = 1469598103934665603ull; /* FNV-1a over the words */
-    for (int i = 0; i < 12; i++) h = (h ^ v[i]) * 1099511628211ull;
+    for (int i = 0; i < 10; i++) h = (h ^ v[i]) * 1099511628211ull;
     return h;
 }
 
 /* The handshake's message: the lowest rank that refused (size: none),
- * and the least and greatest digest seen. */
+ * the least and greatest digest seen, and the longest slice's rows; all
+ * merged by min or max, so hearing twice from a rank changes nothing. */
 typedef struct cp_hello {
     int64_t refused;
     uint64_t lo, hi;
+    int64_t max_rows;
 } cp_hello;
 
-static fc_status agree(fc_context *ctx, const fc_cp_comm *c, fc_status local, uint64_t dg, const char *what)
+/* The merged message's verdict, on a rank that did not refuse. */
+static fc_status agreed(fc_context *ctx, const fc_cp_comm *c, const cp_hello *m, const char *what)
 {
-    cp_hello mine = {local ? c->rank : c->size, dg, dg}, in;
+    if (m->refused < c->size)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: rank %lld refused the call (its own status says why); nothing was computed", what,
+                            (long long)m->refused);
+    if (m->lo != m->hi)
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: the ranks' shapes, dtypes or options differ (every rank must pass the same)", what);
+    return FC_OK;
+}
+
+static fc_status agree(fc_context *ctx, const fc_cp_comm *c, fc_status local, uint64_t dg, int64_t *max_rows,
+                       const char *what)
+{
+    cp_hello mine = {local ? c->rank : c->size, dg, dg, *max_rows}, in;
     for (int s = 1; s < c->size; s++) { /* after step s a rank has heard from s ranks before it */
         const fc_status st = c->exchange(c->user, &mine, &in, sizeof mine, NULL);
         if (st) return local ? local : fc_set_error(ctx, st, "%s: the ranks' handshake exchange returned %s", what,
@@ -129,38 +144,43 @@ static fc_status agree(fc_context *ctx, const fc_cp_comm *c, fc_status local, ui
         if (in.refused < mine.refused) mine.refused = in.refused;
         if (in.lo < mine.lo) mine.lo = in.lo;
         if (in.hi > mine.hi) mine.hi = in.hi;
+        if (in.max_rows > mine.max_rows) mine.max_rows = in.max_rows;
     }
-    if (local) return local;
-    if (mine.refused < c->size)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "%s: rank %lld refused the call (its own status says why); nothing was computed", what,
-                            (long long)mine.refused);
-    if (mine.lo != mine.hi)
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "%s: the ranks' shapes, dtypes or options differ (every rank must pass the same)", what);
-    return FC_OK;
+    *max_rows = mine.max_rows;
+    return local ? local : agreed(ctx, c, &mine, what);
 }
 
 fc_status fc_cp_admit(fc_context *ctx, const fc_cp_comm *c, const fc_attention_args *f,
-                      const fc_attention_backward_args *b, const char *what)
+                      const fc_attention_backward_args *b, const char *what, fc_cp_dims *n)
 {
+    memset(n, 0, sizeof *n);
     ctx->err[0] = 0;
     fc_status st = comm_ok(ctx, f, c, what);
     if (st) return st;
     st = ring_takes(ctx, f, what);
     if (!st) st = b ? fc_attention_backward_supported(ctx, b, NULL) : fc_attention_supported(ctx, f, NULL);
     if (!st) st = slice_ok(ctx, f, b, what);
-    return agree(ctx, c, st, digest(f, b != NULL), what);
+    if (!st) *n = fc_cp_dims_of(f);
+    return agree(ctx, c, st, digest(f, b != NULL), &n->max_rows, what);
+}
+
+int64_t fc_cp_packed_rows(const char *kv)
+{
+    int64_t rows;
+    memcpy(&rows, kv, sizeof rows);
+    return rows;
 }
 
 void fc_cp_pack(const fc_attention_args *a, const fc_cp_dims *n, char *kv)
 {
     const fc_tensor *src[2] = {&a->k, &a->v};
     const size_t es = n->es;
-    char *dst = kv;
+    memset(kv, 0, FC_CP_HEADER);
+    memcpy(kv, &n->rows, sizeof n->rows);
+    char *dst = kv + FC_CP_HEADER;
     for (int t = 0; t < 2; t++)
         for (int64_t i = 0; i < n->b; i++)
-            for (int64_t s = 0; s < 2 * n->c; s++)
+            for (int64_t s = 0; s < n->rows; s++)
                 for (int64_t h = 0; h < n->hkv; h++) {
                     const fc_tensor *x = src[t];
                     const char *row =

@@ -18,14 +18,17 @@ compute (the accumulators' last hop, home, excepted).
 Sequence split (`split`): 'contiguous', rank r holds the r-th run of
 tokens, of any length (ranks may differ); 'zigzag' (causal load balance:
 every rank the same work), the sequence in 2P chunks and rank r holds
-chunks r and 2P - 1 - r, in that order (the same even length on every
-rank). A pair of chunks (query chunk a, key chunk b) is skipped when
-causal and b > a, causal when b == a (a rank's own tokens: the usual
-alignment), unmasked when b < a.
+chunks r and 2P - 1 - r, in that order, a slice of n tokens read as
+ceil(n / 2) of the first and the rest of the second: any total length S,
+cut so that the first S % 2P chunks have one token more than the others
+(as the C API's fc_cp_attention_forward; an empty chunk takes no part).
+A pair of chunks (query chunk a, key chunk b) is skipped when causal and
+b > a, causal when b == a (a rank's own tokens: the usual alignment),
+unmasked when b < a.
 
 Every rank passes tensors of one layout and dtype, and shapes that differ
-at most in the token count, with the contiguous split (checked once per
-call by an all_gather of the shapes). Not taken (UnsupportedError):
+at most in the token count (checked once per call by an all_gather of the
+shapes). Not taken (UnsupportedError):
 windows, variable-length batches, paged caches, FP8. Deterministic: the
 sums run in a fixed order, so with deterministic=True (the block
 backward's) the results repeat bitwise.
@@ -67,10 +70,15 @@ def _seq_dim(plan):
     return 2 if plan.layout == "bhsd" else 1
 
 
-def _pieces(x, plan):
-    """x's local chunks (views along the sequence), as _chunks orders them."""
-    n = len(_chunks(plan, 0))
-    return x.chunk(n, dim=_seq_dim(plan)) if n > 1 else (x,)
+def _pieces(x, plan, dim=None):
+    """x's local chunks (views along the sequence, or along dim), as
+    _chunks orders them: zigzag, ceil(n / 2) tokens and the rest (which
+    may be none)."""
+    if len(_chunks(plan, 0)) == 1:
+        return (x,)
+    dim = _seq_dim(plan) if dim is None else dim
+    n = x.shape[dim]
+    return x.split([n - n // 2, n // 2], dim=dim)
 
 
 def _peer(plan, step):
@@ -96,12 +104,14 @@ def _wait(reqs):
         r.wait()
 
 
-def _pairs(plan, src):
+def _pairs(plan, src, qs, ks):
     """(local query chunk, key chunk of rank src, causal) for every pair of
-    the step that holds src's K/V that is not skipped."""
+    the step that holds src's K/V that is not skipped (qs, ks: the chunks;
+    an empty one takes no part)."""
+    sd = _seq_dim(plan)
     for i, a in enumerate(_chunks(plan, plan.rank)):
         for j, b in enumerate(_chunks(plan, src)):
-            if plan.causal and b > a:
+            if (plan.causal and b > a) or qs[i].shape[sd] == 0 or ks[j].shape[sd] == 0:
                 continue
             yield i, j, plan.causal and b == a
 
@@ -126,21 +136,27 @@ def _forward(q, k, v, plan):
         src = (plan.rank - step) % plan.size
         nxt, reqs = _exchange(kv, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
         ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
-        for i, j, causal in _pairs(plan, src):
+        for i, j, causal in _pairs(plan, src, qs, ks):
             part = _attention.attention(qs[i], ks[j], vs[j], return_lse=True, **_options(plan, causal))
             accs[i] = _fold(accs[i], part, plan)
         _wait(reqs)
         kv = nxt
     torch = _torch()
-    out = torch.cat([a[0] for a in accs], dim=_seq_dim(plan)).to(q.dtype)
-    lse = torch.cat([a[1] for a in accs], dim=-1)
+    out = torch.cat([a[0] if a else x.float() for a, x in zip(accs, qs)], dim=_seq_dim(plan)).to(q.dtype)
+    lse = torch.cat([a[1] if a else _no_lse(x, plan) for a, x in zip(accs, qs)], dim=-1)
     return out, lse
+
+
+def _no_lse(q, plan):
+    """The lse of a query chunk with no token (zigzag, an empty chunk)."""
+    B, H = (q.shape[0], q.shape[2]) if plan.layout == "bshd" else q.shape[:2]
+    return _torch().empty((B, H, 0), dtype=_torch().float32, device=q.device)
 
 
 def _backward_ring(dout, q, k, v, out, lse, plan):
     torch = _torch()
     qs, dos, outs = _pieces(q, plan), _pieces(dout, plan), _pieces(out, plan)
-    lses = [x.contiguous() for x in lse.chunk(len(qs), dim=-1)] if len(qs) > 1 else (lse,)
+    lses = [x.contiguous() for x in _pieces(lse, plan, dim=-1)]
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dqs = _pieces(dq, plan)
     kv = (k.contiguous(), v.contiguous())
@@ -153,7 +169,7 @@ def _backward_ring(dout, q, k, v, out, lse, plan):
         ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
         part = tuple(torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in kv)
         dks, dvs = _pieces(part[0], plan), _pieces(part[1], plan)
-        for i, j, causal in _pairs(plan, src):
+        for i, j, causal in _pairs(plan, src, qs, ks):
             g = _backward.attention_backward(dos[i], qs[i], ks[j], vs[j], outs[i], lses[i],
                                              deterministic=plan.deterministic, **_options(plan, causal))
             dqs[i].add_(g[0])
@@ -182,8 +198,8 @@ def _backward_ring(dout, q, k, v, out, lse, plan):
 def _gather_shapes(q, k, v, plan):
     """Every rank's (q, k, v) shapes (one all_gather), checked: the ring's
     buffers take them. A rank's q, k and v hold the same tokens; ranks
-    differ at most in their token count, and only with the contiguous
-    split. The raise is the same on every rank."""
+    differ at most in their token count. The raise is the same on every
+    rank."""
     torch = _torch()
     dist = _dist()
     mine = torch.tensor([*q.shape, *k.shape, *v.shape], dtype=torch.int64, device=q.device)
@@ -200,14 +216,10 @@ def _gather_shapes(q, k, v, plan):
         if len(lengths) != 1 or 0 in lengths:
             raise InvalidArgumentError("ring_attention: rank %d holds q, k, v of shapes %s: each rank's q, k and "
                                        "v must hold the same tokens, at least one" % (r, sh))
-        if other(sh) != other(shapes[0]) or (plan.split == "zigzag" and sh != shapes[0]):
+        if other(sh) != other(shapes[0]):
             raise InvalidArgumentError(
                 "ring_attention: rank %d holds q, k, v of shapes %s, rank 0 of %s: every rank must hold the same "
-                "batch, heads and head_dim%s" % (r, sh, shapes[0], " and, with split='zigzag', the same length"
-                                                 if plan.split == "zigzag" else ""))
-    if plan.split == "zigzag" and shapes[0][0][sd] % 2:
-        raise InvalidArgumentError("split='zigzag': the local sequence length %d must be even (two chunks)"
-                                   % shapes[0][0][sd])
+                "batch, heads and head_dim" % (r, sh, shapes[0]))
     return tuple(sh[1:] for sh in shapes)
 
 
