@@ -452,7 +452,11 @@ typedef struct fc_cp_comm {
  * work the ranks shake hands (size - 1 exchanges of 32 bytes): where one
  * refuses the call, or the ranks' shapes or options differ, every rank
  * returns an error (the refusing one its own) and writes nothing; only a
- * bad comm (or NULL args) returns at once, leaving the others waiting. */
+ * bad comm (or NULL args) returns at once, leaving the others waiting.
+ * A rank whose pair call fails later (out of memory) computes no more but
+ * keeps the ring turning to the end, then returns that failure and writes
+ * nothing; the others finish (the backward: a rank whose dK/dV sums lack
+ * its share returns its status, and writes nothing). */
 FC_API fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args, const fc_cp_comm *comm,
                                          void *stream);
 

@@ -21,6 +21,8 @@ struct fc_context {
     struct fc_tune_cache *tune; /* the tuning cache (tuning_cache.h), or NULL     */
     fc_status tune_env_status;  /* FLASHCORE_TUNING_CACHE's load, at creation     */
     char tune_env_err[FC_ERRMSG_LEN]; /* its message when that failed             */
+    int cp_fail_step;        /* tests only (test_cp.c): the ring's pair calls fail
+                              * from this step on, as out of memory (-1: never) */
 };
 
 /* Write a printf-style message into ctx->err and return st. */

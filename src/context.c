@@ -24,6 +24,7 @@ fc_status fc_context_create(fc_context **out)
     *out = c;
     if (!c) return FC_ERR_OUT_OF_MEMORY;
     c->device = -1;
+    c->cp_fail_step = -1;
     fc_tuning_init(&c->tuning);
     c->tune = fc_tune_cache_from_env(&c->tune_env_status, c->tune_env_err, sizeof c->tune_env_err);
     return FC_OK;

@@ -81,7 +81,7 @@ static fc_status cp_fold(fc_context *ctx, cp_run *r, int qi, void *stream)
 /* Query chunk qi (global chunk gq) against the key chunks of the slice in
  * kv (global chunks src and 2P - 1 - src); an empty chunk (a slice of one
  * row has one) takes no part. */
-static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, int qi, void *stream)
+static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, int qi, int s, void *stream)
 {
     const int gq = fc_cp_chunk(r->comm, r->comm->rank, qi);
     const int64_t c = r->c[qi];
@@ -94,7 +94,8 @@ static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, in
         fc_cp_kv_chunk(&r->n, kv, kj, r->a->k.dtype, &sub.k, &sub.v);
         sub.out = fc_cp_tensor4(r->part, FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d); /* fp32 partials */
         sub.lse = fc_cp_lse3(r->part_lse, r->n.b, r->n.hq, c);
-        fc_status st = fc_attention_forward(ctx, &sub, stream, NULL);
+        fc_status st = fc_cp_injected(ctx, s);
+        if (!st) st = fc_attention_forward(ctx, &sub, stream, NULL);
         if (!st) st = cp_fold(ctx, r, qi, stream);
         if (st) return st;
     }
@@ -123,26 +124,27 @@ static fc_status cp_finish(fc_context *ctx, cp_run *r, void *stream)
     return FC_OK;
 }
 
+/* After a pair call fails the rank computes no more but still hands the
+ * K/V slices on, so the others finish (their results never depend on its
+ * work) and none waits; it returns that failure and writes nothing. */
 static fc_status cp_ring(fc_context *ctx, cp_run *r, void *stream)
 {
     const int P = r->comm->size, rank = r->comm->rank;
     fc_cp_pack(r->a, &r->n, r->kv[0]);
     int cur = 0;
+    fc_status failed = FC_OK;
     for (int s = 0; s < P; s++) {
         const int src = (rank - s + P) % P;
-        for (int qi = 0; qi < 2; qi++) {
-            const fc_status st = cp_step(ctx, r, r->kv[cur], src, qi, stream);
-            if (st) return st;
-        }
+        for (int qi = 0; qi < 2 && !failed; qi++) failed = cp_step(ctx, r, r->kv[cur], src, qi, s, stream);
         if (s + 1 < P) {
             const size_t bytes = fc_cp_packet_bytes(&r->n);
             const fc_status st = r->comm->exchange(r->comm->user, r->kv[cur], r->kv[cur ^ 1], bytes, stream);
-            if (st) return fc_set_error(ctx, st, "the ring's exchange at step %d of %d returned %s", s + 1, P,
-                                        fc_status_string(st));
+            if (st) return failed ? failed : fc_set_error(ctx, st, "the ring's exchange at step %d of %d returned %s",
+                                                          s + 1, P, fc_status_string(st));
             cur ^= 1;
         }
     }
-    return cp_finish(ctx, r, stream);
+    return failed ? failed : cp_finish(ctx, r, stream);
 }
 
 fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args, const fc_cp_comm *comm,

@@ -65,5 +65,12 @@ fc_status fc_cp_admit(fc_context *ctx, const fc_cp_comm *c, const fc_attention_a
  * as [b][rows][hkv][d] each. */
 void fc_cp_pack(const fc_attention_args *a, const fc_cp_dims *n, char *kv);
 static inline size_t fc_cp_up64(size_t n) { return (n + 63) & ~(size_t)63; }
+/* FC_OK, or the failure a test injected at ring step s (ctx->cp_fail_step). */
+fc_status fc_cp_injected(fc_context *ctx, int s);
+/* The mark in the header of the travelling dK/dV sums: the status of the
+ * first rank whose pairs are missing from them (FC_OK: none), and which. */
+typedef struct fc_cp_mark {
+    int32_t status, rank;
+} fc_cp_mark;
 
 #endif /* FC_CP_H */

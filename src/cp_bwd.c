@@ -22,7 +22,8 @@ typedef struct cpb_run {
     fc_cp_dims n;             /* the slice's sizes                           */
     char *kv[2];              /* the ring's double buffer                    */
     float *dq;                /* [b][rows][hq][d] the rank's dq, fp32        */
-    float *sums[2];           /* dK then dV of the held slice: built, arrived */
+    float *sums[2];           /* dK then dV of the held slice: built, arrived,
+                               * each after a header (fc_cp_mark)          */
     float *g[3];              /* one pair's dq, dk, dv in fp32               */
 } cpb_run;
 
@@ -32,7 +33,7 @@ static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
     const int64_t cq = fc_cp_chunk_rows(r->n.rows, 0), ck = fc_cp_chunk_rows(r->n.max_rows, 0); /* the longer */
     const size_t kv = fc_cp_up64(fc_cp_packet_bytes(&r->n));
     const size_t dq = fc_cp_up64((size_t)(r->n.b * r->n.rows * r->n.hq * r->n.d) * 4);
-    const size_t sums = fc_cp_up64(2 * fc_cp_k_elems(&r->n, r->n.max_rows) * 4);
+    const size_t sums = fc_cp_up64(FC_CP_HEADER + 2 * fc_cp_k_elems(&r->n, r->n.max_rows) * 4);
     const size_t gq = fc_cp_up64((size_t)(r->n.b * cq * r->n.hq * r->n.d) * 4);
     const size_t gk = fc_cp_up64(fc_cp_k_elems(&r->n, ck) * 4);
     const size_t bytes = 2 * kv + dq + 2 * sums + gq + 2 * gk;
@@ -41,8 +42,8 @@ static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
     r->kv[0] = m;
     r->kv[1] = m + kv;
     r->dq = (float *)(void *)(m + 2 * kv);
-    r->sums[0] = (float *)(void *)(m + 2 * kv + dq);
-    r->sums[1] = (float *)(void *)(m + 2 * kv + dq + sums);
+    r->sums[0] = (float *)(void *)(m + 2 * kv + dq + FC_CP_HEADER);
+    r->sums[1] = (float *)(void *)(m + 2 * kv + dq + sums + FC_CP_HEADER);
     r->g[0] = (float *)(void *)(m + 2 * kv + dq + 2 * sums);
     r->g[1] = (float *)(void *)(m + 2 * kv + dq + 2 * sums + gq);
     r->g[2] = (float *)(void *)(m + 2 * kv + dq + 2 * sums + gq + gk);
@@ -90,30 +91,49 @@ static fc_status cpb_pair(fc_context *ctx, cpb_run *r, const char *kv, int qi, i
     return FC_OK;
 }
 
-/* Step s: the held slice is src's; sums[0] gets its gradients here, plus
- * (s > 0) those that arrived with it in sums[1]; then they move on. */
-static fc_status cpb_step(fc_context *ctx, cpb_run *r, const char *kv, int s, void *stream)
+static fc_cp_mark *mark_of(float *sums) { return (fc_cp_mark *)(void *)((char *)sums - FC_CP_HEADER); }
+
+/* Every pair of step s (the held slice is src's) into sums[0] and dq; the
+ * first failure. */
+static fc_status cpb_pairs(fc_context *ctx, cpb_run *r, const char *kv, int s, int src, void *stream)
 {
-    const int P = r->comm->size, rank = r->comm->rank, src = (rank - s + P) % P;
+    const int rank = r->comm->rank;
     const int64_t krows = fc_cp_packed_rows(kv);
-    const size_t held = 2 * fc_cp_k_elems(&r->n, krows); /* the held slice's sums */
-    memset(r->sums[0], 0, held * sizeof(float));
     for (int qi = 0; qi < 2; qi++)
         for (int kj = 0; kj < 2; kj++) {
             const int gq = fc_cp_chunk(r->comm, rank, qi), gk = fc_cp_chunk(r->comm, src, kj);
             if (r->a->fwd.causal && gk > gq) continue;
             if (fc_cp_chunk_rows(r->n.rows, qi) == 0 || fc_cp_chunk_rows(krows, kj) == 0) continue; /* empty */
-            const fc_status st = cpb_pair(ctx, r, kv, qi, kj, r->a->fwd.causal && gk == gq, stream);
+            fc_status st = fc_cp_injected(ctx, s);
+            if (!st) st = cpb_pair(ctx, r, kv, qi, kj, r->a->fwd.causal && gk == gq, stream);
             if (st) return st;
         }
-    if (s > 0)
+    return FC_OK;
+}
+
+/* Step s: sums[0] gets the held slice's gradients here, plus (s > 0)
+ * those that arrived with it in sums[1]; then they move on. After a pair
+ * fails (*failed) the rank computes no more but still passes the sums on,
+ * marked as missing its share (their owner then fails too), so none
+ * waits. Returns a transport failure only. */
+static fc_status cpb_step(fc_context *ctx, cpb_run *r, const char *kv, int s, fc_status *failed, void *stream)
+{
+    const int P = r->comm->size, rank = r->comm->rank, src = (rank - s + P) % P;
+    const size_t held = 2 * fc_cp_k_elems(&r->n, fc_cp_packed_rows(kv)); /* the held slice's sums */
+    memset(mark_of(r->sums[0]), 0, FC_CP_HEADER + held * sizeof(float));
+    if (!*failed) *failed = cpb_pairs(ctx, r, kv, s, src, stream);
+    fc_cp_mark m = {(int32_t)*failed, rank};
+    if (s > 0) {
         for (size_t i = 0; i < held; i++) r->sums[0][i] += r->sums[1][i];
+        if (!m.status) m = *mark_of(r->sums[1]);
+    }
+    *mark_of(r->sums[0]) = m;
     if (P == 1) return FC_OK;
-    const size_t bytes = 2 * fc_cp_k_elems(&r->n, r->n.max_rows) * sizeof(float);
-    const fc_status st = r->comm->exchange(r->comm->user, r->sums[0], r->sums[1], bytes, stream);
-    return st ? fc_set_error(ctx, st, "the ring's exchange of dK/dV at step %d of %d returned %s", s + 1, P,
-                             fc_status_string(st))
-              : FC_OK;
+    const size_t bytes = FC_CP_HEADER + 2 * fc_cp_k_elems(&r->n, r->n.max_rows) * sizeof(float);
+    const fc_status st = r->comm->exchange(r->comm->user, mark_of(r->sums[0]), mark_of(r->sums[1]), bytes, stream);
+    if (!st || *failed) return st; /* a failure's own message stays */
+    return fc_set_error(ctx, st, "the ring's exchange of dK/dV at step %d of %d returned %s", s + 1, P,
+                        fc_status_string(st));
 }
 
 /* acc ([b][rows][h][d] fp32) into the strided t in its dtype. */
@@ -133,17 +153,25 @@ static fc_status cpb_ring(fc_context *ctx, cpb_run *r, void *stream)
     const int P = r->comm->size;
     fc_cp_pack(&r->a->fwd, &r->n, r->kv[0]);
     int cur = 0;
+    fc_status failed = FC_OK;
     for (int s = 0; s < P; s++) {
-        fc_status st = cpb_step(ctx, r, r->kv[cur], s, stream);
+        fc_status st = cpb_step(ctx, r, r->kv[cur], s, &failed, stream);
         if (!st && s + 1 < P) {
             st = r->comm->exchange(r->comm->user, r->kv[cur], r->kv[cur ^ 1], fc_cp_packet_bytes(&r->n), stream);
-            if (st) fc_set_error(ctx, st, "the ring's exchange at step %d of %d returned %s", s + 1, P,
-                                 fc_status_string(st));
+            if (st && !failed)
+                fc_set_error(ctx, st, "the ring's exchange at step %d of %d returned %s", s + 1, P,
+                             fc_status_string(st));
             cur ^= 1;
         }
-        if (st) return st;
+        if (st) return failed ? failed : st;
     }
-    const float *home = P == 1 ? r->sums[0] : r->sums[1]; /* the rank's own slice, back from its tour */
+    if (failed) return failed;
+    float *home = P == 1 ? r->sums[0] : r->sums[1]; /* the rank's own slice, back from its tour */
+    const fc_cp_mark m = *mark_of(home);
+    if (m.status)
+        return fc_set_error(ctx, (fc_status)m.status,
+                            "rank %d failed during the ring (%s): this rank's dk and dv would miss its share; "
+                            "nothing was written", (int)m.rank, fc_status_string((fc_status)m.status));
     write_out(r->dq, &r->a->dq);
     write_out(home, &r->a->dk);
     write_out(home + fc_cp_k_elems(&r->n, r->n.rows), &r->a->dv);

@@ -37,6 +37,12 @@ fc_tensor fc_cp_rows(const fc_tensor *t, int64_t r0, int64_t n, size_t es, int l
     return v;
 }
 
+fc_status fc_cp_injected(fc_context *ctx, int s)
+{
+    if (ctx->cp_fail_step < 0 || s < ctx->cp_fail_step) return FC_OK;
+    return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "out of memory (injected by a test at ring step %d)", s);
+}
+
 int fc_cp_chunk(const fc_cp_comm *c, int rank, int w) { return w ? 2 * c->size - 1 - rank : rank; }
 
 void fc_cp_kv_chunk(const fc_cp_dims *n, const char *kv, int kj, fc_dtype dt, fc_tensor *k, fc_tensor *v)

@@ -29,13 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h" /* fc_dtype_bytes */
+#include "api_internal.h" /* struct fc_context: cp_fail_step */
+#include "internal.h"     /* fc_dtype_bytes */
 #include "test_util.h"
 
 enum { B = 2, HQ = 4, HKV = 2, D = 40, C = 13, PMAX = 4 };
 
 /* Rank 1 breaks its call: 1 out NULL, 2 causal flipped (0: none). */
 static int g_break;
+/* Rank 1's pair calls fail from this ring step on (-1: never). */
+static int g_fail_step = -1;
 
 /* Rows cut from the end of the whole sequence of 2 P C rows (each_case:
  * none, one, all but 2P - 1): the 2P chunks then have base + 1 rows (the
@@ -158,6 +161,7 @@ static void *run_rank(void *p)
     fc_context *ctx;
     fc_context_create(&ctx);
     fc_context_set_num_threads(ctx, 1);
+    if (j->rank == 1) ctx->cp_fail_step = g_fail_step;
     fc_attention_args a;
     fc_attention_args_init(&a);
     a.q = kit_contiguous(q, j->dt, B, n, HQ, D);
@@ -198,7 +202,8 @@ static void run_ring_bwd(int P, int causal, fc_dtype dt, fc_status fail, const f
     pthread_barrier_destroy(&r.bar);
     for (int i = 0; i < P; i++) {
         st[i] = jobs[i].st;
-        if (jobs[i].st != FC_OK && fail == FC_OK && !g_break) printf("rank %d: %s\n", i, jobs[i].err);
+        if (jobs[i].st != FC_OK && fail == FC_OK && !g_break && g_fail_step < 0)
+            printf("rank %d: %s\n", i, jobs[i].err);
     }
 }
 
@@ -625,6 +630,67 @@ static void failing_exchange(const float *q, const float *k, const float *v)
     bufs_free(&x);
 }
 
+/* Rank 1 of 3 fails mid-ring (its pair calls, from step 0, 1 or 2, as
+ * out of memory): no rank waits; rank 1 returns the failure and writes
+ * nothing. Forward: the others' results are those of a clean run, bit for
+ * bit. Backward: a rank whose dK/dV sums passed rank 1 after it failed
+ * returns an error naming rank 1 and writes nothing; any other rank's
+ * results equal a clean run's. */
+static void mid_ring_failure(const float *const in[4])
+{
+    enum { P = 3 };
+    const size_t es = sizeof(float), nq = (size_t)B * 2 * C * HQ * D * es, nk = (size_t)B * 2 * C * HKV * D * es;
+    const size_t S = (size_t)total(P);
+    void *out = malloc(S * B * HQ * D * es);
+    float *lse = malloc(S * B * HQ * sizeof(float));
+    reference(P, 1, FC_DTYPE_F32, in[0], in[1], in[2], out, lse);
+    const whole w = {out, lse, in[3]};
+    bufs clean, x;
+    bufs_alloc(&clean, FC_DTYPE_F32);
+    void *g0[PMAX][3], *g1[PMAX][3];
+    for (int r = 0; r < PMAX; r++)
+        for (int k = 0; k < 3; k++) g0[r][k] = malloc(k ? nk : nq), g1[r][k] = malloc(k ? nk : nq);
+    fc_status st[PMAX];
+    run_ring(P, 1, FC_DTYPE_F32, FC_OK, in[0], in[1], in[2], clean.outs, clean.lses, st);
+    CHECK(st[0] == FC_OK && st[1] == FC_OK && st[2] == FC_OK, "mid-ring failure: the clean forward failed");
+    bufs_alloc(&x, FC_DTYPE_F32); /* the backward's slices of the whole call's out and lse */
+    run_ring_bwd(P, 1, FC_DTYPE_F32, FC_OK, in[0], in[1], in[2], x.outs, x.lses, &w, g0, st);
+    CHECK(st[0] == FC_OK && st[1] == FC_OK && st[2] == FC_OK, "mid-ring failure: the clean backward failed");
+    bufs_free(&x);
+    for (g_fail_step = 0; g_fail_step < P; g_fail_step++) {
+        bufs_alloc(&x, FC_DTYPE_F32);
+        run_ring(P, 1, FC_DTYPE_F32, FC_OK, in[0], in[1], in[2], x.outs, x.lses, st);
+        int ok = st[1] == FC_ERR_OUT_OF_MEMORY && ((unsigned char *)x.outs[1])[0] == 0xA5;
+        for (int r = 0; r < P; r += 2)
+            ok &= st[r] == FC_OK && !memcmp(x.outs[r], clean.outs[r], nq) && !memcmp(x.lses[r], clean.lses[r],
+                                                                                     (size_t)B * HQ * 2 * C * 4);
+        CHECK(ok, "forward, rank 1 failing from step %d: ranks returned %s, %s, %s", g_fail_step,
+              fc_status_string(st[0]), fc_status_string(st[1]), fc_status_string(st[2]));
+        bufs_free(&x);
+        bufs_alloc(&x, FC_DTYPE_F32);
+        for (int r = 0; r < PMAX; r++)
+            for (int k = 0; k < 3; k++) memset(g1[r][k], 0xA5, k ? nk : nq);
+        run_ring_bwd(P, 1, FC_DTYPE_F32, FC_OK, in[0], in[1], in[2], x.outs, x.lses, &w, g1, st);
+        int others_failed = 0;
+        ok = st[1] == FC_ERR_OUT_OF_MEMORY;
+        for (int r = 0; r < P; r++) {
+            const int kept = ((unsigned char *)g1[r][0])[0] == 0xA5 && ((unsigned char *)g1[r][1])[0] == 0xA5;
+            if (st[r] == FC_OK)
+                for (int k = 0; k < 3; k++) ok &= !memcmp(g1[r][k], g0[r][k], k ? nk : nq);
+            else ok &= kept;
+            others_failed += r != 1 && st[r] != FC_OK;
+        }
+        CHECK(ok && others_failed > 0, "backward, rank 1 failing from step %d: ranks returned %s, %s, %s",
+              g_fail_step, fc_status_string(st[0]), fc_status_string(st[1]), fc_status_string(st[2]));
+        bufs_free(&x);
+    }
+    g_fail_step = -1;
+    for (int r = 0; r < PMAX; r++)
+        for (int k = 0; k < 3; k++) free(g0[r][k]), free(g1[r][k]);
+    bufs_free(&clean);
+    free(out), free(lse);
+}
+
 int main(void)
 {
     const size_t nq = (size_t)B * 2 * PMAX * C * HQ * D, nk = (size_t)B * 2 * PMAX * C * HKV * D;
@@ -651,6 +717,9 @@ int main(void)
     failing_exchange(q, k, v);
     one_rank_breaks(q, k, v);
     group_done("refusals", p0, f0);
+    p0 = g_pass, f0 = g_fail;
+    mid_ring_failure(in);
+    group_done("a rank failing mid-ring", p0, f0);
     free(q);
     free(k);
     free(v);
