@@ -28,8 +28,10 @@ unmasked when b < a.
 
 Every rank passes tensors of one layout and dtype, and shapes that differ
 at most in the token count (checked once per call by an all_gather of the
-shapes). Not taken (UnsupportedError):
-windows, variable-length batches, paged caches, FP8. Deterministic: the
+shapes). Variable-length (packed) batches: q, k, v [total, H, D] and
+cu_seqlens, each rank's slice of every sequence of the batch, split per
+sequence as above (_ring_varlen.py). Not taken (UnsupportedError):
+windows, paged caches, FP8. Deterministic: the
 sums run in a fixed order, so with deterministic=True (the block
 backward's) the results repeat bitwise.
 
@@ -40,13 +42,15 @@ rounding per part.
 """
 
 import collections
+import types
 
-from . import _attention, _backward, _merge
+from . import _attention, _backward, _merge, _ring_varlen
 from .errors import InvalidArgumentError, UnsupportedError
 
-# shapes: per rank of the group, the (k shape, v shape) of its slice
+# shapes: per rank of the group, the (k shape, v shape) of its slice; cu:
+# the rank's cu_seqlens (varlen), else None
 _Plan = collections.namedtuple("_Plan", "group rank size split causal scale softcap layout deterministic backend "
-                                        "shapes")
+                                        "shapes cu")
 
 
 def _torch():
@@ -67,7 +71,7 @@ def _chunks(plan, rank):
 
 
 def _seq_dim(plan):
-    return 2 if plan.layout == "bhsd" else 1
+    return 0 if plan.cu is not None else 2 if plan.layout == "bhsd" else 1
 
 
 def _pieces(x, plan, dim=None):
@@ -89,11 +93,12 @@ def _peer(plan, step):
 
 def _exchange(tensors, plan, src):
     """Post the ring's transfer of tensors (to rank + 1, from rank - 1),
-    receiving the slice of group rank src in buffers of its shapes:
+    receiving the slice of group rank src in buffers of its shapes (past
+    its k and v: tensors of one shape on every rank, as cu_seqlens):
     (the received buffers, the requests to wait on)."""
     dist = _dist()
-    recv = [_torch().empty(shape, dtype=x.dtype, device=x.device)
-            for x, shape in zip(tensors, plan.shapes[src])]
+    shapes = list(plan.shapes[src]) + [tuple(x.shape) for x in tensors[len(plan.shapes[src]):]]
+    recv = [_torch().empty(shape, dtype=x.dtype, device=x.device) for x, shape in zip(tensors, shapes)]
     ops = [dist.P2POp(dist.isend, x, _peer(plan, 1), plan.group) for x in tensors]
     ops += [dist.P2POp(dist.irecv, x, _peer(plan, -1), plan.group) for x in recv]
     return recv, dist.batch_isend_irecv(ops)
@@ -129,6 +134,8 @@ def _fold(acc, part, plan):
 
 
 def _forward(q, k, v, plan):
+    if plan.cu is not None:
+        return _ring_varlen.forward(q, k, v, plan.cu, plan, _RING)
     qs = _pieces(q, plan)
     accs = [None] * len(qs)
     kv = (k.contiguous(), v.contiguous())
@@ -154,6 +161,8 @@ def _no_lse(q, plan):
 
 
 def _backward_ring(dout, q, k, v, out, lse, plan):
+    if plan.cu is not None:
+        return _ring_varlen.backward(dout, q, k, v, out, lse, plan.cu, plan, _RING)
     torch = _torch()
     qs, dos, outs = _pieces(q, plan), _pieces(dout, plan), _pieces(out, plan)
     lses = [x.contiguous() for x in _pieces(lse, plan, dim=-1)]
@@ -175,24 +184,47 @@ def _backward_ring(dout, q, k, v, out, lse, plan):
             dqs[i].add_(g[0])
             dks[j].add_(g[1])
             dvs[j].add_(g[2])
-        _wait(acc_reqs)  # the earlier ranks' sums, sent while this step ran; then this rank's
-        if acc is not None:
-            for x, y in zip(acc, part):
-                x.add_(y)
-            part = acc
-        if plan.size > 1:
-            # on to rank + 1, which holds this slice next (after the last
-            # step: its owner); from rank - 1, the next slice's (after the
-            # last step: this rank's own, back from its tour). sent stays
-            # referenced until that transfer is waited on.
-            sent = part
-            acc, acc_reqs = _exchange(sent, plan, (src - 1) % plan.size)
-        else:
-            acc = part
+        acc, acc_reqs, sent = _pass_sums(acc, acc_reqs, part, plan, src)
         _wait(reqs)
         kv = nxt
     _wait(acc_reqs)
     return dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype)
+
+
+def _cu_problem(cu, q):
+    """What is wrong with the rank's cu_seqlens (None: nothing): int32,
+    1-D, on q's device, from 0 to q's tokens, not decreasing. Raised after
+    the shapes' all_gather, on every rank, so that none waits."""
+    torch = _torch()
+    if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2 or \
+            cu.device != q.device:
+        return "cu_seqlens must be a 1-D int32 tensor of batch + 1 >= 2 offsets on q's device"
+    c = cu.tolist()
+    if c[0] != 0 or c[-1] != q.shape[0] or any(b < a for a, b in zip(c, c[1:])):
+        return "cu_seqlens %s must rise from 0 to q's %d tokens" % (c, q.shape[0])
+    return None
+
+
+def _pass_sums(acc, acc_reqs, part, plan, src):
+    """A step's float32 dK/dV of the held slice (part) added to the sums
+    that arrived with it (acc, in flight until acc_reqs are waited on: the
+    earlier ranks', sent while this step ran) and passed on to rank + 1,
+    which holds this slice next (after the last step: its owner); from
+    rank - 1 come the next slice's (after the last step: this rank's own,
+    back from its tour). Returns (acc, acc_reqs, sent): sent stays
+    referenced until that transfer is waited on."""
+    _wait(acc_reqs)
+    if acc is not None:
+        for x, y in zip(acc, part):
+            x.add_(y)
+        part = acc
+    if plan.size == 1:
+        return part, [], None
+    return _exchange(part, plan, (src - 1) % plan.size) + (part,)
+
+
+# what the varlen ring (_ring_varlen.py) takes from this one
+_RING = types.SimpleNamespace(exchange=_exchange, wait=_wait, fold=_fold, chunks=_chunks, pass_sums=_pass_sums)
 
 
 def _gather_shapes(q, k, v, plan):
@@ -202,25 +234,37 @@ def _gather_shapes(q, k, v, plan):
     rank."""
     torch = _torch()
     dist = _dist()
-    mine = torch.tensor([*q.shape, *k.shape, *v.shape], dtype=torch.int64, device=q.device)
+    nd = q.dim()  # 4, or 3 (varlen: then the cu_seqlens' length too, one on every rank)
+    problem = _cu_problem(plan.cu, q) if plan.cu is not None else None
+    extra = [] if plan.cu is None else [0 if problem else plan.cu.numel(), 1 if problem else 0]
+    mine = torch.tensor([*q.shape, *k.shape, *v.shape, *extra], dtype=torch.int64, device=q.device)
     every = [torch.empty_like(mine) for _ in range(plan.size)]
     dist.all_gather(every, mine, group=plan.group)
-    shapes = [tuple(tuple(x.tolist()[i:i + 4]) for i in (0, 4, 8)) for x in every]
+    shapes = [tuple(tuple(x.tolist()[i:i + nd]) for i in (0, nd, 2 * nd)) + tuple(x.tolist()[3 * nd:])
+              for x in every]
     sd = _seq_dim(plan)
 
     def other(sh):
         return tuple(tuple(d for i, d in enumerate(t) if i != sd) for t in sh)
 
     for r, sh in enumerate(shapes):
+        if extra and sh[4]:
+            raise InvalidArgumentError("ring_attention: rank %d: %s" % (r, problem if r == plan.rank else
+                                                                       "invalid cu_seqlens (its own error says why)"))
+    for r, sh in enumerate(shapes):
+        if extra and sh[3] != shapes[0][3]:
+            raise InvalidArgumentError("ring_attention: rank %d passes cu_seqlens of %d offsets, rank 0 of %d: every "
+                                       "rank holds a slice of every sequence of the batch" % (r, sh[3], shapes[0][3]))
+        sh = sh[:3]
         lengths = {t[sd] for t in sh}
-        if len(lengths) != 1 or 0 in lengths:
+        if len(lengths) != 1 or (0 in lengths and not extra):
             raise InvalidArgumentError("ring_attention: rank %d holds q, k, v of shapes %s: each rank's q, k and "
                                        "v must hold the same tokens, at least one" % (r, sh))
-        if other(sh) != other(shapes[0]):
+        if other(sh) != other(shapes[0][:3]):
             raise InvalidArgumentError(
                 "ring_attention: rank %d holds q, k, v of shapes %s, rank 0 of %s: every rank must hold the same "
-                "batch, heads and head_dim" % (r, sh, shapes[0]))
-    return tuple(sh[1:] for sh in shapes)
+                "batch, heads and head_dim" % (r, sh, shapes[0][:3]))
+    return tuple(sh[1:3] for sh in shapes)
 
 
 class _Ring:
@@ -252,7 +296,7 @@ class _Ring:
 
 
 def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0, split="contiguous",
-                   layout="bshd", deterministic=False, return_lse=False, backend="auto"):
+                   layout="bshd", deterministic=False, return_lse=False, backend="auto", cu_seqlens=None):
     """Attention over a sequence split across the ranks of `group` (a
     torch.distributed process group, default the world; NCCL for CUDA
     tensors, gloo for CPU ones), called by every rank with its slice.
@@ -260,7 +304,11 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0
     q [B, S, Hq, D], k/v [B, S, Hkv, D] ('bshd'; 'bhsd': [B, H, S, D]):
     this rank's tokens, as `split` assigns them ('contiguous' or 'zigzag':
     module docstring). Returns this rank's out (q's shape and dtype), and
-    its lse ([B, Hq, S] float32) with return_lse. Differentiable: with
+    its lse ([B, Hq, S] float32) with return_lse. Packed variable-length
+    batches: q [total, Hq, D], k/v [total, Hkv, D] and cu_seqlens (int32,
+    batch + 1 offsets, on q's device), the rank's slice of every sequence,
+    each split as `split` says (module docstring); lse [Hq, total]; layout
+    not used. Differentiable: with
     tensors that require grad, loss.backward() runs the backward ring (every
     rank must run it). causal: over the whole sequence. deterministic: the
     block backward's (results repeat bitwise).
@@ -273,12 +321,13 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0
         raise InvalidArgumentError("split: expected 'contiguous' or 'zigzag', got %r" % (split,))
     if layout not in ("bshd", "bhsd"):
         raise InvalidArgumentError("layout: expected 'bshd' or 'bhsd', got %r" % (layout,))
+    nd = 4 if cu_seqlens is None else 3
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, _torch().Tensor) or x.dim() != 4:
-            raise UnsupportedError("ring_attention: %s must be a 4-D torch tensor (no variable-length or paged "
-                                   "calls across ranks)" % name)
+        if not isinstance(x, _torch().Tensor) or x.dim() != nd:
+            raise UnsupportedError("ring_attention: %s must be a %d-D torch tensor (%s; no paged calls across "
+                                   "ranks)" % (name, nd, "[total, H, D] with cu_seqlens" if nd == 3 else "dense"))
     plan = _Plan(group, dist.get_rank(group), dist.get_world_size(group), split, bool(causal), scale,
-                 float(softcap or 0.0), layout, bool(deterministic), backend, None)
+                 float(softcap or 0.0), layout, bool(deterministic), backend, None, cu_seqlens)
     plan = plan._replace(shapes=_gather_shapes(q, k, v, plan))
     torch = _torch()
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):

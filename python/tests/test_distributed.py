@@ -2,7 +2,8 @@
 rank's out, lse and gradients equal the slice of one flashcore.attention
 call over the whole sequence (and its autograd gradients), for both
 splits, causal or not, GQA, bshd and bhsd, f32 and bf16, ranks of unequal
-lengths, zigzag totals that 2P does not divide (down to an empty chunk);
+lengths, zigzag totals that 2P does not divide (down to an empty chunk),
+packed variable-length batches (sequences shorter than 2P, of one token);
 deterministic reruns repeat bitwise; bad calls raise on every rank.
 Skipped without torch or torch.distributed's gloo backend."""
 
@@ -123,6 +124,66 @@ def _check_case(case, size, rank):
         assert torch.equal(x, y), "%s rank %d: deterministic reruns differ" % (name, rank)
 
 
+# packed variable-length batches: the sequences' whole lengths (one
+# shorter than 2P, one of a single token), and the cases: name, dtype,
+# causal, split
+VARLEN_SEQS = [11, 1, 16, 3]
+VARLEN_CASES = [
+    ("varlen-f32-causal-zigzag", "float32", True, "zigzag"),
+    ("varlen-f32-full-contiguous", "float32", False, "contiguous"),
+    ("varlen-bf16-causal-contiguous", "bfloat16", True, "contiguous"),
+]
+
+
+def _varlen_index(size, rank, split):
+    """The global tokens rank holds, in its local order, and its cu_seqlens."""
+    idx, cu, start = [], [0], 0
+    for n in VARLEN_SEQS:
+        parts = 2 * size if split == "zigzag" else size
+        lens = [n // parts + (c < n % parts) for c in range(parts)]
+        offs = [start + sum(lens[:c]) for c in range(parts)]
+        mine = (rank, 2 * size - 1 - rank) if split == "zigzag" else (rank,)
+        for c in mine:
+            idx.extend(range(offs[c], offs[c] + lens[c]))
+        cu.append(len(idx))
+        start += n
+    return idx, torch.tensor(cu, dtype=torch.int32)
+
+
+def _check_varlen(case, size, rank):
+    import flashcore
+    from flashcore import distributed as fd
+    name, dtype, causal, split = case
+    dt = getattr(torch, dtype)
+    total, H, Hkv, D = sum(VARLEN_SEQS), 4, 2, 16
+    g = torch.Generator().manual_seed(11)
+    q, dout = (torch.randn(total, H, D, generator=g).to(dt) for _ in range(2))
+    k, v = (torch.randn(total, Hkv, D, generator=g).to(dt) for _ in range(2))
+    cu = torch.tensor([0] + [sum(VARLEN_SEQS[:i + 1]) for i in range(len(VARLEN_SEQS))], dtype=torch.int32)
+    opts = dict(causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(VARLEN_SEQS),
+                max_seqlen_k=max(VARLEN_SEQS))
+    want, want_lse = flashcore.attention(q, k, v, return_lse=True, **opts)
+    wq, wk, wv = flashcore.attention_backward(dout, q, k, v, want, want_lse, **opts)
+    idx, cu_local = _varlen_index(size, rank, split)
+    ql, kl, vl = (x[idx].clone().requires_grad_() for x in (q, k, v))
+    out, lse = fd.ring_attention(ql, kl, vl, causal=causal, split=split, cu_seqlens=cu_local, return_lse=True)
+    out.backward(dout[idx])
+    atol, rtol = TOL[dtype]
+    for got, ref, what in ((out, want, "out"), (lse, want_lse[:, idx], "lse"), (ql.grad, wq, "dq"),
+                           (kl.grad, wk, "dk"), (vl.grad, wv, "dv")):
+        ref = ref if what == "lse" else ref[idx]
+        err = (got.float() - ref.float()).abs() - rtol * ref.float().abs()
+        assert err.max().item() <= atol, "%s rank %d: %s off by %.3g" % (name, rank, what, err.max().item())
+    runs = []
+    for _ in range(2):
+        a, b, c = (x[idx].clone().requires_grad_() for x in (q, k, v))
+        o = fd.ring_attention(a, b, c, causal=causal, split=split, cu_seqlens=cu_local, deterministic=True)
+        o.backward(dout[idx])
+        runs.append([o.detach(), a.grad, b.grad, c.grad])
+    for x, y in zip(*runs):
+        assert torch.equal(x, y), "%s rank %d: deterministic reruns differ" % (name, rank)
+
+
 def _worker(rank, size, port, cases, errors):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=size)
@@ -131,6 +192,13 @@ def _worker(rank, size, port, cases, errors):
         from flashcore import distributed as fd
         for case in cases:
             _check_case(case, size, rank)
+        for case in VARLEN_CASES:
+            _check_varlen(case, size, rank)
+        # one rank's cu_seqlens do not end at its tokens: every rank raises
+        q = torch.randn(4, 2, 8)
+        cu = torch.tensor([0, 3 if rank == 1 else 4], dtype=torch.int32)
+        with pytest.raises(flashcore.InvalidArgumentError, match="rank 1"):
+            fd.ring_attention(q, q, q, cu_seqlens=cu)
         # ranks disagree on the heads, or one rank's k holds other tokens
         # than its q: every rank raises (none hangs)
         q = torch.randn(1, 4, 2 + rank, 8)
