@@ -77,8 +77,33 @@ static void help(void)
            CLI_GRAPH_CALLS, CLI_GRAPH_CALLS);
 }
 
+/* The shapes to run, a growing array. */
+typedef struct bench_items {
+    bench_item *v;
+    int n, cap;
+} bench_items;
+
+/* Appends shape s named name; -1 (said why) when out of memory. */
+static int push_item(bench_items *x, const kit_shape *s, const char *name)
+{
+    if (x->n == x->cap) {
+        int nc = x->cap ? x->cap * 2 : 16;
+        bench_item *b = realloc(x->v, (size_t)nc * sizeof(*b));
+        if (!b) {
+            fprintf(stderr, "flashcore bench: out of memory\n");
+            return -1;
+        }
+        x->v = b;
+        x->cap = nc;
+    }
+    bench_item *it = &x->v[x->n++];
+    it->s = *s;
+    snprintf(it->name, sizeof(it->name), "%s", name);
+    return 0;
+}
+
 /* Adds the benchmark shapes named in a comma-separated list. */
-static int add_named(const char *list, bench_item **items, int *n, int *cap)
+static int add_named(const char *list, bench_items *x)
 {
     const char *p = list;
     while (*p) {
@@ -99,19 +124,8 @@ static int add_named(const char *list, bench_item **items, int *n, int *cap)
             fprintf(stderr, "\n");
             return -1;
         }
-        if (*n == *cap) {
-            int nc = *cap ? *cap * 2 : 16;
-            bench_item *b = realloc(*items, (size_t)nc * sizeof(*b));
-            if (!b) {
-                fprintf(stderr, "flashcore bench: out of memory\n");
-                return -1;
-            }
-            *items = b;
-            *cap = nc;
-        }
-        bench_item *it = &(*items)[(*n)++];
-        it->s = cli_shape_from_named(ns);
-        snprintf(it->name, sizeof(it->name), "%s", ns->name);
+        const kit_shape shape = cli_shape_from_named(ns);
+        if (push_item(x, &shape, ns->name)) return -1;
     }
     return 0;
 }
@@ -322,103 +336,120 @@ typedef struct bench_meta {
     int bwd;       /* the pass timed: 0 forward, 1 backward */
 } bench_meta;
 
-static int write_json(const char *path, const bench_meta *m, fc_backend be, const cli_time_opts *o,
-                      const bench_row *rows, int n)
+/* The run's meta object: build, machine, timing method. */
+static void json_meta(kit_jw *w, const bench_meta *m, fc_backend be, const cli_time_opts *o)
 {
-    kit_jw w;
-    kit_jw_init(&w, 1);
-    kit_jw_object_begin(&w);
-    kit_jw_key(&w, "meta");
-    kit_jw_object_begin(&w);
-    kit_jw_kv_string(&w, "tool", "flashcore bench");
-    kit_jw_kv_string(&w, "git_sha", m->git_sha);
-    kit_jw_kv_string(&w, "build_info", fc_build_info());
-    kit_jw_kv_string(&w, "compiler", cli_compiler());
-    kit_jw_kv_string(&w, "library_version", fc_version_string());
-    kit_jw_kv_string(&w, "backend", cli_backend_name(be));
-    kit_jw_kv_string(&w, "pass", m->bwd ? "bwd" : "fwd");
-    kit_jw_kv_int(&w, "cuda_path", m->cuda_path);
-    kit_jw_kv_string(&w, "device_name", m->device);
-    kit_jw_kv_string(&w, "driver", m->driver);
-    kit_jw_kv_string(&w, "cpu_model", m->cpu);
-    kit_jw_kv_int(&w, "threads", m->threads);
-    kit_jw_kv_string(&w, "date", m->date);
-    kit_jw_kv_string(&w, "host", m->host);
-    kit_jw_kv_string(&w, "gpu_before", m->gpu_before);
-    kit_jw_kv_string(&w, "gpu_after", m->gpu_after);
-    kit_jw_key(&w, "timing");
-    kit_jw_object_begin(&w);
-    kit_jw_kv_number(&w, "warmup_ms", o->warmup_ms);
-    kit_jw_kv_int(&w, "iters", o->iters);
-    kit_jw_kv_number(&w, "max_ms", o->max_ms);
-    kit_jw_kv_int(&w, "graph_calls", o->graph ? CLI_GRAPH_CALLS : 0);
-    kit_jw_kv_bool(&w, "flush_l2", o->flush_l2);
-    kit_jw_kv_string(&w, "clock", be == FC_BACKEND_CUDA ? "cuda events" : "clock_gettime(CLOCK_MONOTONIC)");
-    kit_jw_kv_string(&w, "tflops_from", "graph_us when measured, else p50_us");
-    kit_jw_kv_string(&w, "flops", m->bwd ? "2.5 x 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk"
+    kit_jw_key(w, "meta");
+    kit_jw_object_begin(w);
+    kit_jw_kv_string(w, "tool", "flashcore bench");
+    kit_jw_kv_string(w, "git_sha", m->git_sha);
+    kit_jw_kv_string(w, "build_info", fc_build_info());
+    kit_jw_kv_string(w, "compiler", cli_compiler());
+    kit_jw_kv_string(w, "library_version", fc_version_string());
+    kit_jw_kv_string(w, "backend", cli_backend_name(be));
+    kit_jw_kv_string(w, "pass", m->bwd ? "bwd" : "fwd");
+    kit_jw_kv_int(w, "cuda_path", m->cuda_path);
+    kit_jw_kv_string(w, "device_name", m->device);
+    kit_jw_kv_string(w, "driver", m->driver);
+    kit_jw_kv_string(w, "cpu_model", m->cpu);
+    kit_jw_kv_int(w, "threads", m->threads);
+    kit_jw_kv_string(w, "date", m->date);
+    kit_jw_kv_string(w, "host", m->host);
+    kit_jw_kv_string(w, "gpu_before", m->gpu_before);
+    kit_jw_kv_string(w, "gpu_after", m->gpu_after);
+    kit_jw_key(w, "timing");
+    kit_jw_object_begin(w);
+    kit_jw_kv_number(w, "warmup_ms", o->warmup_ms);
+    kit_jw_kv_int(w, "iters", o->iters);
+    kit_jw_kv_number(w, "max_ms", o->max_ms);
+    kit_jw_kv_int(w, "graph_calls", o->graph ? CLI_GRAPH_CALLS : 0);
+    kit_jw_kv_bool(w, "flush_l2", o->flush_l2);
+    kit_jw_kv_string(w, "clock", be == FC_BACKEND_CUDA ? "cuda events" : "clock_gettime(CLOCK_MONOTONIC)");
+    kit_jw_kv_string(w, "tflops_from", "graph_us when measured, else p50_us");
+    kit_jw_kv_string(w, "flops", m->bwd ? "2.5 x 4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk"
                                          : "4*B*Hq*Sq*Sk*D, halved when causal with Sq == Sk");
-    kit_jw_object_end(&w);
-    kit_jw_object_end(&w);
+    kit_jw_object_end(w);
+    kit_jw_object_end(w);
+}
 
-    kit_jw_key(&w, "rows");
-    kit_jw_array_begin(&w);
+/* A row per timed shape. */
+static void json_rows(kit_jw *w, const bench_meta *m, const bench_row *rows, int n)
+{
+    kit_jw_key(w, "rows");
+    kit_jw_array_begin(w);
     for (int i = 0; i < n; i++) {
         const bench_row *r = &rows[i];
         if (r->status != 0) continue;
         const kit_shape *s = &r->it->s;
         char system[48];
         snprintf(system, sizeof(system), "flashcore-%s", cli_backend_name(r->backend));
-        kit_jw_object_begin(&w);
-        kit_jw_kv_string(&w, "shape", r->it->name);
-        kit_jw_kv_string(&w, "system", system);
-        kit_jw_kv_string(&w, "pass", m->bwd ? "bwd" : "fwd");
-        kit_jw_kv_int(&w, "B", s->batch);
-        kit_jw_kv_int(&w, "Hq", s->heads_q);
-        kit_jw_kv_int(&w, "Hkv", s->heads_kv);
-        kit_jw_kv_int(&w, "Sq", s->seqlen_q);
-        kit_jw_kv_int(&w, "Sk", s->seqlen_k);
-        kit_jw_kv_int(&w, "D", s->head_dim);
-        kit_jw_kv_bool(&w, "causal", s->causal);
-        kit_jw_kv_string(&w, "dtype", kit_dtype_name(s->dtype));
-        kit_jw_kv_int(&w, "page_size", s->page_size); /* 0: dense k/v */
-        kit_jw_kv_int(&w, "append", s->append);       /* keys appended per sequence */
-        kit_jw_kv_string(&w, "kv_dtype", kit_dtype_name(kit_kv_dtype(s)));
-        kit_jw_kv_string(&w, "backend", cli_backend_name(r->backend));
-        kit_jw_kv_string(&w, "kernel", r->info.name);
-        kit_jw_kv_int(&w, "num_splits", r->info.num_splits);
+        kit_jw_object_begin(w);
+        kit_jw_kv_string(w, "shape", r->it->name);
+        kit_jw_kv_string(w, "system", system);
+        kit_jw_kv_string(w, "pass", m->bwd ? "bwd" : "fwd");
+        kit_jw_kv_int(w, "B", s->batch);
+        kit_jw_kv_int(w, "Hq", s->heads_q);
+        kit_jw_kv_int(w, "Hkv", s->heads_kv);
+        kit_jw_kv_int(w, "Sq", s->seqlen_q);
+        kit_jw_kv_int(w, "Sk", s->seqlen_k);
+        kit_jw_kv_int(w, "D", s->head_dim);
+        kit_jw_kv_bool(w, "causal", s->causal);
+        kit_jw_kv_string(w, "dtype", kit_dtype_name(s->dtype));
+        kit_jw_kv_int(w, "page_size", s->page_size); /* 0: dense k/v */
+        kit_jw_kv_int(w, "append", s->append);       /* keys appended per sequence */
+        kit_jw_kv_string(w, "kv_dtype", kit_dtype_name(kit_kv_dtype(s)));
+        kit_jw_kv_string(w, "backend", cli_backend_name(r->backend));
+        kit_jw_kv_string(w, "kernel", r->info.name);
+        kit_jw_kv_int(w, "num_splits", r->info.num_splits);
         if (m->bwd) { /* the kit's cases: the default mode; the scratch the library allocated */
-            kit_jw_kv_bool(&w, "deterministic", 0);
-            kit_jw_kv_int(&w, "workspace_bytes", r->info.workspace_bytes);
+            kit_jw_kv_bool(w, "deterministic", 0);
+            kit_jw_kv_int(w, "workspace_bytes", r->info.workspace_bytes);
         }
-        kit_jw_kv_number(&w, "flops", pass_flops(s, m->bwd));
-        kit_jw_kv_number(&w, "p50_us", round_to(r->t.p50_us, 1e-3));
-        kit_jw_kv_number(&w, "p90_us", round_to(r->t.p90_us, 1e-3));
-        kit_jw_kv_number(&w, "mean_us", round_to(r->t.mean_us, 1e-3));
-        kit_jw_kv_number(&w, "std_us", round_to(r->t.std_us, 1e-3));
-        kit_jw_kv_number(&w, "min_us", round_to(r->t.min_us, 1e-3));
-        kit_jw_kv_number(&w, "graph_us", round_to(r->t.graph_us, 1e-3)); /* null when not measured */
-        if (!isfinite(r->t.graph_us)) kit_jw_kv_string(&w, "graph_note", r->t.graph_note);
+        kit_jw_kv_number(w, "flops", pass_flops(s, m->bwd));
+        kit_jw_kv_number(w, "p50_us", round_to(r->t.p50_us, 1e-3));
+        kit_jw_kv_number(w, "p90_us", round_to(r->t.p90_us, 1e-3));
+        kit_jw_kv_number(w, "mean_us", round_to(r->t.mean_us, 1e-3));
+        kit_jw_kv_number(w, "std_us", round_to(r->t.std_us, 1e-3));
+        kit_jw_kv_number(w, "min_us", round_to(r->t.min_us, 1e-3));
+        kit_jw_kv_number(w, "graph_us", round_to(r->t.graph_us, 1e-3)); /* null when not measured */
+        if (!isfinite(r->t.graph_us)) kit_jw_kv_string(w, "graph_note", r->t.graph_note);
         /* host time inside the call, medians (null on the CPU) */
-        kit_jw_kv_number(&w, "host_us", round_to(r->t.host.total_us, 1e-3));
-        kit_jw_kv_number(&w, "host_check_us", round_to(r->t.host.check_us, 1e-3));
-        kit_jw_kv_number(&w, "host_select_us", round_to(r->t.host.select_us, 1e-3));
-        kit_jw_kv_number(&w, "host_launch_us", round_to(r->t.host.launch_us, 1e-3));
-        kit_jw_kv_number(&w, "tflops", round_to(r->tflops, 1e-6));
-        kit_jw_kv_int(&w, "iters", r->t.iters);
-        kit_jw_object_end(&w);
+        kit_jw_kv_number(w, "host_us", round_to(r->t.host.total_us, 1e-3));
+        kit_jw_kv_number(w, "host_check_us", round_to(r->t.host.check_us, 1e-3));
+        kit_jw_kv_number(w, "host_select_us", round_to(r->t.host.select_us, 1e-3));
+        kit_jw_kv_number(w, "host_launch_us", round_to(r->t.host.launch_us, 1e-3));
+        kit_jw_kv_number(w, "tflops", round_to(r->tflops, 1e-6));
+        kit_jw_kv_int(w, "iters", r->t.iters);
+        kit_jw_object_end(w);
     }
-    kit_jw_array_end(&w);
-    kit_jw_key(&w, "not_timed");
-    kit_jw_array_begin(&w);
+    kit_jw_array_end(w);
+}
+
+/* The shapes skipped or failed, and why. */
+static void json_not_timed(kit_jw *w, const bench_row *rows, int n)
+{
+    kit_jw_key(w, "not_timed");
+    kit_jw_array_begin(w);
     for (int i = 0; i < n; i++) {
         if (rows[i].status == 0) continue;
-        kit_jw_object_begin(&w);
-        kit_jw_kv_string(&w, "shape", rows[i].it->name);
-        kit_jw_kv_string(&w, "status", rows[i].status == 1 ? "skipped" : "failed");
-        kit_jw_kv_string(&w, "reason", rows[i].note);
-        kit_jw_object_end(&w);
+        kit_jw_object_begin(w);
+        kit_jw_kv_string(w, "shape", rows[i].it->name);
+        kit_jw_kv_string(w, "status", rows[i].status == 1 ? "skipped" : "failed");
+        kit_jw_kv_string(w, "reason", rows[i].note);
+        kit_jw_object_end(w);
     }
-    kit_jw_array_end(&w);
+    kit_jw_array_end(w);
+}
+
+static int write_json(const char *path, const bench_meta *m, fc_backend be, const cli_time_opts *o,
+                      const bench_row *rows, int n)
+{
+    kit_jw w;
+    kit_jw_init(&w, 1);
+    kit_jw_object_begin(&w);
+    json_meta(&w, m, be, o);
+    json_rows(&w, m, rows, n);
+    json_not_timed(&w, rows, n);
     kit_jw_object_end(&w);
 
     const char *doc = kit_jw_result(&w);
@@ -438,214 +469,271 @@ static int write_json(const char *path, const bench_meta *m, fc_backend be, cons
     return 0;
 }
 
-int cli_bench(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct bench_opts {
+    fc_backend backend;
+    long long iters, threads, cuda_path, page, append;
+    fc_dtype kv8; /* --kv-dtype: an FP8 K/V cache (0: none) */
+    double warmup_ms, max_ms, cpu_budget_g;
+    int all, force, graph, flush_l2, have_dtype, list, bwd;
+    fc_dtype dtype;
+    const char *json;
+} bench_opts;
+
+/* A valueless switch: *hit 1 if arg is one (-1: it was given a value). */
+static int parse_switch(cli_args *a, const char *arg, bench_opts *o, int *hit)
 {
-    fc_backend backend = FC_BACKEND_AUTO;
-    long long iters = -1, threads = 0, cuda_path = 0, page = 0, append = 0;
-    fc_dtype kv8 = (fc_dtype)0; /* --kv-dtype: an FP8 K/V cache (0: none) */
-    double warmup_ms = -1, max_ms = 3000, cpu_budget_g = 20;
-    int all = 0, force = 0, graph = 1, flush_l2 = 0, have_dtype = 0, list = 0, bwd = 0;
-    fc_dtype dtype = FC_DTYPE_F16;
-    const char *json = NULL;
-    bench_item *items = NULL;
-    bench_row *rows = NULL;
-    int n = 0, cap = 0, rc = CLI_EXIT_USAGE;
+    const struct {
+        const char *name;
+        int *field, value;
+    } sw[] = {{"--all", &o->all, 1},     {"--bwd", &o->bwd, 1},        {"--list", &o->list, 1},
+              {"--force", &o->force, 1}, {"--no-graph", &o->graph, 0}, {"--flush-l2", &o->flush_l2, 1}};
+    for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
+        if (cli_is(a, arg, sw[i].name)) {
+            *hit = 1;
+            if (cli_no_value(a, arg)) return -1;
+            *sw[i].field = sw[i].value;
+            return 0;
+        }
+    return 0;
+}
+
+/* A numeric option, range-checked: *hit 1 if arg is one. */
+static int parse_number(cli_args *a, const char *arg, bench_opts *o, int *hit)
+{
+    const struct {
+        const char *name;
+        double *field, lo, hi;
+    } dbl[] = {{"--warmup-ms", &o->warmup_ms, 0, 600000},
+               {"--max-ms", &o->max_ms, 1, 3600000},
+               {"--cpu-budget", &o->cpu_budget_g, 0, 1e9}};
+    /* (fc_context_set_cuda_path says which --cuda-path values are paths) */
+    const struct {
+        const char *name;
+        long long *field, lo, hi;
+    } ints[] = {{"--iters", &o->iters, 1, 10000000}, {"--threads", &o->threads, 0, 4096},
+                {"--cuda-path", &o->cuda_path, 0, 90}, {"--page-size", &o->page, 1, 1 << 20},
+                {"--append", &o->append, 1, 1 << 16}};
+    *hit = 1;
+    for (size_t i = 0; i < sizeof dbl / sizeof dbl[0]; i++)
+        if (cli_is(a, arg, dbl[i].name)) return cli_double(a, arg, dbl[i].lo, dbl[i].hi, dbl[i].field);
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (cli_is(a, arg, ints[i].name)) return cli_int(a, arg, ints[i].lo, ints[i].hi, ints[i].field);
+    *hit = 0;
+    return 0;
+}
+
+/* An option with a string value: *hit 1 if arg is one; -1 on a bad one
+ * (*rc: the exit status). */
+static int parse_valued(cli_args *a, const char *arg, bench_opts *o, bench_items *x, int *hit, int *rc)
+{
+    const char *v;
+    *hit = 1;
+    if (cli_is(a, arg, "--shape")) return (v = cli_value(a, arg)) && !add_named(v, x) ? 0 : -1;
+    if (cli_is(a, arg, "--backend")) return (v = cli_value(a, arg)) && !cli_parse_backend("bench", v, &o->backend) ? 0 : -1;
+    if (cli_is(a, arg, "--json")) return (o->json = cli_value(a, arg)) ? 0 : -1;
+    if (cli_is(a, arg, "--custom")) {
+        kit_shape s;
+        char name[96];
+        if (!(v = cli_value(a, arg)) || cli_parse_custom("bench", v, &s, name, sizeof(name))) return -1;
+        if (!push_item(x, &s, name)) return 0;
+        *rc = CLI_EXIT_FAIL;
+        return -1;
+    }
+    if (cli_is(a, arg, "--dtype")) {
+        if (!(v = cli_value(a, arg))) return -1;
+        if (kit_dtype_parse(v, &o->dtype)) {
+            fprintf(stderr, "flashcore bench: --dtype: expected f32, f16 or bf16, got '%s'\n", v);
+            return -1;
+        }
+        o->have_dtype = 1;
+        return 0;
+    }
+    if (cli_is(a, arg, "--kv-dtype")) {
+        if (!(v = cli_value(a, arg))) return -1;
+        if (strcmp(v, "e4m3") && strcmp(v, "e5m2")) {
+            fprintf(stderr, "flashcore bench: --kv-dtype: expected e4m3 or e5m2, got '%s'\n", v);
+            return -1;
+        }
+        o->kv8 = strcmp(v, "e4m3") ? FC_DTYPE_E5M2 : FC_DTYPE_E4M3;
+        return 0;
+    }
+    *hit = 0;
+    return 0;
+}
+
+/* The command line into o and x. 0, or -1 with *rc the exit status
+ * (--help: CLI_EXIT_OK). */
+static int parse_args(int argc, char **argv, bench_opts *o, bench_items *x, int *rc)
+{
     cli_args a;
     cli_args_init(&a, "bench", argc, argv);
+    *rc = CLI_EXIT_USAGE;
     for (const char *arg; (arg = cli_next(&a));) {
+        int hit = 0;
         if (cli_is(&a, arg, "--help") || cli_is(&a, arg, "-h")) {
             help();
-            rc = CLI_EXIT_OK;
-            goto out;
-        } else if (cli_is(&a, arg, "--shape")) {
-            const char *v = cli_value(&a, arg);
-            if (!v || add_named(v, &items, &n, &cap)) goto out;
-        } else if (cli_is(&a, arg, "--custom")) {
-            const char *v = cli_value(&a, arg);
-            if (!v) goto out;
-            kit_shape s;
-            char name[96];
-            if (cli_parse_custom("bench", v, &s, name, sizeof(name))) goto out;
-            if (n == cap) {
-                int nc = cap ? cap * 2 : 16;
-                bench_item *b = realloc(items, (size_t)nc * sizeof(*b));
-                if (!b) {
-                    fprintf(stderr, "flashcore bench: out of memory\n");
-                    rc = CLI_EXIT_FAIL;
-                    goto out;
-                }
-                items = b;
-                cap = nc;
-            }
-            items[n].s = s;
-            snprintf(items[n].name, sizeof(items[n].name), "%s", name);
-            n++;
-        } else if (cli_is(&a, arg, "--all")) {
-            if (cli_no_value(&a, arg)) goto out;
-            all = 1;
-        } else if (cli_is(&a, arg, "--bwd")) {
-            if (cli_no_value(&a, arg)) goto out;
-            bwd = 1;
-        } else if (cli_is(&a, arg, "--list")) {
-            if (cli_no_value(&a, arg)) goto out;
-            list = 1;
-        } else if (cli_is(&a, arg, "--force")) {
-            if (cli_no_value(&a, arg)) goto out;
-            force = 1;
-        } else if (cli_is(&a, arg, "--no-graph")) {
-            if (cli_no_value(&a, arg)) goto out;
-            graph = 0;
-        } else if (cli_is(&a, arg, "--flush-l2")) {
-            if (cli_no_value(&a, arg)) goto out;
-            flush_l2 = 1;
-        } else if (cli_is(&a, arg, "--backend")) {
-            const char *v = cli_value(&a, arg);
-            if (!v || cli_parse_backend("bench", v, &backend)) goto out;
-        } else if (cli_is(&a, arg, "--dtype")) {
-            const char *v = cli_value(&a, arg);
-            if (!v) goto out;
-            if (kit_dtype_parse(v, &dtype)) {
-                fprintf(stderr, "flashcore bench: --dtype: expected f32, f16 or bf16, got '%s'\n", v);
-                goto out;
-            }
-            have_dtype = 1;
-        } else if (cli_is(&a, arg, "--warmup-ms")) {
-            if (cli_double(&a, arg, 0, 600000, &warmup_ms)) goto out;
-        } else if (cli_is(&a, arg, "--max-ms")) {
-            if (cli_double(&a, arg, 1, 3600000, &max_ms)) goto out;
-        } else if (cli_is(&a, arg, "--cpu-budget")) {
-            if (cli_double(&a, arg, 0, 1e9, &cpu_budget_g)) goto out;
-        } else if (cli_is(&a, arg, "--iters")) {
-            if (cli_int(&a, arg, 1, 10000000, &iters)) goto out;
-        } else if (cli_is(&a, arg, "--threads")) {
-            if (cli_int(&a, arg, 0, 4096, &threads)) goto out;
-        } else if (cli_is(&a, arg, "--cuda-path")) {
-            /* (fc_context_set_cuda_path says which values are paths) */
-            if (cli_int(&a, arg, 0, 90, &cuda_path)) goto out;
-        } else if (cli_is(&a, arg, "--page-size")) {
-            if (cli_int(&a, arg, 1, 1 << 20, &page)) goto out;
-        } else if (cli_is(&a, arg, "--append")) {
-            if (cli_int(&a, arg, 1, 1 << 16, &append)) goto out;
-        } else if (cli_is(&a, arg, "--kv-dtype")) {
-            const char *v = cli_value(&a, arg);
-            if (!v) goto out;
-            if (strcmp(v, "e4m3") && strcmp(v, "e5m2")) {
-                fprintf(stderr, "flashcore bench: --kv-dtype: expected e4m3 or e5m2, got '%s'\n", v);
-                goto out;
-            }
-            kv8 = strcmp(v, "e4m3") ? FC_DTYPE_E5M2 : FC_DTYPE_E4M3;
-        } else if (cli_is(&a, arg, "--json")) {
-            if (!(json = cli_value(&a, arg))) goto out;
-        } else {
-            rc = cli_unknown(&a, arg);
-            goto out;
+            *rc = CLI_EXIT_OK;
+            return -1;
+        }
+        if (parse_switch(&a, arg, o, &hit) || (!hit && parse_number(&a, arg, o, &hit)) ||
+            (!hit && parse_valued(&a, arg, o, x, &hit, rc)))
+            return -1;
+        if (!hit) {
+            *rc = cli_unknown(&a, arg);
+            return -1;
         }
     }
-    if (list) {
-        print_list(bwd);
-        rc = CLI_EXIT_OK;
-        goto out;
-    }
-    if (all || n == 0) {
+    return 0;
+}
+
+/* The shapes the options select, with their dtype, paged cache, FP8 K/V
+ * cache or append step; -1 (said why) on options that do not go together. */
+static int finish_items(const bench_opts *o, bench_items *x)
+{
+    if (o->all || x->n == 0)
         for (int i = 0; i < cli_num_bench_shapes; i++)
-            if ((cli_bench_shapes[i].sets & (bwd ? CLI_SET_BWD : CLI_SET_FWD)) &&
-                add_named(cli_bench_shapes[i].name, &items, &n, &cap))
-                goto out;
-    }
-    if (have_dtype)
-        for (int i = 0; i < n; i++) items[i].s.dtype = dtype;
-    if ((page || append || kv8) && bwd) {
+            if ((cli_bench_shapes[i].sets & (o->bwd ? CLI_SET_BWD : CLI_SET_FWD)) &&
+                add_named(cli_bench_shapes[i].name, x))
+                return -1;
+    if (o->have_dtype)
+        for (int i = 0; i < x->n; i++) x->v[i].s.dtype = o->dtype;
+    if ((o->page || o->append || o->kv8) && o->bwd) {
         fprintf(stderr, "flashcore bench: --%s: the backward takes no %s (forward only)\n",
-                page ? "page-size" : append ? "append" : "kv-dtype",
-                page ? "paged cache" : append ? "append step" : "FP8 k/v");
-        goto out;
+                o->page ? "page-size" : o->append ? "append" : "kv-dtype",
+                o->page ? "paged cache" : o->append ? "append step" : "FP8 k/v");
+        return -1;
     }
-    if (kv8 && append) {
+    if (o->kv8 && o->append) {
         fprintf(stderr, "flashcore bench: --kv-dtype with --append: the append writes no FP8 cache\n");
-        goto out;
+        return -1;
     }
-    for (int i = 0; kv8 && i < n; i++) kv8_item(&items[i], kv8);
-    for (int i = 0; page && i < n; i++) page_item(&items[i], (int)page);
-    for (int i = 0; append && i < n; i++) append_item(&items[i], (int)append);
+    for (int i = 0; o->kv8 && i < x->n; i++) kv8_item(&x->v[i], o->kv8);
+    for (int i = 0; o->page && i < x->n; i++) page_item(&x->v[i], (int)o->page);
+    for (int i = 0; o->append && i < x->n; i++) append_item(&x->v[i], (int)o->append);
+    return 0;
+}
 
-    rc = CLI_EXIT_FAIL;
-    fc_context *ctx = cli_context("bench", (int)threads);
-    if (!ctx) goto out;
-    fc_backend be = cli_resolve_backend(backend);
-    if (cli_require_backend("bench", ctx, be)) {
+/* A context for the options' threads, backend (*be) and CUDA path; NULL
+ * (said why) on failure. */
+static fc_context *open_context(const bench_opts *o, fc_backend *be)
+{
+    fc_context *ctx = cli_context("bench", (int)o->threads);
+    if (!ctx) return NULL;
+    *be = cli_resolve_backend(o->backend);
+    if (cli_require_backend("bench", ctx, *be)) {
         fc_context_free(ctx);
-        goto out;
+        return NULL;
     }
-    if (fc_context_set_cuda_path(ctx, (int)cuda_path) != FC_OK) {
-        fprintf(stderr, "flashcore bench: --cuda-path %lld: %s\n", cuda_path, fc_last_error(ctx));
+    if (fc_context_set_cuda_path(ctx, (int)o->cuda_path) != FC_OK) {
+        fprintf(stderr, "flashcore bench: --cuda-path %lld: %s\n", o->cuda_path, fc_last_error(ctx));
         fc_context_free(ctx);
-        goto out;
+        return NULL;
     }
-    int cuda = be == FC_BACKEND_CUDA;
-    cli_time_opts o = {
-        .warmup_ms = warmup_ms >= 0 ? warmup_ms : (cuda ? 1000 : 100),
-        .iters = iters > 0 ? (int)iters : (cuda ? 200 : 10),
-        .max_ms = max_ms,
-        .graph = cuda && graph,
-        .flush_l2 = cuda && flush_l2,
-    };
+    return ctx;
+}
 
-    bench_meta m;
-    memset(&m, 0, sizeof(m));
-    cli_git_sha(m.git_sha, sizeof(m.git_sha));
-    cli_cpu_model(m.cpu, sizeof(m.cpu));
-    cli_hostname(m.host, sizeof(m.host));
-    cli_utc_now_iso8601(m.date, sizeof(m.date));
-    m.threads = threads ? (int)threads : cli_online_cpus();
-    m.cuda_path = (int)cuda_path;
-    m.bwd = bwd;
+/* The build, machine and device the run is taken on. */
+static void fill_meta(fc_context *ctx, const bench_opts *o, int cuda, bench_meta *m)
+{
+    memset(m, 0, sizeof(*m));
+    cli_git_sha(m->git_sha, sizeof(m->git_sha));
+    cli_cpu_model(m->cpu, sizeof(m->cpu));
+    cli_hostname(m->host, sizeof(m->host));
+    cli_utc_now_iso8601(m->date, sizeof(m->date));
+    m->threads = o->threads ? (int)o->threads : cli_online_cpus();
+    m->cuda_path = (int)o->cuda_path;
+    m->bwd = o->bwd;
     if (cuda) {
-        if (fc_cuda_device_info(ctx, m.device, sizeof(m.device)) != FC_OK)
-            snprintf(m.device, sizeof(m.device), "%s", fc_last_error(ctx));
+        if (fc_cuda_device_info(ctx, m->device, sizeof(m->device)) != FC_OK)
+            snprintf(m->device, sizeof(m->device), "%s", fc_last_error(ctx));
         char name[256];
-        cli_cuda_describe(name, sizeof(name), m.driver, sizeof(m.driver));
-        cli_gpu_clock_temp(m.gpu_before, sizeof(m.gpu_before));
+        cli_cuda_describe(name, sizeof(name), m->driver, sizeof(m->driver));
+        cli_gpu_clock_temp(m->gpu_before, sizeof(m->gpu_before));
     } else {
-        snprintf(m.device, sizeof(m.device), "cpu: %s", m.cpu);
-        snprintf(m.driver, sizeof(m.driver), "none");
+        snprintf(m->device, sizeof(m->device), "cpu: %s", m->cpu);
+        snprintf(m->driver, sizeof(m->driver), "none");
     }
+}
 
-    printf("flashcore %s bench%s: %s, %s, git %s\n", fc_version_string(), bwd ? " (backward)" : "",
-           cli_backend_name(be), m.device, m.git_sha);
-    if (m.gpu_before[0]) printf("gpu before: %s\n", m.gpu_before);
-    printf("%-18s %-36s %10s %10s %10s %8s %10s %8s %9s %6s\n", "shape", "backend/kernel", "p50_us", "p90_us", "mean_us",
-           "std_us", "graph_us", "host_us", "TFLOP/s", "iters");
-    rows = calloc((size_t)n, sizeof(*rows));
-    if (!rows) {
-        fprintf(stderr, "flashcore bench: out of memory\n");
-        fc_context_free(ctx);
-        goto out;
-    }
+/* Every shape, a row each, printed as it finishes; the failures. */
+static int run_all(fc_context *ctx, const bench_items *x, fc_backend be, const bench_opts *o, const cli_time_opts *t,
+                   bench_row *rows)
+{
     int failed = 0;
-    for (int i = 0; i < n; i++) {
-        cli_progress(i + 1, n, items[i].name);
+    for (int i = 0; i < x->n; i++) {
+        cli_progress(i + 1, x->n, x->v[i].name);
         /* one profiler range per shape, named for it (nsys/ncu timelines) */
-        CLI_RANGE_PUSH(items[i].name);
-        run_one(ctx, &items[i], be, bwd, &o, cpu_budget_g * 1e9, force, &rows[i]);
+        CLI_RANGE_PUSH(x->v[i].name);
+        run_one(ctx, &x->v[i], be, o->bwd, t, o->cpu_budget_g * 1e9, o->force, &rows[i]);
         CLI_RANGE_POP();
         cli_progress_done();
         print_row(&rows[i]);
         fflush(stdout);
         if (rows[i].status == 2) failed++;
     }
+    return failed;
+}
+
+/* Times the shapes on the context's backend be; the exit status. */
+static int bench_run(fc_context *ctx, fc_backend be, const bench_opts *o, const bench_items *x)
+{
+    const int cuda = be == FC_BACKEND_CUDA;
+    const cli_time_opts t = {
+        .warmup_ms = o->warmup_ms >= 0 ? o->warmup_ms : (cuda ? 1000 : 100),
+        .iters = o->iters > 0 ? (int)o->iters : (cuda ? 200 : 10),
+        .max_ms = o->max_ms,
+        .graph = cuda && o->graph,
+        .flush_l2 = cuda && o->flush_l2,
+    };
+    bench_meta m;
+    fill_meta(ctx, o, cuda, &m);
+    printf("flashcore %s bench%s: %s, %s, git %s\n", fc_version_string(), o->bwd ? " (backward)" : "",
+           cli_backend_name(be), m.device, m.git_sha);
+    if (m.gpu_before[0]) printf("gpu before: %s\n", m.gpu_before);
+    printf("%-18s %-36s %10s %10s %10s %8s %10s %8s %9s %6s\n", "shape", "backend/kernel", "p50_us", "p90_us", "mean_us",
+           "std_us", "graph_us", "host_us", "TFLOP/s", "iters");
+    bench_row *rows = calloc((size_t)x->n, sizeof(*rows));
+    if (!rows) {
+        fprintf(stderr, "flashcore bench: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    const int failed = run_all(ctx, x, be, o, &t, rows);
     if (cuda) {
         cli_gpu_clock_temp(m.gpu_after, sizeof(m.gpu_after));
         if (m.gpu_after[0]) printf("gpu after: %s\n", m.gpu_after);
     }
     cli_cuda_release_scratch();
-    fc_context_free(ctx);
-    rc = failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-    if (json) {
-        if (write_json(json, &m, be, &o, rows, n)) rc = CLI_EXIT_FAIL;
-        else printf("wrote %s\n", json);
+    int rc = failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    if (o->json) {
+        if (write_json(o->json, &m, be, &t, rows, x->n)) rc = CLI_EXIT_FAIL;
+        else printf("wrote %s\n", o->json);
     }
-out:
     free(rows);
-    free(items);
+    return rc;
+}
+
+int cli_bench(int argc, char **argv)
+{
+    bench_opts o = {.backend = FC_BACKEND_AUTO, .iters = -1, .warmup_ms = -1, .max_ms = 3000, .cpu_budget_g = 20,
+                    .graph = 1, .dtype = FC_DTYPE_F16};
+    bench_items x = {NULL, 0, 0};
+    int rc = CLI_EXIT_USAGE;
+    if (parse_args(argc, argv, &o, &x, &rc)) goto out;
+    if (o.list) {
+        print_list(o.bwd);
+        rc = CLI_EXIT_OK;
+        goto out;
+    }
+    rc = CLI_EXIT_USAGE;
+    if (finish_items(&o, &x)) goto out;
+    rc = CLI_EXIT_FAIL;
+    fc_backend be;
+    fc_context *ctx = open_context(&o, &be);
+    if (!ctx) goto out;
+    rc = bench_run(ctx, be, &o, &x);
+    fc_context_free(ctx);
+out:
+    free(x.v);
     return rc;
 }

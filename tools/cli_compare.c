@@ -146,78 +146,74 @@ static void cell_x(char *buf, size_t n, double v)
     else snprintf(buf, n, "%.2fx", v);
 }
 
-int cli_compare(int argc, char **argv)
+/* The command line: two bench files, an optional system of each. */
+typedef struct compare_opts {
+    const char *path[2];
+    const char *sys_a, *sys_b;
+} compare_opts;
+
+/* 0, or -1 with *rc the exit status (--help: CLI_EXIT_OK). */
+static int parse_args(int argc, char **argv, compare_opts *o, int *rc)
 {
-    const char *path[2] = {NULL, NULL};
-    const char *sys_a = NULL, *sys_b = NULL;
     int npaths = 0;
     cli_args a;
     cli_args_init(&a, "compare", argc, argv);
+    *rc = CLI_EXIT_USAGE;
     for (const char *arg; (arg = cli_next(&a));) {
         if (cli_is(&a, arg, "--help") || cli_is(&a, arg, "-h")) {
             help();
-            return CLI_EXIT_OK;
+            *rc = CLI_EXIT_OK;
+            return -1;
         } else if (cli_is(&a, arg, "--system-a")) {
-            if (!(sys_a = cli_value(&a, arg))) return CLI_EXIT_USAGE;
+            if (!(o->sys_a = cli_value(&a, arg))) return -1;
         } else if (cli_is(&a, arg, "--system-b")) {
-            if (!(sys_b = cli_value(&a, arg))) return CLI_EXIT_USAGE;
+            if (!(o->sys_b = cli_value(&a, arg))) return -1;
         } else if (arg[0] == '-' && arg[1] != '\0') {
-            return cli_unknown(&a, arg);
+            *rc = cli_unknown(&a, arg);
+            return -1;
         } else if (npaths < 2) {
-            path[npaths++] = arg;
+            o->path[npaths++] = arg;
         } else {
             fprintf(stderr, "flashcore compare: expected two files, got a third: '%s'\n", arg);
-            return CLI_EXIT_USAGE;
+            return -1;
         }
     }
-    if (npaths != 2) {
-        fprintf(stderr, "flashcore compare: expected two bench files: flashcore compare A.json B.json\n");
-        return CLI_EXIT_USAGE;
-    }
+    if (npaths == 2) return 0;
+    fprintf(stderr, "flashcore compare: expected two bench files: flashcore compare A.json B.json\n");
+    return -1;
+}
 
-    kit_bench_file F[2];
-    char err[600];
-    memset(F, 0, sizeof(F));
-    for (int k = 0; k < 2; k++) {
-        if (kit_bench_file_read(path[k], &F[k], err, sizeof(err))) {
-            fprintf(stderr, "flashcore compare: %s\n", err);
-            kit_bench_file_free(&F[0]);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    const kit_bench_file *A = &F[0], *B = &F[1];
-    int rc = CLI_EXIT_FAIL;
-    int *pair = NULL;
-    char *used_a = NULL;
-    if (sys_a && !has_system(A, sys_a)) {
-        fprintf(stderr, "flashcore compare: --system-a '%s': no such system in %s\n", sys_a, path[0]);
+/* The picked systems exist; a side without a pick holds one row per shape
+ * where the other side's system was picked. -1 (said why) if not. */
+static int check_systems(const kit_bench_file *A, const kit_bench_file *B, const compare_opts *o)
+{
+    if (o->sys_a && !has_system(A, o->sys_a)) {
+        fprintf(stderr, "flashcore compare: --system-a '%s': no such system in %s\n", o->sys_a, o->path[0]);
         list_systems("A", A);
-        rc = CLI_EXIT_USAGE;
-        goto out;
+        return -1;
     }
-    if (sys_b && !has_system(B, sys_b)) {
-        fprintf(stderr, "flashcore compare: --system-b '%s': no such system in %s\n", sys_b, path[1]);
+    if (o->sys_b && !has_system(B, o->sys_b)) {
+        fprintf(stderr, "flashcore compare: --system-b '%s': no such system in %s\n", o->sys_b, o->path[1]);
         list_systems("B", B);
-        rc = CLI_EXIT_USAGE;
-        goto out;
+        return -1;
     }
-    pair = malloc((size_t)(B->n > 0 ? B->n : 1) * sizeof(int));
-    used_a = calloc((size_t)(A->n > 0 ? A->n : 1), 1);
-    if (!pair || !used_a) {
-        fprintf(stderr, "flashcore compare: out of memory\n");
-        goto out;
-    }
-    /* systems must agree unless the user picked them; a side without a pick
-     * must then be unambiguous (one row per shape) */
-    int match_system = !sys_a && !sys_b;
-    if (!match_system && ((!sys_a && has_duplicate_shapes(A, NULL)) || (!sys_b && has_duplicate_shapes(B, NULL)))) {
+    const int picked = o->sys_a || o->sys_b;
+    if (picked && ((!o->sys_a && has_duplicate_shapes(A, NULL)) || (!o->sys_b && has_duplicate_shapes(B, NULL)))) {
         fprintf(stderr, "flashcore compare: %s holds several systems per shape: pick one with %s\n",
-                !sys_a ? path[0] : path[1], !sys_a ? "--system-a" : "--system-b");
-        list_systems(!sys_a ? "A" : "B", !sys_a ? A : B);
-        rc = CLI_EXIT_USAGE;
-        goto out;
+                !o->sys_a ? o->path[0] : o->path[1], !o->sys_a ? "--system-a" : "--system-b");
+        list_systems(!o->sys_a ? "A" : "B", !o->sys_a ? A : B);
+        return -1;
     }
-    int npairs = 0;
+    return 0;
+}
+
+/* pair[j]: the row of A that B's row j pairs with (-1: none). Systems
+ * must agree unless picked; where no (shape, system) pair exists, the
+ * shapes alone, if each file holds one system per shape. The pairs found,
+ * or -1 (said why) when the files need a pick. */
+static int pair_rows(const kit_bench_file *A, const kit_bench_file *B, const compare_opts *o, int *pair)
+{
+    int match_system = !o->sys_a && !o->sys_b, npairs = 0;
     for (int pass = 0; pass < 2 && npairs == 0; pass++) {
         if (pass == 1) {
             if (!match_system) break;
@@ -227,33 +223,24 @@ int cli_compare(int argc, char **argv)
                         "systems per shape: pick them with --system-a / --system-b\n");
                 list_systems("A", A);
                 list_systems("B", B);
-                rc = CLI_EXIT_USAGE;
-                goto out;
+                return -1;
             }
             match_system = 0;
         }
         for (int j = 0; j < B->n; j++) {
             pair[j] = -1;
-            if (sys_b && strcmp(B->rows[j].system, sys_b) != 0) continue;
-            pair[j] = find_pair(A, sys_a, &B->rows[j], match_system);
+            if (o->sys_b && strcmp(B->rows[j].system, o->sys_b) != 0) continue;
+            pair[j] = find_pair(A, o->sys_a, &B->rows[j], match_system);
             if (pair[j] >= 0) npairs++;
         }
     }
-    if (npairs == 0) {
-        if (A->n && B->n && !(passes_of(A) & passes_of(B)))
-            fprintf(stderr, "flashcore compare: %s times the %s and %s the %s: rows pair within a pass\n", path[0],
-                    passes_of(A) == 2 ? "backward" : "forward", path[1], passes_of(B) == 2 ? "backward" : "forward");
-        else
-            fprintf(stderr, "flashcore compare: no shape of %s matches one of %s\n", path[1], path[0]);
-        goto out;
-    }
+    return npairs;
+}
 
-    int any_graph = 0;
-    for (int j = 0; j < B->n; j++)
-        if (pair[j] >= 0 && isfinite(A->rows[pair[j]].graph_us) && isfinite(B->rows[j].graph_us)) any_graph = 1;
-
-    printf("A: %s%s%s%s%s\nB: %s%s%s%s%s\n\n", path[0], A->device[0] ? " (" : "", A->device,
-           A->device[0] ? ")" : "", pass_label(A), path[1], B->device[0] ? " (" : "", B->device,
+static void print_header(const kit_bench_file *A, const kit_bench_file *B, const compare_opts *o, int any_graph)
+{
+    printf("A: %s%s%s%s%s\nB: %s%s%s%s%s\n\n", o->path[0], A->device[0] ? " (" : "", A->device,
+           A->device[0] ? ")" : "", pass_label(A), o->path[1], B->device[0] ? " (" : "", B->device,
            B->device[0] ? ")" : "", pass_label(B));
     printf("| shape | A | B | A p50 us | B p50 us | p50 speedup | A p90 us | B p90 us | p90 speedup |");
     if (any_graph) printf(" A graph us | B graph us | graph speedup |");
@@ -261,96 +248,164 @@ int cli_compare(int argc, char **argv)
     printf("|---|---|---|---:|---:|---:|---:|---:|---:|");
     if (any_graph) printf("---:|---:|---:|");
     printf("---:|---:|---:|\n");
+}
 
-    /* Verdict basis: graph-timed speedups when every pair has them (the
-     * docs/PERF.md method: launch gaps out), else p50. Pairs where either side
-     * recorded a failed correctness check prove nothing and are left out. */
-    double log_p50 = 0, log_graph = 0;
-    int n_p50 = 0, n_graph = 0, faster_p50 = 0, faster_graph = 0, n_bad = 0;
-    for (int j = 0; j < B->n; j++) {
-        if (pair[j] < 0) continue;
-        const kit_bench_row *ra = &A->rows[pair[j]], *rb = &B->rows[j];
-        used_a[pair[j]] = 1;
-        char c[12][32];
-        double s50 = ratio(ra->p50_us, rb->p50_us), s90 = ratio(ra->p90_us, rb->p90_us);
-        double sg = ratio(ra->graph_us, rb->graph_us), st = ratio(rb->tflops, ra->tflops);
-        cell_us(c[0], 32, ra->p50_us);
-        cell_us(c[1], 32, rb->p50_us);
-        cell_x(c[2], 32, s50);
-        cell_us(c[3], 32, ra->p90_us);
-        cell_us(c[4], 32, rb->p90_us);
-        cell_x(c[5], 32, s90);
-        cell_us(c[6], 32, ra->graph_us);
-        cell_us(c[7], 32, rb->graph_us);
-        cell_x(c[8], 32, sg);
-        cell_tf(c[9], 32, ra->tflops);
-        cell_tf(c[10], 32, rb->tflops);
-        cell_x(c[11], 32, st);
-        char shape[160];
-        int bad = ra->check_failed || rb->check_failed;
-        if (strcmp(ra->shape, rb->shape) == 0) snprintf(shape, sizeof(shape), "%s", rb->shape);
-        else snprintf(shape, sizeof(shape), "%s = %s", ra->shape, rb->shape);
-        if (bad) {
-            size_t k = strlen(shape);
-            snprintf(shape + k, sizeof(shape) - k, " (check FAILED in %s)",
-                     ra->check_failed && rb->check_failed ? "A and B" : ra->check_failed ? "A" : "B");
-            n_bad++;
-        }
-        printf("|");
-        md_cell(shape);
-        md_cell(ra->system[0] ? ra->system : "-");
-        md_cell(rb->system[0] ? rb->system : "-");
-        printf(" %s | %s | %s | %s | %s | %s |", c[0], c[1], c[2], c[3], c[4], c[5]);
-        if (any_graph) printf(" %s | %s | %s |", c[6], c[7], c[8]);
-        printf(" %s | %s | %s |\n", c[9], c[10], c[11]);
-        if (bad) continue;
-        if (isfinite(s50)) {
-            log_p50 += log(s50);
-            n_p50++;
-            faster_p50 += s50 > 1;
-        }
-        if (isfinite(sg)) {
-            log_graph += log(sg);
-            n_graph++;
-            faster_graph += sg > 1;
-        }
+/* The verdict's running sums: graph-timed speedups when every pair has
+ * them (the docs/PERF.md method: launch gaps out), else p50. Pairs where
+ * either side recorded a failed correctness check prove nothing and are
+ * left out. */
+typedef struct verdict {
+    double log_p50, log_graph;
+    int n_p50, n_graph, faster_p50, faster_graph, n_bad;
+} verdict;
+
+/* The shape cell: B's shape (A's = B's when they differ), and a failed
+ * check named. */
+static void shape_cell(char *shape, size_t n, const kit_bench_row *ra, const kit_bench_row *rb)
+{
+    if (strcmp(ra->shape, rb->shape) == 0) snprintf(shape, n, "%s", rb->shape);
+    else snprintf(shape, n, "%s = %s", ra->shape, rb->shape);
+    if (ra->check_failed || rb->check_failed) {
+        size_t k = strlen(shape);
+        snprintf(shape + k, n - k, " (check FAILED in %s)",
+                 ra->check_failed && rb->check_failed ? "A and B" : ra->check_failed ? "A" : "B");
     }
-    printf("\n");
+}
+
+/* One table row for the pair (ra, rb), counted into v. */
+static void print_pair(const kit_bench_row *ra, const kit_bench_row *rb, int any_graph, verdict *v)
+{
+    char c[12][32], shape[160];
+    const double s50 = ratio(ra->p50_us, rb->p50_us), s90 = ratio(ra->p90_us, rb->p90_us);
+    const double sg = ratio(ra->graph_us, rb->graph_us), st = ratio(rb->tflops, ra->tflops);
+    const double us[9] = {ra->p50_us, rb->p50_us, s50, ra->p90_us, rb->p90_us, s90, ra->graph_us, rb->graph_us, sg};
+    for (int i = 0; i < 9; i++) (i % 3 == 2 ? cell_x : cell_us)(c[i], 32, us[i]);
+    cell_tf(c[9], 32, ra->tflops);
+    cell_tf(c[10], 32, rb->tflops);
+    cell_x(c[11], 32, st);
+    shape_cell(shape, sizeof shape, ra, rb);
+    printf("|");
+    md_cell(shape);
+    md_cell(ra->system[0] ? ra->system : "-");
+    md_cell(rb->system[0] ? rb->system : "-");
+    printf(" %s | %s | %s | %s | %s | %s |", c[0], c[1], c[2], c[3], c[4], c[5]);
+    if (any_graph) printf(" %s | %s | %s |", c[6], c[7], c[8]);
+    printf(" %s | %s | %s |\n", c[9], c[10], c[11]);
+    if (ra->check_failed || rb->check_failed) {
+        v->n_bad++;
+        return;
+    }
+    if (isfinite(s50)) v->log_p50 += log(s50), v->n_p50++, v->faster_p50 += s50 > 1;
+    if (isfinite(sg)) v->log_graph += log(sg), v->n_graph++, v->faster_graph += sg > 1;
+}
+
+/* The rows of either file (of the picked system) that paired with none. */
+static void print_unpaired(const kit_bench_file *A, const kit_bench_file *B, const compare_opts *o, const int *pair,
+                           const char *used_a)
+{
     int printed = 0;
     for (int i = 0; i < A->n; i++) {
-        if (used_a[i] || (sys_a && strcmp(A->rows[i].system, sys_a) != 0)) continue;
+        if (used_a[i] || (o->sys_a && strcmp(A->rows[i].system, o->sys_a) != 0)) continue;
         printf("%s%s (%s)", printed ? ", " : "only in A: ", A->rows[i].shape, A->rows[i].system);
         printed = 1;
     }
     if (printed) printf("\n");
     printed = 0;
     for (int j = 0; j < B->n; j++) {
-        if (pair[j] >= 0 || (sys_b && strcmp(B->rows[j].system, sys_b) != 0)) continue;
+        if (pair[j] >= 0 || (o->sys_b && strcmp(B->rows[j].system, o->sys_b) != 0)) continue;
         printf("%s%s (%s)", printed ? ", " : "only in B: ", B->rows[j].shape, B->rows[j].system);
         printed = 1;
     }
     if (printed) printf("\n");
     if (A->n_errors || B->n_errors)
         printf("entries recorded as errors (not compared): %d in A, %d in B\n", A->n_errors, B->n_errors);
+}
 
-    if (n_bad) printf("%d pair(s) with a failed correctness check are left out of the verdict\n", n_bad);
-    if (n_graph > 0 && n_graph >= n_p50) {
-        printf("B is faster on %d/%d shapes; geometric-mean speedup %.2fx (graph)", faster_graph, n_graph,
-               exp(log_graph / n_graph));
-        if (n_p50 > 0) printf("; %.2fx (p50, per-call events)", exp(log_p50 / n_p50));
+static void print_verdict(const verdict *v)
+{
+    if (v->n_bad) printf("%d pair(s) with a failed correctness check are left out of the verdict\n", v->n_bad);
+    if (v->n_graph > 0 && v->n_graph >= v->n_p50) {
+        printf("B is faster on %d/%d shapes; geometric-mean speedup %.2fx (graph)", v->faster_graph, v->n_graph,
+               exp(v->log_graph / v->n_graph));
+        if (v->n_p50 > 0) printf("; %.2fx (p50, per-call events)", exp(v->log_p50 / v->n_p50));
         printf("\n");
-    } else if (n_p50 > 0) {
-        printf("B is faster on %d/%d shapes; geometric-mean speedup %.2fx (p50)", faster_p50, n_p50,
-               exp(log_p50 / n_p50));
-        if (n_graph > 0) printf("; %.2fx (graph, %d shapes)", exp(log_graph / n_graph), n_graph);
+    } else if (v->n_p50 > 0) {
+        printf("B is faster on %d/%d shapes; geometric-mean speedup %.2fx (p50)", v->faster_p50, v->n_p50,
+               exp(v->log_p50 / v->n_p50));
+        if (v->n_graph > 0) printf("; %.2fx (graph, %d shapes)", exp(v->log_graph / v->n_graph), v->n_graph);
         printf("\n");
     } else {
         printf("no pair has times on both sides: no verdict\n");
     }
-    rc = CLI_EXIT_OK;
+}
+
+/* The table, the unpaired rows and the verdict of the pairs found. */
+static void report(const kit_bench_file *A, const kit_bench_file *B, const compare_opts *o, const int *pair,
+                   char *used_a)
+{
+    int any_graph = 0;
+    for (int j = 0; j < B->n; j++)
+        if (pair[j] >= 0 && isfinite(A->rows[pair[j]].graph_us) && isfinite(B->rows[j].graph_us)) any_graph = 1;
+    print_header(A, B, o, any_graph);
+    verdict v;
+    memset(&v, 0, sizeof v);
+    for (int j = 0; j < B->n; j++) {
+        if (pair[j] < 0) continue;
+        used_a[pair[j]] = 1;
+        print_pair(&A->rows[pair[j]], &B->rows[j], any_graph, &v);
+    }
+    printf("\n");
+    print_unpaired(A, B, o, pair, used_a);
+    print_verdict(&v);
+}
+
+/* Pairs the files' rows and reports; the exit status. */
+static int compare_files(const kit_bench_file *A, const kit_bench_file *B, const compare_opts *o)
+{
+    if (check_systems(A, B, o)) return CLI_EXIT_USAGE;
+    int *pair = malloc((size_t)(B->n > 0 ? B->n : 1) * sizeof(int));
+    char *used_a = calloc((size_t)(A->n > 0 ? A->n : 1), 1);
+    int rc = CLI_EXIT_FAIL;
+    if (!pair || !used_a) {
+        fprintf(stderr, "flashcore compare: out of memory\n");
+        goto out;
+    }
+    const int npairs = pair_rows(A, B, o, pair);
+    if (npairs < 0) {
+        rc = CLI_EXIT_USAGE;
+    } else if (npairs == 0) {
+        if (A->n && B->n && !(passes_of(A) & passes_of(B)))
+            fprintf(stderr, "flashcore compare: %s times the %s and %s the %s: rows pair within a pass\n", o->path[0],
+                    passes_of(A) == 2 ? "backward" : "forward", o->path[1],
+                    passes_of(B) == 2 ? "backward" : "forward");
+        else
+            fprintf(stderr, "flashcore compare: no shape of %s matches one of %s\n", o->path[1], o->path[0]);
+    } else {
+        report(A, B, o, pair, used_a);
+        rc = CLI_EXIT_OK;
+    }
 out:
     free(pair);
     free(used_a);
+    return rc;
+}
+
+int cli_compare(int argc, char **argv)
+{
+    compare_opts o = {{NULL, NULL}, NULL, NULL};
+    int rc;
+    if (parse_args(argc, argv, &o, &rc)) return rc;
+    kit_bench_file F[2];
+    char err[600];
+    memset(F, 0, sizeof(F));
+    for (int k = 0; k < 2; k++) {
+        if (kit_bench_file_read(o.path[k], &F[k], err, sizeof(err))) {
+            fprintf(stderr, "flashcore compare: %s\n", err);
+            kit_bench_file_free(&F[0]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    rc = compare_files(&F[0], &F[1], &o);
     kit_bench_file_free(&F[0]);
     kit_bench_file_free(&F[1]);
     return rc;
