@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "cpu_dtype.h"
+#include "fwd_seq.h"
 #include "internal.h"
 #include "pool.h"
 #include "tiled_common.h"
@@ -50,38 +51,6 @@
 static const double k_log2e = 1.4426950408889634074;
 
 static const double k_ln2 = 0.69314718055994530942;
-
-/* ---- one sequence's view ---------------------------------------------------- */
-
-/* Lengths of sequence b and element offsets of its first token in q, o
- * and lse (dense: batch stride; varlen: token offset times row stride),
- * and the varlen base of its keys in k and v (fc_key_offset adds the rest). */
-typedef struct seq_view {
-    int64_t b;
-    int64_t sq, sk;
-    int64_t q, k, v, o, lse;
-} seq_view;
-
-static void seq_view_of(const fc_fwd_params *p, int b, seq_view *sv)
-{
-    sv->b = b;
-    if (p->cu_seqlens_q) {
-        int64_t tq = p->cu_seqlens_q[b], tk = p->cu_seqlens_k[b];
-        sv->sq = p->cu_seqlens_q[b + 1] - tq;
-        sv->q = tq * p->q_row_stride;
-        sv->o = tq * p->o_row_stride;
-        sv->lse = tq * p->lse_row_stride;
-        sv->k = tk * p->k_row_stride;
-        sv->v = tk * p->v_row_stride;
-    } else {
-        sv->sq = p->seqlen_q;
-        sv->q = (int64_t)b * p->q_batch_stride;
-        sv->o = (int64_t)b * p->o_batch_stride;
-        sv->lse = (int64_t)b * p->lse_batch_stride;
-        sv->k = sv->v = 0;
-    }
-    sv->sk = fc_used_keys(p, b);
-}
 
 /* ---- a work item -------------------------------------------------------------- */
 
