@@ -348,8 +348,10 @@ void fc_sm90_tile_shape(int config, int *block_m, int *block_n)
     *block_n = kTiles[config].block_n;
 }
 
-fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
-                       fc_cuda_choice *choice, char *why, size_t why_len)
+namespace {
+
+/* What no sm90 row takes: another device, dtype or FP8 k/v. */
+fc_status device_refusal(const fc_fwd_params *p, const fc_cuda_device *dev, char *why, size_t why_len)
 {
     if (dev->cc_major != 9 || dev->cc_minor != 0) {
         snprintf(why, why_len, "the sm90 kernels need an sm_90 device (wgmma/TMA); %s is sm_%d%d",
@@ -366,16 +368,13 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  fc_dtype_name(p->kv_dtype));
         return FC_ERR_UNSUPPORTED;
     }
-    int shift = 0;
-    const int cfg = pick_config(p, dev, tune, &shift);
-    if (cfg < 0) {
-        char list[64];
-        head_dim_list(list, sizeof list);
-        snprintf(why, why_len, "head_dim %d is not supported by the sm90 kernels: supported %s",
-                 (int)p->head_dim, list);
-        return FC_ERR_UNSUPPORTED;
-    }
-    const TileRow &t = kTiles[cfg];
+    return FC_OK;
+}
+
+/* What row t (GQA packed by 2^shift) cannot run: the block table, the
+ * page size, a scale the softmax cannot take, heads, shared memory. */
+fc_status row_refusal(const fc_fwd_params *p, const fc_cuda_device *dev, const TileRow &t, char *why, size_t why_len)
+{
     /* A K/V block is one TMA box inside one page: pages of whole blocks
      * only (the sm80-class kernels gather any page size row by row). */
     if (p->block_table && (int64_t)p->batch * p->block_table_stride >= ((int64_t)1 << 31)) {
@@ -409,8 +408,13 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  (int)p->head_dim, need_smem, dev->name, (long long)dev->smem_optin);
         return FC_ERR_UNSUPPORTED;
     }
+    return FC_OK;
+}
 
-    /* TMA-expressible layouts. Varlen tensors have no batch dimension. */
+/* TMA-expressible layouts (varlen tensors have no batch dimension) and
+ * tile indices the scheduler's int32 holds. */
+fc_status layout_refusal(const fc_fwd_params *p, const TileRow &t, int shift, char *why, size_t why_len)
+{
     const int64_t qs[3] = {p->q_row_stride, p->q_head_stride, p->q_batch_stride};
     if (!fc_tma_q_ok(p, "q", p->q, qs, k_tma_who, why, why_len) || !fc_tma_kv_ok(p, k_tma_who, why, why_len))
         return FC_ERR_UNSUPPORTED;
@@ -420,7 +424,15 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
                  (long long)row_tiles(p, t.block_m, shift));
         return FC_ERR_UNSUPPORTED;
     }
+    return FC_OK;
+}
 
+/* Row cfg's launch choices: GQA packing, masks, the rotated tile loop,
+ * tail balancing, workspace and name. */
+void choose(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune, int cfg, int shift,
+            fc_cuda_choice *choice)
+{
+    const TileRow &t = kTiles[cfg];
     choice->config = cfg;
     choice->pack_gqa = shift > 0;
     choice->pack_refused = shift == 0 && pack_pays(p, t.block_m);
@@ -454,6 +466,28 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
     choice->tail = tail_on(p, t, choice, ts, tune->sm90_tail);
     choice->workspace_bytes = choice->tail ? ts.bytes : 0;
     name_plan(choice, t, p->dtype == FC_DTYPE_BF16, shift, paged);
+}
+
+} /* namespace */
+
+fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                       fc_cuda_choice *choice, char *why, size_t why_len)
+{
+    fc_status st = device_refusal(p, dev, why, why_len);
+    if (st != FC_OK) return st;
+    int shift = 0;
+    const int cfg = pick_config(p, dev, tune, &shift);
+    if (cfg < 0) {
+        char list[64];
+        head_dim_list(list, sizeof list);
+        snprintf(why, why_len, "head_dim %d is not supported by the sm90 kernels: supported %s",
+                 (int)p->head_dim, list);
+        return FC_ERR_UNSUPPORTED;
+    }
+    st = row_refusal(p, dev, kTiles[cfg], why, why_len);
+    if (st == FC_OK) st = layout_refusal(p, kTiles[cfg], shift, why, why_len);
+    if (st != FC_OK) return st;
+    choose(p, dev, tune, cfg, shift, choice);
     return FC_OK;
 }
 
