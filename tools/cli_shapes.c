@@ -81,12 +81,12 @@ static int option_field(const char *tok, long *wl, long *wr, double *softcap)
     return -1;
 }
 
-int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name_buf, size_t n)
+/* The six leading dimensions B,Hq,Hkv,Sq,Sk,D into v; *rest past them
+ * (after their comma). -1 (said why) on a bad field. */
+static int custom_dims(const char *cmd, const char *spec, long v[6], const char **rest)
 {
     static const char *dims[] = {"B", "Hq", "Hkv", "Sq", "Sk", "D"};
-    long v[6];
     const char *p = spec;
-    memset(s, 0, sizeof(*s));
     for (int i = 0; i < 6; i++) {
         char *end;
         errno = 0;
@@ -105,11 +105,22 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
         v[i] = x;
         p = *end ? end + 1 : end;
     }
-    int causal = 0;
-    long wl = -1, wr = -1;
-    double softcap = 0;
-    fc_dtype dt = FC_DTYPE_F16;
-    /* optional fields in any order: causal flag, window, softcap and dtype */
+    *rest = p;
+    return 0;
+}
+
+/* The optional fields of a custom shape. */
+typedef struct custom_opts {
+    int causal;
+    long wl, wr;
+    double softcap;
+    fc_dtype dt;
+} custom_opts;
+
+/* The optional fields after the dimensions, in any order: the causal
+ * flag, window, softcap and dtype, into o. -1 (said why) on a bad one. */
+static int custom_options(const char *cmd, const char *spec, const char *p, custom_opts *o)
+{
     while (*p) {
         char tok[32];
         size_t len = strcspn(p, ",");
@@ -120,17 +131,14 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
         memcpy(tok, p, len);
         tok[len] = '\0';
         p += len;
-        if (*p == ',') {
-            p++;
-            if (!*p) {
-                fprintf(stderr, "flashcore %s: --custom '%s': trailing ','\n", cmd, spec);
-                return -1;
-            }
+        if (*p == ',' && !*++p) {
+            fprintf(stderr, "flashcore %s: --custom '%s': trailing ','\n", cmd, spec);
+            return -1;
         }
-        if (strcmp(tok, "causal") == 0 || strcmp(tok, "1") == 0) causal = 1;
-        else if (strcmp(tok, "nocausal") == 0 || strcmp(tok, "0") == 0) causal = 0;
-        else if (option_field(tok, &wl, &wr, &softcap) == 0) continue;
-        else if (kit_dtype_parse(tok, &dt) != 0) {
+        if (strcmp(tok, "causal") == 0 || strcmp(tok, "1") == 0) o->causal = 1;
+        else if (strcmp(tok, "nocausal") == 0 || strcmp(tok, "0") == 0) o->causal = 0;
+        else if (option_field(tok, &o->wl, &o->wr, &o->softcap) == 0) continue;
+        else if (kit_dtype_parse(tok, &o->dt) != 0) {
             fprintf(stderr,
                     "flashcore %s: --custom '%s': '%s' is neither causal/0/1, wl=N, wr=N, softcap=X nor a dtype "
                     "(f32, f16, bf16)\n",
@@ -138,6 +146,16 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
             return -1;
         }
     }
+    return 0;
+}
+
+int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name_buf, size_t n)
+{
+    long v[6];
+    const char *rest;
+    custom_opts o = {0, -1, -1, 0, FC_DTYPE_F16};
+    memset(s, 0, sizeof(*s));
+    if (custom_dims(cmd, spec, v, &rest) || custom_options(cmd, spec, rest, &o)) return -1;
     if (v[1] % v[2] != 0) {
         fprintf(stderr, "flashcore %s: --custom '%s': Hq (%ld) must be a multiple of Hkv (%ld)\n", cmd,
                 spec, v[1], v[2]);
@@ -152,10 +170,10 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
         return -1;
     }
     char extra[64] = "";
-    if (wl >= 0 || wr >= 0) snprintf(extra, sizeof extra, "-w%ld:%ld", wl, wr);
-    if (softcap > 0) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "-cap%g", softcap);
+    if (o.wl >= 0 || o.wr >= 0) snprintf(extra, sizeof extra, "-w%ld:%ld", o.wl, o.wr);
+    if (o.softcap > 0) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "-cap%g", o.softcap);
     snprintf(name_buf, n, "custom-%ldx%ldx%ld-q%ld-k%ld-d%ld%s%s-%s", v[0], v[1], v[2], v[3], v[4], v[5],
-             causal ? "-causal" : "", extra, kit_dtype_name(dt));
+             o.causal ? "-causal" : "", extra, kit_dtype_name(o.dt));
     s->name = name_buf;
     s->batch = (int)v[0];
     s->heads_q = (int)v[1];
@@ -163,11 +181,11 @@ int cli_parse_custom(const char *cmd, const char *spec, kit_shape *s, char *name
     s->seqlen_q = (int)v[3];
     s->seqlen_k = (int)v[4];
     s->head_dim = (int)v[5];
-    s->dtype = dt;
-    s->causal = causal;
-    s->window_left = (int)wl;
-    s->window_right = (int)wr;
-    s->softcap = (float)softcap;
+    s->dtype = o.dt;
+    s->causal = o.causal;
+    s->window_left = (int)o.wl;
+    s->window_right = (int)o.wr;
+    s->softcap = (float)o.softcap;
     s->layout = KIT_LAYOUT_BSHD;
     return 0;
 }
