@@ -33,7 +33,7 @@ class _Chunks:
 
     def __init__(self, cu, zigzag, device):
         torch = _torch()
-        starts, ends = cu[:-1].tolist(), cu[1:].tolist()
+        starts, ends = cu[:-1], cu[1:]
         parts = []
         for w in range(2 if zigzag else 1):
             spans = [_span(a, e, zigzag, w) for a, e in zip(starts, ends)]
@@ -60,23 +60,30 @@ def _pairs(plan, chunk_ids, src, mine, theirs):
 
 
 def _call_args(plan, mine, theirs, i, j, causal):
-    qi, ci, mi = mine.parts[i]
-    kj, cj, mj = theirs.parts[j]
+    _, ci, mi = mine.parts[i]
+    _, cj, mj = theirs.parts[j]
     return dict(causal=causal, softcap=plan.softcap, scale=plan.scale, backend=plan.backend, cu_seqlens_q=ci,
                 cu_seqlens_k=cj, max_seqlen_q=mi, max_seqlen_k=mj)
 
 
-def forward(q, k, v, cu, plan, ring):
+def _every_rank(plan, device):
+    """Every rank's chunks, from the cu_seqlens all ranks hold (plan.cu:
+    per rank, a list, gathered once per call: no device read per step)."""
+    return [_Chunks(c, plan.split == "zigzag", device) for c in plan.cu]
+
+
+def forward(q, k, v, plan, ring):
     """This rank's out [total, Hq, D] and lse [Hq, total] (float32)."""
     torch = _torch()
-    mine = _Chunks(cu, plan.split == "zigzag", q.device)
+    chunks = _every_rank(plan, q.device)
+    mine = chunks[plan.rank]
     qs = [q.index_select(0, p[0]) for p in mine.parts]
     accs = [None] * len(qs)
-    held = (k.contiguous(), v.contiguous(), cu)
+    held = (k.contiguous(), v.contiguous())
     for step in range(plan.size):
         src = (plan.rank - step) % plan.size
         nxt, reqs = ring.exchange(held, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
-        theirs = _Chunks(held[2], plan.split == "zigzag", q.device)
+        theirs = chunks[src]
         for i, j, causal in _pairs(plan, ring.chunks, src, mine, theirs):
             idx = theirs.parts[j][0]
             part = _attention.attention(qs[i], held[0].index_select(0, idx), held[1].index_select(0, idx),
@@ -93,20 +100,21 @@ def forward(q, k, v, cu, plan, ring):
     return out, lse
 
 
-def backward(dout, q, k, v, out, lse, cu, plan, ring):
+def backward(dout, q, k, v, out, lse, plan, ring):
     """dq, dk, dv of this rank's slice (q's, k's, v's dtypes)."""
     torch = _torch()
-    mine = _Chunks(cu, plan.split == "zigzag", q.device)
+    chunks = _every_rank(plan, q.device)
+    mine = chunks[plan.rank]
     sel = [(q.index_select(0, p[0]), dout.index_select(0, p[0]), out.index_select(0, p[0]),
             lse.index_select(1, p[0]).contiguous()) for p in mine.parts]
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    held = (k.contiguous(), v.contiguous(), cu)
+    held = (k.contiguous(), v.contiguous())
     acc, acc_reqs, sent = None, [], None
     for step in range(plan.size):
         src = (plan.rank - step) % plan.size
         nxt, reqs = ring.exchange(held, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
-        theirs = _Chunks(held[2], plan.split == "zigzag", q.device)
-        part = tuple(torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in held[:2])
+        theirs = chunks[src]
+        part = tuple(torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in held)
         for i, j, causal in _pairs(plan, ring.chunks, src, mine, theirs):
             idx = theirs.parts[j][0]
             qi, doi, oi, li = sel[i]

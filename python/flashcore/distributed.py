@@ -48,7 +48,8 @@ from . import _attention, _backward, _merge, _ring_varlen
 from .errors import InvalidArgumentError, UnsupportedError
 
 # shapes: per rank of the group, the (k shape, v shape) of its slice; cu:
-# the rank's cu_seqlens (varlen), else None
+# varlen, the rank's cu_seqlens tensor, then (after the shapes' check)
+# every rank's as a list; else None
 _Plan = collections.namedtuple("_Plan", "group rank size split causal scale softcap layout deterministic backend "
                                         "shapes cu")
 
@@ -93,12 +94,10 @@ def _peer(plan, step):
 
 def _exchange(tensors, plan, src):
     """Post the ring's transfer of tensors (to rank + 1, from rank - 1),
-    receiving the slice of group rank src in buffers of its shapes (past
-    its k and v: tensors of one shape on every rank, as cu_seqlens):
+    receiving the slice of group rank src in buffers of its shapes:
     (the received buffers, the requests to wait on)."""
     dist = _dist()
-    shapes = list(plan.shapes[src]) + [tuple(x.shape) for x in tensors[len(plan.shapes[src]):]]
-    recv = [_torch().empty(shape, dtype=x.dtype, device=x.device) for x, shape in zip(tensors, shapes)]
+    recv = [_torch().empty(shape, dtype=x.dtype, device=x.device) for x, shape in zip(tensors, plan.shapes[src])]
     ops = [dist.P2POp(dist.isend, x, _peer(plan, 1), plan.group) for x in tensors]
     ops += [dist.P2POp(dist.irecv, x, _peer(plan, -1), plan.group) for x in recv]
     return recv, dist.batch_isend_irecv(ops)
@@ -135,7 +134,7 @@ def _fold(acc, part, plan):
 
 def _forward(q, k, v, plan):
     if plan.cu is not None:
-        return _ring_varlen.forward(q, k, v, plan.cu, plan, _RING)
+        return _ring_varlen.forward(q, k, v, plan, _RING)
     qs = _pieces(q, plan)
     accs = [None] * len(qs)
     kv = (k.contiguous(), v.contiguous())
@@ -162,7 +161,7 @@ def _no_lse(q, plan):
 
 def _backward_ring(dout, q, k, v, out, lse, plan):
     if plan.cu is not None:
-        return _ring_varlen.backward(dout, q, k, v, out, lse, plan.cu, plan, _RING)
+        return _ring_varlen.backward(dout, q, k, v, out, lse, plan, _RING)
     torch = _torch()
     qs, dos, outs = _pieces(q, plan), _pieces(dout, plan), _pieces(out, plan)
     lses = [x.contiguous() for x in _pieces(lse, plan, dim=-1)]
@@ -225,6 +224,14 @@ def _pass_sums(acc, acc_reqs, part, plan, src):
 
 # what the varlen ring (_ring_varlen.py) takes from this one
 _RING = types.SimpleNamespace(exchange=_exchange, wait=_wait, fold=_fold, chunks=_chunks, pass_sums=_pass_sums)
+
+
+def _gather_cu(cu, plan):
+    """Every rank's cu_seqlens, as lists (one all_gather; each rank's was
+    checked, and all have one length, by _gather_shapes)."""
+    every = [_torch().empty_like(cu) for _ in range(plan.size)]
+    _dist().all_gather(every, cu, group=plan.group)
+    return tuple(x.tolist() for x in every)
 
 
 def _gather_shapes(q, k, v, plan):
@@ -329,6 +336,8 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0
     plan = _Plan(group, dist.get_rank(group), dist.get_world_size(group), split, bool(causal), scale,
                  float(softcap or 0.0), layout, bool(deterministic), backend, None, cu_seqlens)
     plan = plan._replace(shapes=_gather_shapes(q, k, v, plan))
+    if cu_seqlens is not None:
+        plan = plan._replace(cu=_gather_cu(cu_seqlens, plan))
     torch = _torch()
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
         out, lse = _Ring.get().apply(q, k, v, plan)
