@@ -291,8 +291,11 @@ extern "C" fc_status fc_sm80_common_checks(const fc_fwd_params *p, const fc_cuda
     return st != FC_OK ? st : check_alignment(extra, n_extra, why, why_len);
 }
 
-extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
-                                  fc_cuda_choice *choice, char *why, size_t why_len)
+namespace {
+
+/* What no sm80 row takes: the dtype, head dim, the common checks (strides,
+ * alignment, device) and an FP8 cache's; *cls the device's class. */
+fc_status input_refusal(const fc_fwd_params *p, const fc_cuda_device *dev, int *cls, char *why, size_t why_len)
 {
     if (p->dtype != FC_DTYPE_F16 && p->dtype != FC_DTYPE_BF16) {
         snprintf(why, why_len, "dtype %s is not supported by the sm80 kernels: supported f16, bf16",
@@ -305,12 +308,15 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
                  "head_dim %d is not supported by the sm80 kernels: supported 32, 64, 96, 128, 256", hd);
         return FC_ERR_UNSUPPORTED;
     }
-    int cls = -1;
-    fc_status st = fc_sm80_common_checks(p, dev, nullptr, 0, &cls, why, why_len);
-    if (st != FC_OK) return st;
-    if (fc_dtype_is_fp8(p->kv_dtype) && (st = kv8_checks(p, dev, why, why_len)) != FC_OK) return st;
+    fc_status st = fc_sm80_common_checks(p, dev, nullptr, 0, cls, why, why_len);
+    if (st == FC_OK && fc_dtype_is_fp8(p->kv_dtype)) st = kv8_checks(p, dev, why, why_len);
+    return st;
+}
 
-    const int cfg = pick_tile(cls, p, dev, tune);
+/* Why no row cfg (-1) runs p, or a paged cache the kernels cannot index. */
+fc_status tile_refusal(const fc_fwd_params *p, const fc_cuda_device *dev, int cfg, char *why, size_t why_len)
+{
+    const int hd = p->head_dim;
     if (cfg < 0 && p->block_table) {
         char list[64];
         paged_head_dims(list, sizeof list);
@@ -329,8 +335,12 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
                  dev->name, (long long)dev->smem_optin, hd);
         return FC_ERR_UNSUPPORTED;
     }
-    const fc::sm80::Tile &t = kTiles[cfg];
-    const int g = pack_factor(p, t.block_m);
+    return FC_OK;
+}
+
+/* The grid and the tile rows (heads packed g to a row) within 32 bits. */
+fc_status grid_refusal(const fc_fwd_params *p, const fc::sm80::Tile &t, int g, char *why, size_t why_len)
+{
     const int64_t m_tiles = ((int64_t)p->seqlen_q * g + t.block_m - 1) / t.block_m;
     const int64_t grid = m_tiles * (p->heads_q / g) * (int64_t)p->batch;
     if (grid > INT_MAX) {
@@ -344,7 +354,37 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
                  (long long)p->seqlen_q, g, INT_MAX - t.block_m);
         return FC_ERR_UNSUPPORTED;
     }
+    return FC_OK;
+}
 
+/* The plan's name, formatted once per thread and key (common/plan_names.cuh). */
+void name_plan(const fc_fwd_params *p, const fc::sm80::Tile &t, int cfg, int g, fc_cuda_choice *choice)
+{
+    static thread_local PlanNames names;
+    const int32_t key[PlanNames::K] = {cfg, p->dtype, (int32_t)p->head_dim, g > 1, choice->masks, p->kv_dtype};
+    if (plan_name_get(names, key, choice->name)) return;
+    char var[16] = "", kv[16] = "";
+    if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
+    if (fc_dtype_is_fp8(p->kv_dtype)) snprintf(kv, sizeof kv, "_kv%s", fc_dtype_name(p->kv_dtype));
+    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s%s_d%d_m%dn%d_s%d%s%s%s", fc_dtype_name(p->dtype), kv,
+             (int)p->head_dim, t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "",
+             choice->masks == FC_MASKS_NONE ? "_plain" : "");
+    plan_name_put(names, key, choice->name);
+}
+
+} /* namespace */
+
+extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const fc_tuning *tune,
+                                  fc_cuda_choice *choice, char *why, size_t why_len)
+{
+    int cls = -1;
+    fc_status st = input_refusal(p, dev, &cls, why, why_len);
+    if (st != FC_OK) return st;
+    const int cfg = pick_tile(cls, p, dev, tune);
+    if ((st = tile_refusal(p, dev, cfg, why, why_len)) != FC_OK) return st;
+    const fc::sm80::Tile &t = kTiles[cfg];
+    const int g = pack_factor(p, t.block_m);
+    if ((st = grid_refusal(p, t, g, why, why_len)) != FC_OK) return st;
     choice->path = FC_CUDA_PATH_SM80;
     choice->config = cfg;
     choice->pack_gqa = g > 1;
@@ -358,17 +398,7 @@ extern "C" fc_status fc_sm80_plan(const fc_fwd_params *p, const fc_cuda_device *
                             (t.variant & fc::sm80::kVarNoPlain) == 0 && tune->masks <= FC_MASKS_NONE
                         ? FC_MASKS_NONE
                         : FC_MASKS_ANY;
-    /* formatted once per thread and key (common/plan_names.cuh) */
-    static thread_local PlanNames names;
-    const int32_t key[PlanNames::K] = {cfg, p->dtype, hd, g > 1, choice->masks, p->kv_dtype};
-    if (plan_name_get(names, key, choice->name)) return FC_OK;
-    char var[16] = "", kv[16] = "";
-    if (t.variant) snprintf(var, sizeof var, "_v%d", t.variant); /* the row's code variant bits (tiles.cuh) */
-    if (fc_dtype_is_fp8(p->kv_dtype)) snprintf(kv, sizeof kv, "_kv%s", fc_dtype_name(p->kv_dtype));
-    snprintf(choice->name, sizeof(choice->name), "sm80_fwd_%s%s_d%d_m%dn%d_s%d%s%s%s", fc_dtype_name(p->dtype), kv,
-             hd, t.block_m, t.block_n, t.stages, var, g > 1 ? "_gqapack" : "",
-             choice->masks == FC_MASKS_NONE ? "_plain" : "");
-    plan_name_put(names, key, choice->name);
+    name_plan(p, t, cfg, g, choice);
     return FC_OK;
 }
 
