@@ -23,16 +23,6 @@ static const float *FC_ISA(get_row)(const bwd_job *job, bwd_scratch *t, const vo
 }
 
 
-/* The block's rows [0, nb) (dp apart, their pad columns 0) as columns of
- * ft (rows TILE_N apart), with rows [nb, nb rounded up to VEC_W) zeroed
- * first: the last register tile reads those columns. */
-static void FC_ISA(rows_to_cols)(float *rows, int64_t dp, int nb, float *ft)
-{
-    const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
-    memset(rows + nb * dp, 0, (size_t)((nb_pad - nb) * dp) * sizeof(float));
-    FC_ISA(transpose)(rows, dp, nb_pad, dp, ft, TILE_N);
-}
-
 /* Item rows [n, n rounded up to ROWS) of the S and dP operands: zero, so
  * the products computed for them are finite and never read. */
 static void FC_ISA(zero_pad_rows)(const bwd_job *job, bwd_scratch *t, int n)

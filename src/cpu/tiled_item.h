@@ -69,7 +69,6 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
 {
     const fc_fwd_params *p = job->p;
     const int64_t D = p->head_dim, dp = job->dp;
-    const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
     double kn2 = 0.0; /* the largest squared key norm */
     fc_key_slot slot[TILE_N]; /* one page lookup per key, for K and V */
     for (int jj = 0; jj < nb; jj++) slot[jj] = fc_key_slot_of(p, sv->b, j0 + jj);
@@ -89,11 +88,9 @@ static void FC_ISA(load_kv_block)(const tiled_job *job, tile_scratch *t, const s
         if (job->f64) kn2 = fmax(kn2, FC_ISA(norm2)(kr, D));
         FC_ISA(load_scaled)(p->v, p->kv_dtype, voff + (int64_t)g * p->v_head_stride, D, t->v + jj * dp, t->v_ds);
     }
-    /* K^T, its columns past the block (which the last register tile reads) 0 */
-    memset(t->kr + nb * dp, 0, (size_t)((nb_pad - nb) * dp) * sizeof(float));
-    FC_ISA(transpose)(t->kr, dp, nb_pad, dp, t->kt, TILE_N);
+    FC_ISA(rows_to_cols)(t->kr, dp, nb, t->kt); /* K^T */
 #if defined(FC_ISA_BF16)
-    if (job->bf16dot) pack_block_bf16(t->kt, dp, nb_pad, t->kth);
+    if (job->bf16dot) pack_block_bf16(t->kt, dp, (nb + VEC_W - 1) & ~(VEC_W - 1), t->kth);
 #endif
     const fc_score_ops ops = {t->q, t->kt, t->qd, t->ktd, t->qn2, kn2, dp, D, t->nq, &t->nqd, nb};
     t->blk64 = job->f64 && fc_double_scores(job->lscale, &ops);

@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu_dtype.h"
 
@@ -333,6 +334,17 @@ static inline void FC_ISA(transpose)(const float *restrict src, int64_t ss, int6
                 for (int y = 0; y < 8; y++) dst[(c + y) * ds + r + x] = src[(r + x) * ss + c + y];
 #endif
         }
+}
+
+/* The block's rows [0, nb) (dp apart, their pad columns 0) as columns of
+ * ft (rows TILE_N apart), with rows [nb, nb rounded up to VEC_W) zeroed
+ * first: the last register tile reads those columns (the forward's K^T,
+ * the backward's Q^T and dO^T). */
+static inline void FC_ISA(rows_to_cols)(float *rows, int64_t dp, int nb, float *ft)
+{
+    const int nb_pad = (nb + VEC_W - 1) & ~(VEC_W - 1);
+    memset(rows + nb * dp, 0, (size_t)((nb_pad - nb) * dp) * sizeof(float));
+    FC_ISA(transpose)(rows, dp, nb_pad, dp, ft, TILE_N);
 }
 
 #endif /* FC_ISA */
