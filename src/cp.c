@@ -17,7 +17,6 @@ typedef struct cp_run {
     const fc_attention_args *a;
     const fc_cp_comm *comm;
     fc_cp_dims n;             /* the slice's sizes                        */
-    int64_t c[2];             /* its query chunks' rows                   */
     char *kv[2];              /* the ring's double buffer                 */
     float *part;              /* [b][c][hq][d] one pair's out, in fp32    */
     float *part_lse;          /* [b][hq][c]                               */
@@ -30,7 +29,8 @@ typedef struct cp_run {
  * regions sized for the longer (the first). */
 static fc_status cp_alloc(fc_context *ctx, cp_run *r)
 {
-    const size_t qe = (size_t)(r->n.b * r->c[0] * r->n.hq * r->n.d), lse = (size_t)(r->n.b * r->n.hq * r->c[0]);
+    const int64_t c0 = fc_cp_chunk_rows(r->n.rows, 0); /* the longer query chunk */
+    const size_t qe = (size_t)(r->n.b * c0 * r->n.hq * r->n.d), lse = (size_t)(r->n.b * r->n.hq * c0);
     const size_t kv = fc_cp_up64(fc_cp_packet_bytes(&r->n)), acc = fc_cp_up64(qe * 4), al = fc_cp_up64(lse * 4);
     const size_t bytes = 2 * kv + 5 * (acc + al); /* the part, then two accumulators per query chunk */
     char *m = malloc(bytes);
@@ -55,7 +55,7 @@ static fc_status cp_alloc(fc_context *ctx, cp_run *r)
 static fc_status cp_fold(fc_context *ctx, cp_run *r, int qi, void *stream)
 {
     const int from = r->ping[qi], to = r->parts[qi] ? from ^ 1 : from;
-    const int64_t c = r->c[qi];
+    const int64_t c = fc_cp_chunk_rows(r->n.rows, qi);
     fc_tensor outs[2], lses[2];
     int n = 0;
     if (r->parts[qi]) {
@@ -84,7 +84,7 @@ static fc_status cp_fold(fc_context *ctx, cp_run *r, int qi, void *stream)
 static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, int qi, int s, void *stream)
 {
     const int gq = fc_cp_chunk(r->comm, r->comm->rank, qi);
-    const int64_t c = r->c[qi];
+    const int64_t c = fc_cp_chunk_rows(r->n.rows, qi);
     for (int kj = 0; kj < 2; kj++) {
         const int gk = fc_cp_chunk(r->comm, src, kj);
         if ((r->a->causal && gk > gq) || c == 0 || fc_cp_chunk_rows(fc_cp_packed_rows(kv), kj) == 0) continue;
@@ -106,7 +106,7 @@ static fc_status cp_step(fc_context *ctx, cp_run *r, const char *kv, int src, in
 static fc_status cp_finish(fc_context *ctx, cp_run *r, void *stream)
 {
     for (int qi = 0; qi < 2; qi++) {
-        const int64_t c = r->c[qi];
+        const int64_t c = fc_cp_chunk_rows(r->n.rows, qi);
         if (c == 0) continue;
         const fc_tensor o = fc_cp_tensor4(r->acc[qi][r->ping[qi]], FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d);
         const fc_tensor l = fc_cp_lse3(r->acc_lse[qi][r->ping[qi]], r->n.b, r->n.hq, c);
@@ -154,8 +154,6 @@ fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_args *args
     cp_run r = {.a = args, .comm = comm};
     fc_status st = fc_cp_admit(ctx, comm, args, NULL, "fc_cp_attention_forward", &r.n);
     if (st) return st;
-    r.c[0] = fc_cp_chunk_rows(r.n.rows, 0);
-    r.c[1] = fc_cp_chunk_rows(r.n.rows, 1);
     st = cp_alloc(ctx, &r);
     if (st) return st;
     st = cp_ring(ctx, &r, stream);
