@@ -46,17 +46,8 @@ class _Chunks:
                           max((hi - lo for lo, hi in spans), default=0)))
         self.parts = parts
 
-    def rows(self, w):
-        return self.parts[w][0].numel()
-
-
-def _pairs(plan, chunk_ids, src, mine, theirs):
-    """(query chunk, key chunk, causal) of a step, empty chunks left out."""
-    for i, a in enumerate(chunk_ids(plan, plan.rank)):
-        for j, b in enumerate(chunk_ids(plan, src)):
-            if (plan.causal and b > a) or mine.rows(i) == 0 or theirs.rows(j) == 0:
-                continue
-            yield i, j, plan.causal and b == a
+    def rows(self):
+        return [p[0].numel() for p in self.parts]
 
 
 def _call_args(plan, mine, theirs, i, j, causal):
@@ -84,7 +75,7 @@ def forward(q, k, v, plan, ring):
         src = (plan.rank - step) % plan.size
         nxt, reqs = ring.exchange(held, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
         theirs = chunks[src]
-        for i, j, causal in _pairs(plan, ring.chunks, src, mine, theirs):
+        for i, j, causal in ring.pairs(plan, src, mine.rows(), theirs.rows()):
             idx = theirs.parts[j][0]
             part = _attention.attention(qs[i], held[0].index_select(0, idx), held[1].index_select(0, idx),
                                         return_lse=True, **_call_args(plan, mine, theirs, i, j, causal))
@@ -115,7 +106,7 @@ def backward(dout, q, k, v, out, lse, plan, ring):
         nxt, reqs = ring.exchange(held, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
         theirs = chunks[src]
         part = tuple(torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in held)
-        for i, j, causal in _pairs(plan, ring.chunks, src, mine, theirs):
+        for i, j, causal in ring.pairs(plan, src, mine.rows(), theirs.rows()):
             idx = theirs.parts[j][0]
             qi, doi, oi, li = sel[i]
             g = _backward.attention_backward(doi, qi, held[0].index_select(0, idx), held[1].index_select(0, idx),

@@ -108,16 +108,20 @@ def _wait(reqs):
         r.wait()
 
 
-def _pairs(plan, src, qs, ks):
+def _pairs(plan, src, q_rows, k_rows):
     """(local query chunk, key chunk of rank src, causal) for every pair of
-    the step that holds src's K/V that is not skipped (qs, ks: the chunks;
-    an empty one takes no part)."""
-    sd = _seq_dim(plan)
+    the step that holds src's K/V that is not skipped (q_rows, k_rows: the
+    chunks' token counts; an empty chunk takes no part). Both rings'."""
     for i, a in enumerate(_chunks(plan, plan.rank)):
         for j, b in enumerate(_chunks(plan, src)):
-            if (plan.causal and b > a) or qs[i].shape[sd] == 0 or ks[j].shape[sd] == 0:
+            if (plan.causal and b > a) or q_rows[i] == 0 or k_rows[j] == 0:
                 continue
             yield i, j, plan.causal and b == a
+
+
+def _rows(pieces, plan):
+    """The token counts of a dense slice's chunks."""
+    return [x.shape[_seq_dim(plan)] for x in pieces]
 
 
 def _options(plan, causal):
@@ -142,7 +146,7 @@ def _forward(q, k, v, plan):
         src = (plan.rank - step) % plan.size
         nxt, reqs = _exchange(kv, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
         ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
-        for i, j, causal in _pairs(plan, src, qs, ks):
+        for i, j, causal in _pairs(plan, src, _rows(qs, plan), _rows(ks, plan)):
             part = _attention.attention(qs[i], ks[j], vs[j], return_lse=True, **_options(plan, causal))
             accs[i] = _fold(accs[i], part, plan)
         _wait(reqs)
@@ -177,7 +181,7 @@ def _backward_ring(dout, q, k, v, out, lse, plan):
         ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
         part = tuple(torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in kv)
         dks, dvs = _pieces(part[0], plan), _pieces(part[1], plan)
-        for i, j, causal in _pairs(plan, src, qs, ks):
+        for i, j, causal in _pairs(plan, src, _rows(qs, plan), _rows(ks, plan)):
             g = _backward.attention_backward(dos[i], qs[i], ks[j], vs[j], outs[i], lses[i],
                                              deterministic=plan.deterministic, **_options(plan, causal))
             dqs[i].add_(g[0])
@@ -223,7 +227,7 @@ def _pass_sums(acc, acc_reqs, part, plan, src):
 
 
 # what the varlen ring (_ring_varlen.py) takes from this one
-_RING = types.SimpleNamespace(exchange=_exchange, wait=_wait, fold=_fold, chunks=_chunks, pass_sums=_pass_sums)
+_RING = types.SimpleNamespace(exchange=_exchange, wait=_wait, fold=_fold, pairs=_pairs, pass_sums=_pass_sums)
 
 
 def _gather_cu(cu, plan):
