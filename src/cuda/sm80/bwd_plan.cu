@@ -108,7 +108,6 @@ extern "C" int fc_bwd_group_splits(const fc_bwd_params *b, int64_t ctas, int64_t
 {
     const int group = b->f.heads_q / b->f.heads_kv;
     int s = 1;
-    if (b->f.heads_q + 2LL * b->f.heads_kv > 65535) return 1; /* the Hopper convert's grid.y (sm90/bwd_convert.cuh) */
     while (!b->deterministic && group % (2 * s) == 0 && ctas * 2 * s <= slots) s *= 2;
     return s;
 }

@@ -113,7 +113,8 @@ extern "C" fc_status fc_sm90_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
     choice->path = FC_CUDA_PATH_SM90;
     choice->config = row;
     choice->num_splits = 1;
-    const int gs = fc_bwd_group_splits(b, grid, dev->sm_count);
+    /* the convert's grid.y holds the split's dK/dV heads after dQ's (bwd_convert.cuh) */
+    const int gs = p->heads_q + 2LL * p->heads_kv > 65535 ? 1 : fc_bwd_group_splits(b, grid, dev->sm_count);
     choice->group_splits = gs;
     choice->workspace_bytes = fc_sm80_bwd_workspace(b, t.block_m, fc90::kBwdChunk, gs).bytes;
     /* formatted once per thread and key (common/plan_names.cuh) */
