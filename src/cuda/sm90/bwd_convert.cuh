@@ -6,8 +6,8 @@
  * the output dtype. Grid (chunk, head, sequence): heads_q dQ heads, then
  * 2 * heads_kv dK/dV heads when split; a chunk is kBwdChunk rows, those
  * past the sequence skipped (the planner keeps the grid's y in range).
- * Two launches, dQ then dK/dV, cost the split calls a kernel boundary
- * each. dQ: one 128-thread block per chunk; every thread first loads all
+ * One launch, not dQ's and then dK/dV's: the second kernel boundary cost
+ * the split calls 10% (gqa-step, H100). dQ: one 128-thread block per chunk; every thread first loads all
  * its float4s of each warpgroup part (coalesced), then packs them into a
  * shared tile in row order, and the block writes whole rows in 16-byte
  * stores (the common backward checks hold dq, dk and dv to 16-byte

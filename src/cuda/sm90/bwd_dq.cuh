@@ -119,14 +119,13 @@ template <class C, bool kDet>
 __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane)
 {
     const fc_fwd_params &f = a.p.f;
-    int h0;
-    const fc::sm80::BwdCoords c = bwd_place(a, &h0);
+    const fc::sm80::BwdCoords c = bwd_coords(a);
     const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
     bar_arrive(kBwdBarFree + 0, 160);
     bar_arrive(kBwdBarFree + 1, 160);
     int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
     for (int g = m < 0 ? a.group_run : 0; g < a.group_run;) {
-        const BwdStep st{h0 + g, m};
+        const BwdStep st{c.h0 + g, m};
         if (kDet) bwd_dq_turn_wait<C>(a, c, st, lane);
 #pragma unroll 1
         for (int cw = 0; cw < 2; ++cw) {

@@ -121,8 +121,7 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
     th.lane = th.ctid & 31;
     th.g = th.lane >> 2;
     th.t2 = 2 * (th.lane & 3);
-    int h0;
-    const fc::sm80::BwdCoords c = bwd_place(a, &h0);
+    const fc::sm80::BwdCoords c = bwd_coords(a);
     const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
     FC90_WAIT(C::kv_full(base), 0);
     if (f.cu_seqlens_k && (c.n + 1) * C::BN > c.sk)
@@ -240,8 +239,7 @@ __global__ void __launch_bounds__(384, 1) fc_sm90_bwd_kernel(const __grid_consta
     fc_grid_dep_sync();
     {
         /* past this sequence's keys: nothing to do (uniform per CTA) */
-        int h0;
-        const fc::sm80::BwdCoords c = bwd_place(prm.a, &h0);
+        const fc::sm80::BwdCoords c = bwd_coords(prm.a);
         if ((int64_t)c.n * C::BN >= c.sk) return;
     }
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);

@@ -39,8 +39,7 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
 {
     const fc_sm80_bwd_args &a = prm.a;
     const fc_fwd_params &f = a.p.f;
-    int h0;
-    const fc::sm80::BwdCoords c = bwd_place(a, &h0);
+    const fc::sm80::BwdCoords c = bwd_coords(a);
     const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
     if (lane == 0) {
         const int krow = (int)c.k_start + c.n * C::BN, bk = (int)c.bk;
@@ -50,7 +49,7 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
     }
     int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
     for (int g = m < 0 ? a.group_run : 0, it = 0; g < a.group_run; ++it) {
-        const int s = bwd_stage<C>(it), h = h0 + g;
+        const int s = bwd_stage<C>(it), h = c.h0 + g;
         /* every lane: each then writes the stage's lse2/D area the consumers released */
         FC90_WAIT(C::q_empty(base, s), bwd_phase<C>(it) ^ 1u);
         if (lane == 0) {

@@ -16,15 +16,7 @@
 
 namespace fc90 {
 
-/* The CTA's key block and (batch, KV head), and *h0, the first query head
- * it walks (then group_run heads; unsplit: the whole group). */
-__device__ __forceinline__ fc::sm80::BwdCoords bwd_place(const fc_sm80_bwd_args &a, int *h0)
-{
-    const fc::sm80::BwdCoords c = fc::sm80::bwd_coords(a);
-    *h0 = c.h0;
-    return c;
-}
-
+using fc::sm80::bwd_coords; /* the CTA's key block, (batch, KV head) and first query head h0 */
 using fc::sm80::bwd_dkv_rows;
 
 /* A consumer thread's dK or dV accumulators (wgmma layout: rows r and r +
