@@ -9,7 +9,8 @@
 #   stages: build test sanitize sass bench (the forward, then the backward),
 #   and (not in `all`) bench-bwd: the backward's benchmark alone;
 #   sanitize-bwd: the three sanitizers on the backward's kernels alone;
-#   bench-paged: bench/paged.py (paged decode vs contiguous); tune: the
+#   bench-paged: bench/paged.py (paged decode vs contiguous); ring: context
+#   parallelism over NCCL on every GPU (tests, then bench/ring.py); tune: the
 #   tuner on bench/tune-shapes.txt (flashcore tune, its verify pass); trace: a
 #   trace build of the Hopper kernels (-DFC_SM90_TRACE=1, in $BUILD-trace)
 #   timing each tile's phases on TRACE_SHAPES (bench/trace_sm90.py); profile:
@@ -386,6 +387,37 @@ if want_explicit trace; then
   else result[trace]=FAIL; tail -20 "$OUT/trace-build.log"; fi
 fi
 
+if want_explicit ring; then
+  # Context parallelism over NCCL on this machine's GPUs: the ring's checks
+  # (python/tests/test_distributed.py with FC_TEST_RING_BACKEND=nccl, 2
+  # ranks up to every GPU), then bench/ring.py (causal, zigzag) for each
+  # rank count in RING_RANKS (default: 2 and every GPU) and tokens a rank in
+  # RING_TOKENS (default 16384 65536); RING_EXTRA: more bench/ring.py
+  # arguments. The ops' Python kernels (FLASHCORE_TORCH_EXT=0): no rank
+  # waits on another's extension build. JSON: ring-P-T.json.
+  ngpu=$(nvidia-smi -L | wc -l)
+  if [ "$ngpu" -lt 2 ]; then result[ring]="FAIL: $ngpu GPU (the ring needs 2 or more)"
+  else
+    log "ring: NCCL checks on 2..$ngpu ranks"
+    export FLASHCORE_TORCH_EXT=0
+    if FC_TEST_RING_BACKEND=nccl FC_TEST_RING_SIZES=$(seq -s, 2 "$ngpu") FLASHCORE_LIBRARY="$LIB" \
+         PYTHONPATH="$PWD/python" timeout 400 python3 -m pytest -q python/tests/test_distributed.py \
+         >"$OUT/ring-test.log" 2>&1; then result[ring-test]="ok: $(tail -1 "$OUT/ring-test.log")"
+    else result[ring-test]="FAIL: $(tail -1 "$OUT/ring-test.log")"; tail -30 "$OUT/ring-test.log"; fi
+    read -r -a rextra <<< "${RING_EXTRA:-}"
+    result[ring]=ok
+    for P in ${RING_RANKS:-2 $ngpu}; do
+      for T in ${RING_TOKENS:-16384 65536}; do
+        log "ring: $P ranks, $T tokens a rank"
+        if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" timeout 300 torchrun --nproc-per-node "$P" \
+             bench/ring.py --causal --seq-per-rank "$T" --json "$OUT/ring-$P-$T.json" "${rextra[@]}" \
+             >"$OUT/ring-$P-$T.log" 2>&1; then tail -12 "$OUT/ring-$P-$T.log"
+        else result[ring]="FAIL: $P ranks, $T tokens"; tail -30 "$OUT/ring-$P-$T.log"; fi
+      done
+    done
+  fi
+fi
+
 if want_explicit profile; then
   # ncu leaves the clocks alone (--clock-control none: the clocks stay as the benchmark runs them);
   # the raw page keeps every metric the sections collect, by name.
@@ -417,6 +449,6 @@ for k in $(echo "${!result[@]}" | tr ' ' '\n' | sort); do
   case "${result[$k]}" in FAIL*) status=1 ;; esac
 done | tee "$OUT/summary.txt"
 grep -q "| FAIL" "$OUT/summary.txt" && status=1
-(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|peers-bwd\.(json|md)|paged\.(json|md)|tune\.(json|md)|tuning\.tune|logs.tgz)$') &&
+(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|peers\.(json|md|png)|peers-bwd\.(json|md)|paged\.(json|md)|tune\.(json|md)|tuning\.tune|ring-.*\.json|logs.tgz)$') &&
   [ -n "$logs" ] && tar czf logs.tgz $logs && rm -f $logs)
 exit $status

@@ -5,7 +5,13 @@ splits, causal or not, GQA, bshd and bhsd, f32 and bf16, ranks of unequal
 lengths, zigzag totals that 2P does not divide (down to an empty chunk),
 packed variable-length batches (sequences shorter than 2P, of one token);
 deterministic reruns repeat bitwise; bad calls raise on every rank.
-Skipped without torch or torch.distributed's gloo backend."""
+Skipped without torch or torch.distributed's gloo backend.
+
+On a machine with GPUs, FC_TEST_RING_BACKEND=nccl runs the same checks
+over NCCL, rank r on cuda:r, for the rank counts in FC_TEST_RING_SIZES
+(default 2,3): every case's dtype becomes bfloat16 and its head_dim at
+least 64 (what the CUDA paths take); the reference stays one float32
+call on the CPU."""
 
 import os
 import socket
@@ -18,6 +24,9 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed without gloo", allow_module_level=True)
 mp = pytest.importorskip("torch.multiprocessing")
+BACKEND = os.environ.get("FC_TEST_RING_BACKEND", "gloo")
+GPU = BACKEND == "nccl"
+SIZES = [int(n) for n in os.environ.get("FC_TEST_RING_SIZES", "2,3").split(",")]
 
 # name, B, Hq, Hkv, S, D, dtype, causal, split, layout, softcap. S: the
 # tokens per rank (rank r: S + r when the name says uneven); zigzag: the
@@ -38,6 +47,16 @@ CASES = [
 # block gradients are each rounded to bf16 once before their float32 sum
 # (module docstring), so two bf16 roundings of the magnitude
 TOL = {"float32": (2e-5, 2e-5), "bfloat16": (3e-2, 2e-2)}
+
+
+def _lift(dtype, d):
+    """A case's dtype and head_dim where it runs: on the GPU, bfloat16 and
+    a head_dim of at least 64."""
+    return ("bfloat16", max(d, 64)) if GPU else (dtype, d)
+
+
+def _dev(rank):
+    return torch.device("cuda", rank) if GPU else torch.device("cpu")
 
 
 def _free_port():
@@ -64,7 +83,8 @@ def _lengths(case, size):
 def _global(case, size):
     """The whole sequence's q, k, v, dout (float32, [B, S_total, H, D]),
     the same on every rank."""
-    _, B, Hq, Hkv, S, D, *_ = case
+    _, B, Hq, Hkv, S, D, dtype, *_ = case
+    D = _lift(dtype, D)[1]
     g = torch.Generator().manual_seed(7)
     total = sum(_lengths(case, size))
     return [torch.randn(B, total, h, D, generator=g) for h in (Hq, Hkv, Hkv, Hq)]
@@ -84,14 +104,15 @@ def _check_case(case, size, rank):
     import flashcore
     from flashcore import distributed as fd
     name, *_, dtype, causal, split, layout, softcap = case
-    dt = getattr(torch, dtype)
+    dtype = _lift(dtype, 0)[0]
+    dt, dev = getattr(torch, dtype), _dev(rank)
     q, k, v, dout = _global(case, size)
     # the reference: one call over the whole sequence, in float32 from the same (rounded) inputs
     qr, kr, vr = (x.to(dt).float().clone().requires_grad_() for x in (q, k, v))
     want, want_lse = flashcore.attention(qr, kr, vr, causal=causal, softcap=softcap, return_lse=True)
     want.backward(dout)
     idx = _index(case, size, rank)
-    mine = [x[:, idx].to(dt) for x in (q, k, v, dout)]
+    mine = [x[:, idx].to(dev, dt) for x in (q, k, v, dout)]
     if layout == "bhsd":
         mine = [x.transpose(1, 2) for x in mine]
     ql, kl, vl = (x.clone().requires_grad_() for x in mine[:3])
@@ -103,12 +124,12 @@ def _check_case(case, size, rank):
     def same(got, ref, what):
         if layout == "bhsd" and got.dim() == 4:
             got = got.transpose(1, 2)
-        got = got.float()
+        got = got.float().cpu()
         err = (got - ref).abs() - rtol * ref.abs()
         assert err.max().item() <= atol, "%s rank %d: %s off by %.3g" % (name, rank, what, err.max().item())
 
     same(out, want.detach()[:, idx], "out")
-    torch.testing.assert_close(lse, want_lse[:, :, idx], atol=atol, rtol=rtol)
+    torch.testing.assert_close(lse.cpu(), want_lse[:, :, idx], atol=atol, rtol=rtol)
     for x, ref, what in ((ql, qr, "dq"), (kl, kr, "dk"), (vl, vr, "dv")):
         assert x.grad.dtype == dt and x.grad.shape == x.shape
         same(x.grad, ref.grad[:, idx], what)
@@ -154,8 +175,9 @@ def _check_varlen(case, size, rank):
     import flashcore
     from flashcore import distributed as fd
     name, dtype, causal, split = case
-    dt = getattr(torch, dtype)
-    total, H, Hkv, D = sum(VARLEN_SEQS), 4, 2, 16
+    dtype, D = _lift(dtype, 16)
+    dt, dev = getattr(torch, dtype), _dev(rank)
+    total, H, Hkv = sum(VARLEN_SEQS), 4, 2
     g = torch.Generator().manual_seed(11)
     q, dout = (torch.randn(total, H, D, generator=g).to(dt) for _ in range(2))
     k, v = (torch.randn(total, Hkv, D, generator=g).to(dt) for _ in range(2))
@@ -165,20 +187,21 @@ def _check_varlen(case, size, rank):
     want, want_lse = flashcore.attention(q, k, v, return_lse=True, **opts)
     wq, wk, wv = flashcore.attention_backward(dout, q, k, v, want, want_lse, **opts)
     idx, cu_local = _varlen_index(size, rank, split)
-    ql, kl, vl = (x[idx].clone().requires_grad_() for x in (q, k, v))
+    cu_local = cu_local.to(dev)
+    ql, kl, vl = (x[idx].to(dev).requires_grad_() for x in (q, k, v))
     out, lse = fd.ring_attention(ql, kl, vl, causal=causal, split=split, cu_seqlens=cu_local, return_lse=True)
-    out.backward(dout[idx])
+    out.backward(dout[idx].to(dev))
     atol, rtol = TOL[dtype]
     for got, ref, what in ((out, want, "out"), (lse, want_lse[:, idx], "lse"), (ql.grad, wq, "dq"),
                            (kl.grad, wk, "dk"), (vl.grad, wv, "dv")):
         ref = ref if what == "lse" else ref[idx]
-        err = (got.float() - ref.float()).abs() - rtol * ref.float().abs()
+        err = (got.float().cpu() - ref.float()).abs() - rtol * ref.float().abs()
         assert err.max().item() <= atol, "%s rank %d: %s off by %.3g" % (name, rank, what, err.max().item())
     runs = []
     for _ in range(2):
-        a, b, c = (x[idx].clone().requires_grad_() for x in (q, k, v))
+        a, b, c = (x[idx].to(dev).requires_grad_() for x in (q, k, v))
         o = fd.ring_attention(a, b, c, causal=causal, split=split, cu_seqlens=cu_local, deterministic=True)
-        o.backward(dout[idx])
+        o.backward(dout[idx].to(dev))
         runs.append([o.detach(), a.grad, b.grad, c.grad])
     for x, y in zip(*runs):
         assert torch.equal(x, y), "%s rank %d: deterministic reruns differ" % (name, rank)
@@ -186,7 +209,9 @@ def _check_varlen(case, size, rank):
 
 def _worker(rank, size, port, cases, errors):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=size)
+    if GPU:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(BACKEND, init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=size)
     try:
         import flashcore
         from flashcore import distributed as fd
@@ -194,17 +219,19 @@ def _worker(rank, size, port, cases, errors):
             _check_case(case, size, rank)
         for case in VARLEN_CASES:
             _check_varlen(case, size, rank)
+        dt, d = _lift("float32", 8)
+        opt = dict(device=_dev(rank), dtype=getattr(torch, dt))
         # one rank's cu_seqlens do not end at its tokens: every rank raises
-        q = torch.randn(4, 2, 8)
-        cu = torch.tensor([0, 3 if rank == 1 else 4], dtype=torch.int32)
+        q = torch.randn(4, 2, d, **opt)
+        cu = torch.tensor([0, 3 if rank == 1 else 4], dtype=torch.int32, device=opt["device"])
         with pytest.raises(flashcore.InvalidArgumentError, match="rank 1"):
             fd.ring_attention(q, q, q, cu_seqlens=cu)
         # ranks disagree on the heads, or one rank's k holds other tokens
         # than its q: every rank raises (none hangs)
-        q = torch.randn(1, 4, 2 + rank, 8)
+        q = torch.randn(1, 4, 2 + rank, d, **opt)
         with pytest.raises(flashcore.InvalidArgumentError, match="same batch, heads and head_dim"):
             fd.ring_attention(q, q, q, split="zigzag")
-        q, k = torch.randn(1, 4, 2, 8), torch.randn(1, 5 if rank == 1 else 4, 2, 8)
+        q, k = torch.randn(1, 4, 2, d, **opt), torch.randn(1, 5 if rank == 1 else 4, 2, d, **opt)
         with pytest.raises(flashcore.InvalidArgumentError, match="the same tokens"):
             fd.ring_attention(q, k, k)
     except BaseException as e:  # noqa: B902 (reported to the parent, which fails the test)
@@ -227,11 +254,14 @@ def _exit_after(d):
     os._exit(0)
 
 
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", SIZES)
 def test_ring_attention_equals_one_call(size):
+    if GPU and torch.cuda.device_count() < size:
+        pytest.skip("%d ranks need %d GPUs" % (size, size))
     ctx = mp.get_context("spawn")
     errors = ctx.SimpleQueue()
-    cases = CASES if size == 2 else [c for c in CASES if c[8] == "contiguous" or "odd-" in c[0]]
+    # CPU ranks: the other sizes run the contiguous and odd-length cases (the suite's time)
+    cases = CASES if size == 2 or GPU else [c for c in CASES if c[8] == "contiguous" or "odd-" in c[0]]
     try:
         mp.start_processes(_worker, args=(size, _free_port(), cases, errors), nprocs=size, start_method="spawn")
     except Exception as e:  # a rank raised: its message
