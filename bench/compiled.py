@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -82,8 +83,16 @@ def runner(model, task, fn):
     return infer
 
 
+def own_code(fn, tag):
+    """fn with a code object of its own: dynamo keeps its compiled entries
+    on the code object, and two models compiled from one shared step
+    function would each check the other's guards first on every call."""
+    code = fn.__code__.replace(co_name="%s_%s" % (fn.__code__.co_name, tag))
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
 def build(model, task, mode, ids, targets, backend):
-    fn = step_fn(model, task, ids, targets)
+    fn = own_code(step_fn(model, task, ids, targets), model.cfg.attn_implementation)
     if mode != "eager":
         kw = dict(fullgraph=True, backend=backend)
         if mode != "default":
