@@ -128,18 +128,43 @@ def _options(plan, causal):
     return dict(causal=causal, softcap=plan.softcap, scale=plan.scale, layout=plan.layout, backend=plan.backend)
 
 
-def _fold(acc, part, plan):
-    """Merge one more (out, lse) into the float32 accumulator (None at first)."""
+def _fold(acc, part, plan, out=None):
+    """Merge one more (out, lse) into the accumulator (None at first: the
+    part itself, which the next merge reads exactly) in float32, or, for a
+    chunk's last part, into out (the result's rows, rounded once)."""
     if acc is None:
-        return part[0].float(), part[1]
-    return _merge.merge_attention([acc[0], part[0]], [acc[1], part[1]], out_dtype=_torch().float32,
+        return part
+    return _merge.merge_attention([acc[0], part[0]], [acc[1], part[1]], out=out,
+                                  out_dtype=None if out is not None else _torch().float32,
                                   return_lse=True, layout=plan.layout, backend=plan.backend)
 
 
+def _parts_per_chunk(plan, q_rows, k_rows):
+    """How many partial results each local query chunk receives over the
+    ring (k_rows: per rank, its chunks' token counts)."""
+    count = [0] * len(q_rows)
+    for step in range(plan.size):
+        for i, _, _ in _pairs(plan, (plan.rank - step) % plan.size, q_rows, k_rows[(plan.rank - step) % plan.size]):
+            count[i] += 1
+    return count
+
+
+def _chunk_rows(n, plan):
+    """The chunks' token counts of a slice of n tokens (as _pieces cuts it)."""
+    return [n] if plan.split == "contiguous" else [n - n // 2, n // 2]
+
+
 def _forward(q, k, v, plan):
+    """This rank's out and lse. A query chunk's last partial result is
+    merged (or, if its only one, written) straight into the output."""
     if plan.cu is not None:
         return _ring_varlen.forward(q, k, v, plan, _RING)
+    torch = _torch()
     qs = _pieces(q, plan)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    outs = _pieces(out, plan)
+    k_rows = [_chunk_rows(sh[0][_seq_dim(plan)], plan) for sh in plan.shapes]
+    left = _parts_per_chunk(plan, _rows(qs, plan), k_rows)
     accs = [None] * len(qs)
     kv = (k.contiguous(), v.contiguous())
     for step in range(plan.size):
@@ -147,12 +172,15 @@ def _forward(q, k, v, plan):
         nxt, reqs = _exchange(kv, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
         ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
         for i, j, causal in _pairs(plan, src, _rows(qs, plan), _rows(ks, plan)):
-            part = _attention.attention(qs[i], ks[j], vs[j], return_lse=True, **_options(plan, causal))
-            accs[i] = _fold(accs[i], part, plan)
+            left[i] -= 1
+            last = outs[i] if left[i] == 0 else None
+            only = last if accs[i] is None else None
+            part = _attention.attention(qs[i], ks[j], vs[j], return_lse=True, out=only, **_options(plan, causal))
+            accs[i] = part if only is not None else _fold(accs[i], part, plan, last)
         _wait(reqs)
         kv = nxt
-    torch = _torch()
-    out = torch.cat([a[0] if a else x.float() for a, x in zip(accs, qs)], dim=_seq_dim(plan)).to(q.dtype)
+    if any(a is None and n for a, n in zip(accs, _rows(qs, plan))):  # every token sees its own chunk
+        raise RuntimeError("ring_attention: internal: a query chunk received no partial result")
     lse = torch.cat([a[1] if a else _no_lse(x, plan) for a, x in zip(accs, qs)], dim=-1)
     return out, lse
 
