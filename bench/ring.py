@@ -4,6 +4,7 @@ whole sequence on one device against P ranks holding a slice each, same
 run, forward and forward + backward.
 
     torchrun --nproc-per-node 2 bench/ring.py --causal            # GPUs, NCCL
+    torchrun --nproc-per-node 2 bench/ring.py --causal --comm all_gather
     python3 bench/ring.py --dry-run                                # CPU, gloo, 2 spawned ranks, tiny
 
 First every rank checks its slice of out, dq, dk and dv against one call
@@ -12,7 +13,8 @@ rank 0 prints: the single-device time of the whole sequence
 (one flashcore.attention call, and its backward, on rank 0's device while
 the others wait at a barrier), the ring's time (the slowest rank's, CUDA
 events or wall clock, median over --iters), the same ring with its
-transfers stubbed out (each rank reuses its own K/V: the compute alone),
+transfers stubbed out (each rank reuses its own K/V, and with
+--comm all_gather keeps its own share of the dK/dV sums: the compute alone),
 scaling efficiency = single / (P x ring), and exposed communication =
 ring - compute alone. JSON with --json. --profile: afterwards, three more
 ring steps (forward, and forward + backward) under torch.profiler on every
@@ -33,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 import flashcore
+from flashcore import _ring_allgather as fag
 from flashcore import distributed as fd
 
 
@@ -85,7 +88,7 @@ def step(q, k, v, dout, a, bwd, ring):
     """One call (ring or whole sequence), with its backward when bwd."""
     q, k, v = (x.detach().requires_grad_(bwd) for x in (q, k, v))
     if ring:
-        out = fd.ring_attention(q, k, v, causal=a.causal, split=a.split)
+        out = fd.ring_attention(q, k, v, causal=a.causal, split=a.split, comm=a.comm)
     else:
         out = flashcore.attention(q, k, v, causal=a.causal)
     if bwd:
@@ -105,9 +108,11 @@ def measure(a, rank, size, device, bwd):
                 single.append(ms)
     dist.barrier()
     for name, stub in (("ring", False), ("compute", True)):
-        real = fd._exchange
+        real = fd._exchange, fag._all_gather, fag._reduce_scatter
         if stub:  # each rank keeps its own K/V (and accumulators): the transfers' time taken out
             fd._exchange = lambda xs, plan, src: (list(xs), [])
+            fag._all_gather = lambda out, x, plan: out.copy_(x.expand(out.shape))
+            fag._reduce_scatter = lambda out, x, plan: out.copy_(x[plan.rank])
         try:
             times = []
             for i in range(a.warmup + a.iters):
@@ -116,7 +121,7 @@ def measure(a, rank, size, device, bwd):
                 if i >= a.warmup:
                     times.append(ms)
         finally:
-            fd._exchange = real
+            fd._exchange, fag._all_gather, fag._reduce_scatter = real
         row[name + "_ms"] = statistics.median(times)
     if rank == 0:
         row["single_ms"] = statistics.median(single)
@@ -177,7 +182,7 @@ def check(a, rank, size, device):
     out = flashcore.attention(*ref, causal=a.causal)
     out.backward(whole[3])
     got = [x.detach().requires_grad_() for x in mine[:3]]
-    ring = fd.ring_attention(*got, causal=a.causal, split=a.split)
+    ring = fd.ring_attention(*got, causal=a.causal, split=a.split, comm=a.comm)
     ring.backward(mine[3])
     worst = 0.0
     for g, r in ((ring, out), (got[0].grad, ref[0].grad), (got[1].grad, ref[1].grad), (got[2].grad, ref[2].grad)):
@@ -202,9 +207,11 @@ def main_rank(rank, size, a):
                     torch=torch.__version__,
                     flashcore=flashcore.__version__, shape="B%d Hq%d Hkv%d D%d, %d tokens a rank (%d in all), %s%s"
                     % (a.batch, a.heads, a.kv_heads, a.dim, a.seq_per_rank, a.seq_per_rank * size, a.dtype,
-                       ", causal, " + a.split + " split" if a.causal else ", " + a.split + " split"))
+                       ", causal, " + a.split + " split" if a.causal else ", " + a.split + " split"),
+                    comm=a.comm)
         meta["check"] = dict(max_rel_err=err, gate=GATES[a.dtype], ok=ok)
-        print("ring attention, %s, %d ranks, %s; medians of %d" % (meta["device"], size, meta["shape"], a.iters))
+        print("ring attention (comm=%s), %s, %d ranks, %s; medians of %d" % (a.comm, meta["device"], size,
+                                                                            meta["shape"], a.iters))
         print("check against one call over the whole sequence (out, dq, dk, dv): largest relative error %.3g "
               "(gate %.0e) %s" % (err, GATES[a.dtype], "ok" if ok else "FAIL"))
         print("| pass | single device ms | ring ms | compute alone ms | efficiency | exposed comm ms |")
@@ -245,6 +252,8 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--split", default=None, choices=["contiguous", "zigzag"],
                     help="default: zigzag when causal, else contiguous")
+    ap.add_argument("--comm", default="p2p", choices=["p2p", "all_gather"],
+                    help="ring_attention's comm: the ring, or K/V gathered once")
     ap.add_argument("--bwd", action=argparse.BooleanOptionalAction, default=True, help="also forward + backward")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)

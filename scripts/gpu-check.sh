@@ -391,10 +391,12 @@ if want_explicit ring; then
   # Context parallelism over NCCL on this machine's GPUs: the ring's checks
   # (python/tests/test_distributed.py with FC_TEST_RING_BACKEND=nccl, 2
   # ranks up to every GPU), then bench/ring.py (causal, zigzag) for each
-  # rank count in RING_RANKS (default: 2 and every GPU) and tokens a rank in
-  # RING_TOKENS (default 16384 65536); RING_EXTRA: more bench/ring.py
-  # arguments. The ops' Python kernels (FLASHCORE_TORCH_EXT=0): no rank
-  # waits on another's extension build. JSON: ring-P-T.json.
+  # rank count in RING_RANKS (default: 2 and every GPU), tokens a rank in
+  # RING_TOKENS (default 16384 65536) and comm in RING_COMMS (default p2p
+  # all_gather); RING_EXTRA: more bench/ring.py arguments. On 4 GPUs the
+  # defaults take ~10 minutes: split RING_TOKENS over two calls. The ops'
+  # Python kernels (FLASHCORE_TORCH_EXT=0): no rank waits on another's
+  # extension build. JSON: ring-P-T-COMM.json.
   ngpu=$(nvidia-smi -L | wc -l)
   if [ "$ngpu" -lt 2 ]; then result[ring]="FAIL: $ngpu GPU (the ring needs 2 or more)"
   else
@@ -408,11 +410,13 @@ if want_explicit ring; then
     result[ring]=ok
     for P in ${RING_RANKS:-2 $ngpu}; do
       for T in ${RING_TOKENS:-16384 65536}; do
-        log "ring: $P ranks, $T tokens a rank"
-        if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" timeout 300 torchrun --nproc-per-node "$P" \
-             bench/ring.py --causal --seq-per-rank "$T" --json "$OUT/ring-$P-$T.json" "${rextra[@]}" \
-             >"$OUT/ring-$P-$T.log" 2>&1; then tail -12 "$OUT/ring-$P-$T.log"
-        else result[ring]="FAIL: $P ranks, $T tokens"; tail -30 "$OUT/ring-$P-$T.log"; fi
+        for C in ${RING_COMMS:-p2p all_gather}; do
+          log "ring: $P ranks, $T tokens a rank, comm $C"
+          if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" timeout 300 torchrun --nproc-per-node "$P" \
+               bench/ring.py --causal --seq-per-rank "$T" --comm "$C" --json "$OUT/ring-$P-$T-$C.json" \
+               "${rextra[@]}" >"$OUT/ring-$P-$T-$C.log" 2>&1; then tail -12 "$OUT/ring-$P-$T-$C.log"
+          else result[ring]="FAIL: $P ranks, $T tokens, $C"; tail -30 "$OUT/ring-$P-$T-$C.log"; fi
+        done
       done
     done
   fi

@@ -26,6 +26,9 @@ A pair of chunks (query chunk a, key chunk b) is skipped when causal and
 b > a, causal when b == a (a rank's own tokens: the usual alignment),
 unmasked when b < a.
 
+comm='all_gather' replaces the ring by one all_gather of K/V and one call
+per query chunk (_ring_allgather.py).
+
 Every rank passes tensors of one layout and dtype, and shapes that differ
 at most in the token count (checked once per call by an all_gather of the
 shapes). Variable-length (packed) batches: q, k, v [total, H, D] and
@@ -44,14 +47,14 @@ rounding per part.
 import collections
 import types
 
-from . import _attention, _backward, _merge, _ring_varlen
+from . import _attention, _backward, _merge, _ring_allgather, _ring_varlen
 from .errors import InvalidArgumentError, UnsupportedError
 
 # shapes: per rank of the group, the (k shape, v shape) of its slice; cu:
 # varlen, the rank's cu_seqlens tensor, then (after the shapes' check)
 # every rank's as a list; else None
 _Plan = collections.namedtuple("_Plan", "group rank size split causal scale softcap layout deterministic backend "
-                                        "shapes cu")
+                                        "shapes cu comm")
 
 
 def _torch():
@@ -159,6 +162,8 @@ def _forward(q, k, v, plan):
     merged (or, if its only one, written) straight into the output."""
     if plan.cu is not None:
         return _ring_varlen.forward(q, k, v, plan, _RING)
+    if plan.comm == "all_gather":
+        return _ring_allgather.forward(q, k, v, plan, _RING)
     torch = _torch()
     qs = _pieces(q, plan)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -194,6 +199,8 @@ def _no_lse(q, plan):
 def _backward_ring(dout, q, k, v, out, lse, plan):
     if plan.cu is not None:
         return _ring_varlen.backward(dout, q, k, v, out, lse, plan, _RING)
+    if plan.comm == "all_gather":
+        return _ring_allgather.backward(dout, q, k, v, out, lse, plan, _RING)
     torch = _torch()
     qs, dos, outs = _pieces(q, plan), _pieces(dout, plan), _pieces(out, plan)
     lses = [x.contiguous() for x in _pieces(lse, plan, dim=-1)]
@@ -254,8 +261,11 @@ def _pass_sums(acc, acc_reqs, part, plan, src):
     return _exchange(part, plan, (src - 1) % plan.size) + (part,)
 
 
-# what the varlen ring (_ring_varlen.py) takes from this one
-_RING = types.SimpleNamespace(exchange=_exchange, wait=_wait, fold=_fold, pairs=_pairs, pass_sums=_pass_sums)
+# what the varlen ring (_ring_varlen.py) and the all-gather variant
+# (_ring_allgather.py) take from this one
+_RING = types.SimpleNamespace(exchange=_exchange, wait=_wait, fold=_fold, pairs=_pairs, pass_sums=_pass_sums,
+                              chunks=_chunks, chunk_rows=_chunk_rows, seq_dim=_seq_dim, pieces=_pieces, rows=_rows,
+                              options=_options, no_lse=_no_lse)
 
 
 def _gather_cu(cu, plan):
@@ -335,7 +345,8 @@ class _Ring:
 
 
 def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0, split="contiguous",
-                   layout="bshd", deterministic=False, return_lse=False, backend="auto", cu_seqlens=None):
+                   layout="bshd", deterministic=False, return_lse=False, backend="auto", cu_seqlens=None,
+                   comm="p2p"):
     """Attention over a sequence split across the ranks of `group` (a
     torch.distributed process group, default the world; NCCL for CUDA
     tensors, gloo for CPU ones), called by every rank with its slice.
@@ -350,7 +361,11 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0
     not used. Differentiable: with
     tensors that require grad, loss.backward() runs the backward ring (every
     rank must run it). causal: over the whole sequence. deterministic: the
-    block backward's (results repeat bitwise).
+    block backward's (results repeat bitwise). comm: 'p2p', the ring
+    (K/V passed rank to rank, each transfer behind a step's compute), or
+    'all_gather' (the whole K/V gathered once, one call per query chunk,
+    no merge; dK/dV reduce-scattered: _ring_allgather.py; dense slices
+    only).
     """
     dist = _dist()
     if not dist.is_available() or not dist.is_initialized():
@@ -360,13 +375,18 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0
         raise InvalidArgumentError("split: expected 'contiguous' or 'zigzag', got %r" % (split,))
     if layout not in ("bshd", "bhsd"):
         raise InvalidArgumentError("layout: expected 'bshd' or 'bhsd', got %r" % (layout,))
+    if comm not in ("p2p", "all_gather"):
+        raise InvalidArgumentError("comm: expected 'p2p' or 'all_gather', got %r" % (comm,))
+    if comm == "all_gather" and cu_seqlens is not None:
+        raise UnsupportedError("ring_attention: comm='all_gather' takes dense slices; packed varlen batches "
+                               "(cu_seqlens) run with comm='p2p'")
     nd = 4 if cu_seqlens is None else 3
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, _torch().Tensor) or x.dim() != nd:
             raise UnsupportedError("ring_attention: %s must be a %d-D torch tensor (%s; no paged calls across "
                                    "ranks)" % (name, nd, "[total, H, D] with cu_seqlens" if nd == 3 else "dense"))
     plan = _Plan(group, dist.get_rank(group), dist.get_world_size(group), split, bool(causal), scale,
-                 float(softcap or 0.0), layout, bool(deterministic), backend, None, cu_seqlens)
+                 float(softcap or 0.0), layout, bool(deterministic), backend, None, cu_seqlens, comm)
     plan = plan._replace(shapes=_gather_shapes(q, k, v, plan))
     if cu_seqlens is not None:
         plan = plan._replace(cu=_gather_cu(cu_seqlens, plan))

@@ -1,6 +1,7 @@
 """flashcore.distributed.ring_attention on CPU processes over gloo: each
 rank's out, lse and gradients equal the slice of one flashcore.attention
-call over the whole sequence (and its autograd gradients), for both
+call over the whole sequence (and its autograd gradients), for both comms
+(the ring and the all-gather variant; packed batches: the ring), both
 splits, causal or not, GQA, bshd and bhsd, f32 and bf16, ranks of unequal
 lengths, zigzag totals that 2P does not divide (down to an empty chunk),
 packed variable-length batches (sequences shorter than 2P, of one token);
@@ -100,7 +101,7 @@ def _index(case, size, rank):
     return [t for c in (rank, 2 * size - 1 - rank) for t in range(ch[c][0], ch[c][0] + ch[c][1])]
 
 
-def _check_case(case, size, rank):
+def _check_case(case, size, rank, comm):
     import flashcore
     from flashcore import distributed as fd
     name, *_, dtype, causal, split, layout, softcap = case
@@ -117,7 +118,7 @@ def _check_case(case, size, rank):
         mine = [x.transpose(1, 2) for x in mine]
     ql, kl, vl = (x.clone().requires_grad_() for x in mine[:3])
     out, lse = fd.ring_attention(ql, kl, vl, causal=causal, softcap=softcap, split=split, layout=layout,
-                                 return_lse=True)
+                                 return_lse=True, comm=comm)
     out.backward(mine[3])
     atol, rtol = TOL[dtype]
 
@@ -126,7 +127,7 @@ def _check_case(case, size, rank):
             got = got.transpose(1, 2)
         got = got.float().cpu()
         err = (got - ref).abs() - rtol * ref.abs()
-        assert err.max().item() <= atol, "%s rank %d: %s off by %.3g" % (name, rank, what, err.max().item())
+        assert err.max().item() <= atol, "%s %s rank %d: %s off by %.3g" % (name, comm, rank, what, err.max().item())
 
     same(out, want.detach()[:, idx], "out")
     torch.testing.assert_close(lse.cpu(), want_lse[:, :, idx], atol=atol, rtol=rtol)
@@ -138,11 +139,11 @@ def _check_case(case, size, rank):
     for _ in range(2):
         a, b, c = (x.clone().requires_grad_() for x in mine[:3])
         o = fd.ring_attention(a, b, c, causal=causal, softcap=softcap, split=split, layout=layout,
-                              deterministic=True)
+                              deterministic=True, comm=comm)
         o.backward(mine[3])
         runs.append([o.detach(), a.grad, b.grad, c.grad])
     for x, y in zip(*runs):
-        assert torch.equal(x, y), "%s rank %d: deterministic reruns differ" % (name, rank)
+        assert torch.equal(x, y), "%s %s rank %d: deterministic reruns differ" % (name, comm, rank)
 
 
 # packed variable-length batches: the sequences' whole lengths (one
@@ -216,7 +217,8 @@ def _worker(rank, size, port, cases, errors):
         import flashcore
         from flashcore import distributed as fd
         for case in cases:
-            _check_case(case, size, rank)
+            for comm in ("p2p", "all_gather"):
+                _check_case(case, size, rank, comm)
         for case in VARLEN_CASES:
             _check_varlen(case, size, rank)
         dt, d = _lift("float32", 8)
@@ -226,6 +228,8 @@ def _worker(rank, size, port, cases, errors):
         cu = torch.tensor([0, 3 if rank == 1 else 4], dtype=torch.int32, device=opt["device"])
         with pytest.raises(flashcore.InvalidArgumentError, match="rank 1"):
             fd.ring_attention(q, q, q, cu_seqlens=cu)
+        with pytest.raises(flashcore.UnsupportedError, match="all_gather"):
+            fd.ring_attention(q, q, q, cu_seqlens=cu, comm="all_gather")
         # ranks disagree on the heads, or one rank's k holds other tokens
         # than its q: every rank raises (none hangs)
         q = torch.randn(1, 4, 2 + rank, d, **opt)

@@ -14,9 +14,10 @@ if not dist.is_available() or not dist.is_gloo_available():
 
 
 @in_checkout
-def test_dry_run_rows(tmp_path):
-    data, stdout = dry_run("ring.py", tmp_path, timeout=600)
-    assert data["meta"]["ranks"] == 2 and data["meta"]["check"]["ok"]
+@pytest.mark.parametrize("comm", ["p2p", "all_gather"])
+def test_dry_run_rows(tmp_path, comm):
+    data, stdout = dry_run("ring.py", tmp_path, timeout=600, extra=("--comm", comm, "--causal"))
+    assert data["meta"]["ranks"] == 2 and data["meta"]["check"]["ok"] and data["meta"]["comm"] == comm
     assert data["meta"]["check"]["max_rel_err"] < 1e-4
     assert [r["pass_"] for r in data["rows"]] == ["fwd", "fwd+bwd"]
     for r in data["rows"]:
