@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "usage: flashcore <command> [options]\n"
             "       flashcore --version | --help\n"
             "       flashcore help <command>\n\n"
-            "FlashCore %s: fused exact attention (forward).\n\ncommands:\n",
+            "FlashCore %s: fused exact attention, forward and backward.\n\ncommands:\n",
             fc_version_string());
     for (int i = 0; i < NUM_COMMANDS; i++) fprintf(f, "  %-9s %s\n", k_commands[i].name, k_commands[i].summary);
     fprintf(f,
