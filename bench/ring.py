@@ -11,7 +11,9 @@ First every rank checks its slice of out, dq, dk and dv against one call
 over the whole sequence (exit status 1 past the dtype's gate). Per pass,
 rank 0 prints: the single-device time of the whole sequence
 (one flashcore.attention call, and its backward, on rank 0's device while
-the others wait at a barrier), the ring's time (the slowest rank's, CUDA
+the others wait at a barrier), the ring's time (with --sm-margin K
+its Hopper forward grids capped at the SMs less K: NCCL's kernels then
+find SMs free) (the slowest rank's, CUDA
 events or wall clock, median over --iters), the same ring with its
 transfers stubbed out (each rank reuses its own K/V, and with
 --comm all_gather keeps its own share of the dK/dV sums: the compute alone),
@@ -84,6 +86,20 @@ def inputs(a, rank, size, device, seed):
     return whole, [local_slice(x, a, rank, size).contiguous() for x in whole]
 
 
+def grid_cap_file(a, device):
+    """--sm-margin: a tuning cache whose one entry caps every Hopper
+    forward's persistent grid at the SMs less the margin (docs/TUNING.md),
+    for the ring's calls; None without it."""
+    if not a.sm_margin:
+        return None
+    import tempfile
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    path = Path(tempfile.mkdtemp()) / "grid-cap.tune"
+    path.write_text("flashcore-tuning 1\ndevice library=* tables=* cc=* sms=* cudart=* gpu=*\n"
+                    "fwd : sm90_grid=%d\n" % max(1, sms - a.sm_margin))
+    return str(path)
+
+
 def step(q, k, v, dout, a, bwd, ring):
     """One call (ring or whole sequence), with its backward when bwd."""
     q, k, v = (x.detach().requires_grad_(bwd) for x in (q, k, v))
@@ -100,6 +116,7 @@ def measure(a, rank, size, device, bwd):
     run = timer(device.type == "cuda")
     row = dict(pass_="fwd+bwd" if bwd else "fwd")
     single = []
+    flashcore.load_tuning(None)
     for i in range(a.warmup + a.iters):  # the whole sequence on rank 0's device
         dist.barrier()
         if rank == 0:
@@ -107,6 +124,7 @@ def measure(a, rank, size, device, bwd):
             if i >= a.warmup:
                 single.append(ms)
     dist.barrier()
+    flashcore.load_tuning(a.cap_file)  # --sm-margin: the ring's calls only
     for name, stub in (("ring", False), ("compute", True)):
         real = fd._exchange, fag._all_gather, fag._reduce_scatter
         if stub:  # each rank keeps its own K/V (and accumulators): the transfers' time taken out
@@ -151,6 +169,7 @@ def profile(a, rank, size, device, bwd):
     cuda = device.type == "cuda"
     _, mine = inputs(a, rank, size, device, seed=1)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    flashcore.load_tuning(a.cap_file)
     dist.barrier()
     with torch_profile(activities=acts) as prof:
         t = time.perf_counter()
@@ -182,7 +201,9 @@ def check(a, rank, size, device):
     out = flashcore.attention(*ref, causal=a.causal)
     out.backward(whole[3])
     got = [x.detach().requires_grad_() for x in mine[:3]]
+    flashcore.load_tuning(a.cap_file)
     ring = fd.ring_attention(*got, causal=a.causal, split=a.split, comm=a.comm)
+    flashcore.load_tuning(None)
     ring.backward(mine[3])
     worst = 0.0
     for g, r in ((ring, out), (got[0].grad, ref[0].grad), (got[1].grad, ref[1].grad), (got[2].grad, ref[2].grad)):
@@ -198,6 +219,7 @@ def main_rank(rank, size, a):
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size)
+    a.cap_file = grid_cap_file(a, device)
     err = check(a, rank, size, device)
     passes = [False, True] if a.bwd else [False]
     rows = [measure(a, rank, size, device, bwd) for bwd in passes]
@@ -208,7 +230,7 @@ def main_rank(rank, size, a):
                     flashcore=flashcore.__version__, shape="B%d Hq%d Hkv%d D%d, %d tokens a rank (%d in all), %s%s"
                     % (a.batch, a.heads, a.kv_heads, a.dim, a.seq_per_rank, a.seq_per_rank * size, a.dtype,
                        ", causal, " + a.split + " split" if a.causal else ", " + a.split + " split"),
-                    comm=a.comm)
+                    comm=a.comm, sm_margin=a.sm_margin)
         meta["check"] = dict(max_rel_err=err, gate=GATES[a.dtype], ok=ok)
         print("ring attention (comm=%s), %s, %d ranks, %s; medians of %d" % (a.comm, meta["device"], size,
                                                                             meta["shape"], a.iters))
@@ -254,6 +276,8 @@ def main():
                     help="default: zigzag when causal, else contiguous")
     ap.add_argument("--comm", default="p2p", choices=["p2p", "all_gather"],
                     help="ring_attention's comm: the ring, or K/V gathered once")
+    ap.add_argument("--sm-margin", type=int, default=0,
+                    help="cap the ring's Hopper forward grids at the SMs less this many (a tuning cache entry)")
     ap.add_argument("--bwd", action=argparse.BooleanOptionalAction, default=True, help="also forward + backward")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
