@@ -49,43 +49,6 @@ static inline int64_t widen_avx2(const void *src, int32_t dtype, int64_t off, in
     return n8;
 }
 
-/* exp2_le0 (tiled_kernels.h) on 8 lanes, the polynomial in fused steps. */
-static inline __m256 exp2_le0_v8(__m256 x)
-{
-    const __m256 shift = _mm256_set1_ps(0x1.8p23f);
-    const __m256 t = _mm256_add_ps(x, shift);
-    const __m256 f = _mm256_sub_ps(x, _mm256_sub_ps(t, shift));
-    const __m256i n = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(shift));
-    __m256 p = _mm256_set1_ps(0x1.ffcbfcp-17f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.430912p-13f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.5d87fep-10f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.3b2ab6p-7f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.c6b08ep-5f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.ebfbe0p-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0x1.62e430p-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
-    const __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    /* x < -126 (-inf included) gives 0; NaN compares false and stays */
-    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ), r);
-}
-
-/* w[j] = 2^(w[j] - sub) for a <= j < e, whole vectors of 8 from a; their
- * sums added into lane (lane (j-a) mod 8). Returns the first j not done. */
-static inline int exp2_sum_avx2(float *w, int a, int e, float sub, float *lane)
-{
-    const __m256 vs = _mm256_set1_ps(sub);
-    __m256 acc = _mm256_loadu_ps(lane);
-    int j = a;
-    for (; j + 8 <= e; j += 8) {
-        const __m256 p = exp2_le0_v8(_mm256_sub_ps(_mm256_loadu_ps(w + j), vs));
-        _mm256_storeu_ps(w + j, p);
-        acc = _mm256_add_ps(acc, p);
-    }
-    _mm256_storeu_ps(lane, acc);
-    return j;
-}
-
 #define SIMD_NAME(n) n##_avx2
 #define SIMD_T float
 #define SIMD_V __m256
@@ -96,7 +59,19 @@ static inline int exp2_sum_avx2(float *w, int a, int e, float sub, float *lane)
 #define SIMD_STORE _mm256_storeu_ps
 #define SIMD_FMA _mm256_fmadd_ps
 #define SIMD_MUL _mm256_mul_ps
-#include "tiled_simd.h" /* scores_tiles_avx2, pv_tiles_avx2 */
+#define SIMD_EXP2 1
+#define SIMD_ADD _mm256_add_ps
+#define SIMD_SUB _mm256_sub_ps
+#define SIMD_I __m256i
+#define SIMD_AS_I _mm256_castps_si256
+#define SIMD_AS_F _mm256_castsi256_ps
+#define SIMD_ADD_I32 _mm256_add_epi32
+#define SIMD_SUB_I32 _mm256_sub_epi32
+#define SIMD_SLLI_I32 _mm256_slli_epi32
+#define SIMD_SET1_I32 _mm256_set1_epi32
+#define SIMD_ZERO_BELOW(x, lo, r) _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lo), _CMP_LT_OQ), r)
+#define SIMD_ADD8 _mm256_add_ps
+#include "tiled_simd.h" /* scores_tiles_avx2, pv_tiles_avx2, exp2_sum_avx2 */
 
 /* s[r][c] = scale * sum_d q[r][d] kt[d][c], as scores_rows in tiled_kernels.h:
  * whole tiles of 16 columns, then a last group of 8. */

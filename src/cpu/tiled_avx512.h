@@ -10,6 +10,9 @@
 #ifndef FC_CPU_TILED_AVX512_H
 #define FC_CPU_TILED_AVX512_H
 
+/* Lanes 8..15 (AVX-512F only: no DQ extract). */
+static inline __m256 upper8(__m512 x) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)); }
+
 #define SIMD_NAME(n) n##_avx512
 #define SIMD_T float
 #define SIMD_V __m512
@@ -20,7 +23,20 @@
 #define SIMD_STORE _mm512_storeu_ps
 #define SIMD_FMA _mm512_fmadd_ps
 #define SIMD_MUL _mm512_mul_ps
-#include "tiled_simd.h" /* scores_tiles_avx512, pv_tiles_avx512 */
+#define SIMD_EXP2 1
+#define SIMD_ADD _mm512_add_ps
+#define SIMD_SUB _mm512_sub_ps
+#define SIMD_I __m512i
+#define SIMD_AS_I _mm512_castps_si512
+#define SIMD_AS_F _mm512_castsi512_ps
+#define SIMD_ADD_I32 _mm512_add_epi32
+#define SIMD_SUB_I32 _mm512_sub_epi32
+#define SIMD_SLLI_I32 _mm512_slli_epi32
+#define SIMD_SET1_I32 _mm512_set1_epi32
+#define SIMD_ZERO_BELOW(x, lo, r) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lo), _CMP_NLT_UQ), r)
+/* the 8 lanes' sums, in j order: the low half, then the high */
+#define SIMD_ADD8(acc, p) _mm256_add_ps(_mm256_add_ps(acc, _mm512_castps512_ps256(p)), upper8(p))
+#include "tiled_simd.h" /* scores_tiles_avx512, pv_tiles_avx512, exp2_sum_avx512 */
 
 /* s[r][c] = scale * sum_d q[r][d] kt[d][c], as scores_rows_avx2: tiles of
  * 32 columns, the rest by the AVX2 kernel. */
@@ -60,9 +76,6 @@ static inline void pv_rows_avx512(const float *restrict pw, const float *restric
     const int64_t c = pv_tiles_avx512(pw, v, dp, o, a, e, 0);
     if (c < dp) pv_rows_avx2(pw, v, dp, o, a, e, c);
 }
-
-/* Lanes 8..15 (AVX-512F only: no DQ extract). */
-static inline __m256 upper8(__m512 x) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)); }
 
 /* The largest of s[a..e) and *lane's 8 values into lane[0..7] (any
  * order: a max does not depend on it), NaN scores skipped; returns the

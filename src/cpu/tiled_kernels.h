@@ -223,8 +223,11 @@ static inline void FC_ISA(finish_row)(float *restrict w, int a, int e, float sub
 {
     float lane[8] = {0};
     int j = a;
+#if defined(FC_ISA_AVX512)
+    j = exp2_sum_avx512(w, a, e, sub, lane);
+#endif
 #if defined(FC_ISA_AVX2)
-    j = exp2_sum_avx2(w, a, e, sub, lane);
+    j = exp2_sum_avx2(w, j, e, sub, lane);
 #else
     for (; j + 8 <= e; j += 8)
         for (int x = 0; x < 8; x++) {

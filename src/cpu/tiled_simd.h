@@ -5,8 +5,8 @@
  * (float; double for the double scores) and the SIMD_ vector operations
  * defined: 4 rows x 2 vectors = 8 accumulators per step, each
  * output element one fused sum over d (or j) in order, so every width
- * gives the same bits. No include guard: once per width; the SIMD_
- * macros are undefined at the end.
+ * gives the same bits; and for float widths (SIMD_EXP2) 2^x. No include
+ * guard: once per width; the SIMD_ macros are undefined at the end.
  */
 #ifndef SIMD_NAME
 #error "tiled_simd.h: define SIMD_NAME and the SIMD_ operations before including"
@@ -93,6 +93,47 @@ static inline int64_t SIMD_NAME(pv_tiles)(const SIMD_T *restrict pw, const SIMD_
     return c;
 }
 
+#ifdef SIMD_EXP2
+/* exp2_le0 (tiled_kernels.h) on SIMD_W float lanes, the polynomial in
+ * fused steps: every width gives each value the same bits. Float widths
+ * only (SIMD_EXP2 and its integer operations defined). */
+static inline SIMD_V SIMD_NAME(exp2_le0_v)(SIMD_V x)
+{
+    const SIMD_V shift = SIMD_SET1(0x1.8p23f);
+    const SIMD_V t = SIMD_ADD(x, shift);
+    const SIMD_V f = SIMD_SUB(x, SIMD_SUB(t, shift));
+    const SIMD_I n = SIMD_SUB_I32(SIMD_AS_I(t), SIMD_AS_I(shift));
+    SIMD_V p = SIMD_SET1(0x1.ffcbfcp-17f);
+    p = SIMD_FMA(p, f, SIMD_SET1(0x1.430912p-13f));
+    p = SIMD_FMA(p, f, SIMD_SET1(0x1.5d87fep-10f));
+    p = SIMD_FMA(p, f, SIMD_SET1(0x1.3b2ab6p-7f));
+    p = SIMD_FMA(p, f, SIMD_SET1(0x1.c6b08ep-5f));
+    p = SIMD_FMA(p, f, SIMD_SET1(0x1.ebfbe0p-3f));
+    p = SIMD_FMA(p, f, SIMD_SET1(0x1.62e430p-1f));
+    p = SIMD_FMA(p, f, SIMD_SET1(1.0f));
+    const SIMD_I e = SIMD_SLLI_I32(SIMD_ADD_I32(n, SIMD_SET1_I32(127)), 23);
+    /* x < -126 (-inf included) gives 0; NaN compares false and stays */
+    return SIMD_ZERO_BELOW(x, -126.0f, SIMD_MUL(p, SIMD_AS_F(e)));
+}
+
+/* w[j] = 2^(w[j] - sub) for a <= j < e, whole vectors from a; their sums
+ * added into lane's 8 (lane (j - a) mod 8, in j order at every width).
+ * Returns the first j not done. */
+static inline int SIMD_NAME(exp2_sum)(float *w, int a, int e, float sub, float *lane)
+{
+    const SIMD_V vs = SIMD_SET1(sub);
+    __m256 acc = _mm256_loadu_ps(lane);
+    int j = a;
+    for (; j + SIMD_W <= e; j += SIMD_W) {
+        const SIMD_V p = SIMD_NAME(exp2_le0_v)(SIMD_SUB(SIMD_LOAD(w + j), vs));
+        SIMD_STORE(w + j, p);
+        acc = SIMD_ADD8(acc, p);
+    }
+    _mm256_storeu_ps(lane, acc);
+    return j;
+}
+#endif
+
 /* the parameters are this include's alone */
 #undef SIMD_NAME
 #undef SIMD_T
@@ -104,3 +145,15 @@ static inline int64_t SIMD_NAME(pv_tiles)(const SIMD_T *restrict pw, const SIMD_
 #undef SIMD_STORE
 #undef SIMD_FMA
 #undef SIMD_MUL
+#undef SIMD_EXP2
+#undef SIMD_ADD
+#undef SIMD_SUB
+#undef SIMD_I
+#undef SIMD_AS_I
+#undef SIMD_AS_F
+#undef SIMD_ADD_I32
+#undef SIMD_SUB_I32
+#undef SIMD_SLLI_I32
+#undef SIMD_SET1_I32
+#undef SIMD_ZERO_BELOW
+#undef SIMD_ADD8
