@@ -29,9 +29,10 @@ unmasked when b < a.
 comm='all_gather' replaces the ring by one all_gather of K/V and one call
 per query chunk (_ring_allgather.py).
 
-Every rank passes tensors of one layout and dtype, and shapes that differ
-at most in the token count (checked once per call by an all_gather of the
-shapes). Variable-length (packed) batches: q, k, v [total, H, D] and
+Every rank passes tensors of one layout and dtype, the same options, and
+shapes that differ at most in the token count (checked once per call by
+an all_gather of the shapes and options: a rank that differs makes every
+rank raise). Variable-length (packed) batches: q, k, v [total, H, D] and
 cu_seqlens, each rank's slice of every sequence of the batch, split per
 sequence as above (_ring_varlen.py). Not taken (UnsupportedError):
 windows, paged caches, FP8. Deterministic: the
@@ -45,7 +46,9 @@ rounding per part.
 """
 
 import collections
+import struct
 import types
+import zlib
 
 from . import _attention, _backward, _merge, _ring_allgather, _ring_varlen
 from .errors import InvalidArgumentError, UnsupportedError
@@ -276,21 +279,46 @@ def _gather_cu(cu, plan):
     return tuple(x.tolist() for x in every)
 
 
+# the options every rank must pass alike, in _gather_shapes' exchange
+_SAME = ("split", "causal", "comm", "layout", "deterministic", "softcap", "scale", "dtype")
+
+
+def _options_code(plan, q):
+    """_SAME's values as int64s (floats by their bits, scale None as -1,
+    the dtype by its name's CRC: the same in every process)."""
+    def bits(x):
+        return -1 if x is None else struct.unpack("<q", struct.pack("<d", float(x)))[0]
+    return [("contiguous", "zigzag").index(plan.split), int(plan.causal), ("p2p", "all_gather").index(plan.comm),
+            ("bshd", "bhsd").index(plan.layout), int(plan.deterministic), bits(plan.softcap), bits(plan.scale),
+            zlib.crc32(str(q.dtype).encode())]
+
+
+def _check_options(codes, plan):
+    """Raise on every rank where one rank's options differ from rank 0's."""
+    for r, c in enumerate(codes):
+        for name, x, y in zip(_SAME, c, codes[0]):
+            if x != y:
+                raise InvalidArgumentError("ring_attention: rank %d passes another %s than rank 0: every rank must "
+                                           "pass the same options and dtype" % (r, name))
+
+
 def _gather_shapes(q, k, v, plan):
-    """Every rank's (q, k, v) shapes (one all_gather), checked: the ring's
-    buffers take them. A rank's q, k and v hold the same tokens; ranks
-    differ at most in their token count. The raise is the same on every
-    rank."""
+    """Every rank's (q, k, v) shapes (one all_gather, with the options of
+    _SAME), checked: the ring's buffers take them. A rank's q, k and v hold
+    the same tokens; ranks differ at most in their token count; every rank
+    passes the same options. The raise is the same on every rank."""
     torch = _torch()
     dist = _dist()
     nd = q.dim()  # 4, or 3 (varlen: then the cu_seqlens' length too, one on every rank)
     problem = _cu_problem(plan.cu, q) if plan.cu is not None else None
     extra = [] if plan.cu is None else [0 if problem else plan.cu.numel(), 1 if problem else 0]
-    mine = torch.tensor([*q.shape, *k.shape, *v.shape, *extra], dtype=torch.int64, device=q.device)
+    opts = _options_code(plan, q)
+    mine = torch.tensor([*q.shape, *k.shape, *v.shape, *extra, *opts], dtype=torch.int64, device=q.device)
     every = [torch.empty_like(mine) for _ in range(plan.size)]
     dist.all_gather(every, mine, group=plan.group)
-    shapes = [tuple(tuple(x.tolist()[i:i + nd]) for i in (0, nd, 2 * nd)) + tuple(x.tolist()[3 * nd:])
-              for x in every]
+    rows = [x.tolist() for x in every]
+    _check_options([x[len(x) - len(opts):] for x in rows], plan)
+    shapes = [tuple(tuple(x[i:i + nd]) for i in (0, nd, 2 * nd)) + tuple(x[3 * nd:len(x) - len(opts)]) for x in rows]
     sd = _seq_dim(plan)
 
     def other(sh):

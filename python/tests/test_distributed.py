@@ -238,6 +238,17 @@ def _worker(rank, size, port, cases, errors):
         q, k = torch.randn(1, 4, 2, d, **opt), torch.randn(1, 5 if rank == 1 else 4, 2, d, **opt)
         with pytest.raises(flashcore.InvalidArgumentError, match="the same tokens"):
             fd.ring_attention(q, k, k)
+        # ranks disagree on an option: every rank raises (none hangs or
+        # computes another attention)
+        q = torch.randn(1, 4, 2, d, **opt)
+        for name, kw in (("causal", dict(causal=rank == 1)), ("comm", dict(comm="all_gather" if rank else "p2p")),
+                         ("softcap", dict(softcap=2.0 if rank else 0.0)), ("scale", dict(scale=0.5 if rank else None)),
+                         ("split", dict(split="zigzag" if rank else "contiguous"))):
+            with pytest.raises(flashcore.InvalidArgumentError, match="another %s than rank 0" % name):
+                fd.ring_attention(q, q, q, **kw)
+        q = q.to(torch.float16) if rank else q
+        with pytest.raises(flashcore.InvalidArgumentError, match="another dtype than rank 0"):
+            fd.ring_attention(q, q, q)
     except BaseException as e:  # noqa: B902 (reported to the parent, which fails the test)
         errors.put("rank %d: %s: %s" % (rank, type(e).__name__, e))
         dist.destroy_process_group()
