@@ -53,6 +53,7 @@ from ._backward import attention_backward, attention_backward_supported
 from ._context import KernelInfo, last_host_profile, last_kernel_info
 from ._dropin import (attention_with_kvcache, flash_attn_func, flash_attn_varlen_func,
                       scaled_dot_product_attention)
+from ._hadamard import hadamard
 from ._merge import merge_attention
 from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentError,
                      LibraryNotFoundError, NoDeviceError, OutOfMemoryError, UnsupportedError)
@@ -60,7 +61,7 @@ from .errors import (CudaError, FlashCoreError, InternalError, InvalidArgumentEr
 __all__ = [
     "attention", "supported", "attention_backward", "attention_backward_supported",
     "flash_attn_func", "flash_attn_varlen_func", "scaled_dot_product_attention",
-    "attention_with_kvcache", "merge_attention",
+    "attention_with_kvcache", "merge_attention", "hadamard",
     "build_info", "cuda_available", "device_info", "version_number",
     "library_path", "set_num_threads", "set_check_device_arrays", "set_tuning", "get_tuning", "last_kernel_info",
     "last_host_profile", "KernelInfo", "load_tuning", "save_tuning", "tuning_info",
