@@ -4,7 +4,10 @@ call per local query chunk over the keys that chunk sees (causal: every
 token up to the chunk's last, the mask bottom-right aligned; else all of
 them). No partial results, no merge. The backward gathers K/V again, adds
 each call's dK/dV into float32 sums over the whole sequence and
-reduce-scatters them to the tokens' owners.
+reduce-scatters them to the tokens' owners. Packed variable-length
+batches the same way per sequence: the gathered slices are put in token
+order sequence by sequence, and a local chunk's call is one varlen call
+whose keys are each sequence's tokens up to that chunk's end (causal).
 
 Against the ring (comm='p2p'): K/V travel once rather than P - 1 times
 and a query chunk is one call rather than one per key chunk, which pays
@@ -13,7 +16,7 @@ whole sequence's K/V (and, in the backward, its float32 dK/dV) on every
 rank, and transfers that do not overlap compute.
 """
 
-from . import _attention, _backward
+from . import _attention, _backward, _ring_varlen
 
 
 def _torch():
@@ -50,21 +53,28 @@ class _Layout:
         self.total = start
         self.padded = max(sum(r) for r in rows)  # the collectives' rows per rank
 
-    def padded_shape(self, x, sd):
-        shape = list(x.shape)
-        shape[sd] = self.padded
-        return shape
+
+def _padded_shape(x, sd, padded):
+    shape = list(x.shape)
+    shape[sd] = padded
+    return shape
+
+
+def _every(x, padded, plan, sd):
+    """Every rank's x, each padded to `padded` rows along sd: [P, ...]."""
+    torch = _torch()
+    mine = torch.zeros(_padded_shape(x, sd, padded), dtype=x.dtype, device=x.device)
+    mine.narrow(sd, 0, x.shape[sd]).copy_(x)
+    every = torch.empty([plan.size] + list(mine.shape), dtype=x.dtype, device=x.device)
+    _all_gather(every, mine, plan)
+    return every
 
 
 def _gather(x, lay, plan, ring):
     """The whole sequence's x (K or V) in token order, from every rank's slice."""
-    torch = _torch()
     sd = ring.seq_dim(plan)
-    mine = torch.zeros(lay.padded_shape(x, sd), dtype=x.dtype, device=x.device)
-    mine.narrow(sd, 0, x.shape[sd]).copy_(x)
-    every = torch.empty([plan.size] + list(mine.shape), dtype=x.dtype, device=x.device)
-    _all_gather(every, mine, plan)
-    return torch.cat([every[o].narrow(sd, off, n) for o, off, n, _ in lay.chunks], dim=sd)
+    every = _every(x, lay.padded, plan, sd)
+    return _torch().cat([every[o].narrow(sd, off, n) for o, off, n, _ in lay.chunks], dim=sd)
 
 
 def _scatter_sum(whole, lay, plan, ring, like):
@@ -72,11 +82,17 @@ def _scatter_sum(whole, lay, plan, ring, like):
     order), in like's dtype."""
     torch = _torch()
     sd = ring.seq_dim(plan)
-    shape = lay.padded_shape(like, sd)
-    by_owner = torch.zeros([plan.size] + shape, dtype=torch.float32, device=like.device)
+    by_owner = torch.zeros([plan.size] + _padded_shape(like, sd, lay.padded), dtype=torch.float32,
+                           device=like.device)
     for o, off, n, start in lay.chunks:
         by_owner[o].narrow(sd, off, n).copy_(whole.narrow(sd, start, n))
-    mine = torch.empty(shape, dtype=torch.float32, device=like.device)
+    return _reduce_mine(by_owner, like, plan, sd)
+
+
+def _reduce_mine(by_owner, like, plan, sd):
+    """This rank's rows of the sum over ranks of by_owner ([P, padded...],
+    float32), in like's dtype."""
+    mine = _torch().empty(by_owner.shape[1:], dtype=by_owner.dtype, device=like.device)
     _reduce_scatter(mine, by_owner, plan)
     return mine.narrow(sd, 0, like.shape[sd]).to(like.dtype)
 
@@ -122,3 +138,92 @@ def backward(dout, q, k, v, out, lse, plan, ring):
         dkg.narrow(sd, 0, keys).add_(g[1])
         dvg.narrow(sd, 0, keys).add_(g[2])
     return dq, _scatter_sum(dkg, lay, plan, ring, k), _scatter_sum(dvg, lay, plan, ring, v)
+
+
+# ---- packed variable-length batches ----------------------------------------
+
+class _Packed:
+    """The batch's sequences in token order over the ranks' gathered slices
+    (plan.cu: every rank's cu_seqlens, as lists): `order`, the rows of the
+    flattened gather ([P * padded]) that make them, sequence after
+    sequence; and `calls`, per local chunk with rows: its rows of q, their
+    cu_seqlens and longest, and the token-order rows of the keys it sees
+    (causal: each sequence's tokens up to the chunk's end; else all of
+    them), with theirs."""
+
+    def __init__(self, plan, device):
+        torch = _torch()
+        P, zig, cus = plan.size, plan.split == "zigzag", plan.cu
+        self.padded = max(c[-1] for c in cus)
+        order, starts, ends = [], [], []  # ends[s][c]: where chunk c ends in sequence s
+        for s in range(len(cus[0]) - 1):
+            starts.append(sum(e[-1] for e in ends))
+            ends.append([])
+            for c in range(2 * P if zig else P):
+                o, w = (c, 0) if c < P else (2 * P - 1 - c, 1)
+                lo, hi = _ring_varlen._span(cus[o][s], cus[o][s + 1], zig, w)
+                order.append(torch.arange(o * self.padded + lo, o * self.padded + hi, dtype=torch.int64))
+                ends[-1].append((ends[-1][-1] if ends[-1] else 0) + hi - lo)
+        self.total = sum(e[-1] for e in ends)
+        self.order = torch.cat(order).to(device)
+        self.calls = []
+        for w, (rows, cu_q, max_q) in enumerate(_ring_varlen._Chunks(cus[plan.rank], zig, device).parts):
+            c = plan.rank if w == 0 else 2 * P - 1 - plan.rank
+            seen = [e[c] if plan.causal else e[-1] for e in ends]
+            keys = torch.cat([torch.arange(a, a + n, dtype=torch.int64) for a, n in zip(starts, seen)]).to(device)
+            cu_k = torch.tensor([0] + [sum(seen[:s + 1]) for s in range(len(seen))], dtype=torch.int32, device=device)
+            if rows.numel():
+                self.calls.append((rows, dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q,
+                                              max_seqlen_k=max(seen)), keys))
+
+
+def _gather_packed(x, pk, plan):
+    """The batch's x (K or V) in token order, from every rank's slice."""
+    every = _every(x, pk.padded, plan, 0)
+    return every.view((-1,) + tuple(x.shape[1:])).index_select(0, pk.order)
+
+
+def _call_options(plan, extra):
+    return dict(causal=plan.causal, softcap=plan.softcap, scale=plan.scale, backend=plan.backend, **extra)
+
+
+def forward_varlen(q, k, v, plan):
+    """This rank's out [total, Hq, D] and lse [Hq, total] (float32)."""
+    torch = _torch()
+    pk = _Packed(plan, q.device)
+    kg, vg = _gather_packed(k, pk, plan), _gather_packed(v, pk, plan)
+    out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+    for rows, extra, keys in pk.calls:
+        o, l = _attention.attention(q.index_select(0, rows), kg.index_select(0, keys), vg.index_select(0, keys),
+                                    return_lse=True, **_call_options(plan, extra))
+        out.index_copy_(0, rows, o)
+        lse.index_copy_(1, rows, l)
+    return out, lse
+
+
+def backward_varlen(dout, q, k, v, out, lse, plan):
+    """dq, dk, dv of this rank's packed slices (q's, k's, v's dtypes)."""
+    torch = _torch()
+    pk = _Packed(plan, q.device)
+    kg, vg = _gather_packed(k, pk, plan), _gather_packed(v, pk, plan)
+    dkg, dvg = (torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in (kg, vg))
+    dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    for rows, extra, keys in pk.calls:
+        g = _backward.attention_backward(dout.index_select(0, rows), q.index_select(0, rows),
+                                         kg.index_select(0, keys), vg.index_select(0, keys),
+                                         out.index_select(0, rows), lse.index_select(1, rows).contiguous(),
+                                         deterministic=plan.deterministic, **_call_options(plan, extra))
+        dq.index_copy_(0, rows, g[0])
+        dkg.index_add_(0, keys, g[1].float())  # each row once a call: the same bits every run
+        dvg.index_add_(0, keys, g[2].float())
+    return (dq,) + tuple(_scatter_packed(x, pk, plan, like) for x, like in ((dkg, k), (dvg, v)))
+
+
+def _scatter_packed(whole, pk, plan, like):
+    """This rank's rows of the sum over ranks of whole (float32, token order)."""
+    torch = _torch()
+    by_owner = torch.zeros((plan.size * pk.padded,) + tuple(like.shape[1:]), dtype=torch.float32,
+                           device=like.device)
+    by_owner.index_copy_(0, pk.order, whole)
+    return _reduce_mine(by_owner.view((plan.size, pk.padded) + tuple(like.shape[1:])), like, plan, 0)

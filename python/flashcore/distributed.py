@@ -163,10 +163,11 @@ def _chunk_rows(n, plan):
 def _forward(q, k, v, plan):
     """This rank's out and lse. A query chunk's last partial result is
     merged (or, if its only one, written) straight into the output."""
+    if plan.comm == "all_gather":
+        return (_ring_allgather.forward_varlen(q, k, v, plan) if plan.cu is not None else
+                _ring_allgather.forward(q, k, v, plan, _RING))
     if plan.cu is not None:
         return _ring_varlen.forward(q, k, v, plan, _RING)
-    if plan.comm == "all_gather":
-        return _ring_allgather.forward(q, k, v, plan, _RING)
     torch = _torch()
     qs = _pieces(q, plan)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -200,10 +201,11 @@ def _no_lse(q, plan):
 
 
 def _backward_ring(dout, q, k, v, out, lse, plan):
+    if plan.comm == "all_gather":
+        return (_ring_allgather.backward_varlen(dout, q, k, v, out, lse, plan) if plan.cu is not None else
+                _ring_allgather.backward(dout, q, k, v, out, lse, plan, _RING))
     if plan.cu is not None:
         return _ring_varlen.backward(dout, q, k, v, out, lse, plan, _RING)
-    if plan.comm == "all_gather":
-        return _ring_allgather.backward(dout, q, k, v, out, lse, plan, _RING)
     torch = _torch()
     qs, dos, outs = _pieces(q, plan), _pieces(dout, plan), _pieces(out, plan)
     lses = [x.contiguous() for x in _pieces(lse, plan, dim=-1)]
@@ -392,8 +394,7 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0
     block backward's (results repeat bitwise). comm: 'p2p', the ring
     (K/V passed rank to rank, each transfer behind a step's compute), or
     'all_gather' (the whole K/V gathered once, one call per query chunk,
-    no merge; dK/dV reduce-scattered: _ring_allgather.py; dense slices
-    only).
+    no merge; dK/dV reduce-scattered: _ring_allgather.py).
     """
     dist = _dist()
     if not dist.is_available() or not dist.is_initialized():
@@ -405,9 +406,6 @@ def ring_attention(q, k, v, *, group=None, causal=False, scale=None, softcap=0.0
         raise InvalidArgumentError("layout: expected 'bshd' or 'bhsd', got %r" % (layout,))
     if comm not in ("p2p", "all_gather"):
         raise InvalidArgumentError("comm: expected 'p2p' or 'all_gather', got %r" % (comm,))
-    if comm == "all_gather" and cu_seqlens is not None:
-        raise UnsupportedError("ring_attention: comm='all_gather' takes dense slices; packed varlen batches "
-                               "(cu_seqlens) run with comm='p2p'")
     nd = 4 if cu_seqlens is None else 3
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, _torch().Tensor) or x.dim() != nd:

@@ -1,8 +1,7 @@
 """flashcore.distributed.ring_attention on CPU processes over gloo: each
 rank's out, lse and gradients equal the slice of one flashcore.attention
 call over the whole sequence (and its autograd gradients), for both comms
-(the ring and the all-gather variant; packed batches: the ring), both
-splits, causal or not, GQA, bshd and bhsd, f32 and bf16, ranks of unequal
+(the ring and the all-gather variant), both splits, causal or not, GQA, bshd and bhsd, f32 and bf16, ranks of unequal
 lengths, zigzag totals that 2P does not divide (down to an empty chunk),
 packed variable-length batches (sequences shorter than 2P, of one token);
 deterministic reruns repeat bitwise; bad calls raise on every rank.
@@ -172,7 +171,7 @@ def _varlen_index(size, rank, split):
     return idx, torch.tensor(cu, dtype=torch.int32)
 
 
-def _check_varlen(case, size, rank):
+def _check_varlen(case, size, rank, comm):
     import flashcore
     from flashcore import distributed as fd
     name, dtype, causal, split = case
@@ -190,22 +189,24 @@ def _check_varlen(case, size, rank):
     idx, cu_local = _varlen_index(size, rank, split)
     cu_local = cu_local.to(dev)
     ql, kl, vl = (x[idx].to(dev).requires_grad_() for x in (q, k, v))
-    out, lse = fd.ring_attention(ql, kl, vl, causal=causal, split=split, cu_seqlens=cu_local, return_lse=True)
+    out, lse = fd.ring_attention(ql, kl, vl, causal=causal, split=split, cu_seqlens=cu_local, return_lse=True,
+                                 comm=comm)
     out.backward(dout[idx].to(dev))
     atol, rtol = TOL[dtype]
     for got, ref, what in ((out, want, "out"), (lse, want_lse[:, idx], "lse"), (ql.grad, wq, "dq"),
                            (kl.grad, wk, "dk"), (vl.grad, wv, "dv")):
         ref = ref if what == "lse" else ref[idx]
         err = (got.float().cpu() - ref.float()).abs() - rtol * ref.float().abs()
-        assert err.max().item() <= atol, "%s rank %d: %s off by %.3g" % (name, rank, what, err.max().item())
+        assert err.max().item() <= atol, "%s %s rank %d: %s off by %.3g" % (name, comm, rank, what, err.max().item())
     runs = []
     for _ in range(2):
         a, b, c = (x[idx].to(dev).requires_grad_() for x in (q, k, v))
-        o = fd.ring_attention(a, b, c, causal=causal, split=split, cu_seqlens=cu_local, deterministic=True)
+        o = fd.ring_attention(a, b, c, causal=causal, split=split, cu_seqlens=cu_local, deterministic=True,
+                              comm=comm)
         o.backward(dout[idx].to(dev))
         runs.append([o.detach(), a.grad, b.grad, c.grad])
     for x, y in zip(*runs):
-        assert torch.equal(x, y), "%s rank %d: deterministic reruns differ" % (name, rank)
+        assert torch.equal(x, y), "%s %s rank %d: deterministic reruns differ" % (name, comm, rank)
 
 
 def _worker(rank, size, port, cases, errors):
@@ -220,7 +221,8 @@ def _worker(rank, size, port, cases, errors):
             for comm in ("p2p", "all_gather"):
                 _check_case(case, size, rank, comm)
         for case in VARLEN_CASES:
-            _check_varlen(case, size, rank)
+            for comm in ("p2p", "all_gather"):
+                _check_varlen(case, size, rank, comm)
         dt, d = _lift("float32", 8)
         opt = dict(device=_dev(rank), dtype=getattr(torch, dt))
         # one rank's cu_seqlens do not end at its tokens: every rank raises
@@ -228,8 +230,6 @@ def _worker(rank, size, port, cases, errors):
         cu = torch.tensor([0, 3 if rank == 1 else 4], dtype=torch.int32, device=opt["device"])
         with pytest.raises(flashcore.InvalidArgumentError, match="rank 1"):
             fd.ring_attention(q, q, q, cu_seqlens=cu)
-        with pytest.raises(flashcore.UnsupportedError, match="all_gather"):
-            fd.ring_attention(q, q, q, cu_seqlens=cu, comm="all_gather")
         # ranks disagree on the heads, or one rank's k holds other tokens
         # than its q: every rank raises (none hangs)
         q = torch.randn(1, 4, 2 + rank, d, **opt)
