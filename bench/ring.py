@@ -18,7 +18,9 @@ events or wall clock, median over --iters), the same ring with its
 transfers stubbed out (each rank reuses its own K/V, and with
 --comm all_gather keeps its own share of the dK/dV sums: the compute alone),
 scaling efficiency = single / (P x ring), and exposed communication =
-ring - compute alone. JSON with --json. --profile: afterwards, three more
+ring - compute alone; with --layers N each step is N calls back to back
+(all times per step), and --memo-check makes the ring's per-call shapes
+check once per shape (the cost of its host read). JSON with --json. --profile: afterwards, three more
 ring steps (forward, and forward + backward) under torch.profiler on every
 rank; rank 0 prints its kernels (CPU ops on the CPU) by self time, and the
 busy share of its device: the union of its kernels' intervals over the
@@ -101,14 +103,32 @@ def grid_cap_file(a, device):
 
 
 def step(q, k, v, dout, a, bwd, ring):
-    """One call (ring or whole sequence), with its backward when bwd."""
+    """--layers calls (ring or whole sequence), each one's out the next
+    one's q, with their backward when bwd."""
     q, k, v = (x.detach().requires_grad_(bwd) for x in (q, k, v))
-    if ring:
-        out = fd.ring_attention(q, k, v, causal=a.causal, split=a.split, comm=a.comm)
-    else:
-        out = flashcore.attention(q, k, v, causal=a.causal)
+    out = q
+    for _ in range(a.layers):
+        if ring:
+            out = fd.ring_attention(out, k, v, causal=a.causal, split=a.split, comm=a.comm)
+        else:
+            out = flashcore.attention(out, k, v, causal=a.causal)
     if bwd:
         out.backward(dout)
+
+
+def memo_check():
+    """--memo-check: ring_attention's shapes-and-options all_gather (read
+    back on the host, so each call waits for the work before it) made once
+    per shape, to time what it costs between back-to-back calls (--layers).
+    Every rank makes the same calls, so every rank skips the same ones."""
+    real, memo = fd._gather_shapes, {}
+
+    def cached(q, k, v, plan):
+        key = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
+        if key not in memo:
+            memo[key] = real(q, k, v, plan)
+        return memo[key]
+    fd._gather_shapes = cached
 
 
 def measure(a, rank, size, device, bwd):
@@ -221,6 +241,8 @@ def main_rank(rank, size, a):
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size)
     a.cap_file = grid_cap_file(a, device)
     err = check(a, rank, size, device)
+    if a.memo_check:
+        memo_check()
     passes = [False, True] if a.bwd else [False]
     rows = [measure(a, rank, size, device, bwd) for bwd in passes]
     ok = err <= GATES[a.dtype]
@@ -230,7 +252,7 @@ def main_rank(rank, size, a):
                     flashcore=flashcore.__version__, shape="B%d Hq%d Hkv%d D%d, %d tokens a rank (%d in all), %s%s"
                     % (a.batch, a.heads, a.kv_heads, a.dim, a.seq_per_rank, a.seq_per_rank * size, a.dtype,
                        ", causal, " + a.split + " split" if a.causal else ", " + a.split + " split"),
-                    comm=a.comm, sm_margin=a.sm_margin)
+                    comm=a.comm, sm_margin=a.sm_margin, layers=a.layers, memo_check=a.memo_check)
         meta["check"] = dict(max_rel_err=err, gate=GATES[a.dtype], ok=ok)
         print("ring attention (comm=%s), %s, %d ranks, %s; medians of %d" % (a.comm, meta["device"], size,
                                                                             meta["shape"], a.iters))
@@ -276,6 +298,10 @@ def main():
                     help="default: zigzag when causal, else contiguous")
     ap.add_argument("--comm", default="p2p", choices=["p2p", "all_gather"],
                     help="ring_attention's comm: the ring, or K/V gathered once")
+    ap.add_argument("--layers", type=int, default=1,
+                    help="calls a step, back to back (each one's out the next one's q)")
+    ap.add_argument("--memo-check", action="store_true",
+                    help="the ring's shapes check once per shape (what its host read costs)")
     ap.add_argument("--sm-margin", type=int, default=0,
                     help="cap the ring's Hopper forward grids at the SMs less this many (a tuning cache entry)")
     ap.add_argument("--bwd", action=argparse.BooleanOptionalAction, default=True, help="also forward + backward")

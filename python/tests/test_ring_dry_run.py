@@ -32,3 +32,12 @@ def test_dry_run_profile(tmp_path):
     data, stdout = dry_run("ring.py", tmp_path, timeout=600, extra=("--no-bwd", "--profile"))
     assert [r["pass_"] for r in data["rows"]] == ["fwd"]
     assert "profile, fwd, 3 ring steps, rank 0:" in stdout and "c10d::" in stdout
+
+
+@in_checkout
+def test_dry_run_layers_memo_check(tmp_path):
+    """--layers 2 --memo-check: two chained calls a step, the shapes check
+    made once per shape; the check against one call still runs."""
+    data, _ = dry_run("ring.py", tmp_path, timeout=600, extra=("--no-bwd", "--layers", "2", "--memo-check"))
+    assert data["meta"]["layers"] == 2 and data["meta"]["memo_check"] is True and data["meta"]["check"]["ok"]
+    assert [r["pass_"] for r in data["rows"]] == ["fwd"] and data["rows"][0]["ring_ms"] > 0
