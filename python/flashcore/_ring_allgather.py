@@ -16,6 +16,8 @@ whole sequence's K/V (and, in the backward, its float32 dK/dV) on every
 rank, and transfers that do not overlap compute.
 """
 
+import itertools
+
 from . import _attention, _backward, _ring_varlen
 
 
@@ -156,22 +158,25 @@ class _Packed:
         P, zig, cus = plan.size, plan.split == "zigzag", plan.cu
         self.padded = max(c[-1] for c in cus)
         order, starts, ends = [], [], []  # ends[s][c]: where chunk c ends in sequence s
+        self.total = 0
         for s in range(len(cus[0]) - 1):
-            starts.append(sum(e[-1] for e in ends))
+            starts.append(self.total)
             ends.append([])
+            n = 0
             for c in range(2 * P if zig else P):
                 o, w = (c, 0) if c < P else (2 * P - 1 - c, 1)
                 lo, hi = _ring_varlen._span(cus[o][s], cus[o][s + 1], zig, w)
                 order.append(torch.arange(o * self.padded + lo, o * self.padded + hi, dtype=torch.int64))
-                ends[-1].append((ends[-1][-1] if ends[-1] else 0) + hi - lo)
-        self.total = sum(e[-1] for e in ends)
+                n += hi - lo
+                ends[-1].append(n)
+            self.total += n
         self.order = torch.cat(order).to(device)
         self.calls = []
         for w, (rows, cu_q, max_q) in enumerate(_ring_varlen._Chunks(cus[plan.rank], zig, device).parts):
             c = plan.rank if w == 0 else 2 * P - 1 - plan.rank
             seen = [e[c] if plan.causal else e[-1] for e in ends]
             keys = torch.cat([torch.arange(a, a + n, dtype=torch.int64) for a, n in zip(starts, seen)]).to(device)
-            cu_k = torch.tensor([0] + [sum(seen[:s + 1]) for s in range(len(seen))], dtype=torch.int32, device=device)
+            cu_k = torch.tensor([0, *itertools.accumulate(seen)], dtype=torch.int32, device=device)
             if rows.numel():
                 self.calls.append((rows, dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q,
                                               max_seqlen_k=max(seen)), keys))

@@ -88,8 +88,7 @@ def _pieces(x, plan, dim=None):
     if len(_chunks(plan, 0)) == 1:
         return (x,)
     dim = _seq_dim(plan) if dim is None else dim
-    n = x.shape[dim]
-    return x.split([n - n // 2, n // 2], dim=dim)
+    return x.split(_chunk_rows(x.shape[dim], plan), dim=dim)
 
 
 def _peer(plan, step):
@@ -150,7 +149,8 @@ def _parts_per_chunk(plan, q_rows, k_rows):
     ring (k_rows: per rank, its chunks' token counts)."""
     count = [0] * len(q_rows)
     for step in range(plan.size):
-        for i, _, _ in _pairs(plan, (plan.rank - step) % plan.size, q_rows, k_rows[(plan.rank - step) % plan.size]):
+        src = (plan.rank - step) % plan.size
+        for i, _, _ in _pairs(plan, src, q_rows, k_rows[src]):
             count[i] += 1
     return count
 
@@ -172,15 +172,16 @@ def _forward(q, k, v, plan):
     qs = _pieces(q, plan)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     outs = _pieces(out, plan)
-    k_rows = [_chunk_rows(sh[0][_seq_dim(plan)], plan) for sh in plan.shapes]
-    left = _parts_per_chunk(plan, _rows(qs, plan), k_rows)
+    q_rows = _rows(qs, plan)
+    k_rows = [_chunk_rows(sh[0][_seq_dim(plan)], plan) for sh in plan.shapes]  # every rank's chunks
+    left = _parts_per_chunk(plan, q_rows, k_rows)
     accs = [None] * len(qs)
     kv = (k.contiguous(), v.contiguous())
     for step in range(plan.size):
         src = (plan.rank - step) % plan.size
         nxt, reqs = _exchange(kv, plan, (src - 1) % plan.size) if step < plan.size - 1 else (None, [])
         ks, vs = _pieces(kv[0], plan), _pieces(kv[1], plan)
-        for i, j, causal in _pairs(plan, src, _rows(qs, plan), _rows(ks, plan)):
+        for i, j, causal in _pairs(plan, src, q_rows, k_rows[src]):
             left[i] -= 1
             last = outs[i] if left[i] == 0 else None
             only = last if accs[i] is None else None
@@ -188,7 +189,7 @@ def _forward(q, k, v, plan):
             accs[i] = part if only is not None else _fold(accs[i], part, plan, last)
         _wait(reqs)
         kv = nxt
-    if any(a is None and n for a, n in zip(accs, _rows(qs, plan))):  # every token sees its own chunk
+    if any(a is None and n for a, n in zip(accs, q_rows)):  # every token sees its own chunk
         raise RuntimeError("ring_attention: internal: a query chunk received no partial result")
     lse = torch.cat([a[1] if a else _no_lse(x, plan) for a, x in zip(accs, qs)], dim=-1)
     return out, lse
