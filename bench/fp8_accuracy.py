@@ -68,22 +68,45 @@ def fp8(x):
     return (x / ds).astype(ml_dtypes.float8_e4m3fn), ds
 
 
+def on_device(x, backend):
+    """x (a bf16 or e4m3 numpy array) as the backend takes it: a torch CUDA
+    tensor of the same bits for 'cuda', else x itself."""
+    if backend != "cuda":
+        return x
+    import torch
+    if x.dtype == ml_dtypes.float8_e4m3fn:
+        return torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn).cuda()
+    return torch.from_numpy(x.view(np.uint16).astype(np.int16)).view(torch.bfloat16).cuda()
+
+
+def to_host(out):
+    """out (numpy, or a torch tensor on any device) as float64 numpy."""
+    if hasattr(out, "detach"):
+        return out.detach().float().cpu().numpy().astype(np.float64)
+    return np.asarray(out).astype(np.float64)
+
+
 def run(mode, q, k, v, causal, backend):
     """out (float64) of one mode, or the reason it cannot run."""
     bf16 = ml_dtypes.bfloat16
     kw = dict(causal=causal, backend=backend)
+    dev = lambda x: on_device(x, backend)  # noqa: E731
     try:
         if mode == "bf16":
-            out = flashcore.attention(q.astype(bf16), k.astype(bf16), v.astype(bf16), **kw)
+            out = flashcore.attention(dev(q.astype(bf16)), dev(k.astype(bf16)), dev(v.astype(bf16)), **kw)
         elif mode == "kv":
             (k8, kd), (v8, vd) = fp8(k), fp8(v)
-            out = flashcore.attention(q.astype(bf16), k8, v8, k_descale=kd, v_descale=vd, **kw)
+            out = flashcore.attention(dev(q.astype(bf16)), dev(k8), dev(v8), k_descale=kd, v_descale=vd, **kw)
         else:
             (q8, qd), (k8, kd), (v8, vd) = fp8(q), fp8(k), fp8(v)
-            out = flashcore.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd, out_dtype=bf16, **kw)
+            if backend == "cuda":
+                import torch
+                bf16 = torch.bfloat16
+            out = flashcore.attention(dev(q8), dev(k8), dev(v8), q_descale=qd, k_descale=kd, v_descale=vd,
+                                      out_dtype=bf16, **kw)
     except flashcore.FlashCoreError as e:
         return None, "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:160])
-    return np.asarray(out).astype(np.float64), None
+    return to_host(out), None
 
 
 def rows(a):

@@ -111,7 +111,7 @@ SHAPES = [
     Shape("gqa-prefill", 1, 32, 8, 4096, 4096, 128, True, "bf16"),
     Shape("gqa-decode", 32, 32, 8, 1, 8192, 128, False, "bf16", "fwd"),  # a decode step has no backward
     Shape("gqa-train", 4, 32, 8, 4096, 4096, 128, True, "bf16", "bwd"),
-    Shape("gqa-step", 4, 8, 2, 512, 512, 64, True, "bf16", "bwd"),  # bench/compiled.py's decoder: a small grid
+    Shape("gqa-step", 4, 8, 2, 512, 512, 64, True, "bf16"),  # bench/compiled.py's decoder: a small grid, both passes
 ]
 QUICK_SHAPES = {"fwd": ["mission", "s2k-d128-causal"], "bwd": ["mission", "gqa-train"]}
 # The CPU smoke of --dry-run: tiny, f32, GQA, causal.

@@ -15,7 +15,8 @@
  * compare matches those by dimensions). The backward's set is the prefill
  * shapes (a decode step has no backward) and two GQA training shapes:
  * a large one and a small decoder's step (bench/compiled.py's model; 32
- * key-block CTAs unless the group is split). */
+ * key-block CTAs unless the group is split), which is in the forward's
+ * set too (the model's attention call at inference). */
 const cli_named_shape cli_bench_shapes[] = {
     /* name               B   Hq  Hkv  Sq     Sk     D    causal dtype         sets */
     {"mission",           1,  8,  8,   512,   512,   64,  0, FC_DTYPE_F16,  FWD | BWD},
@@ -30,7 +31,7 @@ const cli_named_shape cli_bench_shapes[] = {
     {"gqa-prefill",       1,  32, 8,   4096,  4096,  128, 1, FC_DTYPE_BF16, FWD | BWD},
     {"gqa-decode",        32, 32, 8,   1,     8192,  128, 0, FC_DTYPE_BF16, FWD},
     {"gqa-train",         4,  32, 8,   4096,  4096,  128, 1, FC_DTYPE_BF16, BWD},
-    {"gqa-step",          4,  8,  2,   512,   512,   64,  1, FC_DTYPE_BF16, BWD},
+    {"gqa-step",          4,  8,  2,   512,   512,   64,  1, FC_DTYPE_BF16, FWD | BWD},
 };
 const int cli_num_bench_shapes = (int)(sizeof(cli_bench_shapes) / sizeof(cli_bench_shapes[0]));
 
