@@ -22,8 +22,10 @@
  * message is per context). Different contexts are fully independent and may
  * be used concurrently from different threads; the free functions that take
  * no context (fc_version*, fc_status_string, fc_attention_args_init) are
- * thread-safe. The CPU backend runs its own worker threads inside a call and
- * joins them before returning.
+ * thread-safe. The CPU backend's worker threads belong to the context: started
+ * at its first CPU call that needs them, parked between calls (no CPU time),
+ * joined by fc_context_free, with their scratch memory. In the child of a
+ * fork() a context made before it runs its CPU calls on the calling thread.
  *
  * Errors: every function that can fail returns an fc_status. On failure the
  * context's fc_last_error() names the argument and the limit. Argument checks

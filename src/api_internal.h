@@ -23,7 +23,13 @@ struct fc_context {
     char tune_env_err[FC_ERRMSG_LEN]; /* its message when that failed             */
     int cp_fail_step;        /* tests only (test_cp.c): the ring's pair calls fail
                               * from this step on, as out of memory (-1: never) */
+    struct fc_pool *cpu_pool; /* the CPU backend's workers, from its first call */
+    int cpu_pool_tried;       /* its creation ran (NULL then: out of memory)    */
 };
+
+/* The context's CPU workers (cpu/pool.h), created at the first call that
+ * needs them; NULL if that failed (the calls run on the calling thread). */
+struct fc_pool *fc_context_cpu_pool(fc_context *ctx);
 
 /* Write a printf-style message into ctx->err and return st. */
 fc_status fc_set_error(fc_context *ctx, fc_status st, const char *fmt, ...)

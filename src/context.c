@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api_internal.h"
+#include "cpu/pool.h"
 #include "tuning_cache.h"
 
 /* More CPU workers than this is a caller's mistake, not a machine. */
@@ -33,9 +34,19 @@ fc_status fc_context_create(fc_context **out)
 void fc_context_free(fc_context *ctx)
 {
     if (!ctx) return;
+    fc_pool_destroy(ctx->cpu_pool);
     free(ctx->trace_file);
     fc_tune_cache_release(ctx->tune);
     free(ctx);
+}
+
+struct fc_pool *fc_context_cpu_pool(fc_context *ctx)
+{
+    if (!ctx->cpu_pool_tried) {
+        ctx->cpu_pool = fc_pool_create();
+        ctx->cpu_pool_tried = 1;
+    }
+    return ctx->cpu_pool;
 }
 
 const char *fc_last_error(const fc_context *ctx)

@@ -460,7 +460,7 @@ fc_status fc_select(fc_context *ctx, const fc_fwd_params *p, const fc_bwd_params
 static fc_status run_cpu(fc_context *ctx, const fc_fwd_params *p, const fc_plan *plan)
 {
     if (plan->backend == FC_BACKEND_CPU_REFERENCE) return fc_cpu_reference_forward(p, ctx->err, sizeof ctx->err);
-    return fc_cpu_tiled_forward(p, ctx->num_threads, ctx->err, sizeof ctx->err);
+    return fc_cpu_tiled_forward(p, ctx->num_threads, fc_context_cpu_pool(ctx), ctx->err, sizeof ctx->err);
 }
 
 fc_status fc_run(fc_context *ctx, const fc_fwd_params *p, const fc_plan *plan, void *stream)
@@ -490,7 +490,8 @@ fc_status fc_run_backward(fc_context *ctx, const fc_bwd_params *p, const fc_plan
 {
     switch (plan->backend) {
     case FC_BACKEND_CPU_REFERENCE: return fc_cpu_reference_backward(p, ctx->err, sizeof ctx->err);
-    case FC_BACKEND_CPU: return fc_cpu_tiled_backward(p, ctx->num_threads, ctx->err, sizeof ctx->err);
+    case FC_BACKEND_CPU:
+        return fc_cpu_tiled_backward(p, ctx->num_threads, fc_context_cpu_pool(ctx), ctx->err, sizeof ctx->err);
     case FC_BACKEND_CUDA: return fc_cuda_backward(p, &plan->cuda, &plan->dev, stream, ctx->err, sizeof ctx->err);
     default:
         return fc_set_error(ctx, FC_ERR_INTERNAL, "plan has no backend (%s)", backend_name(plan->backend));

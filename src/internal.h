@@ -205,12 +205,16 @@ FC_HOST_DEVICE int fc_key_visible(int64_t i, int64_t j, int64_t sq, int64_t sk, 
 }
 
 /* ---- CPU backend (src/cpu/) -------------------------------------------- */
+/* The tiled paths' workers take num_threads (<= 0: one per online core) and
+ * pool, the context's parked workers and their scratch (cpu/pool.h; NULL:
+ * the calling thread alone). */
+struct fc_pool;
 /* Double-precision reference. Handles every dtype/option of fc_fwd_params.
  * On failure writes a message to err and returns a status; nothing written. */
 fc_status fc_cpu_reference_forward(const fc_fwd_params *p, char *err, size_t err_len);
-/* Tiled online-softmax path, multithreaded over (batch, head, query tile).
- * num_threads <= 0 means one per online core. */
-fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *err, size_t err_len);
+/* Tiled online-softmax path, multithreaded over (batch, head, query tile). */
+fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, struct fc_pool *pool, char *err,
+                                size_t err_len);
 
 /* What the attention takes after the append step (both backends): p with
  * q_rot (non-NULL: the rotated q, contiguous [batch, seqlen_q, heads_q,
@@ -237,7 +241,8 @@ fc_status fc_cpu_append(const fc_fwd_params *p, fc_fwd_params *lp, void **scratc
 /* Backward: the fp64 oracle (dq, dk, dv each rounded once) and the tiled
  * multithreaded path. Both deterministic; both allocate their own scratch. */
 fc_status fc_cpu_reference_backward(const fc_bwd_params *p, char *err, size_t err_len);
-fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *err, size_t err_len);
+fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, struct fc_pool *pool, char *err,
+                                 size_t err_len);
 
 /* Merging partial results (fc_attention_merge, src/merge.c): checked
  * parts, rows addressed as [batch][seq][head] (variable length: batch 1,
@@ -260,7 +265,7 @@ typedef struct fc_merge_params {
 /* The merge on host memory (src/cpu/merge.c), multithreaded over rows; the
  * sum of each element in part order (the result is independent of the
  * thread count). */
-fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, char *err, size_t err_len);
+fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, struct fc_pool *pool, char *err, size_t err_len);
 
 /* ---- CUDA layer (src/cuda/, or src/cuda_stub.c without CUDA) -------------- */
 typedef struct fc_cuda_device {

@@ -222,7 +222,7 @@ fc_status fc_attention_merge(fc_context *ctx, const fc_attention_merge_args *arg
     fc_merge_params m = {n, parts, parts + n, rows_of(o, 0), rows_of(&args->lse, 1), varlen ? 1 : o->shape[0],
                          o->shape[varlen ? 0 : 1], o->shape[varlen ? 1 : 2], o->shape[varlen ? 2 : 3]};
     if (b == FC_BACKEND_CUDA) st = run_cuda(ctx, &m, stream);
-    else st = fc_cpu_merge(&m, ctx->num_threads, ctx->err, sizeof ctx->err);
+    else st = fc_cpu_merge(&m, ctx->num_threads, fc_context_cpu_pool(ctx), ctx->err, sizeof ctx->err);
     free(parts);
     if (st == FC_OK) ctx->err[0] = 0;
     return st;

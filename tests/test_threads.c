@@ -1,8 +1,8 @@
 /*
  * test_threads.c -- concurrency. Different contexts may be used from
- * different threads at once, and the CPU backend (which starts its own
- * workers inside a call) gives bitwise identical results for any thread
- * count. So:
+ * different threads at once, and the CPU backend (each context's own
+ * parked workers, cpu/pool.h) gives bitwise identical results for any
+ * thread count. So:
  *   1. a set of cases (f32/f16/bf16, causal, GQA/MQA, varlen, windows,
  *      softcap, lse, three layouts) is computed once, single-threaded, through
  *      FC_BACKEND_CPU and FC_BACKEND_CPU_REFERENCE: the baseline;

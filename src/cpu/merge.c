@@ -73,19 +73,19 @@ static void run_item(void *arg, int worker, int64_t item)
     for (int64_t h = 0; h < m->heads; h++) merge_row(m, acc, row, w, b, s, h);
 }
 
-fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, char *err, size_t err_len)
+fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, fc_pool *pool, char *err, size_t err_len)
 {
     const int64_t items = m->batch * m->seqlen;
     if (items == 0) return FC_OK;
     const int64_t work = items * m->heads * m->head_dim * m->num_parts;
     const int nt = fc_pool_threads(num_threads, MAX_THREADS, items, work, FC_POOL_MIN_MACS);
     const size_t bytes = ((size_t)(2 * m->head_dim + m->num_parts) * sizeof(float) + 63) / 64 * 64;
-    merge_job job = {m, (float **)fc_pool_blocks(nt, bytes)};
+    merge_job job = {m, (float **)fc_pool_blocks(pool, nt, bytes)};
     if (!job.acc) {
         snprintf(err, err_len, "merge: out of memory for %d x %zu bytes of scratch", nt, bytes);
         return FC_ERR_OUT_OF_MEMORY;
     }
-    fc_pool_run(nt, items, run_item, &job);
-    fc_pool_blocks_free((void **)job.acc, nt);
+    fc_pool_run(pool, nt, items, run_item, &job, (void **)job.acc, bytes);
+    fc_pool_blocks_free(pool, (void **)job.acc, nt);
     return FC_OK;
 }

@@ -1,7 +1,14 @@
 /*
  * pool.c -- the worker threads of the tiled CPU paths (see pool.h).
+ *
+ * A call publishes its job under the mutex with a new generation number
+ * and wakes the workers; workers 1 .. active-1 run it (worker 0 is the
+ * caller) and count themselves out; the caller returns once the count is
+ * 0, so a job's stack frame outlives every worker that reads it. A worker
+ * started for a call is handed the generation before that call's, so it
+ * cannot miss the job it was started for.
  */
-#define _POSIX_C_SOURCE 200809L /* sysconf */
+#define _POSIX_C_SOURCE 200809L /* sysconf, getpid */
 
 #include "pool.h"
 
@@ -9,7 +16,42 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
+
+typedef struct pool_job {
+    fc_pool_fn fn;
+    void *arg;
+    int64_t nitems;
+    atomic_llong next; /* next unclaimed item */
+    void **zero;       /* blocks each worker zeroes first, or NULL */
+    size_t zero_bytes;
+} pool_job;
+
+typedef struct pool_worker {
+    fc_pool *pool;
+    int index;
+    uint64_t seen; /* the last generation this worker has looked at */
+    pthread_t tid;
+} pool_worker;
+
+struct fc_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* workers: a new generation, or stop        */
+    pthread_cond_t done; /* the caller: remaining reached 0           */
+    uint64_t gen;
+    pool_job *job;       /* the current generation's job              */
+    int active;          /* workers 0 .. active-1 run the current job */
+    int remaining;       /* of workers 1 .. active-1, those not done  */
+    int stop;
+    int started;         /* workers 1 .. started-1 exist               */
+    int cap;             /* length of workers[]                        */
+    pool_worker **workers;
+    pid_t pid;           /* the process whose threads these are        */
+    void **blocks;       /* scratch kept between calls                 */
+    size_t block_bytes;
+    int nblocks;
+};
 
 int fc_pool_threads(int num_threads, int cap, int64_t nitems, int64_t macs, int64_t min_macs)
 {
@@ -20,75 +62,163 @@ int fc_pool_threads(int num_threads, int cap, int64_t nitems, int64_t macs, int6
     return nt < 1 ? 1 : (int)nt;
 }
 
-typedef struct pool_job {
-    fc_pool_fn fn;
-    void *arg;
-    int64_t nitems;
-    atomic_llong next; /* next unclaimed item */
-} pool_job;
-
-typedef struct pool_worker {
-    pool_job *job;
-    int index;
-    pthread_t tid;
-} pool_worker;
-
-/* Claim items until none is left. */
-static void *worker_main(void *p)
+/* Zero this worker's block, then claim items until none is left. */
+static void run_job(pool_job *job, int index)
 {
-    pool_worker *w = p;
-    pool_job *job = w->job;
+    if (job->zero) memset(job->zero[index], 0, job->zero_bytes); /* pad rows and columns must read as 0 */
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (item >= job->nitems) break;
-        job->fn(job->arg, w->index, item);
+        job->fn(job->arg, index, item);
     }
+}
+
+static void *worker_main(void *p)
+{
+    pool_worker *w = p;
+    fc_pool *pool = w->pool;
+    pthread_mutex_lock(&pool->mu);
+    for (;;) {
+        while (pool->gen == w->seen && !pool->stop) pthread_cond_wait(&pool->wake, &pool->mu);
+        if (pool->stop) break;
+        w->seen = pool->gen;
+        if (w->index >= pool->active) continue; /* not this job's */
+        pool_job *job = pool->job;
+        pthread_mutex_unlock(&pool->mu);
+        run_job(job, w->index);
+        pthread_mutex_lock(&pool->mu);
+        if (--pool->remaining == 0) pthread_cond_signal(&pool->done);
+    }
+    pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
-void fc_pool_run(int nt, int64_t nitems, fc_pool_fn fn, void *arg)
+fc_pool *fc_pool_create(void)
+{
+    fc_pool *pool = calloc(1, sizeof *pool);
+    if (!pool) return NULL;
+    if (pthread_mutex_init(&pool->mu, NULL) != 0) goto no_mutex;
+    if (pthread_cond_init(&pool->wake, NULL) != 0) goto no_wake;
+    if (pthread_cond_init(&pool->done, NULL) != 0) goto no_done;
+    pool->started = 1;
+    pool->pid = getpid();
+    return pool;
+no_done:
+    pthread_cond_destroy(&pool->wake);
+no_wake:
+    pthread_mutex_destroy(&pool->mu);
+no_mutex:
+    free(pool);
+    return NULL;
+}
+
+static void free_blocks(void **b, int n)
+{
+    if (!b) return;
+    for (int x = 0; x < n; x++) free(b[x]);
+    free(b);
+}
+
+void fc_pool_destroy(fc_pool *pool)
+{
+    if (!pool || pool->pid != getpid()) return; /* a fork's child: the threads were the parent's */
+    pthread_mutex_lock(&pool->mu);
+    pool->stop = 1;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->mu);
+    for (int x = 1; x < pool->started; x++) {
+        pthread_join(pool->workers[x]->tid, NULL);
+        free(pool->workers[x]);
+    }
+    free(pool->workers);
+    free_blocks(pool->blocks, pool->nblocks);
+    pthread_cond_destroy(&pool->done);
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool);
+}
+
+/* Start workers until nt exist (or one cannot be started); each is handed
+ * the current generation, before the job it is started for. */
+static void grow(fc_pool *pool, int nt)
+{
+    if (nt > pool->cap) {
+        pool_worker **w = realloc(pool->workers, (size_t)nt * sizeof *w);
+        if (!w) return;
+        pool->workers = w;
+        pool->cap = nt;
+    }
+    while (pool->started < nt) {
+        pool_worker *w = calloc(1, sizeof *w);
+        if (!w) return;
+        w->pool = pool;
+        w->index = pool->started;
+        w->seen = pool->gen;
+        if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+            free(w);
+            return;
+        }
+        pool->workers[pool->started++] = w;
+    }
+}
+
+void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg, void **zero, size_t zero_bytes)
 {
     pool_job job;
     job.fn = fn;
     job.arg = arg;
     job.nitems = nitems;
+    job.zero = zero;
+    job.zero_bytes = zero_bytes;
     atomic_init(&job.next, 0);
-    pool_worker *w = nt > 1 ? calloc((size_t)nt, sizeof *w) : NULL;
-    pool_worker self = {.job = &job, .index = 0};
-    if (!w) { /* one worker, or no memory for more: all on this thread */
-        worker_main(&self);
-        return;
+    if (pool && pool->pid != getpid()) pool = NULL; /* a fork's child: no workers here */
+    if (pool && nt > 1) grow(pool, nt); /* the mutex is free: no worker runs between calls */
+    const int active = pool && nt > 1 ? (nt < pool->started ? nt : pool->started) : 1;
+    if (active > 1) {
+        pthread_mutex_lock(&pool->mu);
+        pool->job = &job;
+        pool->active = active;
+        pool->remaining = active - 1;
+        pool->gen++;
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->mu);
     }
-    int started = 1;
-    for (int x = 0; x < nt; x++) {
-        w[x].job = &job;
-        w[x].index = x;
+    run_job(&job, 0);
+    if (active > 1) {
+        pthread_mutex_lock(&pool->mu);
+        while (pool->remaining > 0) pthread_cond_wait(&pool->done, &pool->mu);
+        pthread_mutex_unlock(&pool->mu);
     }
-    for (; started < nt; started++)
-        if (pthread_create(&w[started].tid, NULL, worker_main, &w[started]) != 0) break;
-    worker_main(&w[0]);
-    for (int x = 1; x < started; x++) pthread_join(w[x].tid, NULL);
-    free(w);
 }
 
-void **fc_pool_blocks(int nt, size_t bytes)
+static void **alloc_blocks(int nt, size_t bytes)
 {
     void **b = calloc((size_t)nt, sizeof *b);
     if (!b) return NULL;
-    for (int x = 0; x < nt; x++) {
-        b[x] = aligned_alloc(64, bytes);
-        if (!b[x]) {
-            fc_pool_blocks_free(b, x);
+    for (int x = 0; x < nt; x++)
+        if (!(b[x] = aligned_alloc(64, bytes))) {
+            free_blocks(b, x);
             return NULL;
         }
-        memset(b[x], 0, bytes); /* pad rows and columns must read as 0 */
-    }
     return b;
 }
 
-void fc_pool_blocks_free(void **blocks, int nt)
+void **fc_pool_blocks(fc_pool *pool, int nt, size_t bytes)
 {
-    if (!blocks) return;
-    for (int x = 0; x < nt; x++) free(blocks[x]);
-    free(blocks);
+    if (!pool) return alloc_blocks(nt, bytes);
+    if (nt <= pool->nblocks && bytes <= pool->block_bytes) return pool->blocks;
+    const int n = nt > pool->nblocks ? nt : pool->nblocks;
+    const size_t sz = bytes > pool->block_bytes ? bytes : pool->block_bytes;
+    void **b = alloc_blocks(n, sz);
+    if (!b) return NULL; /* the old blocks stay for later calls */
+    free_blocks(pool->blocks, pool->nblocks);
+    pool->blocks = b;
+    pool->nblocks = n;
+    pool->block_bytes = sz;
+    return b;
+}
+
+void fc_pool_blocks_free(fc_pool *pool, void **blocks, int nt)
+{
+    if (!pool) free_blocks(blocks, nt); /* else the pool's, kept */
 }

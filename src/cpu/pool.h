@@ -1,7 +1,11 @@
 /*
  * pool.h -- the worker threads of the tiled CPU paths (forward tiled.c,
- * backward tiled_bwd.c): work items claimed in order from an atomic
- * counter, workers started inside the call and joined before it returns.
+ * backward tiled_bwd.c, merge.c): a context's pool, created at its first
+ * CPU call, whose workers stay parked on a condition variable between
+ * calls and claim a call's work items in order from an atomic counter;
+ * and the workers' scratch blocks, kept by the pool between calls.
+ * Starting the threads and faulting in fresh scratch in every call cost
+ * ~2 ms a call on a 16-core Xeon, more than the mission shape's work.
  */
 #ifndef FC_CPU_POOL_H
 #define FC_CPU_POOL_H
@@ -9,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Below this many multiply-adds per thread, starting a thread costs more
+/* Below this many multiply-adds per thread, waking a thread costs more
  * than it saves. */
 #define FC_POOL_MIN_MACS ((int64_t)1 << 18)
 
@@ -17,20 +21,36 @@
  * worker's own scratch; item in [0, nitems). */
 typedef void (*fc_pool_fn)(void *arg, int worker, int64_t item);
 
+typedef struct fc_pool fc_pool;
+
+/* A pool with no worker yet (they start as calls need them); NULL when
+ * out of memory. Used by one thread at a time, as its context. */
+fc_pool *fc_pool_create(void);
+
+/* Stop and join the workers, free the scratch. In a child process of a
+ * fork (the workers were the parent's) nothing is joined or freed. */
+void fc_pool_destroy(fc_pool *pool);
+
 /* Workers for a call: num_threads (<= 0: one per online core), at most cap
- * and nitems, and no more than one per min_macs of the call's macs (below
- * that, starting a thread costs more than it saves); at least 1. */
+ * and nitems, and no more than one per min_macs of the call's macs; at
+ * least 1. */
 int fc_pool_threads(int num_threads, int cap, int64_t nitems, int64_t macs, int64_t min_macs);
 
-/* Run every item once on nt workers, worker 0 on the calling thread. A
- * thread that cannot be created is no error: the others claim its share.
- * Which worker runs an item must not change its result (that is the
- * caller's part of determinism). */
-void fc_pool_run(int nt, int64_t nitems, fc_pool_fn fn, void *arg);
+/* nt scratch blocks of `bytes` (a multiple of 64) each, 64-byte aligned,
+ * owned by the pool and reused by its next calls (a NULL pool: allocated
+ * for this call, released by fc_pool_blocks_free). Their contents are
+ * undefined until an fc_pool_run given them zeroes them. NULL when any
+ * allocation fails. */
+void **fc_pool_blocks(fc_pool *pool, int nt, size_t bytes);
+void fc_pool_blocks_free(fc_pool *pool, void **blocks, int nt);
 
-/* nt zeroed scratch blocks of `bytes` (a multiple of 64) each, 64-byte
- * aligned, in an array; NULL when any allocation fails (nothing left). */
-void **fc_pool_blocks(int nt, size_t bytes);
-void fc_pool_blocks_free(void **blocks, int nt);
+/* Run every item once on nt workers, worker 0 on the calling thread; a
+ * NULL pool runs them all on the calling thread. zero (NULL: none): the
+ * scratch blocks from fc_pool_blocks, each zeroed (zero_bytes) by its own
+ * worker before its first item, so that the pages are touched in
+ * parallel. A worker that cannot be started is no error: the others claim
+ * its share. Which worker runs an item must not change its result (that
+ * is the caller's part of determinism). */
+void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg, void **zero, size_t zero_bytes);
 
 #endif /* FC_CPU_POOL_H */

@@ -161,7 +161,7 @@ static void store_amax(const fc_fwd_params *p, const tile_scratch *ts, int nt)
     if (p->p_amax) *p->p_amax = pa;
 }
 
-fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *err, size_t err_len)
+fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, fc_pool *pool, char *err, size_t err_len)
 {
     const int group = p->heads_q / p->heads_kv;
     const int64_t dp = ((int64_t)p->head_dim + VEC_W - 1) / VEC_W * VEC_W;
@@ -189,10 +189,10 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
 
     /* All scratch before any output is touched. */
     const size_t bytes = scratch_layout(NULL, NULL, dp, f64);
-    void **blocks = fc_pool_blocks(nt, bytes);
+    void **blocks = fc_pool_blocks(pool, nt, bytes);
     tile_scratch *ts = blocks ? calloc((size_t)nt, sizeof *ts) : NULL;
     if (!ts) {
-        fc_pool_blocks_free(blocks, nt);
+        fc_pool_blocks_free(pool, blocks, nt);
         free(first);
         snprintf(err, err_len, "cpu tiled: cannot allocate %d scratch blocks of %zu bytes (head_dim %d)", nt,
                  bytes, p->head_dim);
@@ -221,11 +221,11 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, char *er
 #ifdef FC_HAVE_AVX512BF16_VARIANT
     if (fc_cpu_avx512bf16()) job.run_item = run_item_avx512bf16;
 #endif
-    fc_pool_run(nt, nitems, run_one, &job);
+    fc_pool_run(pool, nt, nitems, run_one, &job, blocks, bytes);
     store_amax(p, ts, nt);
 
     free(ts);
-    fc_pool_blocks_free(blocks, nt);
+    fc_pool_blocks_free(pool, blocks, nt);
     free(first);
     return FC_OK;
 }

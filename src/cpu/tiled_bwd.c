@@ -273,7 +273,7 @@ static void job_init(bwd_job *job, const fc_bwd_params *p, int group, int64_t dp
 #endif
 }
 
-fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *err, size_t err_len)
+fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, fc_pool *pool, char *err, size_t err_len)
 {
     const int group = p->f.heads_q / p->f.heads_kv;
     const int64_t dp = ((int64_t)p->f.head_dim + VEC_W - 1) / VEC_W * VEC_W;
@@ -290,7 +290,7 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
     /* All scratch before any output is touched. */
     const size_t bytes = scratch_layout(NULL, NULL, dp, job.dp64);
     const int64_t nrow = (l.rows > 0 ? l.rows : 1) * p->f.heads_q;
-    void **blocks = fc_pool_blocks(nt, bytes);
+    void **blocks = fc_pool_blocks(pool, nt, bytes);
     job.scratch = blocks ? calloc((size_t)nt, sizeof *job.scratch) : NULL;
     job.L = malloc((size_t)nrow * sizeof(double));
     job.D = job.dp64 ? malloc((size_t)nrow * sizeof(double)) : NULL;
@@ -312,14 +312,14 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
         job.first = l.first_q;
         job.reverse = 0;
         job.item = job.rows_item;
-        fc_pool_run(nt, nq, run_one, &job);
+        fc_pool_run(pool, nt, nq, run_one, &job, blocks, bytes);
         /* The key pass, in index order: a head's key tiles in increasing
          * order (dq's turns need it), first tiles first (seen by the most
          * queries under a causal mask). */
         job.first = l.first_kv;
         job.reverse = 0;
         job.item = job.kv_item;
-        fc_pool_run(nt, nkv, run_one, &job);
+        fc_pool_run(pool, nt, nkv, run_one, &job, blocks, bytes); /* fresh scratch, as the rows pass had */
     }
     free(job.L);
     free(job.D);
@@ -327,7 +327,7 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, char *e
     free(job.dq_acc);
     free(job.turns);
     free(job.scratch);
-    fc_pool_blocks_free(blocks, nt);
+    fc_pool_blocks_free(pool, blocks, nt);
     free(l.first_q);
     return st;
 }

@@ -1,0 +1,121 @@
+/*
+ * test_pool.c -- the CPU workers' pool (src/cpu/pool.h) on its own:
+ *   1. over many calls of one pool, with worker counts 1-8 in varying
+ *      order and item counts from 0 up, every item runs exactly once and
+ *      each worker index stays in range;
+ *   2. the scratch given to a call is zeroed for each running worker,
+ *      after the previous call wrote into it; blocks grow and are kept;
+ *   3. a NULL pool runs a call on the calling thread alone;
+ *   4. in a fork's child the parent's pool still completes calls (on the
+ *      calling thread), and destroying it there returns.
+ * Run under ThreadSanitizer by hand (-fsanitize=thread) when pool.c changes.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cpu/pool.h"
+#include "test_util.h"
+
+#define MAX_ITEMS 5000
+#define MAX_WORKERS 8
+
+typedef struct count_job {
+    atomic_int runs[MAX_ITEMS];
+    atomic_int bad_worker;
+    int nt;
+    void **blocks;
+    size_t bytes;
+    atomic_int dirty; /* a worker found its block not zeroed */
+    atomic_int on_caller_only; /* every item ran on the calling thread */
+    pthread_t caller;
+} count_job;
+
+static void count_item(void *arg, int worker, int64_t item)
+{
+    count_job *j = arg;
+    atomic_fetch_add(&j->runs[item], 1);
+    if (worker < 0 || worker >= j->nt) atomic_store(&j->bad_worker, 1);
+    if (!pthread_equal(pthread_self(), j->caller)) atomic_store(&j->on_caller_only, 0);
+    if (j->blocks) {
+        unsigned char *b = j->blocks[worker];
+        /* zeroed before the worker's first item; each item writes its first byte */
+        for (size_t x = 1; x < j->bytes; x++)
+            if (b[x]) {
+                atomic_store(&j->dirty, 1);
+                break;
+            }
+        b[0] = 0xA5;
+    }
+}
+
+/* One call of nt workers and n items; 1 when every item ran once. */
+static int one_call(fc_pool *pool, int nt, int64_t n, size_t bytes, count_job *j)
+{
+    memset(j, 0, sizeof *j);
+    for (int64_t x = 0; x < MAX_ITEMS; x++) atomic_init(&j->runs[x], 0);
+    atomic_init(&j->bad_worker, 0);
+    atomic_init(&j->dirty, 0);
+    atomic_init(&j->on_caller_only, 1);
+    j->nt = nt;
+    j->caller = pthread_self();
+    j->bytes = bytes;
+    j->blocks = bytes ? fc_pool_blocks(pool, nt, bytes) : NULL;
+    if (bytes && !j->blocks) return 0;
+    if (j->blocks) /* dirty every block, as a previous call may have left it */
+        for (int w = 0; w < nt; w++) memset(j->blocks[w], 0x5A, bytes);
+    fc_pool_run(pool, nt, n, count_item, j, j->blocks, bytes);
+    int ok = !atomic_load(&j->bad_worker) && !atomic_load(&j->dirty);
+    for (int64_t x = 0; x < n; x++) ok = ok && atomic_load(&j->runs[x]) == 1;
+    for (int64_t x = n; x < MAX_ITEMS; x++) ok = ok && atomic_load(&j->runs[x]) == 0;
+    if (j->blocks) fc_pool_blocks_free(pool, j->blocks, nt);
+    return ok;
+}
+
+int main(void)
+{
+    static count_job job;
+    fc_pool *pool = fc_pool_create();
+    CHECK(pool != NULL, "fc_pool_create");
+    if (!pool) return 1;
+
+    /* 1, 2: many calls on one pool */
+    const int nts[] = {1, 4, 2, 8, 3, 8, 1, 5, 7, 2};
+    const int64_t ns[] = {0, 1, 7, 64, 1000, MAX_ITEMS, 3, 250, 9, 4999};
+    const size_t sizes[] = {0, 64, 4096, 64, 1 << 16, 0, 128, 1 << 16, 192, 64};
+    int all = 1;
+    for (int rep = 0; rep < 20; rep++)
+        for (int c = 0; c < 10; c++) {
+            const int nt = nts[(c + rep) % 10];
+            const int ok = one_call(pool, nt, ns[c], sizes[(c + 3 * rep) % 10], &job);
+            if (!ok) printf("  call nt=%d n=%lld bytes=%zu failed\n", nt, (long long)ns[c], sizes[(c + 3 * rep) % 10]);
+            all = all && ok;
+        }
+    CHECK(all, "200 calls: every item once, worker indices in range, scratch zeroed per worker");
+
+    /* 3: NULL pool */
+    CHECK(one_call(NULL, 4, 100, 256, &job) && atomic_load(&job.on_caller_only),
+          "a NULL pool runs every item on the calling thread");
+
+    /* 4: a fork's child */
+    fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+        int ok = one_call(pool, 4, 300, 0, &job) && atomic_load(&job.on_caller_only);
+        fc_pool_destroy(pool); /* returns: the threads are the parent's */
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "in a fork's child the pool's calls complete on the calling thread");
+    CHECK(one_call(pool, 6, 500, 64, &job), "the parent's pool still works after the fork");
+
+    fc_pool_destroy(pool);
+    fc_pool_destroy(NULL);
+    return test_summary();
+}
