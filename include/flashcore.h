@@ -273,7 +273,9 @@ FC_API void fc_context_free(fc_context *ctx);
  * gives a static message. */
 FC_API const char *fc_last_error(const fc_context *ctx);
 /* Number of worker threads for the CPU backend: 0 (default) = one per online
- * core. Negative values are rejected. */
+ * core. Negative values are rejected. A new value also stops the context's
+ * parked workers and frees their scratch (the next CPU call starts what it
+ * needs); setting the same value again keeps them. */
 FC_API fc_status fc_context_set_num_threads(fc_context *ctx, int num_threads);
 /* Which CUDA device the CUDA backend uses (default: the current device of
  * the calling thread at the time of the call, -1). */

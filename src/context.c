@@ -71,6 +71,11 @@ fc_status fc_context_set_num_threads(fc_context *ctx, int num_threads)
         return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
                             "num_threads %d is out of range: use 0 (one per core) to %d", num_threads,
                             FC_MAX_THREADS);
+    if (num_threads != ctx->num_threads) { /* the caller's way to release the workers and their scratch */
+        fc_pool_destroy(ctx->cpu_pool);
+        ctx->cpu_pool = NULL;
+        ctx->cpu_pool_tried = 0;
+    }
     ctx->num_threads = num_threads;
     ctx->err[0] = 0;
     return FC_OK;

@@ -7,15 +7,18 @@
  *      after the previous call wrote into it; blocks grow and are kept;
  *   3. a NULL pool runs a call on the calling thread alone;
  *   4. in a fork's child the parent's pool still completes calls (on the
- *      calling thread), and destroying it there returns.
+ *      calling thread), and destroying it there returns;
+ *   5. the workers run with every signal blocked (the host's stay its own).
  * Run under ThreadSanitizer by hand (-fsanitize=thread) when pool.c changes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,15 +36,23 @@ typedef struct count_job {
     size_t bytes;
     atomic_int dirty; /* a worker found its block not zeroed */
     atomic_int on_caller_only; /* every item ran on the calling thread */
+    atomic_int worker_unmasked; /* a worker thread could take SIGINT or SIGTERM */
     pthread_t caller;
+    int slow; /* each item sleeps 1 ms: the workers get some */
 } count_job;
 
 static void count_item(void *arg, int worker, int64_t item)
 {
     count_job *j = arg;
     atomic_fetch_add(&j->runs[item], 1);
+    if (j->slow) nanosleep(&(struct timespec){0, 1000000}, NULL);
     if (worker < 0 || worker >= j->nt) atomic_store(&j->bad_worker, 1);
-    if (!pthread_equal(pthread_self(), j->caller)) atomic_store(&j->on_caller_only, 0);
+    if (!pthread_equal(pthread_self(), j->caller)) {
+        atomic_store(&j->on_caller_only, 0);
+        sigset_t cur;
+        pthread_sigmask(SIG_BLOCK, NULL, &cur);
+        if (!sigismember(&cur, SIGINT) || !sigismember(&cur, SIGTERM)) atomic_store(&j->worker_unmasked, 1);
+    }
     if (j->blocks) {
         unsigned char *b = j->blocks[worker];
         /* zeroed before the worker's first item; each item writes its first byte */
@@ -62,6 +73,7 @@ static int one_call(fc_pool *pool, int nt, int64_t n, size_t bytes, count_job *j
     atomic_init(&j->bad_worker, 0);
     atomic_init(&j->dirty, 0);
     atomic_init(&j->on_caller_only, 1);
+    atomic_init(&j->worker_unmasked, 0);
     j->nt = nt;
     j->caller = pthread_self();
     j->bytes = bytes;
@@ -70,7 +82,7 @@ static int one_call(fc_pool *pool, int nt, int64_t n, size_t bytes, count_job *j
     if (j->blocks) /* dirty every block, as a previous call may have left it */
         for (int w = 0; w < nt; w++) memset(j->blocks[w], 0x5A, bytes);
     fc_pool_run(pool, nt, n, count_item, j, j->blocks, bytes);
-    int ok = !atomic_load(&j->bad_worker) && !atomic_load(&j->dirty);
+    int ok = !atomic_load(&j->bad_worker) && !atomic_load(&j->dirty) && !atomic_load(&j->worker_unmasked);
     for (int64_t x = 0; x < n; x++) ok = ok && atomic_load(&j->runs[x]) == 1;
     for (int64_t x = n; x < MAX_ITEMS; x++) ok = ok && atomic_load(&j->runs[x]) == 0;
     if (j->blocks) fc_pool_blocks_free(pool, j->blocks, nt);
@@ -96,7 +108,26 @@ int main(void)
             if (!ok) printf("  call nt=%d n=%lld bytes=%zu failed\n", nt, (long long)ns[c], sizes[(c + 3 * rep) % 10]);
             all = all && ok;
         }
-    CHECK(all, "200 calls: every item once, worker indices in range, scratch zeroed per worker");
+    CHECK(all, "200 calls: every item once, worker indices in range, scratch zeroed per worker, "
+               "workers with signals blocked");
+
+    /* the workers take part (items slow enough that the caller cannot take them all) */
+    memset(&job, 0, sizeof job);
+    {
+        count_job *j = &job;
+        for (int64_t x = 0; x < MAX_ITEMS; x++) atomic_init(&j->runs[x], 0);
+        atomic_init(&j->on_caller_only, 1);
+        atomic_init(&j->bad_worker, 0);
+        atomic_init(&j->worker_unmasked, 0);
+        j->nt = 4;
+        j->slow = 1;
+        j->caller = pthread_self();
+        fc_pool_run(pool, 4, 64, count_item, j, NULL, 0);
+        int once = 1;
+        for (int x = 0; x < 64; x++) once = once && atomic_load(&j->runs[x]) == 1;
+        CHECK(once && !atomic_load(&j->on_caller_only) && !atomic_load(&j->worker_unmasked),
+              "4 workers, 64 slow items: each once, some on the pool's threads, signals blocked there");
+    }
 
     /* 3: NULL pool */
     CHECK(one_call(NULL, 4, 100, 256, &job) && atomic_load(&job.on_caller_only),

@@ -13,6 +13,7 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +140,8 @@ void fc_pool_destroy(fc_pool *pool)
 }
 
 /* Start workers until nt exist (or one cannot be started); each is handed
- * the current generation, before the job it is started for. */
+ * the current generation, before the job it is started for. They start
+ * with every signal blocked: the host's signals stay on its own threads. */
 static void grow(fc_pool *pool, int nt)
 {
     if (nt > pool->cap) {
@@ -148,18 +150,22 @@ static void grow(fc_pool *pool, int nt)
         pool->workers = w;
         pool->cap = nt;
     }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     while (pool->started < nt) {
         pool_worker *w = calloc(1, sizeof *w);
-        if (!w) return;
+        if (!w) break;
         w->pool = pool;
         w->index = pool->started;
         w->seen = pool->gen;
         if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
             free(w);
-            return;
+            break;
         }
         pool->workers[pool->started++] = w;
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg, void **zero, size_t zero_bytes)
