@@ -102,7 +102,8 @@ def device_info():
 
 def set_num_threads(n):
     """CPU backend worker threads for calls made from this thread (0 = one
-    per online core, the default)."""
+    per online core, the default). A new count releases this thread's
+    parked workers and their scratch; the next CPU call starts its own."""
     _context.context().set_num_threads(_limits.int32(n, "num_threads"))
 
 
