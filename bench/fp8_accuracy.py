@@ -76,7 +76,7 @@ def on_device(x, backend):
     import torch
     if x.dtype == ml_dtypes.float8_e4m3fn:
         return torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn).cuda()
-    return torch.from_numpy(x.view(np.uint16).astype(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).cuda()
 
 
 def to_host(out):

@@ -24,11 +24,11 @@ struct fc_context {
     int cp_fail_step;        /* tests only (test_cp.c): the ring's pair calls fail
                               * from this step on, as out of memory (-1: never) */
     struct fc_pool *cpu_pool; /* the CPU backend's workers, from its first call */
-    int cpu_pool_tried;       /* its creation ran (NULL then: out of memory)    */
 };
 
 /* The context's CPU workers (cpu/pool.h), created at the first call that
- * needs them; NULL if that failed (the calls run on the calling thread). */
+ * needs them; NULL if that failed (that call runs on the calling thread,
+ * the next one tries again). */
 struct fc_pool *fc_context_cpu_pool(fc_context *ctx);
 
 /* Write a printf-style message into ctx->err and return st. */

@@ -42,10 +42,7 @@ void fc_context_free(fc_context *ctx)
 
 struct fc_pool *fc_context_cpu_pool(fc_context *ctx)
 {
-    if (!ctx->cpu_pool_tried) {
-        ctx->cpu_pool = fc_pool_create();
-        ctx->cpu_pool_tried = 1;
-    }
+    if (!ctx->cpu_pool) ctx->cpu_pool = fc_pool_create();
     return ctx->cpu_pool;
 }
 
@@ -74,7 +71,6 @@ fc_status fc_context_set_num_threads(fc_context *ctx, int num_threads)
     if (num_threads != ctx->num_threads) { /* the caller's way to release the workers and their scratch */
         fc_pool_destroy(ctx->cpu_pool);
         ctx->cpu_pool = NULL;
-        ctx->cpu_pool_tried = 0;
     }
     ctx->num_threads = num_threads;
     ctx->err[0] = 0;

@@ -4,7 +4,9 @@
  *      order and item counts from 0 up, every item runs exactly once and
  *      each worker index stays in range;
  *   2. the scratch given to a call is zeroed for each running worker,
- *      after the previous call wrote into it; blocks grow and are kept;
+ *      after the previous call wrote into it, once per fc_pool_blocks (a
+ *      second run of the same call keeps what the first wrote); blocks
+ *      grow and are kept;
  *   3. a NULL pool runs a call on the calling thread alone;
  *   4. in a fork's child the parent's pool still completes calls (on the
  *      calling thread), and destroying it there returns;
@@ -65,6 +67,14 @@ static void count_item(void *arg, int worker, int64_t item)
     }
 }
 
+static void no_op(void *arg, int worker, int64_t item)
+{
+    (void)arg, (void)worker, (void)item;
+}
+
+/* A run of nt workers and 8 items that touch no scratch. */
+static void one_run_plain(fc_pool *pool, int nt) { fc_pool_run(pool, nt, 8, no_op, NULL); }
+
 /* One call of nt workers and n items; 1 when every item ran once. */
 static int one_call(fc_pool *pool, int nt, int64_t n, size_t bytes, count_job *j)
 {
@@ -79,9 +89,9 @@ static int one_call(fc_pool *pool, int nt, int64_t n, size_t bytes, count_job *j
     j->bytes = bytes;
     j->blocks = bytes ? fc_pool_blocks(pool, nt, bytes) : NULL;
     if (bytes && !j->blocks) return 0;
-    if (j->blocks) /* dirty every block, as a previous call may have left it */
+    if (j->blocks && pool) /* dirty every kept block, as an earlier call may (a NULL pool's are fresh) */
         for (int w = 0; w < nt; w++) memset(j->blocks[w], 0x5A, bytes);
-    fc_pool_run(pool, nt, n, count_item, j, j->blocks, bytes);
+    fc_pool_run(pool, nt, n, count_item, j);
     int ok = !atomic_load(&j->bad_worker) && !atomic_load(&j->dirty) && !atomic_load(&j->worker_unmasked);
     for (int64_t x = 0; x < n; x++) ok = ok && atomic_load(&j->runs[x]) == 1;
     for (int64_t x = n; x < MAX_ITEMS; x++) ok = ok && atomic_load(&j->runs[x]) == 0;
@@ -105,11 +115,27 @@ int main(void)
         for (int c = 0; c < 10; c++) {
             const int nt = nts[(c + rep) % 10];
             const int ok = one_call(pool, nt, ns[c], sizes[(c + 3 * rep) % 10], &job);
-            if (!ok) printf("  call nt=%d n=%lld bytes=%zu failed\n", nt, (long long)ns[c], sizes[(c + 3 * rep) % 10]);
+            if (!ok)
+                printf("  call nt=%d n=%lld bytes=%zu failed\n", nt, (long long)ns[c], sizes[(c + 3 * rep) % 10]);
             all = all && ok;
         }
     CHECK(all, "200 calls: every item once, worker indices in range, scratch zeroed per worker, "
                "workers with signals blocked");
+
+    /* zeroed once per fc_pool_blocks: a second run keeps the first's writes */
+    {
+        void **b = fc_pool_blocks(pool, 2, 128);
+        int kept = 0;
+        if (b) {
+            memset(b[0], 0x5A, 128);
+            one_run_plain(pool, 2);
+            const int zeroed = ((unsigned char *)b[0])[5] == 0;
+            ((unsigned char *)b[0])[5] = 7;
+            one_run_plain(pool, 2);
+            kept = zeroed && ((unsigned char *)b[0])[5] == 7;
+        }
+        CHECK(kept, "a block is zeroed at the first run after fc_pool_blocks, not at the next");
+    }
 
     /* the workers take part (items slow enough that the caller cannot take them all) */
     memset(&job, 0, sizeof job);
@@ -122,7 +148,7 @@ int main(void)
         j->nt = 4;
         j->slow = 1;
         j->caller = pthread_self();
-        fc_pool_run(pool, 4, 64, count_item, j, NULL, 0);
+        fc_pool_run(pool, 4, 64, count_item, j);
         int once = 1;
         for (int x = 0; x < 64; x++) once = once && atomic_load(&j->runs[x]) == 1;
         CHECK(once && !atomic_load(&j->on_caller_only) && !atomic_load(&j->worker_unmasked),

@@ -40,6 +40,12 @@ def _reduce_scatter(out, x, plan):
     dist.reduce_scatter_tensor(out.view(-1), x.view(-1), group=plan.group)
 
 
+def _owner(c, P):
+    """Chunk c of the whole sequence (token order): the rank holding it and
+    its place among that rank's chunks (zigzag: rank r holds r, 2P-1-r)."""
+    return (c, 0) if c < P else (2 * P - 1 - c, 1)
+
+
 class _Layout:
     """The whole sequence's chunks in token order: per chunk, its owner,
     its row offset in the owner's slice, its rows and its first token."""
@@ -49,7 +55,7 @@ class _Layout:
         rows = [ring.chunk_rows(sh[0][sd], plan) for sh in plan.shapes]
         self.chunks, start = [], 0
         for c in range(P if plan.split == "contiguous" else 2 * P):
-            owner, w = (c, 0) if c < P else (2 * P - 1 - c, 1)
+            owner, w = _owner(c, P)
             self.chunks.append((owner, sum(rows[owner][:w]), rows[owner][w], start))
             start += rows[owner][w]
         self.total = start
@@ -164,7 +170,7 @@ class _Packed:
             ends.append([])
             n = 0
             for c in range(2 * P if zig else P):
-                o, w = (c, 0) if c < P else (2 * P - 1 - c, 1)
+                o, w = _owner(c, P)
                 lo, hi = _ring_varlen._span(cus[o][s], cus[o][s + 1], zig, w)
                 order.append(torch.arange(o * self.padded + lo, o * self.padded + hi, dtype=torch.int64))
                 n += hi - lo
@@ -188,11 +194,7 @@ def _gather_packed(x, pk, plan):
     return every.view((-1,) + tuple(x.shape[1:])).index_select(0, pk.order)
 
 
-def _call_options(plan, extra):
-    return dict(causal=plan.causal, softcap=plan.softcap, scale=plan.scale, backend=plan.backend, **extra)
-
-
-def forward_varlen(q, k, v, plan):
+def forward_varlen(q, k, v, plan, ring):
     """This rank's out [total, Hq, D] and lse [Hq, total] (float32)."""
     torch = _torch()
     pk = _Packed(plan, q.device)
@@ -201,13 +203,13 @@ def forward_varlen(q, k, v, plan):
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
     for rows, extra, keys in pk.calls:
         o, l = _attention.attention(q.index_select(0, rows), kg.index_select(0, keys), vg.index_select(0, keys),
-                                    return_lse=True, **_call_options(plan, extra))
+                                    return_lse=True, **ring.options(plan, plan.causal, **extra))
         out.index_copy_(0, rows, o)
         lse.index_copy_(1, rows, l)
     return out, lse
 
 
-def backward_varlen(dout, q, k, v, out, lse, plan):
+def backward_varlen(dout, q, k, v, out, lse, plan, ring):
     """dq, dk, dv of this rank's packed slices (q's, k's, v's dtypes)."""
     torch = _torch()
     pk = _Packed(plan, q.device)
@@ -218,7 +220,8 @@ def backward_varlen(dout, q, k, v, out, lse, plan):
         g = _backward.attention_backward(dout.index_select(0, rows), q.index_select(0, rows),
                                          kg.index_select(0, keys), vg.index_select(0, keys),
                                          out.index_select(0, rows), lse.index_select(1, rows).contiguous(),
-                                         deterministic=plan.deterministic, **_call_options(plan, extra))
+                                         deterministic=plan.deterministic,
+                                         **ring.options(plan, plan.causal, **extra))
         dq.index_copy_(0, rows, g[0])
         dkg.index_add_(0, keys, g[1].float())  # each row once a call: the same bits every run
         dvg.index_add_(0, keys, g[2].float())

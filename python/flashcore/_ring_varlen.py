@@ -50,11 +50,10 @@ class _Chunks:
         return [p[0].numel() for p in self.parts]
 
 
-def _call_args(plan, mine, theirs, i, j, causal):
+def _call_args(plan, ring, mine, theirs, i, j, causal):
     _, ci, mi = mine.parts[i]
     _, cj, mj = theirs.parts[j]
-    return dict(causal=causal, softcap=plan.softcap, scale=plan.scale, backend=plan.backend, cu_seqlens_q=ci,
-                cu_seqlens_k=cj, max_seqlen_q=mi, max_seqlen_k=mj)
+    return ring.options(plan, causal, cu_seqlens_q=ci, cu_seqlens_k=cj, max_seqlen_q=mi, max_seqlen_k=mj)
 
 
 def _every_rank(plan, device):
@@ -78,7 +77,7 @@ def forward(q, k, v, plan, ring):
         for i, j, causal in ring.pairs(plan, src, mine.rows(), theirs.rows()):
             idx = theirs.parts[j][0]
             part = _attention.attention(qs[i], held[0].index_select(0, idx), held[1].index_select(0, idx),
-                                        return_lse=True, **_call_args(plan, mine, theirs, i, j, causal))
+                                        return_lse=True, **_call_args(plan, ring, mine, theirs, i, j, causal))
             accs[i] = ring.fold(accs[i], part, plan)
         ring.wait(reqs)
         held = nxt
@@ -111,7 +110,7 @@ def backward(dout, q, k, v, out, lse, plan, ring):
             qi, doi, oi, li = sel[i]
             g = _backward.attention_backward(doi, qi, held[0].index_select(0, idx), held[1].index_select(0, idx),
                                              oi, li, deterministic=plan.deterministic,
-                                             **_call_args(plan, mine, theirs, i, j, causal))
+                                             **_call_args(plan, ring, mine, theirs, i, j, causal))
             dq.index_add_(0, mine.parts[i][0], g[0].float())  # each row once: the same bits every run
             part[0].index_add_(0, idx, g[1].float())
             part[1].index_add_(0, idx, g[2].float())

@@ -129,8 +129,13 @@ def _rows(pieces, plan):
     return [x.shape[_seq_dim(plan)] for x in pieces]
 
 
-def _options(plan, causal):
-    return dict(causal=causal, softcap=plan.softcap, scale=plan.scale, layout=plan.layout, backend=plan.backend)
+def _options(plan, causal, **varlen):
+    """One call's options; a packed call's (varlen: its cu_seqlens and
+    longest) take no layout."""
+    o = dict(causal=causal, softcap=plan.softcap, scale=plan.scale, backend=plan.backend, **varlen)
+    if plan.cu is None:
+        o["layout"] = plan.layout
+    return o
 
 
 def _fold(acc, part, plan, out=None):
@@ -164,7 +169,7 @@ def _forward(q, k, v, plan):
     """This rank's out and lse. A query chunk's last partial result is
     merged (or, if its only one, written) straight into the output."""
     if plan.comm == "all_gather":
-        return (_ring_allgather.forward_varlen(q, k, v, plan) if plan.cu is not None else
+        return (_ring_allgather.forward_varlen(q, k, v, plan, _RING) if plan.cu is not None else
                 _ring_allgather.forward(q, k, v, plan, _RING))
     if plan.cu is not None:
         return _ring_varlen.forward(q, k, v, plan, _RING)
@@ -203,7 +208,7 @@ def _no_lse(q, plan):
 
 def _backward_ring(dout, q, k, v, out, lse, plan):
     if plan.comm == "all_gather":
-        return (_ring_allgather.backward_varlen(dout, q, k, v, out, lse, plan) if plan.cu is not None else
+        return (_ring_allgather.backward_varlen(dout, q, k, v, out, lse, plan, _RING) if plan.cu is not None else
                 _ring_allgather.backward(dout, q, k, v, out, lse, plan, _RING))
     if plan.cu is not None:
         return _ring_varlen.backward(dout, q, k, v, out, lse, plan, _RING)
@@ -282,24 +287,23 @@ def _gather_cu(cu, plan):
     return tuple(x.tolist() for x in every)
 
 
-# the options every rank must pass alike, in _gather_shapes' exchange
-_SAME = ("split", "causal", "comm", "layout", "deterministic", "softcap", "scale", "dtype")
-
-
 def _options_code(plan, q):
-    """_SAME's values as int64s (floats by their bits, scale None as -1,
+    """The options every rank must pass alike, for _gather_shapes'
+    exchange: (name, int64) pairs (floats by their bits, scale None as -1,
     the dtype by its name's CRC: the same in every process)."""
     def bits(x):
         return -1 if x is None else struct.unpack("<q", struct.pack("<d", float(x)))[0]
-    return [("contiguous", "zigzag").index(plan.split), int(plan.causal), ("p2p", "all_gather").index(plan.comm),
-            ("bshd", "bhsd").index(plan.layout), int(plan.deterministic), bits(plan.softcap), bits(plan.scale),
-            zlib.crc32(str(q.dtype).encode())]
+    return (("split", ("contiguous", "zigzag").index(plan.split)), ("causal", int(plan.causal)),
+            ("comm", ("p2p", "all_gather").index(plan.comm)), ("layout", ("bshd", "bhsd").index(plan.layout)),
+            ("deterministic", int(plan.deterministic)), ("softcap", bits(plan.softcap)),
+            ("scale", bits(plan.scale)), ("dtype", zlib.crc32(str(q.dtype).encode())))
 
 
-def _check_options(codes, plan):
-    """Raise on every rank where one rank's options differ from rank 0's."""
+def _check_options(codes, names):
+    """Raise on every rank where one rank's options (codes, in names'
+    order) differ from rank 0's."""
     for r, c in enumerate(codes):
-        for name, x, y in zip(_SAME, c, codes[0]):
+        for name, x, y in zip(names, c, codes[0]):
             if x != y:
                 raise InvalidArgumentError("ring_attention: rank %d passes another %s than rank 0: every rank must "
                                            "pass the same options and dtype" % (r, name))
@@ -307,7 +311,7 @@ def _check_options(codes, plan):
 
 def _gather_shapes(q, k, v, plan):
     """Every rank's (q, k, v) shapes (one all_gather, with the options of
-    _SAME), checked: the ring's buffers take them. A rank's q, k and v hold
+    _options_code), checked: the ring's buffers take them. A rank's q, k and v hold
     the same tokens; ranks differ at most in their token count; every rank
     passes the same options. The raise is the same on every rank."""
     torch = _torch()
@@ -316,11 +320,12 @@ def _gather_shapes(q, k, v, plan):
     problem = _cu_problem(plan.cu, q) if plan.cu is not None else None
     extra = [] if plan.cu is None else [0 if problem else plan.cu.numel(), 1 if problem else 0]
     opts = _options_code(plan, q)
-    mine = torch.tensor([*q.shape, *k.shape, *v.shape, *extra, *opts], dtype=torch.int64, device=q.device)
+    mine = torch.tensor([*q.shape, *k.shape, *v.shape, *extra, *(c for _, c in opts)], dtype=torch.int64,
+                        device=q.device)
     every = [torch.empty_like(mine) for _ in range(plan.size)]
     dist.all_gather(every, mine, group=plan.group)
     rows = [x.tolist() for x in every]
-    _check_options([x[len(x) - len(opts):] for x in rows], plan)
+    _check_options([x[len(x) - len(opts):] for x in rows], [name for name, _ in opts])
     shapes = [tuple(tuple(x[i:i + nd]) for i in (0, nd, 2 * nd)) + tuple(x[3 * nd:len(x) - len(opts)]) for x in rows]
     sd = _seq_dim(plan)
 

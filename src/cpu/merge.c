@@ -85,7 +85,7 @@ fc_status fc_cpu_merge(const fc_merge_params *m, int num_threads, fc_pool *pool,
         snprintf(err, err_len, "merge: out of memory for %d x %zu bytes of scratch", nt, bytes);
         return FC_ERR_OUT_OF_MEMORY;
     }
-    fc_pool_run(pool, nt, items, run_item, &job, (void **)job.acc, bytes);
+    fc_pool_run(pool, nt, items, run_item, &job);
     fc_pool_blocks_free(pool, (void **)job.acc, nt);
     return FC_OK;
 }

@@ -25,8 +25,6 @@ typedef struct pool_job {
     void *arg;
     int64_t nitems;
     atomic_llong next; /* next unclaimed item */
-    void **zero;       /* blocks each worker zeroes first, or NULL */
-    size_t zero_bytes;
 } pool_job;
 
 typedef struct pool_worker {
@@ -50,8 +48,10 @@ struct fc_pool {
     pool_worker **workers;
     pid_t pid;           /* the process whose threads these are        */
     void **blocks;       /* scratch kept between calls                 */
-    size_t block_bytes;
+    size_t block_bytes;  /* each block's size                          */
     int nblocks;
+    size_t used_bytes;   /* what the current call's layout uses of one */
+    unsigned char *dirty; /* per block: to be zeroed by its worker      */
 };
 
 int fc_pool_threads(int num_threads, int cap, int64_t nitems, int64_t macs, int64_t min_macs)
@@ -63,10 +63,15 @@ int fc_pool_threads(int num_threads, int cap, int64_t nitems, int64_t macs, int6
     return nt < 1 ? 1 : (int)nt;
 }
 
-/* Zero this worker's block, then claim items until none is left. */
-static void run_job(pool_job *job, int index)
+/* Zero this worker's block if the call handed it out since (each worker
+ * its own, so the pages are touched in parallel), then claim items until
+ * none is left. */
+static void run_job(fc_pool *pool, pool_job *job, int index)
 {
-    if (job->zero) memset(job->zero[index], 0, job->zero_bytes); /* pad rows and columns must read as 0 */
+    if (pool && index < pool->nblocks && pool->dirty[index]) {
+        memset(pool->blocks[index], 0, pool->used_bytes); /* pad rows and columns must read as 0 */
+        pool->dirty[index] = 0;
+    }
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (item >= job->nitems) break;
@@ -86,7 +91,7 @@ static void *worker_main(void *p)
         if (w->index >= pool->active) continue; /* not this job's */
         pool_job *job = pool->job;
         pthread_mutex_unlock(&pool->mu);
-        run_job(job, w->index);
+        run_job(pool, job, w->index);
         pthread_mutex_lock(&pool->mu);
         if (--pool->remaining == 0) pthread_cond_signal(&pool->done);
     }
@@ -133,6 +138,7 @@ void fc_pool_destroy(fc_pool *pool)
     }
     free(pool->workers);
     free_blocks(pool->blocks, pool->nblocks);
+    free(pool->dirty);
     pthread_cond_destroy(&pool->done);
     pthread_cond_destroy(&pool->wake);
     pthread_mutex_destroy(&pool->mu);
@@ -168,14 +174,12 @@ static void grow(fc_pool *pool, int nt)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg, void **zero, size_t zero_bytes)
+void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg)
 {
     pool_job job;
     job.fn = fn;
     job.arg = arg;
     job.nitems = nitems;
-    job.zero = zero;
-    job.zero_bytes = zero_bytes;
     atomic_init(&job.next, 0);
     if (pool && pool->pid != getpid()) pool = NULL; /* a fork's child: no workers here */
     if (pool && nt > 1) grow(pool, nt); /* the mutex is free: no worker runs between calls */
@@ -189,7 +193,7 @@ void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg
         pthread_cond_broadcast(&pool->wake);
         pthread_mutex_unlock(&pool->mu);
     }
-    run_job(&job, 0);
+    run_job(pool, &job, 0);
     if (active > 1) {
         pthread_mutex_lock(&pool->mu);
         while (pool->remaining > 0) pthread_cond_wait(&pool->done, &pool->mu);
@@ -197,31 +201,42 @@ void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg
     }
 }
 
-static void **alloc_blocks(int nt, size_t bytes)
+/* nt blocks of bytes; zeroed here when `zero` (no pool to zero them). */
+static void **alloc_blocks(int nt, size_t bytes, int zero)
 {
     void **b = calloc((size_t)nt, sizeof *b);
     if (!b) return NULL;
-    for (int x = 0; x < nt; x++)
+    for (int x = 0; x < nt; x++) {
         if (!(b[x] = aligned_alloc(64, bytes))) {
             free_blocks(b, x);
             return NULL;
         }
+        if (zero) memset(b[x], 0, bytes);
+    }
     return b;
 }
 
 void **fc_pool_blocks(fc_pool *pool, int nt, size_t bytes)
 {
-    if (!pool) return alloc_blocks(nt, bytes);
-    if (nt <= pool->nblocks && bytes <= pool->block_bytes) return pool->blocks;
-    const int n = nt > pool->nblocks ? nt : pool->nblocks;
-    const size_t sz = bytes > pool->block_bytes ? bytes : pool->block_bytes;
-    void **b = alloc_blocks(n, sz);
-    if (!b) return NULL; /* the old blocks stay for later calls */
-    free_blocks(pool->blocks, pool->nblocks);
-    pool->blocks = b;
-    pool->nblocks = n;
-    pool->block_bytes = sz;
-    return b;
+    if (!pool) return alloc_blocks(nt, bytes, 1);
+    if (nt > pool->nblocks || bytes > pool->block_bytes) {
+        const int n = nt > pool->nblocks ? nt : pool->nblocks;
+        const size_t sz = bytes > pool->block_bytes ? bytes : pool->block_bytes;
+        void **b = alloc_blocks(n, sz, 0);
+        unsigned char *d = b ? realloc(pool->dirty, (size_t)n) : NULL;
+        if (!d) { /* the old blocks stay for later calls */
+            free_blocks(b, n);
+            return NULL;
+        }
+        free_blocks(pool->blocks, pool->nblocks);
+        pool->blocks = b;
+        pool->dirty = d;
+        pool->nblocks = n;
+        pool->block_bytes = sz;
+    }
+    pool->used_bytes = bytes;
+    memset(pool->dirty, 1, (size_t)nt);
+    return pool->blocks;
 }
 
 void fc_pool_blocks_free(fc_pool *pool, void **blocks, int nt)

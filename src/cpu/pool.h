@@ -36,21 +36,20 @@ void fc_pool_destroy(fc_pool *pool);
  * least 1. */
 int fc_pool_threads(int num_threads, int cap, int64_t nitems, int64_t macs, int64_t min_macs);
 
-/* nt scratch blocks of `bytes` (a multiple of 64) each, 64-byte aligned,
- * owned by the pool and reused by its next calls (a NULL pool: allocated
- * for this call, released by fc_pool_blocks_free). Their contents are
- * undefined until an fc_pool_run given them zeroes them. NULL when any
- * allocation fails. */
+/* nt zeroed scratch blocks of `bytes` (a multiple of 64) each, 64-byte
+ * aligned, worker x's at [x], owned by the pool and reused by its next
+ * calls (a NULL pool: allocated and zeroed for this call, released by
+ * fc_pool_blocks_free). A pool's are zeroed by their workers at the next
+ * fc_pool_run, each before its first item (its pages touched in parallel),
+ * once per fc_pool_blocks. NULL when any allocation fails. */
 void **fc_pool_blocks(fc_pool *pool, int nt, size_t bytes);
 void fc_pool_blocks_free(fc_pool *pool, void **blocks, int nt);
 
 /* Run every item once on nt workers, worker 0 on the calling thread; a
- * NULL pool runs them all on the calling thread. zero (NULL: none): the
- * scratch blocks from fc_pool_blocks, each zeroed (zero_bytes) by its own
- * worker before its first item, so that the pages are touched in
- * parallel. A worker that cannot be started is no error: the others claim
- * its share. Which worker runs an item must not change its result (that
- * is the caller's part of determinism). */
-void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg, void **zero, size_t zero_bytes);
+ * NULL pool runs them all on the calling thread. A worker that cannot be
+ * started is no error: the others claim its share. Which worker runs an
+ * item must not change its result (that is the caller's part of
+ * determinism). */
+void fc_pool_run(fc_pool *pool, int nt, int64_t nitems, fc_pool_fn fn, void *arg);
 
 #endif /* FC_CPU_POOL_H */

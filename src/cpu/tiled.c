@@ -221,7 +221,7 @@ fc_status fc_cpu_tiled_forward(const fc_fwd_params *p, int num_threads, fc_pool 
 #ifdef FC_HAVE_AVX512BF16_VARIANT
     if (fc_cpu_avx512bf16()) job.run_item = run_item_avx512bf16;
 #endif
-    fc_pool_run(pool, nt, nitems, run_one, &job, blocks, bytes);
+    fc_pool_run(pool, nt, nitems, run_one, &job);
     store_amax(p, ts, nt);
 
     free(ts);

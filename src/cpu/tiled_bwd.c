@@ -312,14 +312,14 @@ fc_status fc_cpu_tiled_backward(const fc_bwd_params *p, int num_threads, fc_pool
         job.first = l.first_q;
         job.reverse = 0;
         job.item = job.rows_item;
-        fc_pool_run(pool, nt, nq, run_one, &job, blocks, bytes);
+        fc_pool_run(pool, nt, nq, run_one, &job);
         /* The key pass, in index order: a head's key tiles in increasing
          * order (dq's turns need it), first tiles first (seen by the most
          * queries under a causal mask). */
         job.first = l.first_kv;
         job.reverse = 0;
         job.item = job.kv_item;
-        fc_pool_run(pool, nt, nkv, run_one, &job, blocks, bytes); /* fresh scratch, as the rows pass had */
+        fc_pool_run(pool, nt, nkv, run_one, &job);
     }
     free(job.L);
     free(job.D);
