@@ -20,7 +20,7 @@ the fp32 dK/dV sums (backward); it is hidden behind a step's compute where
 it takes less, and the sums' last hop home is exposed (forward +
 backward: a forward step and a backward step taken together).
 
-    python3 bench/ring_model.py ring-2-16k.json ring-4-16k.json --ranks 8 [--link-gbps 100]
+    python3 bench/ring_model.py ring-2-16k.json ring-4-16k.json --tokens 16384 --ranks 8 [--link-gbps 100]
 """
 
 import argparse
@@ -66,8 +66,9 @@ def predict(runs, ranks, link_gbps, tokens, kv_heads, dim, elem_bytes):
 
 
 def load(path):
+    """(ranks, {pass: row}) of a bench/ring.py JSON."""
     d = json.loads(open(path).read())
-    return d["meta"]["ranks"], {r["pass_"]: r for r in d["rows"]}, d["meta"]
+    return d["meta"]["ranks"], {r["pass_"]: r for r in d["rows"]}
 
 
 def main():
@@ -80,7 +81,7 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--elem-bytes", type=int, default=2)
     a = ap.parse_args()
-    runs = sorted((load(p)[:2] for p in a.runs), key=lambda r: r[0])
+    runs = sorted((load(p) for p in a.runs), key=lambda r: r[0])
     if runs[0][0] == runs[1][0]:
         print("ring_model: the two runs must have different rank counts", file=sys.stderr)
         return 2
