@@ -11,7 +11,8 @@
  *    visible pair inside both sequences (the mask may be skipped);
  *  - the band bounds fc_bwd_band_lo/hi give fc_key_visible's answer for
  *    every pair, and the kernels' per-element mask (fc_bwd_hidden) hides
- *    exactly the pairs that are not visible, past the sequences included;
+ *    exactly the pairs that are not visible, past the sequences included,
+ *    as do its per-key query spans (fc_bwd_visible_span);
  *  - the CTA's walk (fc_bwd_next_block from g = 0, m = hi - 1) visits every
  *    (query head, query block) of its range once and then stops;
  *  - the grid order (fc_bwd_tile_of) gives every (key block, pair) to
@@ -60,6 +61,12 @@ static int check(int sq, int sk, int wl, int wr, int bm, int bn)
                     if (inside && vis != (j - i >= lo && j - i <= hi)) bad++;
                     if (fc_bwd_hidden(mk, j, i) != !vis) bad++;
                 }
+            /* the same mask as per-key spans of the block's query offsets */
+            for (int j = n * bn; j < (n + 1) * bn; j++) {
+                const fc_bwd_qspan sp = fc_bwd_visible_span(mk, j, bm);
+                for (int x = 0; x < bm; x++)
+                    if ((x >= sp.lo && x <= sp.hi) != !fc_bwd_hidden(mk, j, m * bm + x)) bad++;
+            }
             const int q_ok = in_range(fc_bwd_q_blocks(n, bn, bm, sq, sk, wl, wr), m) == any;
             const int k_ok = in_range(fc_bwd_kv_blocks(m, bm, bn, sq, sk, wl, wr), n) == any;
             const int f_ok = fc_bwd_block_full(m, n, bm, bn, sq, sk, wl, wr) == all;

@@ -113,6 +113,23 @@ FC_BWD_FN int fc_bwd_hidden(fc_bwd_mask m, int32_t j, int32_t i)
     return i >= m.sq || j >= m.sk || d < m.lo || d > m.hi;
 }
 
+/* Key j's visible queries among a block's query offsets x = i - m.i0 in
+ * [0, n): exactly lo <= x <= hi (fc_bwd_hidden's test as two bounds, for
+ * kernels whose x is a compile-time offset; empty when lo > hi). */
+typedef struct fc_bwd_qspan {
+    int32_t lo, hi;
+} fc_bwd_qspan;
+
+FC_BWD_FN fc_bwd_qspan fc_bwd_visible_span(fc_bwd_mask m, int32_t j, int32_t n)
+{
+    const int64_t hi = j >= m.sk ? -1 : fc_bwd_min64((int64_t)m.sq - 1, (int64_t)j - m.lo) - m.i0;
+    const int64_t lo = (int64_t)j - m.hi - m.i0;
+    fc_bwd_qspan s;
+    s.lo = (int32_t)fc_bwd_max64(0, fc_bwd_min64(lo, n));
+    s.hi = (int32_t)fc_bwd_max64(-1, fc_bwd_min64(hi, (int64_t)n - 1));
+    return s;
+}
+
 /* The first query block a CTA visits (of its range mr, query head 0),
  * and the block after (query head g of its group, query block m); *gn =
  * group: none. Downward (down; the deterministic mode and causal-like

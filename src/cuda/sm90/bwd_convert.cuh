@@ -25,7 +25,7 @@
 
 namespace fc90 {
 
-/* Query block m of head h of sequence b, from its chunk. */
+/* Chunk m (rows m * kBwdChunk on) of head h of sequence b. */
 template <class C, bool kBF16>
 __device__ __forceinline__ void bwd_convert_dq(const fc_sm80_bwd_args &a, uint32_t *tile, int m, int h, int b)
 {
@@ -36,7 +36,7 @@ __device__ __forceinline__ void bwd_convert_dq(const fc_sm80_bwd_args &a, uint32
     const int64_t q_start = f.cu_seqlens_q ? f.cu_seqlens_q[b] : 0;
     const int sq = f.cu_seqlens_q ? f.cu_seqlens_q[b + 1] - (int)q_start : f.seqlen_q;
     if (m * kBwdChunk >= sq) return;
-    const float4 *chunk = reinterpret_cast<const float4 *>(bwd_dq_chunk<C>(a, b, BwdStep{h, m}));
+    const float4 *chunk = reinterpret_cast<const float4 *>(bwd_dq_chunk<C>(a, b, h, m));
     float4 v[PARTS][R4];
 #pragma unroll
     for (int part = 0; part < PARTS; ++part)
@@ -78,13 +78,14 @@ __global__ void __launch_bounds__(128) bwd_convert(const fc_sm80_bwd_args a)
 }
 
 /* The convert's grid: chunks of the longest sequence (queries, or keys
- * where split and longer), heads_q + (split: 2 heads_kv), batch. */
+ * where split and longer; a 128-row query block is two chunks), heads_q +
+ * (split: 2 heads_kv), batch. */
 inline dim3 bwd_convert_grid(const fc_sm80_bwd_args &a)
 {
     const fc_fwd_params &f = a.p.f;
     const bool split = a.dkv_accum != nullptr;
     const int key_chunks = split ? (f.seqlen_k + kBwdChunk - 1) / kBwdChunk : 0;
-    const int rows_q = a.rows > 0 ? a.m_blocks : 0;
+    const int rows_q = a.rows > 0 ? (f.seqlen_q + kBwdChunk - 1) / kBwdChunk : 0;
     return dim3((unsigned)(rows_q > key_chunks ? rows_q : key_chunks),
                 (unsigned)(f.heads_q + (split ? 2 * f.heads_kv : 0)), (unsigned)f.batch);
 }

@@ -20,6 +20,7 @@
 #include "cuda/sm80/bwd_coords.cuh"
 #include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm90/bwd_args.h"
+#include "cuda/sm90/bwd_place.cuh"
 #include "cuda/sm90/bwd_split.cuh"
 #include "cuda/sm90/bwd_tiles.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
@@ -37,20 +38,23 @@ struct BwdStep {
  * pad0(b) = b * ceil(seqlen_q / kBwdChunk) * kBwdChunk (dense) or
  * (cu_seqlens_q[b] + b * kBwdChunk) rounded down to a multiple of
  * kBwdChunk (varlen; sequences never overlap: pad0(b + 1) - pad0(b) >=
- * their blocks' rows; kBwdChunk: bwd_tiles.cuh). Inside a chunk, warpgroup w's part (dq_split_n: its
- * columns; else both add the whole chunk) is its accumulators in register
- * order, 4 at a time: float4 r4 of thread t at (r4 * 128 + t) * 4, which
- * both the staging stores and the convert read without bank conflicts. */
+ * their blocks' rows; kBwdChunk: bwd_tiles.cuh). A 128-row block
+ * (kDqByRows) is two chunks, one per warpgroup. Inside a chunk, warpgroup
+ * w's part (kDqByCols: its columns; kDqByKeys: both add the whole chunk)
+ * is its accumulators in register order, 4 at a time: float4 r4 of thread
+ * t at (r4 * 128 + t) * 4, which both the staging stores and the convert
+ * read without bank conflicts. */
 __host__ __device__ __forceinline__ int64_t bwd_pad0(const fc_fwd_params &f, int b)
 {
     if (!f.cu_seqlens_q) return (int64_t)b * ((f.seqlen_q + kBwdChunk - 1) / kBwdChunk) * kBwdChunk;
     return ((int64_t)f.cu_seqlens_q[b] + (int64_t)b * kBwdChunk) / kBwdChunk * kBwdChunk;
 }
 
+/* Chunk `chunk` (its first row chunk * kBwdChunk) of head h of sequence b. */
 template <class C>
-__device__ __forceinline__ float *bwd_dq_chunk(const fc_sm80_bwd_args &a, int b, BwdStep st)
+__device__ __forceinline__ float *bwd_dq_chunk(const fc_sm80_bwd_args &a, int b, int h, int chunk)
 {
-    return a.dq_accum + ((int64_t)st.h * a.dq_rows + bwd_pad0(a.p.f, b) + (int64_t)st.m * kBwdChunk) * C::D;
+    return a.dq_accum + ((int64_t)h * a.dq_rows + bwd_pad0(a.p.f, b) + (int64_t)chunk * kBwdChunk) * C::D;
 }
 
 template <class C>
@@ -63,13 +67,16 @@ __device__ __forceinline__ void bwd_stage_dq(uint32_t stage, const float (&dq)[C
                      : "memory");
 }
 
-/* Lane 0 of the writer: warpgroup cw's part of the step's chunk. */
+/* Lane 0 of the writer: warpgroup cw's part of the step's block: its
+ * columns of the chunk (SPLIT_N), its own chunk (SPLIT_M; none past the
+ * sequence: the padding holds one chunk), or the whole chunk. */
 template <class C>
 __device__ __forceinline__ void bwd_reduce_part(const fc_sm80_bwd_args &a, const fc::sm80::BwdCoords &c, BwdStep st,
                                                 uint32_t stage, int cw)
 {
-    static_assert(C::BM == kBwdChunk, "a query block is one chunk");
-    float *dst = bwd_dq_chunk<C>(a, c.b, st) + (C::SPLIT_N ? cw * kBwdChunk * C::DQN : 0);
+    const int chunk = st.m * (C::BM / kBwdChunk) + (C::SPLIT_M ? cw : 0);
+    if (C::SPLIT_M && chunk * kBwdChunk >= c.sq) return;
+    float *dst = bwd_dq_chunk<C>(a, c.b, st.h, chunk) + (C::SPLIT_N ? cw * kBwdChunk * C::DQN : 0);
     bulk_reduce_add_f32(dst, stage, 4u * kBwdChunk * C::DQN);
     tma_store_commit();
 }
@@ -113,18 +120,21 @@ __device__ __forceinline__ void bwd_hand_dq(uint32_t stage, const float (&dq)[C:
 /* The writer warp (warp 1 of the producer warpgroup): per step of the
  * walk, each consumer warpgroup's staged dQ added to dq_accum, the staging
  * handed back once read. Deterministic: in key-block order per query
- * block (the turn), with dq_split_n both warpgroups' columns in one turn,
- * else warpgroup 0's adds complete before warpgroup 1's start. */
+ * block (the turn), both warpgroups' parts in one turn; where both add the
+ * same rows (kDqByKeys) warpgroup 0's adds complete before 1's start. */
 template <class C, bool kDet>
 __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane)
 {
-    const fc_fwd_params &f = a.p.f;
-    const fc::sm80::BwdCoords c = bwd_coords(a);
-    const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
+    const BwdPlace<C, C::EARLY_DS> pl(a);
     bar_arrive(kBwdBarFree + 0, 160);
     bar_arrive(kBwdBarFree + 1, 160);
-    int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
+    int m;
+    {
+        const fc_brange mr = pl.range(a);
+        m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
+    }
     for (int g = m < 0 ? a.group_run : 0; g < a.group_run;) {
+        const auto &c = pl.coords(a);
         const BwdStep st{c.h0 + g, m};
         if (kDet) bwd_dq_turn_wait<C>(a, c, st, lane);
 #pragma unroll 1
@@ -133,7 +143,7 @@ __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane
             bar_sync(kBwdBarFull + cw, 160);
             if (lane == 0) {
                 bwd_reduce_part<C>(a, c, st, stage, cw);
-                if (kDet && !C::SPLIT_N) tma_store_wait_all(); /* warpgroup 0's adds land before 1's */
+                if (kDet && !C::DQ_ALL_KEYS) tma_store_wait_all(); /* warpgroup 0's adds land before 1's */
                 else tma_store_wait_read();
             }
             __syncwarp();
@@ -144,7 +154,7 @@ __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane
             bwd_dq_release(a, c, st, lane);
         }
         int gn, mn;
-        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, mr, g, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, pl.range(a), g, m, &gn, &mn);
         g = gn;
         m = mn;
     }

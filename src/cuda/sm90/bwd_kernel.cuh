@@ -38,6 +38,7 @@
 #include "cuda/sm90/bwd_convert.cuh"
 #include "cuda/sm90/bwd_dq.cuh"
 #include "cuda/sm90/bwd_gemms.cuh"
+#include "cuda/sm90/bwd_place.cuh"
 #include "cuda/sm90/bwd_producer.cuh"
 #include "cuda/sm90/bwd_scores.cuh"
 #include "cuda/sm90/bwd_split.cuh"
@@ -72,13 +73,6 @@ __device__ __forceinline__ void bwd_store_grad(uint16_t *g, int64_t row_stride, 
     }
 }
 
-/* A consumer thread's place: its warpgroup cw, its index among the 256
- * consumer threads (ctid) and within its warpgroup (tid), warp, lane,
- * g = lane / 4, t2 = 2 (lane % 4). */
-struct BwdThread {
-    int cw, ctid, tid, warp, lane, g, t2;
-};
-
 /* Step it's loads are in (wait), a varlen tail zeroed, then S^T and dP^T
  * issued as one commit group (P waits for both: design-sm90.md, tried and
  * lost). With `real` false (no step left) one
@@ -86,9 +80,9 @@ struct BwdThread {
  * dropped: a wgmma issued on one branch only leaves ptxas unable to track
  * the accumulators in flight across the loop, and it then serialises every
  * wgmma (C7515; the forward's issue_first_s does the same). */
-template <class C, bool kBF16>
-__device__ __forceinline__ void bwd_issue_sdp(const fc_fwd_params &f, const fc::sm80::BwdCoords &c, uint32_t base,
-                                              int it, int m, const BwdThread &th, float (&S)[C::BM / 2],
+template <class C, bool kBF16, class Place, class ThreadPlace>
+__device__ __forceinline__ void bwd_issue_sdp(const fc_sm80_bwd_args &a, const Place &pl, const ThreadPlace &tp,
+                                              uint32_t base, int it, int m, int cw, float (&S)[C::BM / 2],
                                               float (&dP)[C::BM / 2], bool real)
 {
     if (!real) {
@@ -101,11 +95,46 @@ __device__ __forceinline__ void bwd_issue_sdp(const fc_fwd_params &f, const fc::
     const int s = bwd_stage<C>(it);
     FC90_WAIT(C::q_full(base, s), bwd_phase<C>(it));
     const uint32_t q = base + C::OFF_Q + s * C::Q_BYTES, dO = base + C::OFF_DO + s * C::Q_BYTES;
-    if (f.cu_seqlens_q && (m + 1) * C::BM > c.sq) bwd_zero_rows<C::Q_BYTES, C::BM, C>(q, dO, c.sq - m * C::BM, th.ctid);
+    if (a.p.f.cu_seqlens_q) {
+        const int sq = pl.coords(a).sq;
+        if ((m + 1) * C::BM > sq) bwd_zero_rows<C::Q_BYTES, C::BM, C>(q, dO, sq - m * C::BM, tp.get().ctid);
+    }
+    if constexpr (C::EARLY_DS) {
+        /* dP^T starts from -D (the producer stores it negated): the GEMM
+         * leaves dP - D, whose 32 values a thread would else load in the
+         * elementwise part, where the registers are short */
+        const uint32_t ld = base + C::OFF_LD + s * C::LD_BYTES + 4u * (C::BM + tp.get().t2);
+#pragma unroll
+        for (int j = 0; j < C::BM / 8; ++j) {
+            const uint64_t dw = lds64(ld + 32u * j);
+            dP[4 * j] = dP[4 * j + 2] = __uint_as_float((uint32_t)dw);
+            dP[4 * j + 1] = dP[4 * j + 3] = __uint_as_float((uint32_t)(dw >> 32));
+        }
+        fence_regs(dP); /* the starts written before the fence, not sunk past it */
+    }
     wg_fence();
-    bwd_issue_kt<C, kBF16>(S, base + C::OFF_K, q, th.cw);
-    bwd_issue_kt<C, kBF16>(dP, base + C::OFF_V, dO, th.cw);
+    bwd_issue_kt<C, kBF16, false>(S, base + C::OFF_K, q, cw);
+    bwd_issue_kt<C, kBF16, C::EARLY_DS>(dP, base + C::OFF_V, dO, cw);
     wg_commit();
+}
+
+/* The queries each of the thread's two keys sees in query block m
+ * (fc_bwd_visible_span), for a block that is not whole: C::EARLY_DS rows'
+ * mask, worked out while S^T and dP^T are in flight. */
+template <class C>
+__device__ __forceinline__ void bwd_spans(const fc_sm80_bwd_args &a, const fc::sm80::BwdCoords &c, int m,
+                                          const BwdThread &th, fc_bwd_qspan (&sp)[2])
+{
+    const fc_fwd_params &f = a.p.f;
+    fc_bwd_mask bm;
+    bm.sq = c.sq;
+    bm.sk = c.sk;
+    bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
+    bm.hi = fc_bwd_band_hi(c.sq, c.sk, f.window_right);
+    bm.i0 = m * C::BM + th.t2;
+    const int j = c.n * C::BN + 64 * th.cw + 16 * th.warp + th.g;
+    sp[0] = fc_bwd_visible_span(bm, j, C::BM);
+    sp[1] = fc_bwd_visible_span(bm, j + 8, C::BM);
 }
 
 template <class C, bool kBF16, bool kDet, bool kSoftcap>
@@ -113,65 +142,86 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
 {
     const fc_sm80_bwd_args &a = prm.a;
     const fc_fwd_params &f = a.p.f;
-    BwdThread th;
-    th.cw = cw;
-    th.ctid = threadIdx.x - 128;
-    th.tid = th.ctid - 128 * cw;
-    th.warp = th.tid >> 5;
-    th.lane = th.ctid & 31;
-    th.g = th.lane >> 2;
-    th.t2 = 2 * (th.lane & 3);
-    const fc::sm80::BwdCoords c = bwd_coords(a);
-    const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
+    const BwdThreadPlace<C::EARLY_DS> tp(cw);
+    const BwdPlace<C, C::EARLY_DS> pl(a);
     FC90_WAIT(C::kv_full(base), 0);
-    if (f.cu_seqlens_k && (c.n + 1) * C::BN > c.sk)
-        bwd_zero_rows<C::KV_BYTES, C::BN, C>(base + C::OFF_K, base + C::OFF_V, c.sk - c.n * C::BN, th.ctid);
+    if (f.cu_seqlens_k) {
+        const auto &c = pl.coords(a);
+        if ((c.n + 1) * C::BN > c.sk)
+            bwd_zero_rows<C::KV_BYTES, C::BN, C>(base + C::OFF_K, base + C::OFF_V, c.sk - c.n * C::BN,
+                                                 tp.get().ctid);
+    }
 
     float dk[C::D / 2], dv[C::D / 2];
 #pragma unroll
     for (int i = 0; i < C::D / 2; ++i) dk[i] = dv[i] = 0.f;
-    fc_bwd_mask bm;
-    bm.sq = c.sq;
-    bm.sk = c.sk;
-    bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
-    bm.hi = fc_bwd_band_hi(c.sq, c.sk, f.window_right);
-    bm.j0 = c.n * C::BN + 64 * cw + 16 * th.warp + th.g;
+    fc_bwd_mask bm; /* rows with 64-query steps: the per-element mask, held (else spans, bwd_spans) */
+    if constexpr (!C::EARLY_DS) {
+        const auto &c = pl.coords(a);
+        bm.sq = c.sq;
+        bm.sk = c.sk;
+        bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
+        bm.hi = fc_bwd_band_hi(c.sq, c.sk, f.window_right);
+        bm.j0 = c.n * C::BN + 64 * cw + 16 * tp.get().warp + tp.get().g;
+    }
     const uint32_t dq_stage = base + C::OFF_DQ + cw * C::DQ_BYTES;
 
     float S[C::BM / 2], dP[C::BM / 2];
-    int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
+    int m;
+    {
+        const fc_brange mr = pl.range(a);
+        m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
+    }
     int gi = m < 0 ? a.group_run : 0;
     fence_regs(dk); /* the zeros defined here, not sunk into the GEMMs' window */
     fence_regs(dv);
-    bwd_issue_sdp<C, kBF16>(f, c, base, 0, m, th, S, dP, gi < a.group_run);
+    bwd_issue_sdp<C, kBF16>(a, pl, tp, base, 0, m, cw, S, dP, gi < a.group_run);
     for (int it = 0; gi < a.group_run; ++it) {
         const int s = bwd_stage<C>(it);
         const uint32_t q = base + C::OFF_Q + s * C::Q_BYTES, dO = base + C::OFF_DO + s * C::Q_BYTES;
         const uint32_t ld = base + C::OFF_LD + s * C::LD_BYTES;
-        const bool full = fc_bwd_block_full(m, c.n, C::BM, C::BN, c.sq, c.sk, f.window_left, f.window_right);
-        bm.i0 = m * C::BM + th.t2;
+        bool full;
+        fc_bwd_qspan sp[2] = {};
+        {
+            const auto &c = pl.coords(a);
+            full = fc_bwd_block_full(m, c.n, C::BM, C::BN, c.sq, c.sk, f.window_left, f.window_right);
+            if constexpr (C::EARLY_DS) {
+                if (!full) bwd_spans<C>(a, c, m, tp.get(), sp);
+            } else {
+                bm.i0 = m * C::BM + tp.get().t2;
+            }
+        }
         uint32_t P[C::BM / 4], dS[C::BM / 4];
         /* P^T (with softcap dS^T too: it needs tanh's t), dV += P^T dO
-         * issued, dS^T computed while it runs */
+         * issued, dS^T computed while it runs (C::EARLY_DS: before) */
         wg_wait<0>();
         fence_regs(S);
         fence_regs(dP);
-        if (full) bwd_p<C, false, kSoftcap>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
-        else bwd_p<C, true, kSoftcap>(S, dP, ld, th.t2, a.sl2, a.softcap_in, bm);
-        convert_p<C::BM, kBF16>(S, P);
+        if constexpr (C::EARLY_DS) {
+            static_assert(!kSoftcap, "EARLY_DS rows have no softcap instance");
+            if (full) bwd_p_ds_packed<C, false, kBF16>(S, dP, P, dS, ld, tp.get().t2, a.sl2, sp);
+            else bwd_p_ds_packed<C, true, kBF16>(S, dP, P, dS, ld, tp.get().t2, a.sl2, sp);
+        } else {
+            if (full) bwd_p<C, false, kSoftcap>(S, dP, ld, tp.get().t2, a.sl2, a.softcap_in, bm);
+            else bwd_p<C, true, kSoftcap>(S, dP, ld, tp.get().t2, a.sl2, a.softcap_in, bm);
+            convert_p<C::BM, kBF16>(S, P);
+        }
         wg_fence();
         bwd_issue_acc<C, kBF16>(dv, P, dO);
         wg_commit();
-        if constexpr (!kSoftcap) bwd_ds<C>(S, dP, ld, th.t2);
+        if constexpr (!C::EARLY_DS && !kSoftcap) bwd_ds<C>(S, dP, ld, tp.get().t2);
         /* dS^T stored for dQ; dK += dS^T Q */
-        convert_p<C::BM, kBF16>(dP, dS);
+        if constexpr (!C::EARLY_DS) convert_p<C::BM, kBF16>(dP, dS);
         const uint32_t ds_tile = base + C::OFF_DS + (it & 1) * C::DS_BYTES;
-        bwd_store_ds<C>(ds_tile, dS, cw, th.warp, th.g, th.t2);
+        {
+            const auto &th = tp.get();
+            bwd_store_ds<C>(ds_tile, dS, cw, th.warp, th.g, th.t2);
+        }
         fence_proxy_async();
         wg_fence();
         bwd_issue_acc<C, kBF16>(dk, dS, q);
         wg_commit();
-        if (C::SPLIT_N) bar_sync(kBwdBarDs, 256);
+        if (C::DQ_ALL_KEYS) bar_sync(kBwdBarDs, 256);
         else bar_sync(kBwdBarWg + cw, 128);
         float dq[C::DQN / 2];
         bwd_issue_dq<C, kBF16>(dq, ds_tile, base + C::OFF_K, cw);
@@ -187,17 +237,19 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
          * warp: GEMMs first where their accumulators fit beside dQ's
          * (C::SDP_FIRST), so that the hand-over runs under them. */
         int gn, mn;
-        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, mr, gi, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, pl.range(a), gi, m, &gn, &mn);
         gi = gn;
         m = mn;
-        if constexpr (!C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.tid);
-        bwd_issue_sdp<C, kBF16>(f, c, base, it + 1, m, th, S, dP, gi < a.group_run);
-        if constexpr (C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, th.tid);
+        if constexpr (!C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, tp.get().tid);
+        bwd_issue_sdp<C, kBF16>(a, pl, tp, base, it + 1, m, cw, S, dP, gi < a.group_run);
+        if constexpr (C::SDP_FIRST) bwd_hand_dq<C>(dq_stage, dq, cw, tp.get().tid);
     }
     wg_wait<0>(); /* the dropped last issue */
     fence_regs(S);
     fence_regs(dP);
 
+    const auto &c = pl.coords(a);
+    const auto &th = tp.get();
     const int r = 64 * cw + 16 * th.warp + th.g, valid = c.sk - c.n * C::BN;
     if (!kDet && a.dkv_accum) { /* a share of the group (bwd_split.cuh) */
         bwd_add_grad<C::D>(bwd_dkv_rows(a, c, 0, C::BN), valid, dk, r, th.t2);
@@ -285,10 +337,19 @@ fc_status bwd_launch_row(const fc_sm90_bwd_params *prm, int device, cudaStream_t
     FC_CUDA_TRY("sm90 backward preprocess launch", (fc::sm80::launch_bwd_preprocess<kBF16, C::D>(a, stream, pdl)));
     const bool det = a.p.deterministic != 0, cap = a.softcap_in != 0.f;
     fc_status st;
-    if (det) st = cap ? bwd_launch_main<kRow, kBF16, true, true>(prm, device, stream, err, err_len)
-                      : bwd_launch_main<kRow, kBF16, true, false>(prm, device, stream, err, err_len);
-    else st = cap ? bwd_launch_main<kRow, kBF16, false, true>(prm, device, stream, err, err_len)
-                  : bwd_launch_main<kRow, kBF16, false, false>(prm, device, stream, err, err_len);
+    if constexpr (C::T.softcap) {
+        if (det) st = cap ? bwd_launch_main<kRow, kBF16, true, true>(prm, device, stream, err, err_len)
+                          : bwd_launch_main<kRow, kBF16, true, false>(prm, device, stream, err, err_len);
+        else st = cap ? bwd_launch_main<kRow, kBF16, false, true>(prm, device, stream, err, err_len)
+                      : bwd_launch_main<kRow, kBF16, false, false>(prm, device, stream, err, err_len);
+    } else {
+        if (cap) {
+            snprintf(err, err_len, "internal: sm90 backward row %d has no softcap kernel", kRow);
+            return FC_ERR_INTERNAL;
+        }
+        st = det ? bwd_launch_main<kRow, kBF16, true, false>(prm, device, stream, err, err_len)
+                 : bwd_launch_main<kRow, kBF16, false, false>(prm, device, stream, err, err_len);
+    }
     if (st != FC_OK) return st;
     const dim3 grid = bwd_convert_grid(a);
     if (grid.x > 0)

@@ -28,10 +28,11 @@ using fc90::kNumBwdRows;
 
 const char k_bwd_tma_who[] = "the sm90 backward loads q, k, v and dout with TMA (use cuda path 80)";
 
-int pick_bwd_row(int hd)
+/* The first row of the call's head_dim that has its softcap instance. */
+int pick_bwd_row(int hd, bool softcap)
 {
     for (int i = 0; i < kNumBwdRows; ++i)
-        if (kBwdRows[i].head_dim == hd) return i;
+        if (kBwdRows[i].head_dim == hd && (kBwdRows[i].softcap || !softcap)) return i;
     return -1;
 }
 
@@ -88,7 +89,7 @@ extern "C" fc_status fc_sm90_bwd_plan(const fc_bwd_params *b, const fc_cuda_devi
                  dev->cc_major, dev->cc_minor);
         return FC_ERR_UNSUPPORTED;
     }
-    const int row = pick_bwd_row(p->head_dim);
+    const int row = pick_bwd_row(p->head_dim, p->softcap != 0.f);
     if (row < 0) {
         snprintf(why, why_len, "head_dim %d is not supported by the sm90 backward: supported 64, 96, 128",
                  (int)p->head_dim);
@@ -133,7 +134,8 @@ extern "C" fc_status fc_sm90_backward(const fc_bwd_params *b, const fc_cuda_choi
                                       void *workspace, void *stream, char *err, size_t err_len)
 {
     const fc_fwd_params *p = &b->f;
-    if (choice->config < 0 || choice->config >= kNumBwdRows || kBwdRows[choice->config].head_dim != p->head_dim) {
+    if (choice->config < 0 || choice->config >= kNumBwdRows || kBwdRows[choice->config].head_dim != p->head_dim ||
+        (p->softcap != 0.f && !kBwdRows[choice->config].softcap)) {
         snprintf(err, err_len, "internal: sm90 backward got an invalid plan (row %d, head_dim %d)", choice->config,
                  (int)p->head_dim);
         return FC_ERR_INTERNAL;

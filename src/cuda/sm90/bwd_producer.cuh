@@ -7,7 +7,7 @@
  * lanes into the stage's lse2/D area. q_full counts 33 arrivals: lane 0's
  * expect_tx and every lane's after its copies (release: the consumers'
  * wait sees the stores). Rows past the sequence get lse2 = +inf, D = 0, so
- * their P and dS are 0 without a mask.
+ * their P and dS are 0 without a mask. C::EARLY_DS rows take -D.
  */
 #ifndef FC_SM90_BWD_PRODUCER_CUH
 #define FC_SM90_BWD_PRODUCER_CUH
@@ -15,6 +15,7 @@
 #include "cuda/sm80/bwd_coords.cuh"
 #include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm90/bwd_args.h"
+#include "cuda/sm90/bwd_place.cuh"
 #include "cuda/sm90/bwd_split.cuh"
 #include "cuda/sm90/bwd_tiles.cuh"
 #include "cuda/sm90/ptx_sm90.cuh"
@@ -34,21 +35,42 @@ __device__ __forceinline__ void bwd_load_tile(const CUtensorMap *map, uint32_t d
 template <class C> __device__ __forceinline__ int bwd_stage(int it) { return it % C::ST; }
 template <class C> __device__ __forceinline__ uint32_t bwd_phase(int it) { return (uint32_t)(it / C::ST) & 1u; }
 
+/* Row r of query block m of head h: its lse2 and D (C::EARLY_DS: -D,
+ * dP^T's start) into the stage's area at ld; past the sequence +inf, 0. */
+template <class C>
+__device__ __forceinline__ void bwd_copy_row(const fc_sm80_bwd_args &a, const fc::sm80::BwdCoords &c, uint32_t ld,
+                                             int h, int m, int r)
+{
+    const int i = m * C::BM + r;
+    float l2 = __int_as_float(0x7f800000), d = 0.f;
+    if (i < c.sq) {
+        const int64_t at = (int64_t)h * a.rows + c.row0 + i;
+        l2 = a.lse2[at];
+        d = a.dsum[at];
+    }
+    sts32(ld + 4 * r, __float_as_uint(l2));
+    sts32(ld + 4 * (C::BM + r), __float_as_uint(C::EARLY_DS ? -d : d));
+}
+
 template <class C, bool kDet>
 __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int lane)
 {
     const fc_sm80_bwd_args &a = prm.a;
-    const fc_fwd_params &f = a.p.f;
-    const fc::sm80::BwdCoords c = bwd_coords(a);
-    const fc_brange mr = fc_bwd_q_blocks(c.n, C::BN, C::BM, c.sq, c.sk, f.window_left, f.window_right);
-    if (lane == 0) {
-        const int krow = (int)c.k_start + c.n * C::BN, bk = (int)c.bk;
-        mbar_arrive_expect_tx(C::kv_full(base), 2 * C::KV_BYTES);
-        bwd_load_tile<C, C::BN>(&prm.tm_k, base + C::OFF_K, C::kv_full(base), krow, c.h_kv, bk);
-        bwd_load_tile<C, C::BN>(&prm.tm_v, base + C::OFF_V, C::kv_full(base), krow, c.h_kv, bk);
+    const BwdPlace<C, C::EARLY_DS> pl(a);
+    int m;
+    {
+        const auto &c = pl.coords(a);
+        const fc_brange mr = pl.range(a);
+        if (lane == 0) {
+            const int krow = (int)c.k_start + c.n * C::BN, bk = (int)c.bk;
+            mbar_arrive_expect_tx(C::kv_full(base), 2 * C::KV_BYTES);
+            bwd_load_tile<C, C::BN>(&prm.tm_k, base + C::OFF_K, C::kv_full(base), krow, c.h_kv, bk);
+            bwd_load_tile<C, C::BN>(&prm.tm_v, base + C::OFF_V, C::kv_full(base), krow, c.h_kv, bk);
+        }
+        m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
     }
-    int m = mr.hi > mr.lo ? fc_bwd_first_block(fc::sm80::bwd_down<kDet>(a), mr) : -1;
     for (int g = m < 0 ? a.group_run : 0, it = 0; g < a.group_run; ++it) {
+        const auto &c = pl.coords(a);
         const int s = bwd_stage<C>(it), h = c.h0 + g;
         /* every lane: each then writes the stage's lse2/D area the consumers released */
         FC90_WAIT(C::q_empty(base, s), bwd_phase<C>(it) ^ 1u);
@@ -59,21 +81,16 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
             bwd_load_tile<C, C::BM>(&prm.tm_do, base + C::OFF_DO + s * C::Q_BYTES, C::q_full(base, s), qrow, h, bq);
         }
         const uint32_t ld = base + C::OFF_LD + s * C::LD_BYTES;
+        if constexpr (C::EARLY_DS) {
+#pragma unroll 1 /* on 24 registers: one row at a time */
+            for (int r = lane; r < C::BM; r += 32) bwd_copy_row<C>(a, c, ld, h, m, r);
+        } else {
 #pragma unroll
-        for (int r = lane; r < C::BM; r += 32) {
-            const int i = m * C::BM + r;
-            float l2 = __int_as_float(0x7f800000), d = 0.f;
-            if (i < c.sq) {
-                const int64_t at = (int64_t)h * a.rows + c.row0 + i;
-                l2 = a.lse2[at];
-                d = a.dsum[at];
-            }
-            sts32(ld + 4 * r, __float_as_uint(l2));
-            sts32(ld + 4 * (C::BM + r), __float_as_uint(d));
+            for (int r = lane; r < C::BM; r += 32) bwd_copy_row<C>(a, c, ld, h, m, r);
         }
         mbar_arrive(C::q_full(base, s));
         int gn, mn;
-        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, mr, g, m, &gn, &mn);
+        fc_bwd_next_block(fc::sm80::bwd_down<kDet>(a), a.group_run, pl.range(a), g, m, &gn, &mn);
         g = gn;
         m = mn;
     }

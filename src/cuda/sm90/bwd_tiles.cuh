@@ -11,20 +11,25 @@
  * 232 (384 threads, 168 at entry).
  *
  * dQ of a query block, dS K, is computed by both warpgroups from the dS^T
- * tile in shared memory, split one of two ways (dq_split_n):
- *   1  each warpgroup half of head_dim over all 128 keys (both warpgroups'
- *      dS first: one 256-thread barrier); needs head_dim / 2 a multiple
- *      of 64 (a whole 128B MN-major panel of K);
- *   0  each warpgroup all of head_dim over its own 64 keys; both add
- *      into the same rows.
- * Either way the fp32 block goes through shared memory to dq_accum by
- * bulk reduce-add (cp.reduce.async.bulk), one instruction per warpgroup.
+ * tile in shared memory, split one of three ways (dq_split):
+ *   kDqByKeys  each warpgroup all of head_dim over its own 64 keys; both
+ *              add into the same rows;
+ *   kDqByCols  each warpgroup half of head_dim over all 128 keys (both
+ *              warpgroups' dS first: one 256-thread barrier); needs
+ *              head_dim / 2 a multiple of 64 (a whole 128B MN-major panel
+ *              of K);
+ *   kDqByRows  (block_m 128) each warpgroup 64 of the queries, all of
+ *              head_dim over all 128 keys (the same barrier): one chunk of
+ *              dq_accum each.
+ * Either way a warpgroup's fp32 64-row block goes through shared memory to
+ * dq_accum by bulk reduce-add (cp.reduce.async.bulk), one instruction per
+ * warpgroup.
  *
  * Shared memory (1024-aligned base):
  *   K, V     [panel][block_n rows][swz bytes]            loaded once
  *   Q, dO    [stage][panel][block_m rows][swz bytes]     the query ring
  *   dS^T     [2][block_m / 64 panels][block_n rows][128 bytes]
- *   dQ       [2 warpgroups][block_m x dq cols] fp32, in dq_accum's chunk
+ *   dQ       [2 warpgroups][64 rows x dq cols] fp32, in dq_accum's chunk
  *            order (bwd_dq.cuh)
  *   lse2, D  [stage][2][block_m] fp32
  *   bars     kv_full, q_full[stages], q_empty[stages]
@@ -37,37 +42,45 @@
 
 namespace fc90 {
 
+/* How the warpgroups share a step's dQ (above). */
+enum { kDqByKeys = 0, kDqByCols = 1, kDqByRows = 2 };
+
 struct BwdRow {
     int head_dim;
-    int block_m;    /* query rows per step: N of S^T and dP^T, K of dV and dK */
-    int block_n;    /* keys per CTA: 64 per consumer warpgroup                */
-    int stages;     /* depth of the Q, dO, lse2, D ring                        */
-    int swz;        /* swizzle of the Q, K, V, dO tiles: 128, or 64 (d96)      */
-    int dq_split_n; /* dQ split between the warpgroups by columns (1) or keys  */
+    int block_m;  /* query rows per step: N of S^T and dP^T, K of dV and dK */
+    int block_n;  /* keys per CTA: 64 per consumer warpgroup                */
+    int stages;   /* depth of the Q, dO, lse2, D ring                        */
+    int swz;      /* swizzle of the Q, K, V, dO tiles: 128, or 64 (d96)      */
+    int dq_split; /* kDqByKeys, kDqByCols or kDqByRows                       */
+    int softcap;  /* 1: has softcap instances; 0: the planner takes another row */
 };
 
 /* clang-format off */
 constexpr BwdRow kBwdRows[] = {
-    /* 0: d64: dQ by keys (a half-width N of 32 is not a whole panel); 133 KB              */
-    {.head_dim = 64, .block_m = 64, .block_n = 128, .stages = 2, .swz = 128, .dq_split_n = 0},
-    /* 1: d96: 64-byte swizzle (96 % 64 != 0), dQ by keys; 182 KB                         */
-    {.head_dim = 96, .block_m = 64, .block_n = 128, .stages = 2, .swz = 64, .dq_split_n = 0},
-    /* 2: d128: dQ by columns (64 fp32 per thread instead of 128 with dK and dV live); 198 KB */
-    {.head_dim = 128, .block_m = 64, .block_n = 128, .stages = 2, .swz = 128, .dq_split_n = 1},
+    /* 0: d64: 128-query steps (S^T, dP^T 64 floats each beside dK, dV's 64): half the
+     *    steps' fixed work a query; dQ by rows (a half-width N of 32 is no whole panel);
+     *    no softcap (tanh's temporaries spilled 8 bytes at 232 registers); 195 KB     */
+    {.head_dim = 64, .block_m = 128, .block_n = 128, .stages = 2, .swz = 128, .dq_split = kDqByRows, .softcap = 0},
+    /* 1: d64 with softcap: 64-query steps, dQ by keys; 133 KB                              */
+    {.head_dim = 64, .block_m = 64, .block_n = 128, .stages = 2, .swz = 128, .dq_split = kDqByKeys, .softcap = 1},
+    /* 2: d96: 64-byte swizzle (96 % 64 != 0), dQ by keys; 182 KB                         */
+    {.head_dim = 96, .block_m = 64, .block_n = 128, .stages = 2, .swz = 64, .dq_split = kDqByKeys, .softcap = 1},
+    /* 3: d128: dQ by columns (64 fp32 per thread instead of 128 with dK and dV live); 198 KB */
+    {.head_dim = 128, .block_m = 64, .block_n = 128, .stages = 2, .swz = 128, .dq_split = kDqByCols, .softcap = 1},
 };
 /* clang-format on */
 constexpr int kNumBwdRows = (int)(sizeof kBwdRows / sizeof kBwdRows[0]);
 
-/* Rows of a dq_accum chunk (bwd_dq.cuh): every row's block_m. */
+/* Rows of a dq_accum chunk (bwd_dq.cuh): one warpgroup's dQ rows (wgmma's M). */
 constexpr int kBwdChunk = 64;
 
-constexpr int bwd_dq_cols(const BwdRow &t) { return t.dq_split_n ? t.head_dim / 2 : t.head_dim; }
+constexpr int bwd_dq_cols(const BwdRow &t) { return t.dq_split == kDqByCols ? t.head_dim / 2 : t.head_dim; }
 
 /* Shared-memory regions in bytes, in layout order. */
 constexpr int bwd_kv_bytes(const BwdRow &t) { return t.block_n * t.head_dim * 2; }
 constexpr int bwd_q_bytes(const BwdRow &t) { return t.block_m * t.head_dim * 2; }
 constexpr int bwd_ds_bytes(const BwdRow &t) { return t.block_n * t.block_m * 2; }
-constexpr int bwd_dq_bytes(const BwdRow &t) { return t.block_m * bwd_dq_cols(t) * 4; }
+constexpr int bwd_dq_bytes(const BwdRow &t) { return kBwdChunk * bwd_dq_cols(t) * 4; }
 constexpr int bwd_ld_bytes(const BwdRow &t) { return 2 * t.block_m * 4; }
 constexpr int kBwdBarrierBytes = 64;
 constexpr int bwd_smem_bytes(const BwdRow &t)
@@ -79,9 +92,10 @@ constexpr int bwd_smem_bytes(const BwdRow &t)
 constexpr bool bwd_row_ok(const BwdRow &t)
 {
     return (t.swz == 128 || t.swz == 64) && t.head_dim % (t.swz / 2) == 0 && t.head_dim % 16 == 0 &&
-           t.head_dim <= 256 && t.block_n == 128 && t.block_m == kBwdChunk &&
-           t.stages >= 1 && 8 + 16 * t.stages <= kBwdBarrierBytes &&
-           (t.dq_split_n == 0 || (t.head_dim / 2) % 64 == 0) && bwd_smem_bytes(t) <= FC_SM90_SMEM_OPTIN;
+           t.head_dim <= 256 && t.block_n == 128 &&
+           t.block_m == (t.dq_split == kDqByRows ? 2 : 1) * kBwdChunk && t.stages >= 1 &&
+           8 + 16 * t.stages <= kBwdBarrierBytes && (t.dq_split != kDqByCols || (t.head_dim / 2) % 64 == 0) &&
+           bwd_smem_bytes(t) <= FC_SM90_SMEM_OPTIN;
 }
 constexpr bool all_bwd_rows_ok(int i = 0)
 {
@@ -92,7 +106,7 @@ static_assert(all_bwd_rows_ok(), "a row of the sm90 backward table breaks a kern
 /* Named barrier ids of the backward kernel (0 is __syncthreads). */
 enum : uint32_t {
     kBwdBarInit = 1, /* K/V (or a Q/dO tail) zeroed, both consumer warpgroups  */
-    kBwdBarDs = 2,   /* both warpgroups' dS^T stored (dq_split_n)              */
+    kBwdBarDs = 2,   /* both warpgroups' dS^T stored (dQ over all keys)        */
     kBwdBarWg = 3,   /* + warpgroup: its own 128 threads                       */
     kBwdBarFull = 5, /* + warpgroup: its dQ staged for the writer warp (160)   */
     kBwdBarFree = 7  /* + warpgroup: its staging read by the writer (160)      */
@@ -109,16 +123,25 @@ template <int kRow> struct BwdCfg {
     static constexpr int KPP = SW / 32;      /* k16 steps within one panel        */
     static constexpr int DSTEPS = D / 16;    /* k16 steps over head_dim (S^T, dP^T) */
     static constexpr int MSTEPS = BM / 16;   /* k16 steps over queries (dV, dK)   */
-    static constexpr bool SPLIT_N = T.dq_split_n != 0;
-    static constexpr int DQN = bwd_dq_cols(T);             /* dQ columns per warpgroup */
-    static constexpr int DQ_KSTEPS = (SPLIT_N ? BN : 64) / 16;
+    static constexpr bool SPLIT_N = T.dq_split == kDqByCols;
+    static constexpr bool SPLIT_M = T.dq_split == kDqByRows;
+    static constexpr bool DQ_ALL_KEYS = T.dq_split != kDqByKeys; /* dS of both warpgroups */
+    static constexpr int DQN = bwd_dq_cols(T);                  /* dQ columns per warpgroup */
+    static constexpr int DQ_KSTEPS = (DQ_ALL_KEYS ? BN : 64) / 16;
     /* Issue the next step's S^T and dP^T before handing dQ over: their
      * accumulators (block_m floats) live beside dK, dV and dQ's: 224 at
      * d128 spilled under 232 registers. */
     static constexpr bool SDP_FIRST = D + BM + DQN / 2 <= 192;
+    /* dS^T computed and both made 16-bit before dV's issue, not while it
+     * runs: with 128-query steps P's 16-bit copy beside S^T and dP^T
+     * (64 floats each) spilled 72-172 bytes. */
+    static constexpr bool EARLY_DS = BM > 64;
+    static_assert(!EARLY_DS || !T.softcap, "no softcap instance where dS is computed early (bwd_scores.cuh)");
     static constexpr int THREADS = 384;
-    /* the forward's split of a 3-warpgroup CTA (tiles.cuh): 40 / 232 */
-    static constexpr int PRODUCER_REGS = producer_regs(2), CONSUMER_REGS = consumer_regs(2, 1);
+    /* the forward's split of a 3-warpgroup CTA (tiles.cuh): 40 / 232;
+     * 128-query steps 24 / 240 (their producer holds nothing: bwd_place.cuh) */
+    static constexpr int PRODUCER_REGS = EARLY_DS ? 24 : producer_regs(2);
+    static constexpr int CONSUMER_REGS = EARLY_DS ? 240 : consumer_regs(2, 1);
     static constexpr uint32_t KV_BYTES = bwd_kv_bytes(T);
     static constexpr uint32_t Q_BYTES = bwd_q_bytes(T);
     static constexpr uint32_t DS_BYTES = bwd_ds_bytes(T);
