@@ -20,7 +20,8 @@ transfers stubbed out (each rank reuses its own K/V, and with
 scaling efficiency = single / (P x ring), and exposed communication =
 ring - compute alone; with --layers N each step is N calls back to back
 (all times per step), and --memo-check makes the ring's per-call shapes
-check once per shape (the cost of its host read). JSON with --json. --profile: afterwards, three more
+check once per shape (what its exchange still costs: over NCCL it goes
+through a gloo group on the host, with no device sync). JSON with --json. --profile: afterwards, three more
 ring steps (forward, and forward + backward) under torch.profiler on every
 rank; rank 0 prints its kernels (CPU ops on the CPU) by self time, and the
 busy share of its device: the union of its kernels' intervals over the
@@ -117,10 +118,10 @@ def step(q, k, v, dout, a, bwd, ring):
 
 
 def memo_check():
-    """--memo-check: ring_attention's shapes-and-options all_gather (read
-    back on the host, so each call waits for the work before it) made once
-    per shape, to time what it costs between back-to-back calls (--layers).
-    Every rank makes the same calls, so every rank skips the same ones."""
+    """--memo-check: ring_attention's shapes-and-options all_gather (on
+    the host, over gloo) made once per shape, to time what it costs between
+    back-to-back calls (--layers). Every rank makes the same calls, so
+    every rank skips the same ones."""
     real, memo = fd._gather_shapes, {}
 
     def cached(q, k, v, plan):
@@ -301,7 +302,7 @@ def main():
     ap.add_argument("--layers", type=int, default=1,
                     help="calls a step, back to back (each one's out the next one's q)")
     ap.add_argument("--memo-check", action="store_true",
-                    help="the ring's shapes check once per shape (what its host read costs)")
+                    help="the ring's shapes check once per shape (what its host exchange costs)")
     ap.add_argument("--sm-margin", type=int, default=0,
                     help="cap the ring's Hopper forward grids at the SMs less this many (a tuning cache entry)")
     ap.add_argument("--bwd", action=argparse.BooleanOptionalAction, default=True, help="also forward + backward")

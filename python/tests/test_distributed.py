@@ -4,7 +4,8 @@ call over the whole sequence (and its autograd gradients), for both comms
 (the ring and the all-gather variant), both splits, causal or not, GQA, bshd and bhsd, f32 and bf16, ranks of unequal
 lengths, zigzag totals that 2P does not divide (down to an empty chunk),
 packed variable-length batches (sequences shorter than 2P, of one token);
-deterministic reruns repeat bitwise; bad calls raise on every rank.
+deterministic reruns repeat bitwise; bad calls raise on every rank; the
+shapes' exchange through the gloo group NCCL groups get (forced).
 Skipped without torch or torch.distributed's gloo backend.
 
 On a machine with GPUs, FC_TEST_RING_BACKEND=nccl runs the same checks
@@ -249,6 +250,18 @@ def _worker(rank, size, port, cases, errors):
         q = q.to(torch.float16) if rank else q
         with pytest.raises(flashcore.InvalidArgumentError, match="another dtype than rank 0"):
             fd.ring_attention(q, q, q)
+        # a group that runs no gloo (NCCL): the shapes and cu_seqlens go
+        # through a gloo group made over its ranks once (forced here on
+        # gloo, the host path NCCL calls take), with the same checks
+        fd._runs_on_host = lambda group: False
+        _check_case(cases[0], size, rank, "p2p")
+        _check_varlen(VARLEN_CASES[0], size, rank, "all_gather")
+        host = fd._HOST_GROUPS[dist.group.WORLD]
+        assert host is not dist.group.WORLD and dist.get_world_size(host) == size and len(fd._HOST_GROUPS) == 1
+        q = torch.randn(1, 4, 2 + rank, d, **opt)
+        with pytest.raises(flashcore.InvalidArgumentError, match="same batch, heads and head_dim"):
+            fd.ring_attention(q, q, q)
+        assert fd._HOST_GROUPS[dist.group.WORLD] is host
     except BaseException as e:  # noqa: B902 (reported to the parent, which fails the test)
         errors.put("rank %d: %s: %s" % (rank, type(e).__name__, e))
         dist.destroy_process_group()
