@@ -399,10 +399,11 @@ class FlashCore(System):
         return run, lambda i: outs[i]
 
 
-class FlashCoreEnv(FlashCore):
-    """One CUDA path with a tuning hook forced around every call (prepare,
-    run, graph capture), named by its fc_tuning field: an A/B of the
-    hook. A column of its own, not counted as FlashCore in FC/peer."""
+class _Forced:
+    """A tuning hook forced around every call (prepare, run, graph capture)
+    of the FlashCore system it is mixed into, named by its fc_tuning field:
+    an A/B of the hook. A column of its own, not counted as FlashCore in
+    FC/peer."""
 
     def __init__(self, name, key, value, path=90):
         super().__init__(path)
@@ -423,6 +424,10 @@ class FlashCoreEnv(FlashCore):
     def prepare(self, shape, inputs):
         run, out = self._forced(super().prepare, shape, inputs)
         return (lambda i: self._forced(run, i)), out
+
+
+class FlashCoreEnv(_Forced, FlashCore):
+    """One CUDA path's forward with a tuning hook forced (_Forced)."""
 
 
 class FlashCoreRow(FlashCoreEnv):
@@ -510,6 +515,12 @@ class FlashCoreBwd(FlashCore):
             self.info = fc.kernel_info
 
         return run, lambda i: grads[i]
+
+
+class FlashCoreBwdEnv(_Forced, FlashCoreBwd):
+    """One CUDA path's backward with a tuning hook forced (_Forced): with
+    --bwd, --sm90-env/--sm80-env, e.g. m64:sm90_bwd_config=1 (a row of
+    `flashcore rows --path 90 --bwd`)."""
 
 
 class TorchSDPABwd(TorchSDPA):
@@ -677,10 +688,24 @@ def select_systems(systems, selected):
     return [s for s in systems if any(k in s.name.lower() for k in keys)]
 
 
-def make_bwd_systems(selected):
+def env_systems(cls, sm90_env, sm80_env):
+    """The --sm90-env/--sm80-env systems (NAME:KEY=VALUE, comma-separated)
+    as cls (FlashCoreEnv or FlashCoreBwdEnv), named sm<path>-NAME."""
+    systems = []
+    for path, specs in ((90, sm90_env), (80, sm80_env)):
+        for spec in (specs or "").split(","):
+            if spec.strip():
+                name, kv = spec.split(":", 1)
+                key, value = kv.split("=", 1)
+                systems.append(cls("sm%d-%s" % (path, name.strip()), key.strip(), value.strip(), path))
+    return systems
+
+
+def make_bwd_systems(selected, sm90_env=None, sm80_env=None):
     return select_systems([FlashCoreBwd(90), FlashCoreBwd(90, deterministic=True), FlashCoreBwd(80),
                            FlashCoreBwd(80, deterministic=True), TorchSDPABwd("torch-cudnn"),
-                           TorchSDPABwd("torch-flash(FA2)"), FA4Bwd()], selected)
+                           TorchSDPABwd("torch-flash(FA2)"), FA4Bwd()], selected) + \
+        env_systems(FlashCoreBwdEnv, sm90_env, sm80_env)
 
 
 def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None, sm80_env=None):
@@ -688,12 +713,7 @@ def make_systems(selected, sm90_rows=None, sm90_env=None, sm80_rows=None, sm80_e
                               TorchSDPA("torch-efficient"), Flex(), FA4(), FlashInfer()], selected)
     if sm90_rows:
         systems += [FlashCoreRow(int(r)) for r in sm90_rows.split(",") if r.strip()]
-    for path, specs in ((90, sm90_env), (80, sm80_env)):
-        for spec in (specs or "").split(","):
-            if spec.strip():  # NAME:KEY=VALUE
-                name, kv = spec.split(":", 1)
-                key, value = kv.split("=", 1)
-                systems.append(FlashCoreEnv("sm%d-%s" % (path, name.strip()), key.strip(), value.strip(), path))
+    systems += env_systems(FlashCoreEnv, sm90_env, sm80_env)
     if sm80_rows:
         systems += [FlashCoreRow(int(r), 80) for r in sm80_rows.split(",") if r.strip()]
     return systems
@@ -1162,7 +1182,7 @@ def parse_args(argv):
                     "systems sm90-row<N>, each forced with the sm90_config hook (A/B of tile rows)")
     ap.add_argument("--sm90-env", help="comma-separated NAME:FIELD=VALUE: the Hopper path with the fc_tuning "
                     "hook FIELD=VALUE around its calls, timed as an extra system sm90-NAME (A/B of a hook, "
-                    "e.g. nopdl:pdl=0)")
+                    "e.g. nopdl:pdl=0; with --bwd a backward row, e.g. m64:sm90_bwd_config=1)")
     ap.add_argument("--sm80-env", help="the same for the sm80-class path: extra systems sm80-NAME")
     ap.add_argument("--sm80-rows", help="comma-separated rows of src/cuda/sm80/tiles.cuh to time as extra "
                     "systems sm80-row<N>, each forced with the sm80_config hook (A/B of tile rows and "
@@ -1194,8 +1214,9 @@ def parse_args(argv):
                     help="no run: redraw peers.md and peers.png (peers-bwd.*) from a peers.json into --out")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failing systems")
     a = ap.parse_args(argv)
-    if a.bwd and (a.sm90_rows or a.sm90_env or a.sm80_rows or a.sm80_env):
-        ap.error("--sm90-rows/--sm90-env/--sm80-rows/--sm80-env are forward variants: not with --bwd")
+    if a.bwd and (a.sm90_rows or a.sm80_rows):
+        ap.error("--sm90-rows/--sm80-rows are forward rows: with --bwd force a backward row by --sm90-env/--sm80-env "
+                 "(NAME:sm90_bwd_config=N)")
     if a.quick:
         a.repeats, a.min_repeats, a.budget_s, a.warmup_s = min(a.repeats, 8), 4, 4.0, 1.0
     return a
@@ -1273,7 +1294,7 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = False
     meta.update(torch_meta(torch, cuda=True))
     if args.bwd:
-        systems = make_bwd_systems(args.systems)
+        systems = make_bwd_systems(args.systems, args.sm90_env, args.sm80_env)
     else:
         systems = make_systems(args.systems, args.sm90_rows, args.sm90_env, args.sm80_rows, args.sm80_env)
     unavailable = {}

@@ -70,9 +70,9 @@ void fz_describe_call(const fz_call *c)
             c->cuda_path, c->device, c->ar.size);
     if (c->tuned)
         fprintf(stderr, "  tuning: sm90_config=%d sm80_config=%d rotate=%d tail=%d grid=%d splits=%d pdl=%d "
-                        "sm80_bwd_config=%d masks=%d\n",
+                        "sm80_bwd_config=%d sm90_bwd_config=%d masks=%d\n",
                 c->tun.sm90_config, c->tun.sm80_config, c->tun.sm90_rotate, c->tun.sm90_tail, c->tun.sm90_grid,
-                c->tun.splits, c->tun.pdl, c->tun.sm80_bwd_config, c->tun.masks);
+                c->tun.splits, c->tun.pdl, c->tun.sm80_bwd_config, c->tun.sm90_bwd_config, c->tun.masks);
     describe_tensor(c, "q", &a->q);
     describe_tensor(c, "k", &a->k);
     describe_tensor(c, "v", &a->v);

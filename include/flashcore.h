@@ -524,6 +524,9 @@ typedef struct fc_tuning {
     int32_t sm80_bwd_config; /* -1: the planner's row; else a row of the
                            * sm80-class backward table, taken when it runs
                            * the call (fc_tuning_bwd_row_info)               */
+    int32_t sm90_bwd_config; /* the same for the Hopper backward's table
+                           * (fc_tuning_bwd_row_info path 90): taken when
+                           * it has the call's head_dim (and softcap)       */
     int32_t masks;        /* -1: the planner's forward kernel instance; else
                            * one with at least this much mask code: 0 none,
                            * 1 each tile's first KV block (sm90; the sm80
@@ -559,9 +562,10 @@ typedef struct fc_tile_row {
  * sm80_config / sm90_config take). FC_ERR_INVALID_ARGUMENT for another path
  * or an index past the end; FC_ERR_UNSUPPORTED in a build without CUDA. */
 FC_API fc_status fc_tuning_row_info(int path, int index, fc_tile_row *row);
-/* The same for a backward table (the values of fc_tuning's sm80_bwd_config):
- * path 80 only (threads = 32 x warps, stages 2: Q and dO double-buffered;
- * kvsplit, tall and variant 0). */
+/* The same for a backward table (the values of fc_tuning's sm80_bwd_config,
+ * path 80: threads = 32 x warps, stages 2: Q and dO double-buffered;
+ * kvsplit, tall and variant 0; or sm90_bwd_config, path 90: threads 384,
+ * the Q/dO ring's stages, ctas 1, variant 0). */
 FC_API fc_status fc_tuning_bwd_row_info(int path, int index, fc_tile_row *row);
 
 /* ---- tuning cache ----------------------------------------------------------- */
@@ -595,7 +599,8 @@ FC_API fc_status fc_context_save_tuning(fc_context *ctx, const char *path);
 /* Record choice for the bucket of a call on ctx's CUDA device: args for a
  * forward call, or bwd for a backward call (exactly one), checked as the
  * call is. cuda_path 0, 80 or 90; choice's fields as fc_context_set_tuning
- * checks them (a backward entry sets only sm80_bwd_config and pdl; trace
+ * checks them (a backward entry sets only sm80_bwd_config, sm90_bwd_config
+ * and pdl; trace
  * file ignored); comment (one line, <= 200 bytes) or NULL goes into the
  * file. Replaces the bucket's entry; ctx's cache becomes its own copy.
  * choice NULL removes the bucket's entry for this device and build, if any

@@ -168,7 +168,8 @@ fc_status fc_tuning_row_info(int path, int index, fc_tile_row *row)
 
 fc_status fc_tuning_bwd_row_info(int path, int index, fc_tile_row *row)
 {
-    if (!row || path != 80 || index < 0) return FC_ERR_INVALID_ARGUMENT;
+    if (!row || (path != 80 && path != 90) || index < 0) return FC_ERR_INVALID_ARGUMENT;
     if (!fc_cuda_compiled()) return FC_ERR_UNSUPPORTED;
-    return fc_sm80_bwd_tile_row(index, row) ? FC_OK : FC_ERR_INVALID_ARGUMENT;
+    const int found = path == 90 ? fc_sm90_bwd_tile_row(index, row) : fc_sm80_bwd_tile_row(index, row);
+    return found ? FC_OK : FC_ERR_INVALID_ARGUMENT;
 }

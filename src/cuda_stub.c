@@ -56,6 +56,7 @@ fc_status fc_sm90_plan(const fc_fwd_params *p, const fc_cuda_device *dev, const 
 
 /* No tile tables without CUDA: every tuning row index is out of range. */
 int fc_sm90_tile_row(int i, fc_tile_row *row) { return 0; }
+int fc_sm90_bwd_tile_row(int i, fc_tile_row *row) { return 0; }
 int fc_sm80_tile_row(int i, fc_tile_row *row) { return 0; }
 int fc_sm80_bwd_tile_row(int i, fc_tile_row *row) { return 0; }
 

@@ -409,7 +409,8 @@ static int plan_takes(const fc_tune_choice *c, const fc_plan *plan, int bwd)
     const fc_cuda_choice *ch = &plan->cuda;
     const int path = ch->path == FC_CUDA_PATH_SM90 ? 90 : 80;
     const int32_t row80 = bwd ? c->t.sm80_bwd_config : c->t.sm80_config;
-    return (!c->path || c->path == path) && (c->t.sm90_config < 0 || (path == 90 && ch->config == c->t.sm90_config)) &&
+    const int32_t row90 = bwd ? c->t.sm90_bwd_config : c->t.sm90_config;
+    return (!c->path || c->path == path) && (row90 < 0 || (path == 90 && ch->config == row90)) &&
            (row80 < 0 || (path == 80 && ch->config == row80)) && (c->t.splits < 1 || c->t.splits == ch->num_splits);
 }
 

@@ -353,6 +353,7 @@ void fc_sm90_tile_shape(int config, int *block_m, int *block_n);
 /* Row i of the Hopper / sm80-class table: 1 and *row filled, or 0 when i is
  * past the end (sm90/tile_rows.cu, sm80/plan.cu). */
 int fc_sm90_tile_row(int i, fc_tile_row *row);
+int fc_sm90_bwd_tile_row(int i, fc_tile_row *row);
 int fc_sm80_tile_row(int i, fc_tile_row *row);
 /* Row i of the sm80-class backward table (sm80/bwd_plan.cu), as above. */
 int fc_sm80_bwd_tile_row(int i, fc_tile_row *row);

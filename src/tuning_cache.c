@@ -71,8 +71,9 @@ static uint32_t fnv(uint32_t h, const void *data, size_t n)
 static void tables_once(void)
 {
     uint32_t h = 2166136261u;
-    int (*const tables[3])(int, fc_tile_row *) = {fc_sm80_tile_row, fc_sm90_tile_row, fc_sm80_bwd_tile_row};
-    for (int t = 0; t < 3; t++) {
+    int (*const tables[4])(int, fc_tile_row *) = {fc_sm80_tile_row, fc_sm90_tile_row, fc_sm80_bwd_tile_row,
+                                                  fc_sm90_bwd_tile_row};
+    for (int t = 0; t < (int)(sizeof tables / sizeof tables[0]); t++) {
         fc_tile_row r;
         for (int i = 0; tables[t](i, &r); i++) h = fnv(h, &r, sizeof r);
         h = fnv(h, &t, sizeof t); /* table boundaries count */
@@ -130,6 +131,7 @@ const fc_tune_field fc_tune_fields[FC_TUNE_NUM_FIELDS] = {
     FIELD(sm90_config, -1, -1, 0, fc_sm90_tile_row, FC_TUNE_FWD),
     FIELD(sm80_config, -1, -1, 0, fc_sm80_tile_row, FC_TUNE_FWD),
     FIELD(sm80_bwd_config, -1, -1, 0, fc_sm80_bwd_tile_row, FC_TUNE_BWD),
+    FIELD(sm90_bwd_config, -1, -1, 0, fc_sm90_bwd_tile_row, FC_TUNE_BWD),
     FIELD(sm90_rotate, -1, -1, 1, NULL, FC_TUNE_FWD),
     FIELD(sm90_tail, -1, -1, 1, NULL, FC_TUNE_FWD),
     FIELD(sm90_grid, 0, 0, INT32_MAX, NULL, FC_TUNE_FWD),
@@ -160,7 +162,7 @@ const char *fc_tune_choice_misfit(const fc_tune_choice *c, int bwd, char *buf, s
     for (int i = 0; i < FC_TUNE_NUM_FIELDS; i++) {
         const fc_tune_field *f = &fc_tune_fields[i];
         if (fc_tune_get(&c->t, f) == f->def || (f->passes & (bwd ? FC_TUNE_BWD : FC_TUNE_FWD))) continue;
-        if (bwd) snprintf(buf, n, "a backward entry sets only path, sm80_bwd_config and pdl");
+        if (bwd) snprintf(buf, n, "a backward entry sets only path, sm80_bwd_config, sm90_bwd_config and pdl");
         else snprintf(buf, n, "%s is a backward field (on a fwd entry)", f->name);
         return buf;
     }

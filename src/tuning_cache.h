@@ -70,7 +70,7 @@ typedef struct fc_tune_field {
 } fc_tune_field;
 #define FC_TUNE_FWD 1
 #define FC_TUNE_BWD 2
-#define FC_TUNE_NUM_FIELDS 9
+#define FC_TUNE_NUM_FIELDS 10
 extern const fc_tune_field fc_tune_fields[FC_TUNE_NUM_FIELDS];
 
 static inline int32_t *fc_tune_at(fc_tuning *t, const fc_tune_field *f) { return (int32_t *)((char *)t + f->off); }

@@ -126,7 +126,8 @@ static void test_tuning(void)
     fc_tuning t, got;
     fc_tuning_init(&t);
     CHECK(t.sm90_config == -1 && t.sm80_config == -1 && t.sm90_rotate == -1 && t.sm90_tail == -1 &&
-              t.sm90_grid == 0 && t.splits == 0 && t.pdl == -1 && t.sm80_bwd_config == -1 && t.masks == -1 &&
+              t.sm90_grid == 0 && t.splits == 0 && t.pdl == -1 && t.sm80_bwd_config == -1 && t.sm90_bwd_config == -1 &&
+              t.masks == -1 &&
               t.sm90_trace_file == NULL,
           "fc_tuning_init defaults");
     CHECK(fc_context_get_tuning(ctx, &got) == FC_OK && !memcmp(&got, &t, sizeof t), "new context: defaults");
@@ -146,6 +147,7 @@ static void test_tuning(void)
         {"splits", &t.splits, 65}, {"pdl", &t.pdl, 2}, {"sm90_rotate", &t.sm90_rotate, -2},
         {"sm90_tail", &t.sm90_tail, 2}, {"sm90_grid", &t.sm90_grid, -1}, {"sm80_config", &t.sm80_config, 10000},
         {"sm90_config", &t.sm90_config, -2}, {"sm80_bwd_config", &t.sm80_bwd_config, 10000},
+        {"sm90_bwd_config", &t.sm90_bwd_config, 10000}, {"sm90_bwd_config", &t.sm90_bwd_config, -2},
         {"masks", &t.masks, 3}, {"masks", &t.masks, -2},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -159,12 +161,13 @@ static void test_tuning(void)
     CHECK(fc_tuning_row_info(70, 0, &row) == FC_ERR_INVALID_ARGUMENT, "row_info: path 70");
     CHECK(fc_tuning_row_info(80, -1, &row) == FC_ERR_INVALID_ARGUMENT, "row_info: index -1");
     CHECK(fc_tuning_row_info(80, 0, NULL) == FC_ERR_INVALID_ARGUMENT, "row_info: row NULL");
-    CHECK(fc_tuning_bwd_row_info(90, 0, &row) == FC_ERR_INVALID_ARGUMENT, "bwd_row_info: path 90");
+    CHECK(fc_tuning_bwd_row_info(70, 0, &row) == FC_ERR_INVALID_ARGUMENT, "bwd_row_info: path 70");
     CHECK(fc_tuning_bwd_row_info(80, 0, NULL) == FC_ERR_INVALID_ARGUMENT, "bwd_row_info: row NULL");
-    /* the forward tables (path 80, 90), then the sm80 backward's (bwd) */
-    for (int k = 0; k < 3; k++) {
-        const int path = k == 1 ? 90 : 80, bwd = k == 2;
-        int32_t *field = bwd ? &t.sm80_bwd_config : path == 90 ? &t.sm90_config : &t.sm80_config;
+    /* the forward tables (path 80, 90), then the backward's (80, 90) */
+    for (int k = 0; k < 4; k++) {
+        const int path = k % 2 ? 90 : 80, bwd = k >= 2;
+        int32_t *field = path == 90 ? (bwd ? &t.sm90_bwd_config : &t.sm90_config)
+                                    : (bwd ? &t.sm80_bwd_config : &t.sm80_config);
         int n = 0;
         while ((bwd ? fc_tuning_bwd_row_info(path, n, &row) : fc_tuning_row_info(path, n, &row)) == FC_OK) {
             CHECK(row.head_dim > 0 && row.block_m > 0 && row.block_n > 0 && row.threads > 0 &&

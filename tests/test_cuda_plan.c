@@ -429,6 +429,35 @@ static int sm90_bwd_rows(void)
         CHECK(st == FC_OK && !strcmp(c.name, rows[i].name), "d%d softcap %g: %s, expected %s (%s)", rows[i].d,
               (double)rows[i].softcap, st == FC_OK ? c.name : "refused", rows[i].name, why);
     }
+    /* the tuning hook (sm90_bwd_config): a row that runs the call is taken;
+     * one of another head_dim, or without the call's softcap kernel, is not */
+    int r64 = -1, r64cap = -1, r128 = -1;
+    fc_tile_row tr;
+    for (int i = 0; fc_tuning_bwd_row_info(90, i, &tr) == FC_OK; i++) {
+        if (tr.head_dim == 64 && tr.block_m == 128) r64 = i;
+        if (tr.head_dim == 64 && tr.block_m == 64) r64cap = i;
+        if (tr.head_dim == 128) r128 = i;
+    }
+    const struct {
+        int row, d;
+        float softcap;
+        const char *name;
+    } forced[] = {
+        {r64cap, 64, 0.f, "sm90_bwd_bf16_d64_m64n128"},
+        {r64, 64, 30.f, "sm90_bwd_bf16_d64_m64n128"},
+        {r128, 64, 0.f, "sm90_bwd_bf16_d64_m128n128"},
+    };
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; ++i) {
+        fc_tuning tune = k_tuning;
+        tune.sm90_bwd_config = forced[i].row;
+        fc_bwd_params p = bwd_shape(2, 16, 16, 2048, forced[i].d, 1, 1);
+        p.f.softcap = forced[i].softcap;
+        memset(&c, 0, sizeof c);
+        const fc_status st = fc_sm90_bwd_plan(&p, &h100, &tune, &c, why, sizeof why);
+        CHECK(forced[i].row >= 0 && st == FC_OK && !strcmp(c.name, forced[i].name),
+              "d%d softcap %g, row %d forced: %s, expected %s (%s)", forced[i].d, (double)forced[i].softcap,
+              forced[i].row, st == FC_OK ? c.name : "refused", forced[i].name, why);
+    }
     group_done("sm90_bwd_rows", p0, f0);
     return 1;
 }

@@ -297,6 +297,7 @@ static void test_corrupt(void)
         {"@dev fwd det=1 : splits=2\n", "det=1 on a forward"},
         {"@dev bwd : splits=2\n", "backward entry sets only"},
         {"@dev fwd : sm80_bwd_config=0\n", "backward field"},
+        {"@dev fwd : sm90_bwd_config=0\n", "backward field"},
         {"@dev fwd d=64 : splits=2\nfwd d=64 : splits=3\n", "same shape bucket"},
         {"@dev fwd dtype=bf16 kv=bf16 d=64 gqa=1 mask=none flags=- sq=8 sk=8 bh=8 : splits=2\n"
          "fwd dtype=bf16 kv=bf16 d=64 gqa=1 mask=none flags=- sq=8 sk=8 bh=8 : splits=3\n",

@@ -1,7 +1,9 @@
 /*
  * cli_rows.c -- `flashcore rows`: the CUDA paths' tile-table rows, one line
- * each, from the library (fc_tuning_row_info), so scripts force rows by index
- * (fc_tuning's sm80_config / sm90_config) without reading the C++ tables.
+ * each, from the library (fc_tuning_row_info, fc_tuning_bwd_row_info), so
+ * scripts force rows by index (fc_tuning's sm80_config / sm90_config, and
+ * the backward's sm80_bwd_config / sm90_bwd_config) without reading the
+ * C++ tables.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,8 +19,9 @@ static void help(void)
            "index is what a tuning cache's sm90_config / sm80_config take; kernel is the first\n"
            "row with the same kernel; kvsplit and tall are the Hopper table's, arch_class and\n"
            "variant the sm80 table's (0 where a path has no such column).\n"
-           "--bwd: the backward's table instead (path 80 only; sm80_bwd_config takes\n"
-           "its index; stages is 2, the Q and dO buffers).\n\n"
+           "--bwd: the backward's tables instead (sm80_bwd_config / sm90_bwd_config take\n"
+           "their indices; path 80's stages is 2, the Q and dO buffers; path 90's its\n"
+           "Q/dO ring).\n\n"
            "Exit status: 0 listed, 1 this build has no CUDA backend, 2 bad usage.\n");
 }
 
@@ -46,11 +49,6 @@ int cli_rows(int argc, char **argv)
             return CLI_EXIT_USAGE;
         }
     }
-    if (bwd && only == 90) {
-        fprintf(stderr, "flashcore rows: --bwd: only path 80 has a backward tuning hook\n");
-        return CLI_EXIT_USAGE;
-    }
-    if (bwd) only = 80;
     const int paths[2] = {90, 80};
     for (int k = 0; k < 2; k++) {
         if (only && paths[k] != only) continue;

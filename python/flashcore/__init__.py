@@ -120,7 +120,8 @@ def set_tuning(**fields):
     """Experimental: the tuning hooks (fc_tuning in flashcore.h, docs/API.md)
     for calls made from this thread: the named fields (sm90_config,
     sm80_config, sm90_rotate, sm90_tail, sm90_grid, splits, pdl,
-    sm80_bwd_config, masks, sm90_trace_file), every other one at its default. A
+    sm80_bwd_config, sm90_bwd_config, masks, sm90_trace_file), every other
+    one at its default. A
     new thread starts with only FLASHCORE_SM90_TRACE_FILE from the
     environment (trace builds). Fields set here win over a loaded tuning
     cache's (load_tuning); fields left at their defaults let its entries

@@ -139,6 +139,7 @@ class fc_tuning(ctypes.Structure):
         ("splits", ctypes.c_int32),
         ("pdl", ctypes.c_int32),
         ("sm80_bwd_config", ctypes.c_int32),
+        ("sm90_bwd_config", ctypes.c_int32),
         ("masks", ctypes.c_int32),
         ("sm90_trace_file", ctypes.c_char_p),
     ]

@@ -28,11 +28,16 @@ using fc90::kNumBwdRows;
 
 const char k_bwd_tma_who[] = "the sm90 backward loads q, k, v and dout with TMA (use cuda path 80)";
 
-/* The first row of the call's head_dim that has its softcap instance. */
-int pick_bwd_row(int hd, bool softcap)
+bool bwd_row_runs(const BwdRow &t, int hd, bool softcap) { return t.head_dim == hd && (t.softcap || !softcap); }
+
+/* The tuning hook's row (tune->sm90_bwd_config) when it runs the call;
+ * else the first row of the call's head_dim that has its softcap kernel. */
+int pick_bwd_row(int hd, bool softcap, const fc_tuning *tune)
 {
+    const int forced = tune->sm90_bwd_config;
+    if (forced >= 0 && forced < kNumBwdRows && bwd_row_runs(kBwdRows[forced], hd, softcap)) return forced;
     for (int i = 0; i < kNumBwdRows; ++i)
-        if (kBwdRows[i].head_dim == hd && (kBwdRows[i].softcap || !softcap)) return i;
+        if (bwd_row_runs(kBwdRows[i], hd, softcap)) return i;
     return -1;
 }
 
@@ -82,14 +87,13 @@ fc_status encode_maps(fc_sm90_bwd_params &prm, const fc_bwd_params *b, const Bwd
 extern "C" fc_status fc_sm90_bwd_plan(const fc_bwd_params *b, const fc_cuda_device *dev, const fc_tuning *tune,
                                       fc_cuda_choice *choice, char *why, size_t why_len)
 {
-    (void)tune;
     const fc_fwd_params *p = &b->f;
     if (dev->cc_major != 9 || dev->cc_minor != 0) {
         snprintf(why, why_len, "the sm90 backward needs an sm_90 device (wgmma/TMA); %s is sm_%d%d", dev->name,
                  dev->cc_major, dev->cc_minor);
         return FC_ERR_UNSUPPORTED;
     }
-    const int row = pick_bwd_row(p->head_dim, p->softcap != 0.f);
+    const int row = pick_bwd_row(p->head_dim, p->softcap != 0.f, tune);
     if (row < 0) {
         snprintf(why, why_len, "head_dim %d is not supported by the sm90 backward: supported 64, 96, 128",
                  (int)p->head_dim);
@@ -134,8 +138,8 @@ extern "C" fc_status fc_sm90_backward(const fc_bwd_params *b, const fc_cuda_choi
                                       void *workspace, void *stream, char *err, size_t err_len)
 {
     const fc_fwd_params *p = &b->f;
-    if (choice->config < 0 || choice->config >= kNumBwdRows || kBwdRows[choice->config].head_dim != p->head_dim ||
-        (p->softcap != 0.f && !kBwdRows[choice->config].softcap)) {
+    if (choice->config < 0 || choice->config >= kNumBwdRows ||
+        !bwd_row_runs(kBwdRows[choice->config], p->head_dim, p->softcap != 0.f)) {
         snprintf(err, err_len, "internal: sm90 backward got an invalid plan (row %d, head_dim %d)", choice->config,
                  (int)p->head_dim);
         return FC_ERR_INTERNAL;

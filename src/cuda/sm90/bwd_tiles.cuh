@@ -37,6 +37,8 @@
 #ifndef FC_SM90_BWD_TILES_CUH
 #define FC_SM90_BWD_TILES_CUH
 
+#include <stdint.h>
+
 #include "constants.h"
 #include "cuda/sm90/tiles.cuh"
 
