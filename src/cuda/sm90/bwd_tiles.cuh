@@ -8,7 +8,7 @@
  * warpgroups, each owning 64 of the CTA's block_n = 128 keys: S^T and dP^T
  * (64 keys x block_m queries), dK and dV (64 keys x head_dim, fp32, in
  * registers for the whole query range). Registers after setmaxnreg: 40 /
- * 232 (384 threads, 168 at entry).
+ * 232, or 24 / 240 for 128-query rows (384 threads, 168 at entry).
  *
  * dQ of a query block, dS K, is computed by both warpgroups from the dS^T
  * tile in shared memory, split one of three ways (dq_split):
