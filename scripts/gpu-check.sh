@@ -172,9 +172,11 @@ if want test; then
   # tiles split 2-5 ways; the matrix checks every element and the rerun's bits
   FLASHCORE_TUNING_CACHE="$(force "sm90_tail=1 sm90_grid=5")" gpu_matrix 90-tail --path 90 --cases $((n / 3)) --seed 93 \
     >"$OUT/t-tail.res" &
+  # --durations: the log names the slowest tests (this stage sets the call's
+  # length: 324 s of the 552 s build,test call on an H100)
   (
     if FLASHCORE_LIBRARY="$LIB" PYTHONPATH="$PWD/python" \
-         python3 -m pytest -q python/tests >"$OUT/pytest.log" 2>&1; then echo "pytest ok: $(tail -1 "$OUT/pytest.log")"
+         python3 -m pytest -q --durations=15 python/tests >"$OUT/pytest.log" 2>&1; then echo "pytest ok: $(tail -1 "$OUT/pytest.log")"
     else echo "pytest FAIL: $(tail -1 "$OUT/pytest.log")"; tail -20 "$OUT/pytest.log" >&2; fi
   ) >"$OUT/t-pytest.res" &
   collect_results t-
