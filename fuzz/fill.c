@@ -57,22 +57,42 @@ void fz_fill_inputs(fz_call *c, const int ok[FB_N])
     if (c->bwd && ok[FB_DOUT] && c->off[FB_DOUT] >= 0) fz_fill_input(c, FB_DOUT, &rng, 1.0, sparse, special);
 }
 
-/* An input element holding the poison pattern (another buffer's bytes read
- * in this dtype: dout over lse's floats) would carry its NaN payload through
- * the arithmetic into an output element, which then reads as unwritten: it
- * becomes the dtype's plain quiet NaN. The forward's out and lse are outputs. */
+/* Whether element idx of base is the dtype's plain quiet NaN (the bits
+ * fz_store writes for NAN: payload 0, sign clear). */
+static int plain_nan(const void *base, fc_dtype dt, int64_t idx)
+{
+    uint8_t plain[8] = {0};
+    fz_store(plain, dt, 0, NAN);
+    const size_t es = fz_dtype_size(dt);
+    return !memcmp((const uint8_t *)base + idx * (int64_t)es, plain, es);
+}
+
+/* Every NaN of the inputs made the dtype's plain quiet NaN, in each view
+ * of the bytes that buffers share, until a pass changes nothing (a write
+ * in one dtype's view can make a NaN in another's). A NaN keeps its
+ * payload through the arithmetic into an output element (an input of
+ * another buffer's bytes: dout over lse's floats), and one whose bits
+ * there land on the poison pattern, its sign flipped (-D) or an f32
+ * payload rounded to f16, reads as unwritten; a plain NaN cannot. The
+ * forward's out and lse are outputs. */
 void fz_scrub_inputs(fz_call *c, const int ok[FB_N])
 {
     static const int inputs[] = {FB_Q, FB_K, FB_V, FB_O, FB_LSE, FB_DOUT};
-    for (int i = 0; i < (c->bwd ? 6 : 3); i++) {
-        if (!ok[inputs[i]] || c->off[inputs[i]] < 0) continue;
-        const fc_tensor *t = fz_tensor_of(c, inputs[i]);
-        /* lse is placed in 4-byte units: another dtype (refused) is not read */
-        if (inputs[i] == FB_LSE && t->dtype != FC_DTYPE_F32) continue;
-        int64_t *offs, n = fz_tensor_offsets(t, &offs);
-        for (int64_t e = 0; e < n; e++)
-            if (fz_is_poison(t->data, t->dtype, offs[e])) fz_store(t->data, t->dtype, offs[e], NAN);
-        free(offs);
+    for (int pass = 0, changed = 1; changed && pass < 8; pass++) {
+        changed = 0;
+        for (int i = 0; i < (c->bwd ? 6 : 3); i++) {
+            if (!ok[inputs[i]] || c->off[inputs[i]] < 0) continue;
+            const fc_tensor *t = fz_tensor_of(c, inputs[i]);
+            /* lse is placed in 4-byte units: another dtype (refused) is not read */
+            if (inputs[i] == FB_LSE && t->dtype != FC_DTYPE_F32) continue;
+            int64_t *offs, n = fz_tensor_offsets(t, &offs);
+            for (int64_t e = 0; e < n; e++)
+                if (isnan(fz_load(t->data, t->dtype, offs[e])) && !plain_nan(t->data, t->dtype, offs[e])) {
+                    fz_store(t->data, t->dtype, offs[e], NAN);
+                    changed = 1;
+                }
+            free(offs);
+        }
     }
 }
 
