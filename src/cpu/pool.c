@@ -150,6 +150,7 @@ void fc_pool_destroy(fc_pool *pool)
  * with every signal blocked: the host's signals stay on its own threads. */
 static void grow(fc_pool *pool, int nt)
 {
+    if (pool->started >= nt) return; /* every call after the first: no signal-mask calls */
     if (nt > pool->cap) {
         pool_worker **w = realloc(pool->workers, (size_t)nt * sizeof *w);
         if (!w) return;
