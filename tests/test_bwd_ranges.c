@@ -51,7 +51,7 @@ static int check(int sq, int sk, int wl, int wr, int bm, int bn)
     for (int m = 0; m < mb; m++)
         for (int n = 0; n < nb; n++) {
             int any = 0, all = 1;
-            const fc_bwd_mask mk = {n * bn, m * bm, sq, sk, lo, hi};
+            const fc_bwd_mask mk = fc_bwd_mask_of(n * bn, m * bm, sq, sk, wl, wr);
             for (int i = m * bm; i < (m + 1) * bm; i++)
                 for (int j = n * bn; j < (n + 1) * bn; j++) {
                     const int inside = i < sq && j < sk;

@@ -105,6 +105,20 @@ typedef struct fc_bwd_mask {
     int32_t lo, hi;
 } fc_bwd_mask;
 
+/* The mask of a thread's first key j0 and query i0 in a sequence of sq
+ * queries and sk keys, the band from the windows. */
+FC_BWD_FN fc_bwd_mask fc_bwd_mask_of(int32_t j0, int32_t i0, int32_t sq, int32_t sk, int32_t wl, int32_t wr)
+{
+    fc_bwd_mask m;
+    m.j0 = j0;
+    m.i0 = i0;
+    m.sq = sq;
+    m.sk = sk;
+    m.lo = fc_bwd_band_lo(sq, sk, wl);
+    m.hi = fc_bwd_band_hi(sq, sk, wr);
+    return m;
+}
+
 /* 1 if key j and query i (j0, i0 plus the element's offsets) are no
  * visible pair: past either sequence or outside the band. */
 FC_BWD_FN int fc_bwd_hidden(fc_bwd_mask m, int32_t j, int32_t i)

@@ -126,13 +126,8 @@ __device__ __forceinline__ void bwd_spans(const fc_sm80_bwd_args &a, const fc::s
                                           const BwdThread &th, fc_bwd_qspan (&sp)[2])
 {
     const fc_fwd_params &f = a.p.f;
-    fc_bwd_mask bm;
-    bm.sq = c.sq;
-    bm.sk = c.sk;
-    bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
-    bm.hi = fc_bwd_band_hi(c.sq, c.sk, f.window_right);
-    bm.i0 = m * C::BM + th.t2;
     const int j = c.n * C::BN + 64 * th.cw + 16 * th.warp + th.g;
+    const fc_bwd_mask bm = fc_bwd_mask_of(j, m * C::BM + th.t2, c.sq, c.sk, f.window_left, f.window_right);
     sp[0] = fc_bwd_visible_span(bm, j, C::BM);
     sp[1] = fc_bwd_visible_span(bm, j + 8, C::BM);
 }
@@ -156,13 +151,10 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
 #pragma unroll
     for (int i = 0; i < C::D / 2; ++i) dk[i] = dv[i] = 0.f;
     fc_bwd_mask bm; /* rows with 64-query steps: the per-element mask, held (else spans, bwd_spans) */
-    if constexpr (!C::EARLY_DS) {
+    if constexpr (!C::EARLY_DS) { /* i0 set per step */
         const auto &c = pl.coords(a);
-        bm.sq = c.sq;
-        bm.sk = c.sk;
-        bm.lo = fc_bwd_band_lo(c.sq, c.sk, f.window_left);
-        bm.hi = fc_bwd_band_hi(c.sq, c.sk, f.window_right);
-        bm.j0 = c.n * C::BN + 64 * cw + 16 * tp.get().warp + tp.get().g;
+        bm = fc_bwd_mask_of(c.n * C::BN + 64 * cw + 16 * tp.get().warp + tp.get().g, 0, c.sq, c.sk, f.window_left,
+                            f.window_right);
     }
     const uint32_t dq_stage = base + C::OFF_DQ + cw * C::DQ_BYTES;
 
