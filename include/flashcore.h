@@ -446,11 +446,13 @@ typedef struct fc_cp_comm {
  * which is the split where the first S % (2 * size) chunks have one row
  * more than the others (floor(S / (2 * size)) rows; ranks' slices may
  * differ in length by up to 2, and a chunk may be empty); no padding, no
- * rounding. args are as
- * fc_attention_forward's for the slice (any strides; lse optional), with
- * causal the whole sequence's mask; every rank passes the same options
- * and shapes. Dense calls only: varlen, paged, append, windows and FP8
- * are FC_ERR_UNSUPPORTED, and so, for now, is device memory (the Python
+ * rounding. Varlen (cu_seqlens_q equal to
+ * cu_seqlens_k): every sequence of the batch split so, the slice holding
+ * each sequence's chunks r and 2 * size - 1 - r in sequence order. args
+ * are as fc_attention_forward's for the slice (any strides; lse
+ * optional), with causal the whole sequence's mask; every rank passes the
+ * same options and shapes. Paged, append, windows and FP8 are
+ * FC_ERR_UNSUPPORTED, and so, for now, is device memory (the Python
  * ring, flashcore.distributed, runs on GPUs). Each pair's out is fp32
  * (the f32 out of f16/bf16 inputs), so out is rounded once. Before any
  * work the ranks shake hands (size - 1 exchanges of 32 bytes): where one
@@ -470,8 +472,8 @@ FC_API fc_status fc_cp_attention_forward(fc_context *ctx, const fc_attention_arg
  * go round the ring once more, each followed one step behind by its fp32
  * dK/dV sums, and every rank's dq sums its pairs in fp32; so dq, dk and dv
  * are each rounded once from fp32 sums, in ring order (a rerun gives the
- * same bits). The same limits as the forward (host memory, dense, no
- * window); args.workspace is not used. */
+ * same bits). The same limits as the forward (host memory, no window);
+ * args.workspace is not used. */
 FC_API fc_status fc_cp_attention_backward(fc_context *ctx, const fc_attention_backward_args *args,
                                           const fc_cp_comm *comm, void *stream);
 

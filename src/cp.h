@@ -18,6 +18,11 @@ typedef struct fc_cp_dims {
     int64_t b, hq, hkv, d;
     size_t es;
     int64_t rows, max_rows;
+    /* varlen (nseq > 0): the slice packs nseq sequences' slices, cu its
+     * offsets (the caller's cu_seqlens); b is 1 and the ring's own buffers
+     * hold the rows chunk-major (fc_cp_split) */
+    int32_t nseq;
+    const int32_t *cu;
 } fc_cp_dims;
 fc_cp_dims fc_cp_dims_of(const fc_attention_args *a);
 /* Chunk w (0, 1) of a slice of `rows` rows: the first ceil(rows / 2) rows,
@@ -31,10 +36,42 @@ static inline int64_t fc_cp_chunk_row0(int64_t rows, int w) { return w ? rows - 
 static inline size_t fc_cp_k_elems(const fc_cp_dims *n, int64_t rows) { return (size_t)(n->b * rows * n->hkv * n->d); }
 static inline size_t fc_cp_k_bytes(const fc_cp_dims *n, int64_t rows) { return fc_cp_k_elems(n, rows) * n->es; }
 enum { FC_CP_HEADER = 64 };
+static inline size_t fc_cp_up64(size_t n) { return (n + 63) & ~(size_t)63; }
+/* A packet's header: its rows; varlen, then its sequences' lengths (int32). */
+static inline size_t fc_cp_header_bytes(const fc_cp_dims *n)
+{
+    return FC_CP_HEADER + fc_cp_up64((size_t)n->nseq * sizeof(int32_t));
+}
 static inline size_t fc_cp_packet_bytes(const fc_cp_dims *n)
 {
-    return FC_CP_HEADER + 2 * fc_cp_k_bytes(n, n->max_rows);
+    return fc_cp_header_bytes(n) + 2 * fc_cp_k_bytes(n, n->max_rows);
 }
+
+/* Where a slice's chunks lie in the ring's buffers: chunk w is rows
+ * [row0[w], row0[w] + rows[w]) of each batch row (dense), or, varlen, of
+ * the chunk-major rows (every sequence's chunk 0, then every chunk 1: a
+ * chunk is one packed varlen batch, cu[w] its nseq + 1 offsets, max[w]
+ * its longest sequence; NULL and 0 dense). */
+typedef struct fc_cp_split {
+    int64_t row0[2], rows[2];
+    const int32_t *cu[2];
+    int32_t max[2];
+} fc_cp_split;
+/* int32 of store a split needs (its two chunks' offsets and the lengths). */
+static inline size_t fc_cp_split_ints(const fc_cp_dims *n) { return 3 * ((size_t)n->nseq + 1); }
+/* The split of this rank's own slice, and of a packet's (fc_cp_pack);
+ * varlen, its cu in store (fc_cp_split_ints). */
+void fc_cp_own_split(const fc_cp_dims *n, int32_t *store, fc_cp_split *s);
+void fc_cp_packet_split(const fc_cp_dims *n, const char *kv, int32_t *store, fc_cp_split *s);
+/* A pair call's varlen fields from the ring's [1][rows][h][d] views: the
+ * query chunk qi of qs, the key chunk kj of ks (no-op for dense). */
+void fc_cp_varlen_pair(const fc_cp_split *qs, int qi, const fc_cp_split *ks, int kj, fc_attention_args *sub);
+/* A [1][rows][h][d] view as varlen's [rows][h][d] (lse: [1][h][s] as [h][s]). */
+void fc_cp_drop_batch(fc_tensor *t);
+/* Varlen: rows of the caller's tensor t ([total][h][d], or lse [h][total])
+ * to or from the chunk-major contiguous buf ([rows][h][d] or [h][rows],
+ * dtype t->dtype); gather: t into buf, else buf into t. */
+void fc_cp_regroup(const fc_cp_dims *n, const fc_cp_split *own, const fc_tensor *t, void *buf, int lse, int gather);
 
 /* A contiguous [n0][n1][n2][n3] tensor, and a contiguous lse [b][h][s]. */
 fc_tensor fc_cp_tensor4(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3);
@@ -45,9 +82,10 @@ fc_tensor fc_cp_rows(const fc_tensor *t, int64_t r0, int64_t n, size_t es, int l
 /* Global chunk of slot w (0, 1) of rank's zigzag slice among 2 * size. */
 int fc_cp_chunk(const fc_cp_comm *c, int rank, int w);
 /* The rows of the packed K/V slice kv (fc_cp_pack), and the k and v of
- * its chunk kj (0, 1), q's dtype dt. */
+ * its chunk kj (0, 1) by its split ks, q's dtype dt. */
 int64_t fc_cp_packed_rows(const char *kv);
-void fc_cp_kv_chunk(const fc_cp_dims *n, const char *kv, int kj, fc_dtype dt, fc_tensor *k, fc_tensor *v);
+void fc_cp_kv_chunk(const fc_cp_dims *n, const char *kv, const fc_cp_split *ks, int kj, fc_dtype dt, fc_tensor *k,
+                    fc_tensor *v);
 /* Every check of an entry point (f: the forward's args, or the backward's
  * fwd; b: the backward's args, NULL for the forward; what: the entry's
  * name, for the messages): the comm (refused at once: the handshake needs
@@ -64,7 +102,6 @@ fc_status fc_cp_admit(fc_context *ctx, const fc_cp_comm *c, const fc_attention_a
 /* a's slice packed into kv: the header (its rows), then k and v, strided,
  * as [b][rows][hkv][d] each. */
 void fc_cp_pack(const fc_attention_args *a, const fc_cp_dims *n, char *kv);
-static inline size_t fc_cp_up64(size_t n) { return (n + 63) & ~(size_t)63; }
 /* FC_OK, or the failure a test injected at ring step s (ctx->cp_fail_step). */
 fc_status fc_cp_injected(fc_context *ctx, int s);
 /* The mark in the header of the travelling dK/dV sums: the status of the

@@ -20,6 +20,10 @@ typedef struct cpb_run {
     const fc_attention_backward_args *a;
     const fc_cp_comm *comm;
     fc_cp_dims n;             /* the slice's sizes                           */
+    fc_cp_split own;          /* its chunks                                  */
+    int32_t *ints;            /* the own and the held packet's split store   */
+    fc_tensor q, out, lse, dout; /* a's, or varlen: chunk-major [1][rows] copies */
+    char *regroup;            /* varlen: a gradient in its dtype, chunk-major */
     char *kv[2];              /* the ring's double buffer                    */
     float *dq;                /* [b][rows][hq][d] the rank's dq, fp32        */
     float *sums[2];           /* dK then dV of the held slice: built, arrived,
@@ -28,17 +32,45 @@ typedef struct cpb_run {
 } cpb_run;
 
 /* The scratch; the sums and a pair's dk, dv sized for the longest slice. */
+/* Varlen: the chunk-major copies of q, out, dout (their dtypes) and lse,
+ * and a gradient's, after `at` in the scratch m (NULL: their bytes). */
+static size_t cpb_varlen_views(cpb_run *r, char *m, size_t at)
+{
+    const fc_attention_backward_args *a = r->a;
+    const size_t rows = (size_t)(r->n.rows * r->n.hq * r->n.d);
+    const fc_tensor *src[3] = {&a->fwd.q, &a->fwd.out, &a->dout};
+    fc_tensor *dst[3] = {&r->q, &r->out, &r->dout};
+    size_t es_max = 4;
+    for (int i = 0; i < 3; i++) {
+        const size_t es = (size_t)fc_dtype_bytes(src[i]->dtype);
+        if (m) *dst[i] = fc_cp_tensor4(m + at, src[i]->dtype, 1, r->n.rows, r->n.hq, r->n.d);
+        at += fc_cp_up64(rows * es);
+        if (es > es_max) es_max = es;
+    }
+    if (m) r->lse = fc_cp_lse3((float *)(void *)(m + at), 1, r->n.hq, r->n.rows);
+    at += fc_cp_up64((size_t)(r->n.hq * r->n.rows) * 4);
+    if (m) r->regroup = m + at;
+    return at + fc_cp_up64(rows * es_max);
+}
+
 static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
 {
-    const int64_t cq = fc_cp_chunk_rows(r->n.rows, 0), ck = fc_cp_chunk_rows(r->n.max_rows, 0); /* the longer */
+    const int vl = r->n.nseq > 0; /* a varlen chunk may hold up to all of a slice */
+    const int64_t cq = vl ? r->n.rows : fc_cp_chunk_rows(r->n.rows, 0);
+    const int64_t ck = vl ? r->n.max_rows : fc_cp_chunk_rows(r->n.max_rows, 0); /* the longer */
     const size_t kv = fc_cp_up64(fc_cp_packet_bytes(&r->n));
     const size_t dq = fc_cp_up64((size_t)(r->n.b * r->n.rows * r->n.hq * r->n.d) * 4);
     const size_t sums = fc_cp_up64(FC_CP_HEADER + 2 * fc_cp_k_elems(&r->n, r->n.max_rows) * 4);
     const size_t gq = fc_cp_up64((size_t)(r->n.b * cq * r->n.hq * r->n.d) * 4);
     const size_t gk = fc_cp_up64(fc_cp_k_elems(&r->n, ck) * 4);
-    const size_t bytes = 2 * kv + dq + 2 * sums + gq + 2 * gk;
+    const size_t ints = fc_cp_up64(2 * fc_cp_split_ints(&r->n) * sizeof(int32_t));
+    const size_t base = 2 * kv + dq + 2 * sums + gq + 2 * gk + ints;
+    const size_t bytes = vl ? cpb_varlen_views(r, NULL, base) : base;
     char *m = calloc(1, bytes);
     if (!m) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of ring scratch", bytes);
+    r->ints = (int32_t *)(void *)(m + base - ints);
+    r->q = r->a->fwd.q, r->out = r->a->fwd.out, r->lse = r->a->fwd.lse, r->dout = r->a->dout;
+    if (vl) cpb_varlen_views(r, m, base);
     r->kv[0] = m;
     r->kv[1] = m + kv;
     r->dq = (float *)(void *)(m + 2 * kv);
@@ -50,11 +82,11 @@ static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
     return FC_OK;
 }
 
-/* acc's chunk w (fc_cp_chunk_row0) of a [b][rows][h][d] fp32 array += one
- * pair's gradient g ([b][c][h][d], c the chunk's rows). */
-static void add_rows(float *acc, int64_t rows, int w, const float *g, const cpb_run *r, int64_t h)
+/* acc's rows [r0, r0 + c) of a [b][rows][h][d] fp32 array += one pair's
+ * gradient g ([b][c][h][d]). */
+static void add_rows(float *acc, int64_t rows, int64_t r0, int64_t c, const float *g, const cpb_run *r, int64_t h)
 {
-    const int64_t row = h * r->n.d, r0 = fc_cp_chunk_row0(rows, w), c = fc_cp_chunk_rows(rows, w);
+    const int64_t row = h * r->n.d;
     for (int64_t b = 0; b < r->n.b; b++)
         for (int64_t i = 0; i < c; i++) {
             float *x = acc + ((b * rows + r0 + i) * row);
@@ -63,31 +95,38 @@ static void add_rows(float *acc, int64_t rows, int w, const float *g, const cpb_
         }
 }
 
-/* The pair (query chunk qi, key chunk kj of the held slice in kv). */
-static fc_status cpb_pair(fc_context *ctx, cpb_run *r, const char *kv, int qi, int kj, int causal, void *stream)
+/* The pair (query chunk qi, key chunk kj of the held slice in kv, split ks). */
+static fc_status cpb_pair(fc_context *ctx, cpb_run *r, const char *kv, const fc_cp_split *ks, int qi, int kj,
+                          int causal, void *stream)
 {
     const fc_attention_backward_args *a = r->a;
     const fc_dtype dt = a->fwd.q.dtype;
-    const int64_t r0 = fc_cp_chunk_row0(r->n.rows, qi), c = fc_cp_chunk_rows(r->n.rows, qi);
+    const int64_t r0 = r->own.row0[qi], c = r->own.rows[qi];
     const int64_t krows = fc_cp_packed_rows(kv);
     fc_attention_backward_args sub = *a;
     sub.fwd.causal = causal;
-    sub.fwd.q = fc_cp_rows(&a->fwd.q, r0, c, r->n.es, 0);
-    fc_cp_kv_chunk(&r->n, kv, kj, dt, &sub.fwd.k, &sub.fwd.v);
-    sub.fwd.out = fc_cp_rows(&a->fwd.out, r0, c, r->n.es, 0);
-    sub.fwd.lse = fc_cp_rows(&a->fwd.lse, r0, c, sizeof(float), 1);
-    sub.dout = fc_cp_rows(&a->dout, r0, c, r->n.es, 0);
+    sub.fwd.q = fc_cp_rows(&r->q, r0, c, r->n.es, 0);
+    fc_cp_kv_chunk(&r->n, kv, ks, kj, dt, &sub.fwd.k, &sub.fwd.v);
+    sub.fwd.out = fc_cp_rows(&r->out, r0, c, (size_t)fc_dtype_bytes(r->out.dtype), 0);
+    sub.fwd.lse = fc_cp_rows(&r->lse, r0, c, sizeof(float), 1);
+    sub.dout = fc_cp_rows(&r->dout, r0, c, (size_t)fc_dtype_bytes(r->dout.dtype), 0);
     /* fp32 gradients: the pairs' sums are rounded once, at the end */
     sub.dq = fc_cp_tensor4(r->g[0], FC_DTYPE_F32, r->n.b, c, r->n.hq, r->n.d);
     sub.dk = fc_cp_tensor4(r->g[1], FC_DTYPE_F32, r->n.b, sub.fwd.k.shape[1], r->n.hkv, r->n.d);
     sub.dv = fc_cp_tensor4(r->g[2], FC_DTYPE_F32, r->n.b, sub.fwd.k.shape[1], r->n.hkv, r->n.d);
     sub.workspace = NULL;
     sub.workspace_bytes = 0;
+    if (r->n.nseq) {
+        fc_cp_varlen_pair(&r->own, qi, ks, kj, &sub.fwd);
+        fc_tensor *ts[4] = {&sub.dout, &sub.dq, &sub.dk, &sub.dv};
+        for (int i = 0; i < 4; i++) fc_cp_drop_batch(ts[i]);
+    }
     const fc_status st = fc_attention_backward(ctx, &sub, stream, NULL);
     if (st) return st;
-    add_rows(r->dq, r->n.rows, qi, r->g[0], r, r->n.hq);
-    add_rows(r->sums[0], krows, kj, r->g[1], r, r->n.hkv);
-    add_rows(r->sums[0] + fc_cp_k_elems(&r->n, krows), krows, kj, r->g[2], r, r->n.hkv);
+    const int64_t k0 = ks->row0[kj], kc = ks->rows[kj];
+    add_rows(r->dq, r->n.rows, r0, c, r->g[0], r, r->n.hq);
+    add_rows(r->sums[0], krows, k0, kc, r->g[1], r, r->n.hkv);
+    add_rows(r->sums[0] + fc_cp_k_elems(&r->n, krows), krows, k0, kc, r->g[2], r, r->n.hkv);
     return FC_OK;
 }
 
@@ -98,14 +137,15 @@ static fc_cp_mark *mark_of(float *sums) { return (fc_cp_mark *)(void *)((char *)
 static fc_status cpb_pairs(fc_context *ctx, cpb_run *r, const char *kv, int s, int src, void *stream)
 {
     const int rank = r->comm->rank;
-    const int64_t krows = fc_cp_packed_rows(kv);
+    fc_cp_split ks;
+    fc_cp_packet_split(&r->n, kv, r->ints + fc_cp_split_ints(&r->n), &ks);
     for (int qi = 0; qi < 2; qi++)
         for (int kj = 0; kj < 2; kj++) {
             const int gq = fc_cp_chunk(r->comm, rank, qi), gk = fc_cp_chunk(r->comm, src, kj);
             if (r->a->fwd.causal && gk > gq) continue;
-            if (fc_cp_chunk_rows(r->n.rows, qi) == 0 || fc_cp_chunk_rows(krows, kj) == 0) continue; /* empty */
+            if (r->own.rows[qi] == 0 || ks.rows[kj] == 0) continue; /* empty */
             fc_status st = fc_cp_injected(ctx, s);
-            if (!st) st = cpb_pair(ctx, r, kv, qi, kj, r->a->fwd.causal && gk == gq, stream);
+            if (!st) st = cpb_pair(ctx, r, kv, &ks, qi, kj, r->a->fwd.causal && gk == gq, stream);
             if (st) return st;
         }
     return FC_OK;
@@ -137,7 +177,7 @@ static fc_status cpb_step(fc_context *ctx, cpb_run *r, const char *kv, int s, fc
 }
 
 /* acc ([b][rows][h][d] fp32) into the strided t in its dtype. */
-static void write_out(const float *acc, const fc_tensor *t)
+static void write_out4(const float *acc, const fc_tensor *t)
 {
     const int64_t *n = t->shape, *st = t->stride;
     for (int64_t b = 0; b < n[0]; b++)
@@ -148,10 +188,33 @@ static void write_out(const float *acc, const fc_tensor *t)
                                  acc[((b * n[1] + s) * n[2] + h) * n[3] + e]);
 }
 
+/* acc into the caller's t (varlen: through the chunk-major copy). */
+static void write_out(const cpb_run *r, const float *acc, const fc_tensor *t)
+{
+    if (!r->n.nseq) {
+        write_out4(acc, t);
+        return;
+    }
+    const fc_tensor grouped = fc_cp_tensor4(r->regroup, t->dtype, 1, r->n.rows, t->shape[1], t->shape[2]);
+    write_out4(acc, &grouped);
+    fc_cp_regroup(&r->n, &r->own, t, r->regroup, 0, 0);
+}
+
+/* Varlen: q, out, dout and lse in chunk-major order. */
+static void cpb_gather(cpb_run *r)
+{
+    const fc_attention_backward_args *a = r->a;
+    fc_cp_regroup(&r->n, &r->own, &a->fwd.q, r->q.data, 0, 1);
+    fc_cp_regroup(&r->n, &r->own, &a->fwd.out, r->out.data, 0, 1);
+    fc_cp_regroup(&r->n, &r->own, &a->dout, r->dout.data, 0, 1);
+    fc_cp_regroup(&r->n, &r->own, &a->fwd.lse, r->lse.data, 1, 1);
+}
+
 static fc_status cpb_ring(fc_context *ctx, cpb_run *r, void *stream)
 {
     const int P = r->comm->size;
     fc_cp_pack(&r->a->fwd, &r->n, r->kv[0]);
+    if (r->n.nseq) cpb_gather(r);
     int cur = 0;
     fc_status failed = FC_OK;
     for (int s = 0; s < P; s++) {
@@ -172,9 +235,9 @@ static fc_status cpb_ring(fc_context *ctx, cpb_run *r, void *stream)
         return fc_set_error(ctx, (fc_status)m.status,
                             "rank %d failed during the ring (%s): this rank's dk and dv would miss its share; "
                             "nothing was written", (int)m.rank, fc_status_string((fc_status)m.status));
-    write_out(r->dq, &r->a->dq);
-    write_out(home, &r->a->dk);
-    write_out(home + fc_cp_k_elems(&r->n, r->n.rows), &r->a->dv);
+    write_out(r, r->dq, &r->a->dq);
+    write_out(r, home, &r->a->dk);
+    write_out(r, home + fc_cp_k_elems(&r->n, r->n.rows), &r->a->dv);
     return FC_OK;
 }
 
@@ -187,6 +250,7 @@ fc_status fc_cp_attention_backward(fc_context *ctx, const fc_attention_backward_
     if (st) return st;
     st = cpb_alloc(ctx, &r);
     if (st) return st;
+    fc_cp_own_split(&r.n, r.ints, &r.own);
     st = cpb_ring(ctx, &r, stream);
     free(r.kv[0]);
     return st;

@@ -11,9 +11,117 @@
 
 fc_cp_dims fc_cp_dims_of(const fc_attention_args *a)
 {
+    if (a->cu_seqlens_q) { /* [total][h][d] */
+        fc_cp_dims n = {1, a->q.shape[1], a->k.shape[1], a->q.shape[2], (size_t)fc_dtype_bytes(a->q.dtype),
+                        a->q.shape[0], a->q.shape[0], a->num_seqs, a->cu_seqlens_q};
+        return n;
+    }
     fc_cp_dims n = {a->q.shape[0], a->q.shape[2], a->k.shape[2], a->q.shape[3], (size_t)fc_dtype_bytes(a->q.dtype),
-                    a->q.shape[1], a->q.shape[1]};
+                    a->q.shape[1], a->q.shape[1], 0, NULL};
     return n;
+}
+
+/* A varlen split from the sequences' slice lengths (fc_cp_chunk_rows of each). */
+static void split_of_lens(const fc_cp_dims *n, const int32_t *lens, int32_t *store, fc_cp_split *s)
+{
+    int64_t at = 0;
+    for (int w = 0; w < 2; w++) {
+        int32_t *cu = store + w * (n->nseq + 1);
+        cu[0] = 0;
+        s->max[w] = 0;
+        for (int32_t b = 0; b < n->nseq; b++) {
+            const int32_t c = (int32_t)fc_cp_chunk_rows(lens[b], w);
+            cu[b + 1] = cu[b] + c;
+            if (c > s->max[w]) s->max[w] = c;
+        }
+        s->cu[w] = cu;
+        s->row0[w] = at;
+        s->rows[w] = cu[n->nseq];
+        at += s->rows[w];
+    }
+}
+
+static void split_dense(int64_t rows, fc_cp_split *s)
+{
+    for (int w = 0; w < 2; w++) {
+        s->row0[w] = fc_cp_chunk_row0(rows, w);
+        s->rows[w] = fc_cp_chunk_rows(rows, w);
+        s->cu[w] = NULL;
+        s->max[w] = 0;
+    }
+}
+
+void fc_cp_own_split(const fc_cp_dims *n, int32_t *store, fc_cp_split *s)
+{
+    if (!n->nseq) {
+        split_dense(n->rows, s);
+        return;
+    }
+    int32_t *lens = store + 2 * (n->nseq + 1); /* past the two chunks' offsets */
+    for (int32_t b = 0; b < n->nseq; b++) lens[b] = n->cu[b + 1] - n->cu[b];
+    split_of_lens(n, lens, store, s);
+}
+
+void fc_cp_packet_split(const fc_cp_dims *n, const char *kv, int32_t *store, fc_cp_split *s)
+{
+    if (!n->nseq) split_dense(fc_cp_packed_rows(kv), s);
+    else split_of_lens(n, (const int32_t *)(const void *)(kv + FC_CP_HEADER), store, s);
+}
+
+void fc_cp_drop_batch(fc_tensor *t)
+{
+    if (t->ndim < 1) return;
+    const int nd = t->ndim - 1;
+    for (int i = 0; i < nd; i++) {
+        t->shape[i] = t->shape[i + 1];
+        t->stride[i] = t->stride[i + 1];
+    }
+    t->shape[nd] = t->stride[nd] = 0;
+    t->ndim = nd;
+}
+
+void fc_cp_varlen_pair(const fc_cp_split *qs, int qi, const fc_cp_split *ks, int kj, fc_attention_args *sub)
+{
+    if (!qs->cu[qi]) return;
+    sub->cu_seqlens_q = qs->cu[qi];
+    sub->cu_seqlens_k = ks->cu[kj];
+    sub->max_seqlen_q = qs->max[qi];
+    sub->max_seqlen_k = ks->max[kj];
+    fc_tensor *ts[5] = {&sub->q, &sub->k, &sub->v, &sub->out, &sub->lse};
+    for (int i = 0; i < 5; i++) fc_cp_drop_batch(ts[i]);
+}
+
+/* Caller's row of chunk-major row i of the slice (own split). */
+static int64_t caller_row(const fc_cp_dims *n, const fc_cp_split *own, int64_t i)
+{
+    const int w = i >= own->row0[1];
+    const int64_t j = i - own->row0[w];
+    int32_t lo = 0, hi = n->nseq; /* the sequence b with cu[w][b] <= j < cu[w][b + 1] */
+    while (hi - lo > 1) {
+        const int32_t mid = (lo + hi) / 2;
+        if (own->cu[w][mid] <= j) lo = mid;
+        else hi = mid;
+    }
+    const int64_t len = n->cu[lo + 1] - n->cu[lo];
+    return n->cu[lo] + (w ? fc_cp_chunk_rows(len, 0) : 0) + (j - own->cu[w][lo]);
+}
+
+void fc_cp_regroup(const fc_cp_dims *n, const fc_cp_split *own, const fc_tensor *t, void *buf, int lse, int gather)
+{
+    const size_t es = (size_t)fc_dtype_bytes(t->dtype);
+    const int64_t h = lse ? t->shape[0] : t->shape[1], d = lse ? 1 : t->shape[2], rows = n->rows;
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t src = caller_row(n, own, i);
+        for (int64_t x = 0; x < h; x++)
+            for (int64_t e = 0; e < d; e++) {
+                const int64_t at = lse ? x * t->stride[0] + src * t->stride[1]
+                                       : src * t->stride[0] + x * t->stride[1] + e * t->stride[2];
+                char *mine = (char *)buf + (size_t)(lse ? x * rows + i : (i * h + x) * d + e) * es;
+                char *theirs = (char *)t->data + (size_t)at * es;
+                if (gather) memcpy(mine, theirs, es);
+                else memcpy(theirs, mine, es);
+            }
+    }
 }
 
 fc_tensor fc_cp_tensor4(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
@@ -45,10 +153,11 @@ fc_status fc_cp_injected(fc_context *ctx, int s)
 
 int fc_cp_chunk(const fc_cp_comm *c, int rank, int w) { return w ? 2 * c->size - 1 - rank : rank; }
 
-void fc_cp_kv_chunk(const fc_cp_dims *n, const char *kv, int kj, fc_dtype dt, fc_tensor *k, fc_tensor *v)
+void fc_cp_kv_chunk(const fc_cp_dims *n, const char *kv, const fc_cp_split *ks, int kj, fc_dtype dt, fc_tensor *k,
+                    fc_tensor *v)
 {
-    const int64_t rows = fc_cp_packed_rows(kv), c = fc_cp_chunk_rows(rows, kj);
-    const size_t at = FC_CP_HEADER + (size_t)(fc_cp_chunk_row0(rows, kj) * n->hkv * n->d) * n->es;
+    const int64_t rows = fc_cp_packed_rows(kv), c = ks->rows[kj];
+    const size_t at = fc_cp_header_bytes(n) + (size_t)(ks->row0[kj] * n->hkv * n->d) * n->es;
     *k = fc_cp_tensor4((char *)kv + at, dt, n->b, c, n->hkv, n->d);
     *v = fc_cp_tensor4((char *)kv + fc_cp_k_bytes(n, rows) + at, dt, n->b, c, n->hkv, n->d);
     k->stride[0] = v->stride[0] = rows * n->hkv * n->d; /* a batch row holds both chunks */
@@ -73,47 +182,65 @@ static fc_status host_only(fc_context *ctx, const char *what)
 /* What the ring does not take. */
 static fc_status ring_takes(fc_context *ctx, const fc_attention_args *a, const char *what)
 {
-    if (a->cu_seqlens_q || a->cu_seqlens_k || a->block_table || a->seqused_k || a->k_new.data ||
-        a->window_left != -1 || a->window_right != -1)
+    if (a->block_table || a->seqused_k || a->k_new.data || a->window_left != -1 || a->window_right != -1)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "%s takes dense calls only: no varlen, paged cache, append or window", what);
+                            "%s takes dense or varlen calls only: no paged cache, append or window", what);
     if (fc_dtype_is_fp8(a->q.dtype) || fc_dtype_is_fp8(a->k.dtype))
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s does not take FP8 inputs", what);
     return a->backend == FC_BACKEND_CUDA ? host_only(ctx, what) : FC_OK;
 }
 
-/* After the plain call's checks: the slice's queries and keys are the same
- * tokens, and host memory. */
-static fc_status slice_ok(fc_context *ctx, const fc_attention_args *f, const fc_attention_backward_args *b,
-                          const char *what)
+/* The slice's tensors (and varlen offsets) in host memory. */
+static fc_status host_memory(fc_context *ctx, const fc_attention_args *f, const fc_attention_backward_args *b,
+                             const char *what)
 {
-    if (f->q.shape[1] != f->k.shape[1])
-        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
-                            "%s: the rank's slice holds the same tokens' queries and keys: seqlen_q (%lld) == "
-                            "seqlen_k (%lld)", what, (long long)f->q.shape[1], (long long)f->k.shape[1]);
-    const void *ptrs[9] = {f->q.data, f->k.data, f->v.data, f->out.data, f->lse.data};
-    int n = 5;
+    const void *ptrs[11] = {f->q.data, f->k.data, f->v.data, f->out.data, f->lse.data, f->cu_seqlens_q,
+                            f->cu_seqlens_k};
+    int n = 7;
     if (b) {
         ptrs[n++] = b->dout.data;
         ptrs[n++] = b->dq.data;
         ptrs[n++] = b->dk.data;
         ptrs[n++] = b->dv.data;
     }
-    unsigned char dev[9] = {0};
+    unsigned char dev[11] = {0};
     fc_cuda_device_pointers(ptrs, n, dev);
     for (int i = 0; i < n; i++)
         if (dev[i]) return host_only(ctx, what);
     return FC_OK;
 }
 
+/* After the plain call's checks: host memory, and the slice's queries and
+ * keys are the same tokens (varlen: the same offsets). */
+static fc_status slice_ok(fc_context *ctx, const fc_attention_args *f, const fc_attention_backward_args *b,
+                          const char *what)
+{
+    const fc_status st = host_memory(ctx, f, b, what);
+    if (st) return st;
+    const int vl = f->cu_seqlens_q != NULL, ax = vl ? 0 : 1;
+    if (f->q.shape[ax] != f->k.shape[ax])
+        return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                            "%s: the rank's slice holds the same tokens' queries and keys: seqlen_q (%lld) == "
+                            "seqlen_k (%lld)", what, (long long)f->q.shape[ax], (long long)f->k.shape[ax]);
+    for (int32_t i = 0; vl && i <= f->num_seqs; i++)
+        if (f->cu_seqlens_q[i] != f->cu_seqlens_k[i])
+            return fc_set_error(ctx, FC_ERR_INVALID_ARGUMENT,
+                                "%s: the rank's slice holds the same tokens' queries and keys: cu_seqlens_q[%d] = %d, "
+                                "cu_seqlens_k[%d] = %d", what, (int)i, (int)f->cu_seqlens_q[i], (int)i,
+                                (int)f->cu_seqlens_k[i]);
+    return FC_OK;
+}
+
 /* What every rank must pass alike: all but the slice's rows. */
 static uint64_t digest(const fc_attention_args *a, int backward)
 {
-    const uint64_t v[10] = {(uint64_t)backward, (uint64_t)a->q.dtype, (uint64_t)a->out.dtype, (uint64_t)a->causal,
-                            (uint64_t)a->q.shape[0], (uint64_t)a->q.shape[2], (uint64_t)a->q.shape[3],
-                            (uint64_t)a->k.shape[2], fc_f32_to_bits(a->scale), fc_f32_to_bits(a->softcap)};
+    const int vl = a->cu_seqlens_q != NULL; /* varlen: the batch is num_seqs, [total][h][d] */
+    const uint64_t v[11] = {(uint64_t)backward, (uint64_t)a->q.dtype, (uint64_t)a->out.dtype, (uint64_t)a->causal,
+                            (uint64_t)(vl ? a->num_seqs : a->q.shape[0]), (uint64_t)a->q.shape[vl ? 1 : 2],
+                            (uint64_t)a->q.shape[vl ? 2 : 3], (uint64_t)a->k.shape[vl ? 1 : 2],
+                            fc_f32_to_bits(a->scale), fc_f32_to_bits(a->softcap), (uint64_t)vl};
     uint64_t h = 1469598103934665603ull; /* FNV-1a over the words */
-    for (int i = 0; i < 10; i++) h = (h ^ v[i]) * 1099511628211ull;
+    for (int i = 0; i < 11; i++) h = (h ^ v[i]) * 1099511628211ull;
     return h;
 }
 
@@ -177,12 +304,37 @@ int64_t fc_cp_packed_rows(const char *kv)
     return rows;
 }
 
+/* Varlen: k and v chunk-major after the header, which lists the sequences' slice lengths. */
+static void pack_varlen(const fc_attention_args *a, const fc_cp_dims *n, char *kv)
+{
+    int32_t *lens = (int32_t *)(void *)(kv + FC_CP_HEADER);
+    for (int32_t b = 0; b < n->nseq; b++) lens[b] = n->cu[b + 1] - n->cu[b];
+    const fc_tensor *src[2] = {&a->k, &a->v};
+    char *dst = kv + fc_cp_header_bytes(n);
+    for (int t = 0; t < 2; t++)
+        for (int w = 0; w < 2; w++)
+            for (int32_t b = 0; b < n->nseq; b++) {
+                const int64_t r0 = n->cu[b] + fc_cp_chunk_row0(lens[b], w), c = fc_cp_chunk_rows(lens[b], w);
+                for (int64_t s = r0; s < r0 + c; s++)
+                    for (int64_t h = 0; h < n->hkv; h++) {
+                        const fc_tensor *x = src[t];
+                        const char *row = (const char *)x->data + (size_t)(s * x->stride[0] + h * x->stride[1]) * n->es;
+                        for (int64_t e = 0; e < n->d; e++, dst += n->es)
+                            memcpy(dst, row + (size_t)(e * x->stride[2]) * n->es, n->es);
+                    }
+            }
+}
+
 void fc_cp_pack(const fc_attention_args *a, const fc_cp_dims *n, char *kv)
 {
     const fc_tensor *src[2] = {&a->k, &a->v};
     const size_t es = n->es;
-    memset(kv, 0, FC_CP_HEADER);
+    memset(kv, 0, fc_cp_header_bytes(n));
     memcpy(kv, &n->rows, sizeof n->rows);
+    if (n->nseq) {
+        pack_varlen(a, n, kv);
+        return;
+    }
     char *dst = kv + FC_CP_HEADER;
     for (int t = 0; t < 2; t++)
         for (int64_t i = 0; i < n->b; i++)

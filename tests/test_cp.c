@@ -16,7 +16,7 @@
  *    (backward) of f16/bf16 inputs, on the CPU and reference backends,
  *    within the f32 gates of the fp64 reference's (no rounding to 16 bits
  *    in between); mixed gradient dtypes refused;
- *  - refused calls (bad comm, unequal q and k lengths, windows, varlen)
+ *  - refused calls (bad comm, unequal q and k lengths, windows, paged)
  *    name the problem and write nothing; a failing exchange's status
  *    comes back from every rank; where one rank refuses, or the ranks'
  *    options differ, every rank returns an error (the handshake), none
@@ -592,10 +592,10 @@ static void refusals(const float *q, const float *k, const float *v)
     x = a;
     x.backend = FC_BACKEND_CUDA;
     refused("cuda", x, &ok, FC_ERR_UNSUPPORTED, "host memory");
-    static const int32_t cu[2] = {0, 2 * C};
+    static const int32_t table[2] = {0, 1};
     x = a;
-    x.cu_seqlens_q = x.cu_seqlens_k = cu;
-    refused("varlen", x, &ok, FC_ERR_UNSUPPORTED, "varlen");
+    x.block_table = table;
+    refused("paged", x, &ok, FC_ERR_UNSUPPORTED, "paged");
 }
 
 /* Rank 1 of 3 refuses, or passes other options: every rank returns an
