@@ -5,7 +5,8 @@
  *    over the whole sequence within the dtype's gate (f32, bf16; causal
  *    and not; GQA; odd chunk lengths; totals that 2P does not divide,
  *    down to a rank of one row; 1 to 4 ranks), lse included;
- *  - a rerun gives the same bits;
+ *  - a rerun gives the same bits; an f32 out under bf16 inputs lands in
+ *    the right rows (the final merge steps through out by its own size);
  *  - fc_cp_attention_backward, given the whole call's out and lse: the
  *    slices' dq, dk, dv against the fp64 reference backward over the whole
  *    sequence, f32 within the CPU backward gate; bf16 within the CUDA one
@@ -39,6 +40,9 @@ enum { B = 2, HQ = 4, HKV = 2, D = 40, C = 13, PMAX = 4 };
 static int g_break;
 /* Rank 1's pair calls fail from this ring step on (-1: never). */
 static int g_fail_step = -1;
+/* The ranks' out in f32 under 16-bit inputs (the forward's f32 out). */
+static int g_out_f32;
+static fc_dtype out_dt(fc_dtype dt) { return g_out_f32 ? FC_DTYPE_F32 : dt; }
 
 /* Rows cut from the end of the whole sequence of 2 P C rows (each_case:
  * none, one, all but 2P - 1): the 2P chunks then have base + 1 rows (the
@@ -167,7 +171,7 @@ static void *run_rank(void *p)
     a.q = kit_contiguous(q, j->dt, B, n, HQ, D);
     a.k = kit_contiguous(k, j->dt, B, n, HKV, D);
     a.v = kit_contiguous(v, j->dt, B, n, HKV, D);
-    a.out = kit_contiguous(j->out, j->dt, B, n, HQ, D);
+    a.out = kit_contiguous(j->out, out_dt(j->dt), B, n, HQ, D);
     a.lse = kit_contiguous(j->lse, FC_DTYPE_F32, B, HQ, n, 0);
     a.causal = j->causal;
     a.backend = FC_BACKEND_CPU;
@@ -261,7 +265,7 @@ static int compare(int P, fc_dtype dt, void **outs, float **lses, const void *re
             for (int b = 0; b < B; b++)
                 for (int i = 0; i < chunk_len(P, gc); i++) {
                     for (int e = 0; e < HQ * D; e++) {
-                        const double x = kit_load(outs[r], dt, ((int64_t)(b * n + so + i) * HQ) * D + e);
+                        const double x = kit_load(outs[r], out_dt(dt), ((int64_t)(b * n + so + i) * HQ) * D + e);
                         const double y = kit_load(ref, dt, ((int64_t)(b * S + go + i) * HQ) * D + e);
                         max_abs = fmax(max_abs, fabs(x - y));
                         err2 += (x - y) * (x - y);
@@ -286,6 +290,7 @@ typedef struct bufs {
 
 static void bufs_alloc(bufs *x, fc_dtype dt)
 {
+    dt = out_dt(dt);
     for (int i = 0; i < PMAX; i++) {
         x->outs[i] = malloc((size_t)B * 2 * C * HQ * D * (size_t)fc_dtype_bytes(dt));
         x->lses[i] = malloc((size_t)B * HQ * 2 * C * sizeof(float));
@@ -330,7 +335,7 @@ static void ring_case(int P, int causal, fc_dtype dt, const float *const in[4])
     int ok = 1, same = 1;
     for (int r = 0; r < P; r++) {
         ok &= st[r] == FC_OK && st2[r] == FC_OK;
-        same &= !memcmp(x.outs[r], y.outs[r], (size_t)B * 2 * C * HQ * D * (size_t)fc_dtype_bytes(dt)) &&
+        same &= !memcmp(x.outs[r], y.outs[r], (size_t)B * 2 * C * HQ * D * (size_t)fc_dtype_bytes(out_dt(dt))) &&
                 !memcmp(x.lses[r], y.lses[r], (size_t)B * HQ * 2 * C * sizeof(float));
     }
     double worst = 0;
@@ -709,6 +714,12 @@ int main(void)
     p0 = g_pass, f0 = g_fail;
     each_case(backward_case, in);
     group_done("backward vs the whole call", p0, f0);
+    p0 = g_pass, f0 = g_fail;
+    g_out_f32 = 1; /* the ring's out in f32 under bf16 inputs: its chunks found by f32 strides */
+    for (int P = 2; P <= PMAX; P++)
+        for (int causal = 0; causal < 2; causal++) ring_case(P, causal, FC_DTYPE_BF16, in);
+    g_out_f32 = 0;
+    group_done("ring with an f32 out of bf16 inputs", p0, f0);
     p0 = g_pass, f0 = g_fail;
     wide_outputs(in);
     group_done("f32 outputs of 16-bit inputs", p0, f0);
