@@ -28,22 +28,17 @@ typedef struct cp_run {
     int parts[2], ping[2];    /* parts merged so far; which acc holds them */
 } cp_run;
 
-/* The scratch in one block, each region 64-byte aligned; a query chunk's
- * regions sized for the longer (the first). */
-/* Varlen: the chunk-major copies of q, out (their dtypes) and lse at g
- * (NULL: their bytes). */
+/* Varlen: the chunk-major copies of q, out and lse at g (NULL: their bytes). */
 static size_t cp_varlen_views(cp_run *r, char *g)
 {
-    const size_t rows = (size_t)(r->n.rows * r->n.hq * r->n.d), oes = (size_t)fc_dtype_bytes(r->a->out.dtype);
-    const size_t q = fc_cp_up64(rows * r->n.es), out = fc_cp_up64(rows * oes);
-    if (g) {
-        r->q = fc_cp_tensor4(g, r->a->q.dtype, 1, r->n.rows, r->n.hq, r->n.d);
-        r->out = fc_cp_tensor4(g + q, r->a->out.dtype, 1, r->n.rows, r->n.hq, r->n.d);
-        r->lse = fc_cp_lse3(r->a->lse.data ? (float *)(void *)(g + q + out) : NULL, 1, r->n.hq, r->n.rows);
-    }
-    return q + out + fc_cp_up64((size_t)(r->n.hq * r->n.rows) * 4);
+    const fc_attention_args *a = r->a;
+    size_t at = fc_cp_chunk_major(&r->n, &a->q, 0, g, &r->q);
+    at += fc_cp_chunk_major(&r->n, &a->out, 0, g ? g + at : NULL, &r->out);
+    return at + fc_cp_chunk_major(&r->n, &a->lse, 1, g ? g + at : NULL, &r->lse);
 }
 
+/* The scratch in one block, each region 64-byte aligned; a query chunk's
+ * regions sized for the longer (the first; varlen: the slice). */
 static fc_status cp_alloc(fc_context *ctx, cp_run *r)
 {
     const int64_t c0 = r->n.nseq ? r->n.rows : fc_cp_chunk_rows(r->n.rows, 0); /* the longer query chunk, or more */
@@ -148,8 +143,8 @@ static fc_status cp_finish(fc_context *ctx, cp_run *r, void *stream)
         if (st) return st;
     }
     if (r->n.nseq) {
-        fc_cp_regroup(&r->n, &r->own, &r->a->out, r->out.data, 0, 0);
-        if (r->a->lse.data) fc_cp_regroup(&r->n, &r->own, &r->a->lse, r->lse.data, 1, 0);
+        fc_cp_regroup(&r->n, &r->a->out, r->out.data, 0, 0);
+        if (r->a->lse.data) fc_cp_regroup(&r->n, &r->a->lse, r->lse.data, 1, 0);
     }
     return FC_OK;
 }
@@ -161,7 +156,7 @@ static fc_status cp_ring(fc_context *ctx, cp_run *r, void *stream)
 {
     const int P = r->comm->size, rank = r->comm->rank;
     fc_cp_pack(r->a, &r->n, r->kv[0]);
-    if (r->n.nseq) fc_cp_regroup(&r->n, &r->own, &r->a->q, r->q.data, 0, 1);
+    if (r->n.nseq) fc_cp_regroup(&r->n, &r->a->q, r->q.data, 0, 1);
     int cur = 0;
     fc_status failed = FC_OK;
     for (int s = 0; s < P; s++) {

@@ -70,8 +70,13 @@ void fc_cp_varlen_pair(const fc_cp_split *qs, int qi, const fc_cp_split *ks, int
 void fc_cp_drop_batch(fc_tensor *t);
 /* Varlen: rows of the caller's tensor t ([total][h][d], or lse [h][total])
  * to or from the chunk-major contiguous buf ([rows][h][d] or [h][rows],
- * dtype t->dtype); gather: t into buf, else buf into t. */
-void fc_cp_regroup(const fc_cp_dims *n, const fc_cp_split *own, const fc_tensor *t, void *buf, int lse, int gather);
+ * dtype t->dtype; fc_cp_pack's order for k and v); gather: t into buf,
+ * else buf into t. */
+void fc_cp_regroup(const fc_cp_dims *n, const fc_tensor *t, void *buf, int lse, int gather);
+/* Varlen: *dst, the chunk-major copy of the caller's src (as [1][rows][h][d],
+ * lse [1][h][rows]) placed at g; returns its bytes (64-aligned; 0 for a
+ * NULL src, whose *dst stays as it is). g NULL: the bytes only. */
+size_t fc_cp_chunk_major(const fc_cp_dims *n, const fc_tensor *src, int lse, char *g, fc_tensor *dst);
 
 /* A contiguous [n0][n1][n2][n3] tensor, and a contiguous lse [b][h][s]. */
 fc_tensor fc_cp_tensor4(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3);

@@ -31,28 +31,20 @@ typedef struct cpb_run {
     float *g[3];              /* one pair's dq, dk, dv in fp32               */
 } cpb_run;
 
-/* The scratch; the sums and a pair's dk, dv sized for the longest slice. */
-/* Varlen: the chunk-major copies of q, out, dout (their dtypes) and lse,
- * and a gradient's, after `at` in the scratch m (NULL: their bytes). */
-static size_t cpb_varlen_views(cpb_run *r, char *m, size_t at)
+/* Varlen: the chunk-major copies of q, out, dout and lse, and room for a
+ * gradient's (in its dtype, at most 4 bytes), at g (NULL: their bytes). */
+static size_t cpb_varlen_views(cpb_run *r, char *g)
 {
     const fc_attention_backward_args *a = r->a;
-    const size_t rows = (size_t)(r->n.rows * r->n.hq * r->n.d);
-    const fc_tensor *src[3] = {&a->fwd.q, &a->fwd.out, &a->dout};
-    fc_tensor *dst[3] = {&r->q, &r->out, &r->dout};
-    size_t es_max = 4;
-    for (int i = 0; i < 3; i++) {
-        const size_t es = (size_t)fc_dtype_bytes(src[i]->dtype);
-        if (m) *dst[i] = fc_cp_tensor4(m + at, src[i]->dtype, 1, r->n.rows, r->n.hq, r->n.d);
-        at += fc_cp_up64(rows * es);
-        if (es > es_max) es_max = es;
-    }
-    if (m) r->lse = fc_cp_lse3((float *)(void *)(m + at), 1, r->n.hq, r->n.rows);
-    at += fc_cp_up64((size_t)(r->n.hq * r->n.rows) * 4);
-    if (m) r->regroup = m + at;
-    return at + fc_cp_up64(rows * es_max);
+    size_t at = fc_cp_chunk_major(&r->n, &a->fwd.q, 0, g, &r->q);
+    at += fc_cp_chunk_major(&r->n, &a->fwd.out, 0, g ? g + at : NULL, &r->out);
+    at += fc_cp_chunk_major(&r->n, &a->dout, 0, g ? g + at : NULL, &r->dout);
+    at += fc_cp_chunk_major(&r->n, &a->fwd.lse, 1, g ? g + at : NULL, &r->lse);
+    if (g) r->regroup = g + at;
+    return at + fc_cp_up64((size_t)(r->n.rows * r->n.hq * r->n.d) * 4);
 }
 
+/* The scratch; the sums and a pair's dk, dv sized for the longest slice. */
 static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
 {
     const int vl = r->n.nseq > 0; /* a varlen chunk may hold up to all of a slice */
@@ -65,12 +57,12 @@ static fc_status cpb_alloc(fc_context *ctx, cpb_run *r)
     const size_t gk = fc_cp_up64(fc_cp_k_elems(&r->n, ck) * 4);
     const size_t ints = fc_cp_up64(2 * fc_cp_split_ints(&r->n) * sizeof(int32_t));
     const size_t base = 2 * kv + dq + 2 * sums + gq + 2 * gk + ints;
-    const size_t bytes = vl ? cpb_varlen_views(r, NULL, base) : base;
+    const size_t bytes = base + (vl ? cpb_varlen_views(r, NULL) : 0);
     char *m = calloc(1, bytes);
     if (!m) return fc_set_error(ctx, FC_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of ring scratch", bytes);
     r->ints = (int32_t *)(void *)(m + base - ints);
     r->q = r->a->fwd.q, r->out = r->a->fwd.out, r->lse = r->a->fwd.lse, r->dout = r->a->dout;
-    if (vl) cpb_varlen_views(r, m, base);
+    if (vl) cpb_varlen_views(r, m + base);
     r->kv[0] = m;
     r->kv[1] = m + kv;
     r->dq = (float *)(void *)(m + 2 * kv);
@@ -197,17 +189,17 @@ static void write_out(const cpb_run *r, const float *acc, const fc_tensor *t)
     }
     const fc_tensor grouped = fc_cp_tensor4(r->regroup, t->dtype, 1, r->n.rows, t->shape[1], t->shape[2]);
     write_out4(acc, &grouped);
-    fc_cp_regroup(&r->n, &r->own, t, r->regroup, 0, 0);
+    fc_cp_regroup(&r->n, t, r->regroup, 0, 0);
 }
 
 /* Varlen: q, out, dout and lse in chunk-major order. */
 static void cpb_gather(cpb_run *r)
 {
     const fc_attention_backward_args *a = r->a;
-    fc_cp_regroup(&r->n, &r->own, &a->fwd.q, r->q.data, 0, 1);
-    fc_cp_regroup(&r->n, &r->own, &a->fwd.out, r->out.data, 0, 1);
-    fc_cp_regroup(&r->n, &r->own, &a->dout, r->dout.data, 0, 1);
-    fc_cp_regroup(&r->n, &r->own, &a->fwd.lse, r->lse.data, 1, 1);
+    fc_cp_regroup(&r->n, &a->fwd.q, r->q.data, 0, 1);
+    fc_cp_regroup(&r->n, &a->fwd.out, r->out.data, 0, 1);
+    fc_cp_regroup(&r->n, &a->dout, r->dout.data, 0, 1);
+    fc_cp_regroup(&r->n, &a->fwd.lse, r->lse.data, 1, 1);
 }
 
 static fc_status cpb_ring(fc_context *ctx, cpb_run *r, void *stream)

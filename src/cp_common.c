@@ -91,37 +91,42 @@ void fc_cp_varlen_pair(const fc_cp_split *qs, int qi, const fc_cp_split *ks, int
     for (int i = 0; i < 5; i++) fc_cp_drop_batch(ts[i]);
 }
 
-/* Caller's row of chunk-major row i of the slice (own split). */
-static int64_t caller_row(const fc_cp_dims *n, const fc_cp_split *own, int64_t i)
-{
-    const int w = i >= own->row0[1];
-    const int64_t j = i - own->row0[w];
-    int32_t lo = 0, hi = n->nseq; /* the sequence b with cu[w][b] <= j < cu[w][b + 1] */
-    while (hi - lo > 1) {
-        const int32_t mid = (lo + hi) / 2;
-        if (own->cu[w][mid] <= j) lo = mid;
-        else hi = mid;
-    }
-    const int64_t len = n->cu[lo + 1] - n->cu[lo];
-    return n->cu[lo] + (w ? fc_cp_chunk_rows(len, 0) : 0) + (j - own->cu[w][lo]);
-}
-
-void fc_cp_regroup(const fc_cp_dims *n, const fc_cp_split *own, const fc_tensor *t, void *buf, int lse, int gather)
+/* One caller row's h x d elements (lse: h, one a row) to or from
+ * chunk-major row i of buf. */
+static void regroup_row(const fc_tensor *t, char *buf, int64_t rows, int64_t i, int64_t src, int lse, int gather)
 {
     const size_t es = (size_t)fc_dtype_bytes(t->dtype);
-    const int64_t h = lse ? t->shape[0] : t->shape[1], d = lse ? 1 : t->shape[2], rows = n->rows;
-    for (int64_t i = 0; i < rows; i++) {
-        const int64_t src = caller_row(n, own, i);
-        for (int64_t x = 0; x < h; x++)
-            for (int64_t e = 0; e < d; e++) {
-                const int64_t at = lse ? x * t->stride[0] + src * t->stride[1]
-                                       : src * t->stride[0] + x * t->stride[1] + e * t->stride[2];
-                char *mine = (char *)buf + (size_t)(lse ? x * rows + i : (i * h + x) * d + e) * es;
-                char *theirs = (char *)t->data + (size_t)at * es;
-                if (gather) memcpy(mine, theirs, es);
-                else memcpy(theirs, mine, es);
-            }
-    }
+    const int64_t h = lse ? t->shape[0] : t->shape[1], d = lse ? 1 : t->shape[2];
+    for (int64_t x = 0; x < h; x++)
+        for (int64_t e = 0; e < d; e++) {
+            const int64_t at = lse ? x * t->stride[0] + src * t->stride[1]
+                                   : src * t->stride[0] + x * t->stride[1] + e * t->stride[2];
+            char *mine = buf + (size_t)(lse ? x * rows + i : (i * h + x) * d + e) * es;
+            char *theirs = (char *)t->data + (size_t)at * es;
+            if (gather) memcpy(mine, theirs, es);
+            else memcpy(theirs, mine, es);
+        }
+}
+
+void fc_cp_regroup(const fc_cp_dims *n, const fc_tensor *t, void *buf, int lse, int gather)
+{
+    int64_t i = 0; /* chunk-major order: every sequence's chunk 0, then every chunk 1 */
+    for (int w = 0; w < 2; w++)
+        for (int32_t b = 0; b < n->nseq; b++) {
+            const int64_t len = n->cu[b + 1] - n->cu[b], r0 = n->cu[b] + fc_cp_chunk_row0(len, w);
+            for (int64_t s = r0; s < r0 + fc_cp_chunk_rows(len, w); s++, i++)
+                regroup_row(t, buf, n->rows, i, s, lse, gather);
+        }
+}
+
+size_t fc_cp_chunk_major(const fc_cp_dims *n, const fc_tensor *src, int lse, char *g, fc_tensor *dst)
+{
+    if (!src->data) return 0; /* an optional lse not asked for */
+    const int64_t h = lse ? src->shape[0] : src->shape[1];
+    const size_t bytes = fc_cp_up64((size_t)(n->rows * h * (lse ? 1 : src->shape[2]) * fc_dtype_bytes(src->dtype)));
+    if (g) *dst = lse ? fc_cp_lse3((float *)(void *)g, 1, h, n->rows)
+                      : fc_cp_tensor4(g, src->dtype, 1, n->rows, h, src->shape[2]);
+    return bytes;
 }
 
 fc_tensor fc_cp_tensor4(void *data, fc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
@@ -305,24 +310,14 @@ int64_t fc_cp_packed_rows(const char *kv)
 }
 
 /* Varlen: k and v chunk-major after the header, which lists the sequences' slice lengths. */
+/* Varlen: k and v chunk-major after the header, which lists the sequences' slice lengths. */
 static void pack_varlen(const fc_attention_args *a, const fc_cp_dims *n, char *kv)
 {
     int32_t *lens = (int32_t *)(void *)(kv + FC_CP_HEADER);
     for (int32_t b = 0; b < n->nseq; b++) lens[b] = n->cu[b + 1] - n->cu[b];
-    const fc_tensor *src[2] = {&a->k, &a->v};
-    char *dst = kv + fc_cp_header_bytes(n);
-    for (int t = 0; t < 2; t++)
-        for (int w = 0; w < 2; w++)
-            for (int32_t b = 0; b < n->nseq; b++) {
-                const int64_t r0 = n->cu[b] + fc_cp_chunk_row0(lens[b], w), c = fc_cp_chunk_rows(lens[b], w);
-                for (int64_t s = r0; s < r0 + c; s++)
-                    for (int64_t h = 0; h < n->hkv; h++) {
-                        const fc_tensor *x = src[t];
-                        const char *row = (const char *)x->data + (size_t)(s * x->stride[0] + h * x->stride[1]) * n->es;
-                        for (int64_t e = 0; e < n->d; e++, dst += n->es)
-                            memcpy(dst, row + (size_t)(e * x->stride[2]) * n->es, n->es);
-                    }
-            }
+    char *k = kv + fc_cp_header_bytes(n);
+    fc_cp_regroup(n, &a->k, k, 0, 1);
+    fc_cp_regroup(n, &a->v, k + fc_cp_k_bytes(n, n->rows), 0, 1);
 }
 
 void fc_cp_pack(const fc_attention_args *a, const fc_cp_dims *n, char *kv)
