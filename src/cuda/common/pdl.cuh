@@ -37,6 +37,23 @@ __device__ __forceinline__ void fc_grid_dep_sync()
 #endif
 }
 
+/* The two halves of fc_grid_dep_sync, for a kernel that issues loads of its
+ * call's inputs (written before the previous kernel waited, so visible)
+ * before it waits for the previous kernel's own outputs. */
+__device__ __forceinline__ void fc_grid_dep_launch()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void fc_grid_dep_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /* Launch kern<<<grid, threads, smem, stream>>>(args...), as a programmatic
  * dependent of the previous kernel when pdl. Returns the launch error. */
 template <typename... Params, typename... Args>

@@ -65,7 +65,11 @@ __device__ __forceinline__ double dot8(uint4 x, uint4 y)
 template <bool kBF16, int HD>
 __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const fc_sm80_bwd_args a)
 {
-    fc_grid_dep_sync();
+    /* Wait first, then let the main kernel launch: everything written
+     * before this call is then visible to it, so the Hopper kernel may load
+     * K, V, Q and dO before its own wait (which is for this kernel's rows). */
+    fc_grid_dep_wait();
+    fc_grid_dep_launch();
     const fc_fwd_params &f = a.p.f;
     const int64_t gtid = (int64_t)blockIdx.x * kBwdAuxThreads + threadIdx.x;
     const int64_t nthreads = (int64_t)gridDim.x * kBwdAuxThreads;

@@ -158,7 +158,7 @@ __device__ void bwd_dq_writer(const fc_sm80_bwd_args &a, uint32_t base, int lane
         g = gn;
         m = mn;
     }
-    tma_store_wait_all();
+    tma_store_wait_read(); /* the adds complete with the grid, before the convert's wait returns */
 }
 
 } /* namespace fc90 */

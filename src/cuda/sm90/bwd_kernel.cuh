@@ -279,8 +279,10 @@ __global__ void __launch_bounds__(384, 1) fc_sm90_bwd_kernel(const __grid_consta
         mbar_fence_init();
     }
     __syncthreads();
-    /* PDL: the preprocess's lse2, D and zeroed dq_accum from here on. */
-    fc_grid_dep_sync();
+    /* PDL: the convert may launch; the wait for the preprocess's lse2, D and
+     * zeroed accumulators is each role's own (the producer's comes after its
+     * first K/V and Q/dO loads: inputs, visible once the preprocess waited). */
+    fc_grid_dep_launch();
     {
         /* past this sequence's keys: nothing to do (uniform per CTA) */
         const fc::sm80::BwdCoords c = bwd_coords(prm.a);
@@ -289,10 +291,15 @@ __global__ void __launch_bounds__(384, 1) fc_sm90_bwd_kernel(const __grid_consta
     const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
     if (wg == 0) {
         reg_dealloc<C::PRODUCER_REGS>();
-        if (threadIdx.x < 32) bwd_producer<C, kDet>(prm, base, (int)threadIdx.x);
-        else if (threadIdx.x < 64) bwd_dq_writer<C, kDet>(prm.a, base, (int)threadIdx.x - 32);
+        if (threadIdx.x < 32) {
+            bwd_producer<C, kDet>(prm, base, (int)threadIdx.x);
+        } else if (threadIdx.x < 64) {
+            fc_grid_dep_wait();
+            bwd_dq_writer<C, kDet>(prm.a, base, (int)threadIdx.x - 32);
+        }
     } else {
         reg_alloc<C::CONSUMER_REGS>();
+        fc_grid_dep_wait(); /* split: dkv_accum zeroed by the preprocess */
         bwd_consumer<C, kBF16, kDet, kSoftcap>(prm, base, wg - 1);
     }
 }

@@ -12,6 +12,7 @@
 #ifndef FC_SM90_BWD_PRODUCER_CUH
 #define FC_SM90_BWD_PRODUCER_CUH
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/sm80/bwd_coords.cuh"
 #include "cuda/sm80/bwd_ranges.h"
 #include "cuda/sm90/bwd_args.h"
@@ -93,6 +94,7 @@ __device__ void bwd_producer(const fc_sm90_bwd_params &prm, uint32_t base, int l
             bwd_load_tile<C, C::BM>(&prm.tm_do, base + C::OFF_DO + s * C::Q_BYTES, C::q_full(base, s), qrow, h, bq);
         }
         const uint32_t ld = base + C::OFF_LD + s * C::LD_BYTES;
+        if (it == 0) fc_grid_dep_wait(); /* lse2 and D: the preprocess's */
         bwd_copy_rows<C>(a, c, ld, h, m, lane);
         mbar_arrive(C::q_full(base, s));
         int gn, mn;
