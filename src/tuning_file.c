@@ -245,10 +245,12 @@ static fc_status parse_entry(parse_ctx *pc, char *line, const char *comment, fc_
     if (!bwd && FC_TK_GET(e.key, DET)) return bad(pc, "det=1 on a forward entry", "", "");
     char why[96];
     if (fc_tune_choice_misfit(&e.choice, bwd, why, sizeof why)) return bad(pc, "%s", why, "");
-    /* omitted shape fields are wildcards, as "*" (det only on backward
-     * entries: a forward call has none) */
+    /* omitted shape fields are wildcards, as "*"; det only on backward
+     * entries: a forward call has det 0, so there det=* is det=0 (one
+     * bucket, as the file writes it: no det on a forward entry) */
     for (int f = bwd ? 0 : 1; f < NUM_BUCKET; f++)
         if (!(seen_b & (1 << f))) e.wild |= bucket_mask(&k_bucket[f]);
+    if (!bwd) e.wild &= ~bucket_mask(&k_bucket[0]);
     e.key &= ~e.wild;
     if (comment && *comment && !(e.comment = strdup(comment))) return FC_ERR_OUT_OF_MEMORY;
     const fc_status st = fc_tune_section_add(s, &e, 0);
