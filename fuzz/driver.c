@@ -83,6 +83,7 @@ int main(int argc, char **argv)
     fz_verbose = nfiles > 0;
     for (int i = 1; i <= nfiles; i++)
         if (replay(argv[i])) return 1;
+    if (nfiles > 1) fz_print_stats();
     if (nfiles) return 0;
     if (cases < 0 && seconds < 0) cases = 10000;
     const int cur = open("fuzz-current.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);

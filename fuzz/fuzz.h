@@ -87,7 +87,7 @@ extern void (*fz_on_failure)(void);
 
 /* What the driver reports for each entry point: the statuses its calls
  * returned, and how the successful ones were judged against the reference. */
-enum { FZ_FORWARD, FZ_BACKWARD, FZ_MERGE, FZ_N_KINDS };
+enum { FZ_FORWARD, FZ_BACKWARD, FZ_MERGE, FZ_TUNING, FZ_N_KINDS };
 typedef struct fz_stats {
     uint64_t status[FC_ERR_INTERNAL + 1];
     uint64_t gated;  /* FC_OK, every element within the dtype's gates        */
@@ -109,7 +109,8 @@ void fz_check_status(fc_context *ctx, fc_status st, const char *what);
 typedef void (*fz_entry_fn)(fz_in *in);
 void fz_entry_forward(fz_in *in);
 void fz_entry_backward(fz_in *in);
-void fz_entry_merge(fz_in *in); /* fuzz/merge.c */
+void fz_entry_merge(fz_in *in);  /* fuzz/merge.c */
+void fz_entry_tuning(fz_in *in); /* fuzz/tuning.c */
 
 /* The target: one input, every check; returns 0 (failures stop the process). */
 int fz_run_one(const uint8_t *data, size_t size);

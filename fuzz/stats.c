@@ -15,7 +15,7 @@ static struct { char name[96]; uint64_t n; } g_kernels[FZ_MAX_KERNELS];
 static int g_nkernels;
 static uint64_t g_other; /* kernels past the table's end */
 
-static const char *const k_entry[FZ_N_KINDS] = {"forward", "backward", "merge"};
+static const char *const k_entry[FZ_N_KINDS] = {"forward", "backward", "merge", "tuning"};
 
 void fz_note_kernel(int kind, const char *name)
 {

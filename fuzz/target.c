@@ -17,11 +17,12 @@ void (*fz_on_failure)(void);
 int fz_verbose;
 
 /* Entry points, one function each; the first input byte picks one: 250 and
- * up the merge, the rest forward or backward by parity (as before the
- * merge came, so every corpus input keeps its meaning). */
+ * up the merge, 248 the tuning cache's file, the rest forward or backward by
+ * parity (as before the merge came; no corpus input starts with 248). */
 static const fz_entry_fn k_entries[] = {fz_entry_forward, fz_entry_backward};
 #define FZ_N_ENTRIES (sizeof k_entries / sizeof k_entries[0])
 #define FZ_MERGE_BYTE 250u
+#define FZ_TUNING_BYTE 248u
 
 static const struct { const char *name; unsigned bit; } k_skip_names[] = {
     {"cu_in_out", FZ_SKIP_CU_IN_OUT},
@@ -114,6 +115,7 @@ int fz_run_one(const uint8_t *data, size_t size)
     fz_in in = {data, size, 0};
     const unsigned pick = fz_byte(&in);
     if (pick >= FZ_MERGE_BYTE) fz_entry_merge(&in);
+    else if (pick == FZ_TUNING_BYTE) fz_entry_tuning(&in);
     else k_entries[pick % FZ_N_ENTRIES](&in);
     fz_describe = NULL;
     return 0;
