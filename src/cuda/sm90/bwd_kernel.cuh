@@ -132,6 +132,48 @@ __device__ __forceinline__ void bwd_spans(const fc_sm80_bwd_args &a, const fc::s
     sp[1] = fc_bwd_visible_span(bm, j + 8, C::BM);
 }
 
+/* The consumer's end: its keys' dK (times scale) and dV written, or with
+ * the group split added into dkv_accum. */
+template <class C, bool kBF16, bool kDet, class Place, class ThreadPlace>
+__device__ __forceinline__ void bwd_write_dkdv(const fc_sm80_bwd_args &a, const Place &pl, const ThreadPlace &tp,
+                                               int cw, const float (&dk)[C::D / 2], const float (&dv)[C::D / 2])
+{
+    const auto &c = pl.coords(a);
+    const auto &th = tp.get();
+    const int r = 64 * cw + 16 * th.warp + th.g, valid = c.sk - c.n * C::BN;
+    if (!kDet && a.dkv_accum) { /* a share of the group (bwd_split.cuh) */
+        bwd_add_grad<C::D>(bwd_dkv_rows(a, c, 0, C::BN), valid, dk, r, th.t2);
+        bwd_add_grad<C::D>(bwd_dkv_rows(a, c, 1, C::BN), valid, dv, r, th.t2);
+        return;
+    }
+    const int64_t j0 = c.k_start + (int64_t)c.n * C::BN;
+    const fc_bwd_params &b = a.p;
+    bwd_store_grad<C, kBF16>((uint16_t *)b.dk + c.bk * b.dk_batch_stride + j0 * b.dk_row_stride +
+                                 (int64_t)c.h_kv * b.dk_head_stride,
+                             b.dk_row_stride, valid, dk, a.scale, r, th.t2);
+    bwd_store_grad<C, kBF16>((uint16_t *)b.dv + c.bk * b.dv_batch_stride + j0 * b.dv_row_stride +
+                                 (int64_t)c.h_kv * b.dv_head_stride,
+                             b.dv_row_stride, valid, dv, 1.f, r, th.t2);
+}
+
+/* Step m's mask: whether the block is whole; if not, the spans of query
+ * offsets each of the thread's keys sees (C::EARLY_DS rows) or the held
+ * mask's first query. */
+template <class C, class Place, class ThreadPlace>
+__device__ __forceinline__ bool bwd_step_mask(const fc_sm80_bwd_args &a, const Place &pl, const ThreadPlace &tp, int m,
+                                              fc_bwd_mask &bm, fc_bwd_qspan (&sp)[2])
+{
+    const fc_fwd_params &f = a.p.f;
+    const auto &c = pl.coords(a);
+    const bool full = fc_bwd_block_full(m, c.n, C::BM, C::BN, c.sq, c.sk, f.window_left, f.window_right);
+    if constexpr (C::EARLY_DS) {
+        if (!full) bwd_spans<C>(a, c, m, tp.get(), sp);
+    } else {
+        bm.i0 = m * C::BM + tp.get().t2;
+    }
+    return full;
+}
+
 template <class C, bool kBF16, bool kDet, bool kSoftcap>
 __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int cw)
 {
@@ -172,17 +214,8 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
         const int s = bwd_stage<C>(it);
         const uint32_t q = base + C::OFF_Q + s * C::Q_BYTES, dO = base + C::OFF_DO + s * C::Q_BYTES;
         const uint32_t ld = base + C::OFF_LD + s * C::LD_BYTES;
-        bool full;
         fc_bwd_qspan sp[2] = {};
-        {
-            const auto &c = pl.coords(a);
-            full = fc_bwd_block_full(m, c.n, C::BM, C::BN, c.sq, c.sk, f.window_left, f.window_right);
-            if constexpr (C::EARLY_DS) {
-                if (!full) bwd_spans<C>(a, c, m, tp.get(), sp);
-            } else {
-                bm.i0 = m * C::BM + tp.get().t2;
-            }
-        }
+        const bool full = bwd_step_mask<C>(a, pl, tp, m, bm, sp);
         uint32_t P[C::BM / 4], dS[C::BM / 4];
         /* P^T (with softcap dS^T too: it needs tanh's t), dV += P^T dO
          * issued, dS^T computed while it runs (C::EARLY_DS: before) */
@@ -240,22 +273,7 @@ __device__ void bwd_consumer(const fc_sm90_bwd_params &prm, uint32_t base, int c
     fence_regs(S);
     fence_regs(dP);
 
-    const auto &c = pl.coords(a);
-    const auto &th = tp.get();
-    const int r = 64 * cw + 16 * th.warp + th.g, valid = c.sk - c.n * C::BN;
-    if (!kDet && a.dkv_accum) { /* a share of the group (bwd_split.cuh) */
-        bwd_add_grad<C::D>(bwd_dkv_rows(a, c, 0, C::BN), valid, dk, r, th.t2);
-        bwd_add_grad<C::D>(bwd_dkv_rows(a, c, 1, C::BN), valid, dv, r, th.t2);
-        return;
-    }
-    const int64_t j0 = c.k_start + (int64_t)c.n * C::BN;
-    const fc_bwd_params &b = a.p;
-    bwd_store_grad<C, kBF16>((uint16_t *)b.dk + c.bk * b.dk_batch_stride + j0 * b.dk_row_stride +
-                                 (int64_t)c.h_kv * b.dk_head_stride,
-                             b.dk_row_stride, valid, dk, a.scale, r, th.t2);
-    bwd_store_grad<C, kBF16>((uint16_t *)b.dv + c.bk * b.dv_batch_stride + j0 * b.dv_row_stride +
-                                 (int64_t)c.h_kv * b.dv_head_stride,
-                             b.dv_row_stride, valid, dv, 1.f, r, th.t2);
+    bwd_write_dkdv<C, kBF16, kDet>(a, pl, tp, cw, dk, dv);
 }
 
 template <int kRow, bool kBF16, bool kDet, bool kSoftcap>
