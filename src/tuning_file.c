@@ -261,7 +261,7 @@ static fc_status parse_entry(parse_ctx *pc, char *line, const char *comment, fc_
 
 /* ---- the file -------------------------------------------------------------------------- */
 
-/* Split off a '#' comment (trimmed) and trim the line. */
+/* Split off a '#' comment and trim both (a CRLF line's CR too). */
 static char *trim(char *line, char **comment)
 {
     char *hash = strchr(line, '#');
@@ -271,7 +271,8 @@ static char *trim(char *line, char **comment)
         char *c = hash + 1;
         while (*c == ' ' || *c == '\t') c++;
         *comment = c;
-        for (char *end = c + strlen(c); end > c && (end[-1] == ' ' || end[-1] == '\t'); end--) end[-1] = 0;
+        for (char *end = c + strlen(c); end > c && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r'); end--)
+            end[-1] = 0;
     }
     while (*line == ' ' || *line == '\t') line++;
     for (char *end = line + strlen(line); end > line && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r');

@@ -187,6 +187,25 @@ static void test_round_trip(void)
           t2 ? t2 : "");
     CHECK(t2 && strstr(t2, "# 1.041x over the planner") && strstr(t2, "gpu=NVIDIA A100"),
           "comments and the other build's section are kept");
+    { /* the same file with CRLF line ends (an editor's) saves the same bytes */
+        char crlf[8192], p3[256];
+        size_t n = 0;
+        for (const char *c = text; *c && n + 2 < sizeof crlf; c++) {
+            if (*c == '\n') crlf[n++] = '\r';
+            crlf[n++] = *c;
+        }
+        snprintf(p3, sizeof p3, "%s/crlf.tune", g_dir);
+        write_text(p3, crlf, n);
+        fc_context *ctx3 = NULL;
+        fc_context_create(&ctx3);
+        CHECK(fc_context_load_tuning(ctx3, p3) == FC_OK && fc_context_save_tuning(ctx3, p3) == FC_OK,
+              "a CRLF cache loads and saves: %s", fc_last_error(ctx3));
+        char *t3 = read_text(p3);
+        CHECK(t3 && t2 && strcmp(t3, t2) == 0, "a CRLF cache saves as the LF one:\n%s\n---\n%s", t3 ? t3 : "",
+              t2 ? t2 : "");
+        free(t3);
+        fc_context_free(ctx3);
+    }
 
     /* lookups on the device the first section names */
     const fc_cuda_device dev = fake_device("Fake GPU 80GB", 90, 132);
