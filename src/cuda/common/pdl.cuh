@@ -1,7 +1,6 @@
 /*
  * pdl.cuh -- programmatic dependent launch (PDL, sm_90+), shared by every
- * kernel of the library: the forward kernels of both paths and the split-KV
- * combine.
+ * kernel of the library.
  *
  * A kernel launched with programmatic stream serialisation may begin
  * launching while the previous kernel in the stream is still running; it
