@@ -7,8 +7,9 @@
  *   it had (fc_context_tuning_info unchanged).
  *   Loaded: what fc_context_save_tuning writes loads again, and saving that
  *   gives the same bytes (the canonical form is a fixed point); the same
- *   text loaded from a second file name saves to the same bytes as well (a
- *   file rewritten in place is never served from an older read).
+ *   text loaded from a second file name, into another context, saves to
+ *   the same bytes as well (nothing in a load depends on the path or on
+ *   the caches loaded before).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
