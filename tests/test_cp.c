@@ -32,9 +32,11 @@
 
 #include "api_internal.h" /* struct fc_context: cp_fail_step */
 #include "internal.h"     /* fc_dtype_bytes */
+#include "test_ring.h"
 #include "test_util.h"
 
 enum { B = 2, HQ = 4, HKV = 2, D = 40, C = 13, PMAX = 4 };
+_Static_assert(PMAX <= RING_MAX_RANKS, "test_ring.h holds the ranks' slots");
 
 /* Rank 1 breaks its call: 1 out NULL, 2 causal flipped (0: none). */
 static int g_break;
@@ -61,16 +63,10 @@ static int chunk_of(int P, int r, int w) { return w ? 2 * P - 1 - r : r; }
 static int slice_rows(int P, int r) { return chunk_len(P, r) + chunk_len(P, 2 * P - 1 - r); }
 static int slot_off(int P, int r, int w) { return w ? chunk_len(P, r) : 0; }
 
-typedef struct ring {
-    int size;
-    pthread_barrier_t bar;
-    const void *slot[PMAX];
-    fc_status fail; /* what exchange returns (FC_OK: it works) */
-} ring;
 
 typedef struct rank_job {
-    ring *r;
-    int rank, causal;
+    ring_seat seat; /* first: comm.user */
+    int causal;
     fc_dtype dt;
     const float *q, *k, *v; /* the whole sequence, f32 [B][S][H][D] */
     void *out;              /* the rank's slice out, dt [B][2C][HQ][D] */
@@ -87,18 +83,6 @@ typedef struct whole {
     const void *out;
     const float *lse, *dout;
 } whole;
-
-static fc_status exchange(void *user, const void *send, void *recv, size_t bytes, void *stream)
-{
-    (void)stream;
-    const rank_job *j = user;
-    ring *r = j->r;
-    r->slot[j->rank] = send;
-    pthread_barrier_wait(&r->bar);
-    if (r->fail == FC_OK) memcpy(recv, r->slot[(j->rank + r->size - 1) % r->size], bytes);
-    pthread_barrier_wait(&r->bar);
-    return r->fail;
-}
 
 /* Rank r's chunk slot w of the whole sequence x (h heads, dtype xt) into
  * its slice s, converted to dt. */
@@ -130,13 +114,13 @@ static void put_lse(const float *x, int P, int r, int w, float *s)
 /* The rank's backward: its slices of the whole call's out, lse, dout. */
 static fc_status rank_backward(fc_context *ctx, const rank_job *j, const fc_attention_args *a, const fc_cp_comm *comm)
 {
-    const int P = j->r->size, n = slice_rows(P, j->rank);
+    const int P = j->seat.r->size, n = slice_rows(P, j->seat.rank);
     const size_t es = (size_t)fc_dtype_bytes(j->dt);
     void *dout = malloc((size_t)B * n * HQ * D * es);
     for (int w = 0; w < 2; w++) {
-        put_chunk_of(j->bwd->out, j->dt, HQ, P, j->rank, w, j->out, j->dt);
-        put_chunk(j->bwd->dout, HQ, P, j->rank, w, dout, j->dt);
-        put_lse(j->bwd->lse, P, j->rank, w, j->lse);
+        put_chunk_of(j->bwd->out, j->dt, HQ, P, j->seat.rank, w, j->out, j->dt);
+        put_chunk(j->bwd->dout, HQ, P, j->seat.rank, w, dout, j->dt);
+        put_lse(j->bwd->lse, P, j->seat.rank, w, j->lse);
     }
     fc_attention_backward_args b;
     fc_attention_backward_args_init(&b);
@@ -153,19 +137,19 @@ static fc_status rank_backward(fc_context *ctx, const rank_job *j, const fc_atte
 static void *run_rank(void *p)
 {
     rank_job *j = p;
-    const int P = j->r->size, n = slice_rows(P, j->rank);
+    const int P = j->seat.r->size, n = slice_rows(P, j->seat.rank);
     const size_t es = (size_t)fc_dtype_bytes(j->dt);
     void *q = malloc((size_t)B * n * HQ * D * es), *k = malloc((size_t)B * n * HKV * D * es);
     void *v = malloc((size_t)B * n * HKV * D * es);
     for (int w = 0; w < 2; w++) {
-        put_chunk(j->q, HQ, P, j->rank, w, q, j->dt);
-        put_chunk(j->k, HKV, P, j->rank, w, k, j->dt);
-        put_chunk(j->v, HKV, P, j->rank, w, v, j->dt);
+        put_chunk(j->q, HQ, P, j->seat.rank, w, q, j->dt);
+        put_chunk(j->k, HKV, P, j->seat.rank, w, k, j->dt);
+        put_chunk(j->v, HKV, P, j->seat.rank, w, v, j->dt);
     }
     fc_context *ctx;
     fc_context_create(&ctx);
     fc_context_set_num_threads(ctx, 1);
-    if (j->rank == 1) ctx->cp_fail_step = g_fail_step;
+    if (j->seat.rank == 1) ctx->cp_fail_step = g_fail_step;
     fc_attention_args a;
     fc_attention_args_init(&a);
     a.q = kit_contiguous(q, j->dt, B, n, HQ, D);
@@ -175,9 +159,9 @@ static void *run_rank(void *p)
     a.lse = kit_contiguous(j->lse, FC_DTYPE_F32, B, HQ, n, 0);
     a.causal = j->causal;
     a.backend = FC_BACKEND_CPU;
-    if (j->rank == 1 && g_break == 1) a.out.data = NULL;
-    if (j->rank == 1 && g_break == 2) a.causal ^= 1;
-    const fc_cp_comm comm = {j->rank, P, j, exchange};
+    if (j->seat.rank == 1 && g_break == 1) a.out.data = NULL;
+    if (j->seat.rank == 1 && g_break == 2) a.causal ^= 1;
+    const fc_cp_comm comm = ring_comm(&j->seat);
     j->st = j->bwd ? rank_backward(ctx, j, &a, &comm) : fc_cp_attention_forward(ctx, &a, &comm, NULL);
     snprintf(j->err, sizeof j->err, "%s", fc_last_error(ctx));
     fc_context_free(ctx);
@@ -192,12 +176,12 @@ static void *run_rank(void *p)
 static void run_ring_bwd(int P, int causal, fc_dtype dt, fc_status fail, const float *q, const float *k,
                          const float *v, void **outs, float **lses, const whole *bwd, void *(*grads)[3], fc_status *st)
 {
-    ring r = {.size = P, .fail = fail};
+    test_ring r = {.size = P, .fail = fail};
     pthread_barrier_init(&r.bar, NULL, (unsigned)P);
     rank_job jobs[PMAX];
     pthread_t th[PMAX];
     for (int i = 0; i < P; i++) {
-        jobs[i] = (rank_job){&r, i, causal, dt, q, k, v, outs[i], lses[i], bwd, {NULL, NULL, NULL}, FC_OK, ""};
+        jobs[i] = (rank_job){{&r, i}, causal, dt, q, k, v, outs[i], lses[i], bwd, {NULL, NULL, NULL}, FC_OK, ""};
         if (bwd)
             for (int t = 0; t < 3; t++) jobs[i].grad[t] = grads[i][t];
         pthread_create(&th[i], NULL, run_rank, &jobs[i]);

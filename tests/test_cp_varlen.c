@@ -23,9 +23,11 @@
 #include <string.h>
 
 #include "internal.h" /* fc_dtype_bytes */
+#include "test_ring.h"
 #include "test_util.h"
 
 enum { NS = 4, HQ = 4, HKV = 2, D = 24, PMAX = 4 };
+_Static_assert(PMAX <= RING_MAX_RANKS, "test_ring.h holds the ranks' slots");
 static const int g_len[NS] = {37, 9, 0, 1}; /* the whole batch's sequences */
 
 static int seq_off(int b)
@@ -82,15 +84,10 @@ static void *take_rows(const void *x, fc_dtype dt, int w, const slice *s)
     return y;
 }
 
-typedef struct ring {
-    int size;
-    pthread_barrier_t bar;
-    const void *slot[PMAX];
-} ring;
 
 typedef struct job {
-    ring *r;
-    int rank, causal, bwd, bad_cu;
+    ring_seat seat; /* first: comm.user */
+    int causal, bwd, bad_cu;
     fc_dtype dt;
     const void *q, *k, *v;            /* the whole batch, dt */
     const void *out, *dout;           /* backward: the whole call's out (dt), dout (dt) */
@@ -98,18 +95,6 @@ typedef struct job {
     void *got[3];                     /* forward: out (dt), lse; backward: dq, dk, dv (f32) */
     fc_status st;
 } job;
-
-static fc_status exchange(void *user, const void *send, void *recv, size_t bytes, void *stream)
-{
-    (void)stream;
-    const job *j = user;
-    ring *r = j->r;
-    r->slot[j->rank] = send;
-    pthread_barrier_wait(&r->bar);
-    memcpy(recv, r->slot[(j->rank + r->size - 1) % r->size], bytes);
-    pthread_barrier_wait(&r->bar);
-    return FC_OK;
-}
 
 /* lse [HQ][whole] into the slice's [HQ][rows] */
 static float *take_lse(const float *lse, const slice *s)
@@ -124,12 +109,12 @@ static void *run_rank(void *p)
 {
     job *j = p;
     slice s;
-    slice_of(j->r->size, j->rank, &s);
+    slice_of(j->seat.r->size, j->seat.rank, &s);
     void *q = take_rows(j->q, j->dt, HQ * D, &s), *k = take_rows(j->k, j->dt, HKV * D, &s);
     void *v = take_rows(j->v, j->dt, HKV * D, &s);
     int32_t cu_k[NS + 1];
     memcpy(cu_k, s.cu, sizeof cu_k);
-    if (j->bad_cu && j->rank == 0) cu_k[1] -= 1; /* still valid offsets (the first sequence has rows) */
+    if (j->bad_cu && j->seat.rank == 0) cu_k[1] -= 1; /* still valid offsets (the first sequence has rows) */
     fc_attention_args a;
     fc_attention_args_init(&a);
     a.q = kit_contiguous(q, j->dt, s.rows, HQ, D, 0);
@@ -144,7 +129,7 @@ static void *run_rank(void *p)
     fc_context *ctx;
     fc_context_create(&ctx);
     fc_context_set_num_threads(ctx, 1);
-    const fc_cp_comm comm = {j->rank, j->r->size, j, exchange};
+    const fc_cp_comm comm = ring_comm(&j->seat);
     void *out = NULL, *dout = NULL;
     float *lse = NULL;
     if (!j->bwd) {
@@ -166,7 +151,7 @@ static void *run_rank(void *p)
         b.dv = kit_contiguous(j->got[2], FC_DTYPE_F32, s.rows, HKV, D, 0);
         j->st = fc_cp_attention_backward(ctx, &b, &comm, NULL);
     }
-    if (j->st && !j->bad_cu) printf("rank %d: %s\n", j->rank, fc_last_error(ctx));
+    if (j->st && !j->bad_cu) printf("rank %d: %s\n", j->seat.rank, fc_last_error(ctx));
     fc_context_free(ctx);
     free(q), free(k), free(v), free(out), free(dout), free(lse), free(s.map);
     return NULL;
@@ -175,13 +160,13 @@ static void *run_rank(void *p)
 /* P ranks; got[r][0..2] their outputs (poisoned by the caller). */
 static void run_ring(int P, job proto, void *(*got)[3], fc_status *st)
 {
-    ring r = {.size = P};
+    test_ring r = {.size = P};
     pthread_barrier_init(&r.bar, NULL, (unsigned)P);
     job jobs[PMAX];
     pthread_t th[PMAX];
     for (int i = 0; i < P; i++) {
         jobs[i] = proto;
-        jobs[i].r = &r, jobs[i].rank = i;
+        jobs[i].seat = (ring_seat){&r, i};
         for (int t = 0; t < 3; t++) jobs[i].got[t] = got[i][t];
         pthread_create(&th[i], NULL, run_rank, &jobs[i]);
     }
