@@ -22,23 +22,12 @@
 
 #include <cuda_runtime.h>
 
-/* Device side. Let the next kernel in the stream start launching (its CTAs
- * take SMs as ours leave; none of ours is then still waiting for an SM, so
- * it cannot starve us), then wait until the kernel this one depends on has
- * completed and its memory is visible. Both are no-ops for a normal launch.
- * Call before the first global-memory access; below sm_90 it compiles to
- * nothing (such devices never get a PDL launch). */
-__device__ __forceinline__ void fc_grid_dep_sync()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-/* The two halves of fc_grid_dep_sync, for a kernel that issues loads of its
- * call's inputs (written before the previous kernel waited, so visible)
- * before it waits for the previous kernel's own outputs. */
+/* Device side, the two halves. Let the next kernel in the stream start
+ * launching (its CTAs take SMs as ours leave; none of ours is then still
+ * waiting for an SM, so it cannot starve us); wait until the kernel this
+ * one depends on has completed and its memory is visible. Both are no-ops
+ * for a normal launch; below sm_90 they compile to nothing (such devices
+ * never get a PDL launch). */
 __device__ __forceinline__ void fc_grid_dep_launch()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -51,6 +40,15 @@ __device__ __forceinline__ void fc_grid_dep_wait()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+
+/* Both, launch first: call before the first global-memory access. A kernel
+ * may instead issue loads of its call's inputs (written before the previous
+ * kernel waited, so visible) before it waits for that kernel's outputs. */
+__device__ __forceinline__ void fc_grid_dep_sync()
+{
+    fc_grid_dep_launch();
+    fc_grid_dep_wait();
 }
 
 /* Launch kern<<<grid, threads, smem, stream>>>(args...), as a programmatic
